@@ -1,0 +1,208 @@
+"""THE instruction table. Every other part of rvm reads it.
+
+Each row (`OpSpec`) says, for one mnemonic: its operands, its inverse, a doc line, its forward
+semantics and its adjoint (the gradient rule). Semantics are written as small statement
+templates over the operands (`{d} = {d} + {a} * {b}`); `rvm.codegen` turns them into Python,
+so the interpreter, gradient mode, docs and (later) compiled engines share one definition.
+
+Template language, one statement per line:
+
+    {x} = EXPR            assign; int destinations wrap to int64, float ones must stay finite
+    {x}, {y} = E1, E2     simultaneous assignment (no wrap; used for exchanges)
+    {gx} ...              a statement on x's gradient shadow; dropped when x has none
+                          (an immediate or an integer register)
+    check COND : MESSAGE  an invertibility check made before anything changes
+    let NAME = EXPR       a temporary
+    do EXPR               an expression run for its effect (heap management)
+
+Operand kinds: D accumulated destination (its register class picks the int or the float
+form); X a register changed in place; S a source (register or immediate; float forms accept
+int registers, converted); C a count (int register or non-negative int immediate); M a memory
+operand ``[rB + off]``; L a label; F a function name followed by registers.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+INT, FLOAT = "i", "f"
+CONDITIONS = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
+NEGATED = {"EQ": "NE", "NE": "EQ", "LT": "GE", "GE": "LT", "GT": "LE", "LE": "GT"}
+
+
+@attrs.frozen
+class OpSpec:
+    """One row of the instruction table."""
+
+    name: str                      # mnemonic as written in assembly, e.g. "ADD.mul"
+    operands: tuple[str, ...]      # "name:KIND" for each operand, e.g. ("d:D", "a:S")
+    inverse: str                   # mnemonic of the inverse instruction
+    doc: str                       # one line for docs/isa.md
+    forward: dict = attrs.field(factory=dict)   # register class -> statement template
+    adjoint: str | None = None     # float form: undo the value change and pull back shadows
+    group: str = "arith"           # arith | family | memory | control | call
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(o.split(":")[0] for o in self.operands)
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(o.split(":")[1] for o in self.operands)
+
+    @property
+    def is_float(self) -> bool:
+        return FLOAT in self.forward
+
+    @property
+    def variadic(self) -> bool:
+        return self.kinds[-1:] == ("F",)
+
+
+# ---------------------------------------------------------------- function families
+# name -> (operand names, float value, float partial derivatives, int value or None).
+# `ADD.name d, args` is d += f(args); `SUB.name` is d -= f(args). Any pure f is reversible
+# this way as long as d is not among its arguments, which the verifier enforces.
+FAMILIES: dict[str, tuple[tuple[str, ...], str, tuple[str, ...], str | None]] = {
+    "mul": (("a", "b"), "{a} * {b}", ("{b}", "{a}"), "{a} * {b}"),
+    "div": (("a", "b"), "{a} / {b}", ("1.0 / {b}", "-{a} / ({b} * {b})"), "{a} // {b}"),
+    "mod": (("a", "b"), "math.fmod({a}, {b})", ("1.0", "-math.trunc({a} / {b})"),
+            "{a} % {b}"),
+    "pow": (("a", "b"), "math.pow({a}, {b})",
+            ("{b} * math.pow({a}, {b} - 1)", "dpow_db({a}, {b})"), None),
+    "exp": (("a",), "math.exp({a})", ("math.exp({a})",), None),
+    "log": (("a",), "math.log({a})", ("1.0 / {a}",), None),
+    "sin": (("a",), "math.sin({a})", ("math.cos({a})",), None),
+    "cos": (("a",), "math.cos({a})", ("-math.sin({a})",), None),
+    "tanh": (("a",), "math.tanh({a})", ("1.0 - math.tanh({a}) ** 2",), None),
+    "sqrt": (("a",), "math.sqrt({a})", ("0.5 / math.sqrt({a})",), None),
+    "abs": (("a",), "abs({a})", ("sign({a})",), "abs({a})"),
+    "atan2": (("a", "b"), "math.atan2({a}, {b})",
+              ("{b} / ({a} * {a} + {b} * {b})", "-{a} / ({a} * {a} + {b} * {b})"), None),
+}
+FAMILY_DOC = {
+    "mul": "a * b", "div": "a / b (floor division on ints)", "mod": "a mod b (fmod on floats)",
+    "pow": "a ** b", "exp": "exp(a)", "log": "log(a)", "sin": "sin(a)", "cos": "cos(a)",
+    "tanh": "tanh(a)", "sqrt": "sqrt(a)", "abs": "abs(a)", "atan2": "atan2(a, b)",
+}
+
+
+def _accumulate(sign: str, name: str, family: str | None = None) -> OpSpec:
+    """ADD/SUB and their function families: d (+|-)= f(args)."""
+    other = "SUB" if sign == "+" else "ADD"
+    if family is None:
+        args, value, partials, ivalue = ("s",), "{s}", ("1.0",), "{s}"
+        mnemonic, inv, doc = name, other, f"d {sign}= s"
+    else:
+        args, value, partials, ivalue = FAMILIES[family]
+        mnemonic, inv = f"{name}.{family}", f"{other}.{family}"
+        doc = f"d {sign}= {FAMILY_DOC[family]}"
+    undo = "-" if sign == "+" else "+"
+    forward = {FLOAT: f"{{d}} = {{d}} {sign} {value}"}
+    if ivalue is not None:
+        forward[INT] = f"{{d}} = {{d}} {sign} {ivalue}"
+    adjoint = [f"{{d}} = {{d}} {undo} {value}"]
+    adjoint += [f"{{g{a}}} {sign}= {{gd}} * {p}" for a, p in zip(args, partials)]
+    return OpSpec(mnemonic, ("d:D",) + tuple(f"{a}:S" for a in args), inv, doc,
+                  forward, "\n".join(adjoint), "arith" if family is None else "family")
+
+
+_ROT = ("let c = math.cos({t})\nlet s = math.sin({t})\n"
+        "{a}, {b} = {a} * c - {b} * s, {a} * s + {b} * c")
+_IROT = ("let c = math.cos({t})\nlet s = math.sin({t})\n"
+         "{a}, {b} = {a} * c + {b} * s, -{a} * s + {b} * c")
+_NONZERO = "check {y} != 0 : {y_src} is zero: multiplying by 0 would erase {x_src}"
+
+TABLE: list[OpSpec] = [
+    OpSpec("NOP", (), "NOP", "do nothing", {INT: "", FLOAT: ""}, "", "arith"),
+    _accumulate("+", "ADD"),
+    _accumulate("-", "SUB"),
+    *(_accumulate(sign, name, fam) for fam in FAMILIES for sign, name in
+      (("+", "ADD"), ("-", "SUB"))),
+    OpSpec("XOR", ("d:D", "s:S"), "XOR", "d ^= s (ints)", {INT: "{d} = {d} ^ {s}"}),
+    OpSpec("XOR.and", ("d:D", "a:S", "b:S"), "XOR.and", "d ^= a & b (ints)",
+           {INT: "{d} = {d} ^ ({a} & {b})"}),
+    OpSpec("XOR.or", ("d:D", "a:S", "b:S"), "XOR.or", "d ^= a | b (ints)",
+           {INT: "{d} = {d} ^ ({a} | {b})"}),
+    OpSpec("NEG", ("x:X",), "NEG", "x = -x", {INT: "{x} = -{x}", FLOAT: "{x} = -{x}"},
+           "{x} = -{x}\n{gx} = -{gx}"),
+    OpSpec("INC", ("x:X",), "DEC", "x += 1 (ints)", {INT: "{x} = {x} + 1"}),
+    OpSpec("DEC", ("x:X",), "INC", "x -= 1 (ints)", {INT: "{x} = {x} - 1"}),
+    OpSpec("SWAP", ("a:X", "b:X"), "SWAP", "exchange a and b (same class)",
+           {INT: "{a}, {b} = {b}, {a}", FLOAT: "{a}, {b} = {b}, {a}"},
+           "{a}, {b} = {b}, {a}\n{ga}, {gb} = {gb}, {ga}"),
+    OpSpec("ROT", ("a:X", "b:X", "t:S"), "IROT",
+           "rotate (a, b) by angle t: (a cos t - b sin t, a sin t + b cos t)", {FLOAT: _ROT},
+           "{gt} += {gb} * {a} - {ga} * {b}\n" + _IROT
+           + "\n{ga}, {gb} = {ga} * c + {gb} * s, -{ga} * s + {gb} * c"),
+    OpSpec("IROT", ("a:X", "b:X", "t:S"), "ROT", "rotate (a, b) by angle -t", {FLOAT: _IROT},
+           "{gt} += {ga} * {b} - {gb} * {a}\n" + _ROT
+           + "\n{ga}, {gb} = {ga} * c - {gb} * s, {ga} * s + {gb} * c"),
+    OpSpec("MUL", ("x:X", "y:S"), "DIV", "x *= y (floats; y = 0 is refused)",
+           {FLOAT: f"{_NONZERO}\n{{x}} = {{x}} * {{y}}"},
+           f"{_NONZERO}\n{{x}} = {{x}} / {{y}}\n{{gy}} += {{gx}} * {{x}}\n{{gx}} = {{gx}} * {{y}}"),
+    OpSpec("DIV", ("x:X", "y:S"), "MUL", "x /= y (floats; y = 0 is refused)",
+           {FLOAT: f"{_NONZERO}\n{{x}} = {{x}} / {{y}}"},
+           f"{_NONZERO}\n{{gy}} -= {{gx}} * {{x}} / {{y}}\n{{x}} = {{x}} * {{y}}\n"
+           "{gx} = {gx} / {y}"),
+    # memory: loads and stores are exchanges; allocation is LIFO so ALLOC/FREE invert
+    OpSpec("EXCH", ("x:X", "m:M"), "EXCH", "exchange register x with heap cell m",
+           {INT: "{x}, {m} = {m}, {x}", FLOAT: "{x}, {m} = {m}, {x}"},
+           "{x}, {m} = {m}, {x}\n{gx}, {gm} = {gm}, {gx}", "memory"),
+    OpSpec("ALLOC", ("d:X", "n:C"), "FREE",
+           "d = address of n fresh zero cells on top of the heap (d must be 0)",
+           {INT: "check {d} == 0 : {d_src} = {d}, must be 0 before ALLOC\n"
+                 "{d} = M.alloc({n})"}, group="memory"),
+    OpSpec("FREE", ("d:X", "n:C"), "ALLOC",
+           "release the top n cells at d (all must be zero); d = 0",
+           {INT: "do M.free({d}, {n})\n{d} = 0"}, group="memory"),
+    OpSpec("PUSH", ("x:X",), "POP", "push x onto the heap top; x = 0",
+           {INT: "do M.push({x})\n{x} = 0", FLOAT: "do M.push({x})\n{x} = 0.0"},
+           "check zero({x}) : {x_src} = {x}, must be 0 to undo PUSH\n"
+           "{x}, {gx} = M.gpop(True)", "memory"),
+    OpSpec("POP", ("x:X",), "PUSH", "pop the heap top into x (x must be 0)",
+           {INT: "check {x} == 0 : {x_src} = {x}, must be 0 before POP\n{x} = M.pop(False)",
+            FLOAT: "check zero({x}) : {x_src} = {x}, must be 0 before POP\n{x} = M.pop(True)"},
+           "do M.gpush({x}, {gx})\n{x} = 0.0\n{gx} = 0.0", "memory"),
+    # control flow: branches and comefroms pair up; `rvm.codegen` implements them
+    OpSpec("JMP", ("target:L",), "CF", "jump to target (a CF naming this jump)",
+           group="control"),
+    *(OpSpec(f"BR.{cc}", ("a:S", "b:S", "target:L"), f"CF.{cc}",
+             f"jump to target if a {op} b, else fall through", group="control")
+      for cc, op in CONDITIONS.items()),
+    OpSpec("CF", ("source:L",), "JMP",
+           "comefrom: entered only by the jump at source (never by fall-through)",
+           group="control"),
+    *(OpSpec(f"CF.{cc}", ("a:S", "b:S", "source:L"), f"BR.{cc}",
+             f"comefrom: entered by the jump at source iff a {op} b, else by fall-through",
+             group="control")
+      for cc, op in CONDITIONS.items()),
+    OpSpec("CALL", ("f:F",), "UNCALL",
+           "run function f on the registers (by reference), forwards", group="call"),
+    OpSpec("UNCALL", ("f:F",), "CALL",
+           "run function f on the registers (by reference), backwards", group="call"),
+]
+
+OPS: dict[str, OpSpec] = {spec.name: spec for spec in TABLE}
+OPCODES: dict[str, int] = {spec.name: i for i, spec in enumerate(TABLE)}
+# derived sets, like CPython's opcode.hasjump
+BRANCHES = frozenset(n for n in OPS if n == "JMP" or n.startswith("BR."))
+COMEFROMS = frozenset(n for n in OPS if n == "CF" or n.startswith("CF."))
+CALLS = frozenset({"CALL", "UNCALL"})
+
+
+def condition(mnemonic: str) -> str | None:
+    """The condition code of a BR.cc / CF.cc mnemonic, or None."""
+    head, _, cc = mnemonic.partition(".")
+    return cc if head in ("BR", "CF") and cc else None
+
+
+def lookup(mnemonic: str) -> OpSpec | None:
+    """The row for a mnemonic; the suffix of families and conditions is case-insensitive."""
+    head, dot, tail = mnemonic.partition(".")
+    head = head.upper()
+    if dot and head in ("BR", "CF"):
+        tail = tail.upper()
+    elif dot:
+        tail = tail.lower()
+    return OPS.get(head + dot + tail)

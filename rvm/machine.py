@@ -1,0 +1,361 @@
+"""The machine: frames with typed register files, a LIFO heap, and a control stack whose
+frames each remember their direction. `step()` and `back()` move exactly one instruction;
+nothing is recorded, because the previous state is recomputed by the inverse instruction.
+
+Direction: the machine moves forwards (D = +1, `step`) or backwards (D = -1, `back`). A frame
+runs its function forwards when ``frame.dir * D > 0``; a frame pushed by UNCALL has dir = -1,
+so it runs its function backwards while the machine moves forwards.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+from . import codegen, isa
+from .codegen import CALL, END, Fault
+from .errors import InvertibilityError, MachineError
+from .program import Function, Program
+
+MIN_NORMAL = 2.2250738585072014e-308
+
+
+class Limit(Fault):
+    """A resource limit (heap, call depth) hit inside an instruction."""
+
+
+class Frame:
+    __slots__ = ("fn", "R", "G", "state", "dir", "pushed", "home", "away", "links")
+
+    def __init__(self, fn: Function, dir: int, state: int, pushed: int):
+        self.fn, self.dir, self.state, self.pushed = fn, dir, state, pushed
+        self.R = [0] * fn.n_int + [0.0] * fn.n_float
+        self.G = None
+        self.home = self.away = 0          # caller's state if unwound / if completed
+        self.links: list[tuple[int, int]] = []   # (caller slot, callee slot) per parameter
+
+    def index(self, e: int) -> int:
+        """The instruction the frame is at, moving in effective direction e."""
+        s = self.state
+        return s >> 1 if e > 0 or s & 1 else (s >> 1) - 1
+
+    def value(self, reg):
+        return self.R[self.fn.slot(reg)]
+
+
+class Machine:
+    """Runs one program. `call`/`uncall` run a function to completion; `enter` then
+    `step`/`back`/`run` move through it one instruction at a time (the debugger's way)."""
+
+    def __init__(self, program: Program, *, max_steps: int = 100_000_000,
+                 heap_limit: int = 1 << 24, tol: float = 1e-8, max_depth: int = 10_000,
+                 grad: bool = False):
+        self.program, self.max_steps, self.heap_limit = program, max_steps, heap_limit
+        self.tol, self.max_depth = tol, max_depth
+        self.stack: list[Frame] = []
+        self.steps = 0                    # the step counter ("time")
+        self.top = self.cap = 0
+        self.grad = False
+        self._buf = self._gbuf = bytearray()
+        self.hi = self.hf = self.hg = memoryview(self._buf)
+        self._codes: dict = {}
+        self._grow(64)
+        if grad:
+            self.set_grad(True)
+
+    # ------------------------------------------------------------------ heap
+    def _grow(self, need: int) -> None:
+        if need > self.heap_limit:
+            raise Limit(f"heap limit of {self.heap_limit} cells exceeded "
+                        f"(asked for {need}); raise heap_limit / --heap-limit")
+        cap = max(need, 2 * self.cap, 64)
+        self._buf = bytearray(cap * 8)
+        self._buf[: len(self.hi) * 8] = self.hi.cast("B")
+        self.hi, self.hf = memoryview(self._buf).cast("q"), memoryview(self._buf).cast("d")
+        gbuf = bytearray(cap * 8)
+        gbuf[: len(self.hg) * 8] = self.hg.cast("B")
+        self._gbuf, self.hg = gbuf, memoryview(gbuf).cast("d")
+        self.cap = cap
+
+    def is_zero_cell(self, c: int) -> bool:
+        """A cell counts as zero if its bits are zero, or it holds a float residue within
+        tolerance (a normal float: small integers look like denormals and are refused)."""
+        if self.hi[c] == 0:
+            return True
+        v = abs(self.hf[c])
+        return MIN_NORMAL <= v <= self.tol
+
+    def alloc(self, n: int) -> int:
+        if n < 0:
+            raise Fault(f"ALLOC of a negative number of cells ({n})")
+        base = self.top
+        if base + n > self.cap:
+            self._grow(base + n)
+        self.top = base + n
+        return base
+
+    def free(self, d: int, n: int) -> None:
+        if n < 0 or d != self.top - n:
+            raise Fault(f"FREE of {n} cells at {d}, but the top block of the heap is "
+                        f"{max(self.top - n, 0)}..{self.top - 1}: blocks are freed LIFO")
+        for c in range(d, self.top):
+            if not self.is_zero_cell(c):
+                raise Fault(f"FREE of a cell that is not zero: heap[{c}] = {self.hi[c]} "
+                            f"(as float {self.hf[c]!r}); freeing would lose it")
+        for c in range(d, self.top):
+            self.hi[c] = 0
+            self.hg[c] = 0.0          # a freed cell's gradient is dropped (docs/gradients.md)
+        self.top = d
+
+    def push(self, v) -> None:
+        if self.top >= self.cap:
+            self._grow(self.top + 1)
+        if type(v) is float:
+            self.hf[self.top] = v
+        else:
+            self.hi[self.top] = v
+        self.top += 1
+
+    def pop(self, is_float: bool):
+        if self.top == 0:
+            raise Fault("POP from an empty heap")
+        self.top -= 1
+        v = self.hf[self.top] if is_float else self.hi[self.top]
+        self.hi[self.top] = 0
+        return v
+
+    def gpush(self, v: float, g: float) -> None:
+        self.push(v)
+        self.hg[self.top - 1] = g
+
+    def gpop(self, is_float: bool):
+        g = self.hg[self.top - 1] if self.top else 0.0
+        v = self.pop(is_float)
+        self.hg[self.top] = 0.0
+        return v, g
+
+    @property
+    def heap(self):
+        """The cells in use, as int64 (use .view(float) for floats). A copy."""
+        import numpy as np
+        return np.frombuffer(self._buf, dtype=np.int64, count=self.top).copy()
+
+    # ------------------------------------------------------------------ code
+    def set_grad(self, on: bool) -> None:
+        """Switch gradient mode: float instructions then also move gradient shadows."""
+        self.grad = on
+        for fr in self.stack:
+            if on and fr.G is None:
+                fr.G = [0.0] * len(fr.R)
+
+    def _code(self, fn: Function, e: int):
+        mode = ("g" if self.grad else "") + ("fw" if e > 0 else "bw")
+        key = (fn.name, mode)
+        code = self._codes.get(key)
+        if code is None:
+            make = codegen.factory(self.program, fn, mode)
+            code = make(self, Fault, codegen.wrap, self._zero, codegen.sign,
+                        codegen.dpow_db, math)
+            self._codes[key] = code
+        return code
+
+    def _zero(self, v: float) -> bool:
+        return abs(v) <= self.tol
+
+    # ------------------------------------------------------------------ frames
+    def _new_frame(self, fn: Function, dir: int, D: int) -> Frame:
+        if len(self.stack) >= self.max_depth:
+            raise Limit(f"call depth limit of {self.max_depth} frames exceeded "
+                        "(unbounded recursion?)")
+        fr = Frame(fn, dir, 0 if dir * D > 0 else 2 * len(fn.code), D)
+        if self.grad:
+            fr.G = [0.0] * len(fr.R)
+        return fr
+
+    def _push(self, caller: Frame, e: int, D: int) -> None:
+        i = caller.index(e)
+        ins = caller.fn.code[i]
+        callee = self.program.functions[ins.args[0].name]
+        fr = self._new_frame(callee, caller.dir * (1 if ins.op == "CALL" else -1), D)
+        fr.home, fr.away = caller.state, caller.state + 2 * e
+        fr.links = [(caller.fn.slot(a), callee.slot(p))
+                    for a, p in zip(ins.args[1:], callee.params)]
+        for a, p in fr.links:
+            fr.R[p] = caller.R[a]
+            if fr.G is not None:
+                fr.G[p] = caller.G[a]
+        self.stack.append(fr)
+
+    def check_locals(self, fr: Frame) -> None:
+        """Locals must be zero when a frame is left (floats within tol; residue cleared)."""
+        fn, bad = fr.fn, {}
+        for r in fn.locals:
+            v = fr.R[fn.slot(r)]
+            if v != 0 and not (type(v) is float and abs(v) <= self.tol):
+                bad[str(r)] = v
+        if bad:
+            at_end = fr.state != 0
+            raise InvertibilityError(
+                f"local register{'s' if len(bad) > 1 else ''} {', '.join(bad)} not restored "
+                f"to zero when leaving the frame at its {'end' if at_end else 'start'}; "
+                "the values would be lost", fn.name, None,
+                fn.end_line if at_end else fn.line, self.program.source, bad)
+        for r in fn.locals:
+            fr.R[fn.slot(r)] = 0 if r.cls == isa.INT else 0.0
+            if fr.G is not None:
+                fr.G[fn.slot(r)] = 0.0    # a local's gradient is dropped with it
+
+    def _pop(self, D: int) -> None:
+        fr = self.stack[-1]
+        self.check_locals(fr)
+        self.stack.pop()
+        caller = self.stack[-1]
+        for a, p in fr.links:
+            caller.R[a] = fr.R[p]
+            if caller.G is not None:
+                caller.G[a] = fr.G[p]
+        caller.state = fr.away if D == fr.pushed else fr.home
+
+    # ------------------------------------------------------------------ stepping
+    def _move(self, D: int, limit: int) -> int:
+        """Take up to `limit` steps in direction D; stop early at the root frame's end."""
+        taken, stack = 0, self.stack
+        try:
+            while taken < limit:
+                fr = stack[-1]
+                e = fr.dir * D
+                code, R, G, s = self._code(fr.fn, e), fr.R, fr.G, fr.state
+                n, k, sig = limit - taken, 0, 0
+                try:
+                    while k < n:
+                        sig = code[s](R, G)
+                        if sig < 0:
+                            break
+                        s = sig
+                        k += 1
+                finally:
+                    fr.state = s
+                    taken += k
+                if sig >= 0:
+                    break
+                if sig == END:
+                    if len(stack) == 1:
+                        break
+                    self._pop(D)
+                else:
+                    self._push(fr, e, D)
+                taken += 1
+        except Fault as exc:
+            raise self._located(exc, D, InvertibilityError if type(exc) is Fault
+                                else MachineError) from None
+        except (ArithmeticError, ValueError) as exc:
+            raise self._located(exc, D, MachineError, "arithmetic error: ") from None
+        finally:
+            self.steps += D * taken
+        return taken
+
+    def _located(self, exc: Exception, D: int, kind, prefix: str = "") -> MachineError:
+        fr = self.stack[-1]
+        i = fr.index(fr.dir * D)
+        ins = fr.fn.code[i] if 0 <= i < len(fr.fn.code) else None
+        msg = f"{prefix}{exc}"
+        if ins is not None:
+            msg += f"\n    at: {i}  {ins}"
+        return kind(msg, fr.fn.name, i, ins.line if ins else 0, self.program.source)
+
+    def step(self) -> bool:
+        """Execute one instruction forwards. False if already at the end."""
+        return self._move(1, 1) == 1
+
+    def back(self) -> bool:
+        """Undo one instruction (run its inverse). False if already at the start."""
+        return self._move(-1, 1) == 1
+
+    def run(self, direction: int = 1, max_steps: int | None = None) -> int:
+        """Run to the end (direction +1) or back to the start (-1); return steps taken."""
+        budget = self.max_steps if max_steps is None else max_steps
+        taken = self._move(direction, budget)
+        if taken >= budget and not self.at_boundary(direction):
+            raise MachineError(f"step budget of {budget} steps exhausted before the "
+                               f"{'end' if direction > 0 else 'start'} (an endless loop?); "
+                               "raise max_steps / --max-steps", self.stack[-1].fn.name,
+                               self.stack[-1].index(self.stack[-1].dir * direction))
+        return taken
+
+    def at_boundary(self, direction: int) -> bool:
+        """True when the root frame is at its end (direction +1) or start (-1)."""
+        if len(self.stack) != 1:
+            return False
+        fr = self.stack[0]
+        e = fr.dir * direction
+        return fr.state == (2 * len(fr.fn.code) if e > 0 else 0)
+
+    @property
+    def at_end(self) -> bool:
+        return self.at_boundary(1)
+
+    @property
+    def at_start(self) -> bool:
+        return self.at_boundary(-1)
+
+    # ------------------------------------------------------------------ calls
+    def enter(self, name: str, *args, backward: bool = False) -> Frame:
+        """Set up `name` on the arguments as the root frame, ready to step (or uncall)."""
+        fn = self.program.functions.get(name)
+        if fn is None:
+            raise MachineError(f"no function {name!r} in the program (it has: "
+                               f"{', '.join(self.program.functions) or 'none'})")
+        if len(args) != len(fn.params):
+            raise MachineError(f"{name} takes {len(fn.params)} arguments "
+                               f"({', '.join(map(str, fn.params))}), got {len(args)}", name)
+        fr = Frame(fn, -1 if backward else 1, 2 * len(fn.code) if backward else 0, 1)
+        for p, v in zip(fn.params, args):
+            fr.R[fn.slot(p)] = coerce(v, p, name)
+        self.stack, self.steps = [fr], 0
+        if self.grad:
+            fr.G = [0.0] * len(fr.R)
+        return fr
+
+    def results(self) -> tuple:
+        """The root frame's parameter values."""
+        fr = self.stack[0]
+        return tuple(fr.R[fr.fn.slot(p)] for p in fr.fn.params)
+
+    def finish(self, direction: int = 1) -> tuple:
+        """Run to the end in `direction`, check the root's locals, return its parameters."""
+        self.run(direction)
+        self.check_locals(self.stack[0])
+        return self.results()
+
+    def call(self, name: str, *args) -> tuple:
+        """Run function `name` forwards; return its parameters' final values."""
+        self.enter(name, *args)
+        return self.finish()
+
+    def uncall(self, name: str, *args) -> tuple:
+        """Run function `name` backwards; return its parameters' final values."""
+        self.enter(name, *args, backward=True)
+        return self.finish()
+
+    def snapshot(self) -> tuple:
+        """The whole machine state (for tests and the debugger), without the step counter."""
+        frames = tuple((f.fn.name, f.state, f.dir, tuple(f.R),
+                        tuple(f.G) if f.G is not None else None) for f in self.stack)
+        return frames, self.top, bytes(self._buf[: self.top * 8])
+
+
+def coerce(v, reg, fname: str):
+    """A Python value for a parameter register, or a MachineError naming the problem."""
+    if reg.cls == isa.INT:
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            if isinstance(v, float) and v.is_integer():
+                v = int(v)
+            else:
+                raise MachineError(f"argument for {reg} must be an integer, got {v!r}", fname)
+        v = int(v)
+        if not -(1 << 63) <= v < (1 << 63):
+            raise MachineError(f"argument for {reg} does not fit in int64: {v}", fname)
+        return v
+    if not isinstance(v, numbers.Real) or isinstance(v, bool):
+        raise MachineError(f"argument for {reg} must be a number, got {v!r}", fname)
+    return float(v)
