@@ -1,12 +1,15 @@
 """rvm: a reversible virtual machine. Programs run forwards and backwards, and their
 gradients come from running backwards with every float instruction switched to its adjoint."""
 
+from .api import FunctionHandle, load, save
 from .assembler import assemble, disassemble
+from .bytecode import dumps, loads
 from .errors import (AsmError, FormatError, InvertibilityError, MachineError, RvmError,
                      VerifyError)
 from .machine import Machine
 from .program import Program
 
-__all__ = ["assemble", "disassemble", "Machine", "Program", "RvmError", "AsmError",
+__all__ = ["assemble", "disassemble", "load", "save", "dumps", "loads", "FunctionHandle",
+           "Machine", "Program", "RvmError", "AsmError",
            "VerifyError", "FormatError", "MachineError", "InvertibilityError"]
 __version__ = "0.1.0"

@@ -102,7 +102,8 @@ def _accumulate(sign: str, name: str, family: str | None = None) -> OpSpec:
     if ivalue is not None:
         forward[INT] = f"{{d}} = {{d}} {sign} {ivalue}"
     adjoint = [f"{{d}} = {{d}} {undo} {value}"]
-    adjoint += [f"{{g{a}}} {sign}= {{gd}} * {p}" for a, p in zip(args, partials)]
+    adjoint += [f"{{g{a}}} {sign}= {{gd}}" + ("" if p == "1.0" else f" * {p}")
+                for a, p in zip(args, partials)]
     return OpSpec(mnemonic, ("d:D",) + tuple(f"{a}:S" for a in args), inv, doc,
                   forward, "\n".join(adjoint), "arith" if family is None else "family")
 
@@ -111,7 +112,7 @@ _ROT = ("let c = math.cos({t})\nlet s = math.sin({t})\n"
         "{a}, {b} = {a} * c - {b} * s, {a} * s + {b} * c")
 _IROT = ("let c = math.cos({t})\nlet s = math.sin({t})\n"
          "{a}, {b} = {a} * c + {b} * s, -{a} * s + {b} * c")
-_NONZERO = "check {y} != 0 : {y_src} is zero: multiplying by 0 would erase {x_src}"
+_NONZERO = "check {y} != 0 : {y_src} is zero: {x_src} cannot be scaled by 0 reversibly"
 
 TABLE: list[OpSpec] = [
     OpSpec("NOP", (), "NOP", "do nothing", {INT: "", FLOAT: ""}, "", "arith"),

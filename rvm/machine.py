@@ -25,13 +25,17 @@ class Limit(Fault):
 
 
 class Frame:
-    __slots__ = ("fn", "R", "G", "state", "dir", "pushed", "home", "away", "links")
+    """One activation. While a callee runs, its caller sits at the CALL (state 2 * site)
+    and the argument registers are moved into the callee (zero in the caller), so every
+    machine state has one representation whichever direction it was reached from."""
 
-    def __init__(self, fn: Function, dir: int, state: int, pushed: int):
-        self.fn, self.dir, self.state, self.pushed = fn, dir, state, pushed
+    __slots__ = ("fn", "R", "G", "state", "dir", "site", "inverse", "links")
+
+    def __init__(self, fn: Function, dir: int, state: int):
+        self.fn, self.dir, self.state = fn, dir, state
         self.R = [0] * fn.n_int + [0.0] * fn.n_float
         self.G = None
-        self.home = self.away = 0          # caller's state if unwound / if completed
+        self.site, self.inverse = -1, False       # caller's CALL index; pushed by UNCALL?
         self.links: list[tuple[int, int]] = []   # (caller slot, callee slot) per parameter
 
     def index(self, e: int) -> int:
@@ -167,7 +171,7 @@ class Machine:
         if len(self.stack) >= self.max_depth:
             raise Limit(f"call depth limit of {self.max_depth} frames exceeded "
                         "(unbounded recursion?)")
-        fr = Frame(fn, dir, 0 if dir * D > 0 else 2 * len(fn.code), D)
+        fr = Frame(fn, dir, 0 if dir * D > 0 else 2 * len(fn.code))
         if self.grad:
             fr.G = [0.0] * len(fr.R)
         return fr
@@ -177,13 +181,11 @@ class Machine:
         ins = caller.fn.code[i]
         callee = self.program.functions[ins.args[0].name]
         fr = self._new_frame(callee, caller.dir * (1 if ins.op == "CALL" else -1), D)
-        fr.home, fr.away = caller.state, caller.state + 2 * e
+        fr.site, fr.inverse = i, ins.op == "UNCALL"
         fr.links = [(caller.fn.slot(a), callee.slot(p))
                     for a, p in zip(ins.args[1:], callee.params)]
-        for a, p in fr.links:
-            fr.R[p] = caller.R[a]
-            if fr.G is not None:
-                fr.G[p] = caller.G[a]
+        _move(caller, fr, fr.links, 0, 1)
+        caller.state = 2 * i
         self.stack.append(fr)
 
     def check_locals(self, fr: Frame) -> None:
@@ -205,16 +207,15 @@ class Machine:
             if fr.G is not None:
                 fr.G[fn.slot(r)] = 0.0    # a local's gradient is dropped with it
 
-    def _pop(self, D: int) -> None:
+    def _pop(self, e: int) -> None:
+        """Leave the top frame, which reached its end (e > 0) or start (e < 0)."""
         fr = self.stack[-1]
         self.check_locals(fr)
         self.stack.pop()
         caller = self.stack[-1]
-        for a, p in fr.links:
-            caller.R[a] = fr.R[p]
-            if caller.G is not None:
-                caller.G[a] = fr.G[p]
-        caller.state = fr.away if D == fr.pushed else fr.home
+        _move(fr, caller, fr.links, 1, 0)
+        completed = (e > 0) != fr.inverse     # did the CALL/UNCALL run to completion?
+        caller.state = 2 * fr.site + (2 if completed else 0)
 
     # ------------------------------------------------------------------ stepping
     def _move(self, D: int, limit: int) -> int:
@@ -241,7 +242,7 @@ class Machine:
                 if sig == END:
                     if len(stack) == 1:
                         break
-                    self._pop(D)
+                    self._pop(e)
                 else:
                     self._push(fr, e, D)
                 taken += 1
@@ -308,7 +309,7 @@ class Machine:
         if len(args) != len(fn.params):
             raise MachineError(f"{name} takes {len(fn.params)} arguments "
                                f"({', '.join(map(str, fn.params))}), got {len(args)}", name)
-        fr = Frame(fn, -1 if backward else 1, 2 * len(fn.code) if backward else 0, 1)
+        fr = Frame(fn, -1 if backward else 1, 2 * len(fn.code) if backward else 0)
         for p, v in zip(fn.params, args):
             fr.R[fn.slot(p)] = coerce(v, p, name)
         self.stack, self.steps = [fr], 0
@@ -342,6 +343,16 @@ class Machine:
         frames = tuple((f.fn.name, f.state, f.dir, tuple(f.R),
                         tuple(f.G) if f.G is not None else None) for f in self.stack)
         return frames, self.top, bytes(self._buf[: self.top * 8])
+
+
+def _move(src: Frame, dst: Frame, links, s: int, d: int) -> None:
+    """Move parameter values (and gradients) between frames along (caller, callee) links."""
+    for link in links:
+        a, b = link[s], link[d]
+        v = src.R[a]
+        dst.R[b], src.R[a] = v, 0.0 if type(v) is float else 0
+        if dst.G is not None and src.G is not None:
+            dst.G[b], src.G[a] = src.G[a], 0.0
 
 
 def coerce(v, reg, fname: str):

@@ -265,6 +265,9 @@ class _Checker:
                           "give this jump a label and name it in the CF it targets")
             if ins.op == "JMP":
                 nxt = fn.code[i + 1] if i + 1 < len(fn.code) else None
+                if nxt is not None and nxt.op in isa.COMEFROMS and nxt.op != "CF":
+                    self.fail(i + 1, f"{nxt.op} could never be entered by fall-through "
+                              "(a JMP comes before it)", "use a plain CF")
                 if nxt is None or nxt.op != "CF":
                     self.fail(i, "the instruction after a JMP can only be reached by a jump, "
                               "so it must be a CF", "end the function with a fall-through, "
@@ -281,9 +284,6 @@ class _Checker:
                           f"({'function entry' if prev is None else prev} comes before it)",
                           "use CF.cc with a condition that tells the two ways in apart, "
                           "or put a JMP before it")
-            if ins.op != "CF" and prev == "JMP":
-                self.fail(i, f"{ins.op} could never be entered by fall-through "
-                          "(a JMP comes before it)", "use a plain CF")
 
     def call(self, i: int, ins: Instruction) -> None:
         if not ins.args or not isinstance(ins.args[0], FuncRef):

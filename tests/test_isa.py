@@ -1,0 +1,51 @@
+"""The instruction table: every row is complete and consistent."""
+
+import pathlib
+import subprocess
+import sys
+
+from rvm import isa
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def test_every_opcode_has_an_inverse_that_inverts_back():
+    for spec in isa.TABLE:
+        inv = isa.OPS.get(spec.inverse)
+        assert inv is not None, f"{spec.name}: inverse {spec.inverse} is not in the table"
+        assert inv.inverse == spec.name, f"{spec.name} <-> {inv.name} is not an involution"
+        assert inv.kinds == spec.kinds, f"{spec.name} and its inverse differ in operands"
+
+
+def test_every_float_opcode_has_an_adjoint():
+    for spec in isa.TABLE:
+        if isa.FLOAT in spec.forward:
+            assert spec.adjoint is not None, f"{spec.name} has a float form but no adjoint"
+
+
+def test_required_opcodes_present():
+    required = ["ADD", "SUB", "XOR", "XOR.and", "NEG", "INC", "DEC", "SWAP", "ROT", "IROT",
+                "MUL", "DIV", "EXCH", "ALLOC", "FREE", "PUSH", "POP", "JMP", "CF", "CALL",
+                "UNCALL", "NOP"]
+    required += [f"{h}.{f}" for h in ("ADD", "SUB") for f in
+                 "mul div pow exp log sin cos tanh sqrt abs atan2".split()]
+    required += [f"{h}.{cc}" for h in ("BR", "CF") for cc in "EQ NE LT LE GT GE".split()]
+    missing = [name for name in required if name not in isa.OPS]
+    assert not missing
+
+
+def test_int_mul_family_exists():
+    assert isa.INT in isa.OPS["ADD.mul"].forward and isa.INT in isa.OPS["SUB.mul"].forward
+
+
+def test_lookup_is_case_insensitive_on_suffixes():
+    assert isa.lookup("add.MUL").name == "ADD.mul"
+    assert isa.lookup("br.eq").name == "BR.EQ"
+    assert isa.lookup("FROB") is None
+
+
+def test_docs_isa_md_is_up_to_date():
+    generated = subprocess.run([sys.executable, str(ROOT / "tools" / "gen_isa_doc.py"),
+                                "--stdout"], capture_output=True, text=True, check=True).stdout
+    on_disk = (ROOT / "docs" / "isa.md").read_text()
+    assert on_disk == generated, "docs/isa.md is stale: run python tools/gen_isa_doc.py"

@@ -1,0 +1,236 @@
+"""Machine semantics: frames, calls both ways, heap, checks, limits, errors."""
+
+import pytest
+
+import rvm
+from rvm import InvertibilityError, MachineError
+
+
+def asm(text):
+    return rvm.assemble(text, "t.rasm")
+
+
+def test_step_and_back_move_one_instruction_and_into_calls():
+    p = asm("""
+.func sq(r0, r1)
+    ADD.mul r1, r0, r0
+.end
+.func main(r0, r1)
+    INC r0
+    CALL sq, r0, r1
+    UNCALL sq, r0, r1
+    CALL sq, r0, r1
+.end""")
+    m = rvm.Machine(p)
+    m.enter("main", 2, 0)
+    states = [m.snapshot()]
+    while m.step():
+        states.append(m.snapshot())
+        assert len(m.stack) <= 2
+    assert m.at_end and m.results() == (3, 9)
+    # 1 INC + 3 calls x (enter, body, leave)
+    assert len(states) - 1 == 1 + 3 * 3 and m.steps == 10
+    for s in reversed(states[:-1]):
+        assert m.back()
+        assert m.snapshot() == s
+    assert m.at_start and not m.back() and m.steps == 0
+
+
+def test_uncall_runs_the_callee_backwards_and_frames_record_direction():
+    p = asm(".func f(r0, r1)\n ADD r1, r0\n INC r0\n.end\n"
+            ".func main(r0, r1)\n UNCALL f, r0, r1\n.end")
+    m = rvm.Machine(p)
+    m.enter("main", 5, 5)
+    m.step()
+    assert [fr.dir for fr in m.stack] == [1, -1]
+    m.run()
+    assert m.results() == (4, 1)
+
+
+def test_call_and_uncall_api():
+    p = asm(".func f(r0, r1)\n ADD r1, r0\n INC r0\n.end")
+    assert p.call("f", 5, 1) == (6, 6)
+    assert p.uncall("f", 6, 6) == (5, 1)
+    h = p["f"]
+    assert h(5, 1) == (6, 6) and (~h)(6, 6) == (5, 1)
+
+
+def test_recursion():
+    # r1 += n! by recursion on n (n >= 1), uncomputing intermediate results on the way
+    p = asm("""
+.func fact(r0, r1)
+top:    BR.EQ   r0, 1, base
+        DEC     r0
+        CALL    fact, r0, r2
+        INC     r0
+        ADD.mul r1, r2, r0
+        DEC     r0
+        UNCALL  fact, r0, r2
+        INC     r0
+j:      JMP     out
+base:   CF      top
+        INC     r1
+out:    CF.NE   r0, 1, j
+.end""")
+    assert p.call("fact", 10, 0) == (10, 3628800)
+    assert p.uncall("fact", 10, 3628800) == (10, 0)
+
+
+def test_locals_must_be_zero_on_exit():
+    p = asm(".func f(r0)\n ADD r1, r0\n.end")
+    with pytest.raises(InvertibilityError) as err:
+        p.call("f", 3)
+    e = err.value
+    assert e.function == "f" and e.values == {"r1": 3} and e.line == 3
+    assert "not restored" in str(e)
+
+
+def test_locals_checked_when_callee_frame_is_left_and_state_kept():
+    p = asm(".func g(r0)\n ADD r1, r0\n.end\n.func main(r0)\n CALL g, r0\n.end")
+    m = rvm.Machine(p)
+    m.enter("main", 4)
+    m.step()
+    m.step()
+    before = m.snapshot()
+    with pytest.raises(InvertibilityError, match="r1 not restored"):
+        m.step()
+    assert m.snapshot() == before          # nothing was lost: still inside g
+    assert m.back() and m.back() and m.at_start
+
+
+def test_float_locals_accept_and_clear_residue():
+    p = asm(".func f(f0)\n ADD f1, f0\n SUB f1, f0\n ADD f1, 1e-10\n.end")
+    assert p.call("f", 0.1) == (0.1,)
+    with pytest.raises(InvertibilityError):
+        rvm.Machine(p, tol=1e-12).call("f", 0.1)
+
+
+def test_comefrom_assertion_fails_forwards_with_values():
+    # entered by fall-through at function entry, but the condition says "by the jump"
+    p = asm(".func f(r0)\ntop: CF.EQ r0, 0, b\n INC r0\nb: BR.LT r0, 3, top\n.end")
+    with pytest.raises(InvertibilityError) as err:
+        p.call("f", 0)
+    e = err.value
+    assert e.index == 0 and e.function == "f" and e.line == 2
+    assert "entered by fall-through" in str(e) and "r0 == 0" in str(e) and "r0 = 0" in str(e)
+
+
+def test_comefrom_assertion_fails_when_arriving_by_jump():
+    p = asm(".func f(r0)\nb: BR.EQ r0, 0, c\n INC r0\nc: CF.EQ r0, 1, b\n.end")
+    with pytest.raises(InvertibilityError, match="arrived by its jump, but r0 == 1"):
+        p.call("f", 0)
+
+
+def test_branch_assertion_fails_backwards():
+    p = asm(".func f(r0)\nb: BR.EQ r0, 0, c\n INC r0\nc: CF.EQ r0, 0, b\n.end")
+    assert p.call("f", 0) == (0,) and p.call("f", 4) == (5,)
+    # backwards from r0 = 1 the comefrom decides "fell through", INC is undone (r0 = 0), and
+    # then the branch, undone by fall-through, finds its condition r0 == 0 true
+    with pytest.raises(InvertibilityError, match="reached by fall-through going backwards"):
+        p.uncall("f", 1)
+
+
+def test_mul_by_zero_refused():
+    p = asm(".func f(f0, f1)\n MUL f0, f1\n.end")
+    with pytest.raises(InvertibilityError, match="f1 is zero"):
+        p.call("f", 2.0, 0.0)
+
+
+def test_heap_alloc_exch_free():
+    p = asm("""
+.func f(r0, f0)
+    ALLOC r1, 3
+    EXCH f0, [r1 + 2]
+    ADD.mul f1, f0, f0
+    EXCH f0, [r1 + 2]
+    EXCH f0, [r1 + 2]
+    SUB.mul f1, f0, f0
+    EXCH f0, [r1 + 2]
+    FREE r1, 3
+.end""")
+    assert p.call("f", 0, 1.5) == (0, 1.5)
+
+
+def test_free_of_nonzero_cell_refused():
+    p = asm(".func f(r0, r1)\n ALLOC r1, 2\n EXCH r0, [r1 + 1]\n FREE r1, 2\n.end")
+    m = rvm.Machine(p)
+    m.enter("f", 7, 0)
+    with pytest.raises(InvertibilityError, match=r"heap\[1\] = 7"):
+        m.run()
+    assert m.stack[0].index(1) == 2 and m.top == 2
+
+
+def test_free_must_be_lifo():
+    p = asm(".func f(r0, r1)\n ALLOC r0, 1\n ALLOC r1, 1\n FREE r0, 1\n.end")
+    with pytest.raises(InvertibilityError, match="LIFO"):
+        p.call("f", 0, 0)
+
+
+def test_alloc_requires_zero_register():
+    p = asm(".func f(r0)\n ALLOC r0, 1\n.end")
+    with pytest.raises(InvertibilityError, match="must be 0 before ALLOC"):
+        p.call("f", 9)
+
+
+def test_push_pop():
+    p = asm(".func f(r0, f0)\n PUSH r0\n PUSH f0\n POP f1\n POP r1\n SWAP r0, r1\n"
+            " SWAP f0, f1\n.end")
+    assert p.call("f", 3, 2.5) == (3, 2.5)
+    with pytest.raises(InvertibilityError, match="must be 0 before POP"):
+        asm(".func f(r0, r1)\n PUSH r0\n POP r1\n.end").call("f", 1, 5)
+    with pytest.raises(InvertibilityError, match="empty heap"):
+        asm(".func f(r0)\n POP r0\n.end").call("f", 0)
+
+
+def test_memory_bounds_checked():
+    p = asm(".func f(r0, r1)\n EXCH r1, [r0 + 5]\n.end")
+    with pytest.raises(InvertibilityError, match="outside the heap"):
+        p.call("f", 0, 1)
+
+
+def test_heap_limit():
+    p = asm(".func f(r0, r1)\n ALLOC r1, r0\n.end")
+    with pytest.raises(MachineError, match="heap limit of 100 cells"):
+        rvm.Machine(p, heap_limit=100).call("f", 1000, 0)
+
+
+def test_step_budget_stops_endless_loop():
+    p = rvm.load(__file__.replace("tests/test_machine.py", "asm/fib.rasm"))
+    with pytest.raises(MachineError, match="step budget of 5000"):
+        rvm.Machine(p, max_steps=5000).call("fib", 0, 0, 0)   # n = 0 never ends
+
+
+def test_call_depth_limit():
+    p = asm(".func f(r0)\n CALL f, r0\n.end")
+    with pytest.raises(MachineError, match="call depth limit"):
+        rvm.Machine(p, max_depth=50).call("f", 0)
+
+
+def test_arithmetic_domain_error_is_located():
+    p = asm(".func f(f0, f1)\n ADD.log f0, f1\n.end")
+    with pytest.raises(MachineError, match="math domain error") as err:
+        p.call("f", 0.0, -1.0)
+    assert err.value.index == 0 and err.value.line == 2
+
+
+def test_overflow_to_infinity_refused():
+    p = asm(".func f(f0, f1)\n ADD.exp f0, f1\n.end")
+    with pytest.raises(MachineError):
+        p.call("f", 0.0, 1000.0)
+    p = asm(".func f(f0, f1)\n ADD.mul f0, f1, f1\n.end")
+    with pytest.raises(InvertibilityError, match="not finite"):
+        p.call("f", 0.0, 1e200)
+
+
+def test_bad_arguments():
+    p = asm(".func f(r0, f0)\n.end")
+    with pytest.raises(MachineError, match="takes 2 arguments"):
+        p.call("f", 1)
+    with pytest.raises(MachineError, match="must be an integer"):
+        p.call("f", 1.5, 0.0)
+    with pytest.raises(MachineError, match="must be a number"):
+        p.call("f", 1, "x")
+    with pytest.raises(MachineError, match="no function 'g'"):
+        p.call("g")
+    with pytest.raises(MachineError, match="int64"):
+        p.call("f", 1 << 70, 0.0)
