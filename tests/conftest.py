@@ -38,7 +38,8 @@ def _heaps_close(h1, h2, rel):
     import struct
     n = len(h1) // 8
     d1, d2 = struct.unpack(f"<{n}d", h1), struct.unpack(f"<{n}d", h2)
-    return all(close(x, y, rel, rel) for x, y in zip(d1, d2))
+    return all(x == y or x != x and y != y and h1[8 * k:8 * k + 8] == h2[8 * k:8 * k + 8]
+               or close(x, y, rel, rel) for k, (x, y) in enumerate(zip(d1, d2)))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,0 +1,138 @@
+"""Random *verified* programs for property tests: straight-line code, reversible if/else,
+loops of bounded trip count, heap blocks, PUSH/POP pairs, and calls/uncalls of a helper."""
+
+import random
+
+INT_DATA, FLOAT_DATA = ["r0", "r1", "r2"], ["f0", "f1", "f2"]
+
+
+class Gen:
+    def __init__(self, rng: random.Random, calls: bool, ints=INT_DATA, floats=FLOAT_DATA):
+        self.rng, self.calls, self.n = rng, calls, 0
+        self.ints, self.floats = ints, floats
+        self.lines: list[str] = []
+
+    def fresh(self, prefix="L") -> str:
+        self.n += 1
+        return f"{prefix}{self.n}"
+
+    def local(self) -> str:
+        self.n += 1
+        return f"r{10 + self.n}"
+
+    def op(self, frozen: set) -> None:
+        rng = self.rng
+        ints = [r for r in self.ints if r not in frozen]
+        floats = [f for f in self.floats if f not in frozen]
+        choices = []
+        if ints:
+            choices.append("int")
+        if floats:
+            choices.append("float")
+        if not choices:
+            self.lines.append("        NOP")
+            return
+        if rng.choice(choices) == "int":
+            d = rng.choice(ints)
+            other = rng.choice([r for r in self.ints if r != d])
+            self.lines.append("        " + rng.choice([
+                f"ADD {d}, {other}", f"SUB {d}, {rng.randint(-9, 9)}", f"XOR {d}, {other}",
+                f"ADD.mul {d}, {other}, {rng.randint(-3, 3)}", f"XOR.and {d}, {other}, 12",
+                f"NEG {d}", f"INC {d}", f"DEC {d}",
+                f"SWAP {d}, {rng.choice([r for r in ints if r != d])}" if len(ints) > 1
+                else f"INC {d}"]))
+        else:
+            d = rng.choice(floats)
+            src = rng.choice([f for f in self.floats if f != d] + self.ints)
+            fsrc = rng.choice([f for f in self.floats if f != d])
+            other = [f for f in floats if f != d]
+            self.lines.append("        " + rng.choice([
+                f"ADD {d}, {src}", f"SUB {d}, {rng.uniform(-2, 2)!r}",
+                f"ADD.sin {d}, {src}", f"SUB.cos {d}, {fsrc}", f"ADD.tanh {d}, {fsrc}",
+                f"ADD.mul {d}, {fsrc}, 0.5", f"NEG {d}",
+                f"MUL {d}, {rng.choice(['0.5', '-1.5', '2.0'])}",
+                f"ROT {d}, {other[0]}, {rng.uniform(-3, 3)!r}" if other else f"NEG {d}",
+                f"SWAP {d}, {other[0]}" if other else f"NEG {d}"]))
+
+    def block(self, frozen: set, depth: int, size: int) -> None:
+        for _ in range(size):
+            self.statement(frozen, depth)
+
+    def statement(self, frozen: set, depth: int) -> None:
+        rng = self.rng
+        kind = rng.random()
+        if depth <= 0 or kind < 0.45:
+            return self.op(frozen)
+        if kind < 0.6:
+            return self.if_else(frozen, depth)
+        if kind < 0.75:
+            return self.loop(frozen, depth)
+        if kind < 0.85:
+            return self.heap_block(frozen, depth)
+        if kind < 0.92 or not self.calls:
+            return self.push_pop(frozen, depth)
+        return self.call(frozen)
+
+    def if_else(self, frozen: set, depth: int) -> None:
+        rng = self.rng
+        cc, neg = rng.choice([("EQ", "NE"), ("NE", "EQ"), ("LT", "GE"), ("GE", "LT"),
+                              ("GT", "LE"), ("LE", "GT")])
+        # conditions read integers: a float condition can flip when rounding (x - 1 + 1)
+        # erases a value tiny next to others, which is floating point, not the machine
+        a = rng.choice(self.ints)
+        b = rng.choice([x for x in self.ints if x != a] + ["0", "1"])
+        inner = frozen | {a, b}
+        i, j, e, end = (self.fresh() for _ in range(4))
+        self.lines.append(f"{i}: BR.{cc} {a}, {b}, {e}")
+        self.block(inner, depth - 1, rng.randint(0, 3))
+        self.lines.append(f"{j}: JMP {end}")
+        self.lines.append(f"{e}: CF {i}")
+        self.block(inner, depth - 1, rng.randint(0, 3))
+        self.lines.append(f"{end}: CF.{neg} {a}, {b}, {j}")
+
+    def loop(self, frozen: set, depth: int) -> None:
+        k, c = self.rng.randint(1, 3), self.local()
+        top, ex, back, done = (self.fresh() for _ in range(4))
+        self.lines.append(f"{top}: CF.NE {c}, 0, {back}")
+        self.block(frozen | {c}, depth - 1, self.rng.randint(1, 3))
+        self.lines += [f"        INC {c}", f"{ex}: BR.EQ {c}, {k}, {done}",
+                       f"{back}: JMP {top}", f"{done}: CF {ex}", f"        SUB {c}, {k}"]
+
+    def heap_block(self, frozen: set, depth: int) -> None:
+        x = self.rng.choice([r for r in self.ints + self.floats if r not in frozen] or ["NONE"])
+        if x == "NONE":
+            return self.op(frozen)
+        base = self.local()
+        self.lines += [f"        ALLOC {base}, 2", f"        EXCH {x}, [{base} + 1]"]
+        self.block(frozen | {x, base}, depth - 1, self.rng.randint(0, 2))
+        self.lines += [f"        EXCH {x}, [{base} + 1]", f"        FREE {base}, 2"]
+
+    def push_pop(self, frozen: set, depth: int) -> None:
+        x = self.rng.choice([r for r in self.ints + self.floats if r not in frozen] or ["NONE"])
+        if x == "NONE":
+            return self.op(frozen)
+        self.lines.append(f"        PUSH {x}")
+        self.block(frozen | {x}, depth - 1, self.rng.randint(0, 2))
+        self.lines.append(f"        POP {x}")
+
+    def call(self, frozen: set) -> None:
+        ints = [r for r in self.ints if r not in frozen]
+        floats = [f for f in self.floats if f not in frozen]
+        if len(ints) < 2 or not floats:
+            return self.op(frozen)
+        a, b = self.rng.sample(ints, 2)
+        op = self.rng.choice(["CALL", "UNCALL"])
+        if len(floats) < 2:
+            return self.op(frozen)
+        fa, fb = self.rng.sample(floats, 2)
+        self.lines.append(f"        {op} helper, {a}, {b}, {fa}, {fb}")
+
+
+def program(seed: int) -> str:
+    rng = random.Random(seed)
+    helper = Gen(rng, calls=False, ints=["r0", "r1"], floats=["f0", "f1"])
+    helper.block(set(), 2, rng.randint(1, 5))
+    main = Gen(rng, calls=True)
+    main.block(set(), 3, rng.randint(2, 7))
+    return (".func helper(r0, r1, f0, f1)\n" + "\n".join(helper.lines) + "\n.end\n\n"
+            ".func main(r0, r1, r2, f0, f1, f2)\n" + "\n".join(main.lines) + "\n.end\n")

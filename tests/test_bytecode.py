@@ -1,0 +1,147 @@
+"""The .rvmb format: round trips, and clean one-line errors for any malformed file."""
+
+import os
+import pathlib
+import random
+import struct
+import zlib
+
+import pytest
+
+import rvm
+from rvm import bytecode
+from rvm.errors import FormatError, RvmError
+
+ASM = pathlib.Path(__file__).resolve().parent.parent / "asm"
+SAMPLES = sorted(ASM.glob("*.rasm"))
+FUZZ_ROUNDS = int(os.environ.get("RVM_FUZZ", "300"))
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
+def test_round_trip(path, tmp_path):
+    p = rvm.load(path)
+    data = rvm.dumps(p)
+    q = rvm.loads(data)
+    assert q.functions == p.functions and q.source == p.source
+    out = tmp_path / "x.rvmb"
+    rvm.save(p, out)
+    assert rvm.load(out).functions == p.functions
+    assert rvm.dumps(q) == data
+
+
+def test_loaded_bytecode_runs_like_source():
+    p = rvm.loads(rvm.dumps(rvm.load(ASM / "isqrt.rasm")))
+    assert p.call("isqrt", 99, 0) == (99, 9)
+
+
+@pytest.mark.parametrize("data,msg", [
+    (b"", "too short"),
+    (b"XXXX" + bytes(20), "bad magic"),
+    (struct.pack("<4sHII", b"RVMB", 99, bytecode.ISA_ID, 0), "version 99"),
+    (struct.pack("<4sHII", b"RVMB", 1, 12345, 0), "different instruction set"),
+    (struct.pack("<4sHII", b"RVMB", 1, bytecode.ISA_ID, 0) + b"\x00", "checksum"),
+])
+def test_malformed_headers(data, msg):
+    with pytest.raises(FormatError, match=msg) as err:
+        rvm.loads(data, "f.rvmb")
+    assert "\n" not in str(err.value) and str(err.value).startswith("f.rvmb: ")
+
+
+def with_crc(data: bytes) -> bytes:
+    """Recompute the checksum so the fuzzer reaches the parser and the verifier."""
+    body = data[bytecode._HEADER.size:]
+    magic, version, isa_id, _ = bytecode._HEADER.unpack_from(data)
+    return bytecode._HEADER.pack(magic, version, isa_id, zlib.crc32(body)) + body
+
+
+def test_truncated_files_are_refused():
+    data = rvm.dumps(rvm.load(ASM / "reverse.rasm"))
+    for n in range(bytecode._HEADER.size, len(data)):
+        with pytest.raises(FormatError):
+            rvm.loads(with_crc(data[:n]))
+
+
+def test_a_program_failing_verification_is_refused():
+    p = rvm.load(ASM / "fib.rasm")
+    fn = p.functions["fib"]
+    broken = fn.code[:7] + fn.code[8:]           # drop the comefrom at `done`
+    bad = rvm.Program({"fib": type(fn)(fn.name, fn.params, broken, {"top": 1, "exitbr": 5,
+                                                                     "back": 6, "done": 7})})
+    data = bytecode.dumps(bad)
+    with pytest.raises(FormatError, match="fails verification"):
+        rvm.loads(data)
+
+
+def mutate(data: bytes, rng: random.Random) -> bytes:
+    b = bytearray(data)
+    for _ in range(rng.randint(1, 4)):
+        choice = rng.random()
+        pos = rng.randrange(len(b))
+        if choice < 0.6:
+            b[pos] = rng.randrange(256)
+        elif choice < 0.8:
+            del b[pos:pos + rng.randint(1, 8)]
+        else:
+            b[pos:pos] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
+    return bytes(b)
+
+
+def run_briefly(p: rvm.Program) -> None:
+    """A mutated program that still verifies must run or fail cleanly, within a budget."""
+    for fn in p.functions.values():
+        args = [0 if r.cls == "i" else 0.5 for r in fn.params]
+        try:
+            rvm.Machine(p, max_steps=2000, heap_limit=1000).call(fn.name, *args)
+        except RvmError:
+            pass
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
+def test_fuzz_bytecode_mutations_give_clean_errors(path):
+    rng = random.Random(path.name)
+    data = rvm.dumps(rvm.load(path))
+    for _ in range(FUZZ_ROUNDS):
+        m = mutate(data, rng)
+        for candidate in (m, with_crc(m) if len(m) >= bytecode._HEADER.size else m):
+            try:
+                p = rvm.loads(candidate)
+            except FormatError as e:
+                assert "\n" not in str(e)
+                continue
+            run_briefly(p)
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
+def test_fuzz_assembly_mutations_give_clean_errors(path):
+    rng = random.Random(path.name)
+    text = path.read_text()
+    alphabet = "rf0123456789,[]+-:;. \n" + "ADDSUBCFJMPBR.EQNE" + "xyz_()#"
+    for _ in range(FUZZ_ROUNDS):
+        t = list(text)
+        for _ in range(rng.randint(1, 3)):
+            pos = rng.randrange(len(t))
+            op = rng.random()
+            if op < 0.4:
+                t[pos] = rng.choice(alphabet)
+            elif op < 0.7:
+                del t[pos:pos + rng.randint(1, 6)]
+            else:
+                t.insert(pos, rng.choice(alphabet))
+        try:
+            p = rvm.assemble("".join(t), "m.rasm")
+        except rvm.AsmError as e:
+            assert str(e).startswith("m.rasm:")
+            continue
+        run_briefly(p)
+
+
+@pytest.mark.slow
+def test_fuzz_long():
+    rng = random.Random(1)
+    datas = [rvm.dumps(rvm.load(p)) for p in SAMPLES]
+    for _ in range(20000):
+        m = mutate(rng.choice(datas), rng)
+        try:
+            run_briefly(rvm.loads(with_crc(m) if len(m) >= 14 else m))
+        except FormatError:
+            pass

@@ -1,0 +1,122 @@
+"""The `rvm` command end to end, through subprocess: outputs, exit codes, messages."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+ASM = pathlib.Path(__file__).resolve().parent.parent / "asm"
+
+
+def rvm(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "rvm.cli", *map(str, args)],
+                          capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+def test_run_json():
+    r = rvm("run", ASM / "fib.rasm", "--entry", "fib", "--args", "5", "0", "0", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == {"r0": 5, "r1": 5, "r2": 8}
+
+
+def test_run_plain_and_backward():
+    r = rvm("run", ASM / "fib.rasm", "--args", "10", "55", "89", "--backward")
+    assert r.returncode == 0 and r.stdout.split("\n")[:3] == ["r0 = 10", "r1 = 0", "r2 = 0"]
+
+
+def test_run_floats():
+    r = rvm("run", ASM / "iexp.rasm", "--entry", "iexp", "--args", "0", "1.6", "--json")
+    assert json.loads(r.stdout)["f0"] == 4.953032424395115
+
+
+def test_trace_shows_instructions_and_changes_both_ways():
+    r = rvm("run", ASM / "fib.rasm", "--args", "2", "0", "0", "--trace")
+    assert r.returncode == 0
+    lines = r.stdout.splitlines()
+    assert "ADD      r2, 1" in lines[0] and "r2: 0 -> 1" in lines[0]
+    assert any("SWAP" in ln and "r1: 1 -> 1" not in ln for ln in lines)
+    assert lines[-3:] == ["r0 = 2", "r1 = 1", "r2 = 2"]
+    b = rvm("run", ASM / "fib.rasm", "--args", "2", "1", "2", "--trace", "--backward")
+    assert b.returncode == 0
+    first = b.stdout.splitlines()[0]
+    assert "SUB      r3, r0" in first and "r3: 0 -> 2" in first
+    assert b.stdout.splitlines()[-3:] == ["r0 = 2", "r1 = 0", "r2 = 0"]
+    calls = rvm("run", ASM / "isqrt.rasm", "--entry", "isqrt", "--args", "5", "0", "--trace")
+    assert "enter count (forwards)" in calls.stdout and "enter count (backwards)" in calls.stdout
+    assert "leave count" in calls.stdout
+
+
+def test_asm_then_run_and_dis_bytecode(tmp_path):
+    out = tmp_path / "isqrt.rvmb"
+    r = rvm("asm", ASM / "isqrt.rasm", "-o", out)
+    assert r.returncode == 0 and out.exists()
+    r = rvm("run", out, "--entry", "isqrt", "--args", "50", "0", "--json")
+    assert json.loads(r.stdout) == {"r0": 50, "r1": 7}
+    d = rvm("dis", out)
+    assert d.returncode == 0 and ".func isqrt(r0, r1)" in d.stdout and "UNCALL" in d.stdout
+    src = tmp_path / "again.rasm"
+    src.write_text(d.stdout)
+    assert rvm("run", src, "--entry", "isqrt", "--args", "50", "0", "--json").stdout == r.stdout
+
+
+def test_asm_default_output_name(tmp_path):
+    src = tmp_path / "p.rasm"
+    src.write_text((ASM / "fib.rasm").read_text())
+    assert rvm("asm", src).returncode == 0 and (tmp_path / "p.rvmb").exists()
+
+
+def test_assembly_error_exit_1_with_location_no_traceback(tmp_path):
+    src = tmp_path / "bad.rasm"
+    src.write_text(".func f(r0)\n    ADD.mul r0, r0, r0\n.end\n")
+    r = rvm("run", src, "--args", "1")
+    assert r.returncode == 1
+    assert f"{src}:2:5: error:" in r.stderr and "^" in r.stderr and "hint:" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_runtime_error_exit_1():
+    r = rvm("run", ASM / "fib.rasm", "--args", "0", "0", "0", "--max-steps", "1000")
+    assert r.returncode == 1 and "step budget" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_invertibility_error_names_function_instruction_line(tmp_path):
+    src = tmp_path / "leak.rasm"
+    src.write_text(".func f(r0)\n  ADD r1, r0\n.end\n")
+    r = rvm("run", src, "--args", "3")
+    assert r.returncode == 1
+    assert "InvertibilityError" in r.stderr and "in f" in r.stderr and "r1 = 3" in r.stderr
+
+
+def test_bad_arguments_and_entry():
+    assert rvm("run", ASM / "fib.rasm", "--args", "x", "0", "0").returncode == 1
+    r = rvm("run", ASM / "reverse.rasm", "--entry", "nope", "--args")
+    assert r.returncode == 1 and "no function 'nope'" in r.stderr
+    r = rvm("run", ASM / "fib.rasm", "--args", "1")
+    assert r.returncode == 1 and "takes 3 arguments" in r.stderr
+
+
+def test_missing_and_corrupt_files(tmp_path):
+    r = rvm("run", tmp_path / "none.rasm")
+    assert r.returncode == 1 and "cannot read" in r.stderr
+    bad = tmp_path / "bad.rvmb"
+    bad.write_bytes(b"RVMB\x01\x00garbage")
+    r = rvm("dis", bad)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in r.stderr
+
+
+def test_usage_errors_exit_2():
+    assert rvm().returncode == 2
+    assert rvm("frobnicate").returncode == 2
+    assert rvm("run").returncode == 2
+
+
+def test_console_script_installed():
+    import shutil
+    exe = shutil.which("rvm")
+    if exe is None:
+        import pytest
+        pytest.skip("console script not on PATH")
+    r = subprocess.run([exe, "run", str(ASM / "fib.rasm"), "--args", "3", "0", "0", "--json"],
+                       capture_output=True, text=True)
+    assert json.loads(r.stdout) == {"r0": 3, "r1": 2, "r2": 3}

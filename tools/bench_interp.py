@@ -1,0 +1,64 @@
+"""Interpreter speed: instructions per second, forwards and backwards.
+
+    python tools/bench_interp.py [--n 200000]
+
+Runs loop-heavy programs (integer Fibonacci from asm/fib.rasm, and a float pendulum
+leapfrog loop) to the end forwards, then backwards from the results, and prints the
+instruction rates. Each figure is the best of 3 runs.
+"""
+
+import argparse
+import pathlib
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import rvm  # noqa: E402
+
+LEAPFROG = """
+.func leapfrog(f0, f1, r0)     ; q, p, steps: p -= dt sin q; q += dt p
+        ADD     f2, 0.001       ; dt (a local, uncomputed at the end)
+top:    CF.NE   r1, 0, back
+        ADD.sin f3, f0          ; t = sin q
+        SUB.mul f1, f2, f3      ; p -= dt * t
+        SUB.sin f3, f0          ; t = 0
+        ADD.mul f0, f2, f1      ; q += dt * p
+        INC     r1
+exit:   BR.EQ   r1, r0, done
+back:   JMP     top
+done:   CF      exit
+        SUB     r1, r0
+        SUB     f2, 0.001
+.end
+"""
+
+
+def rate(machine, name, args, direction):
+    best = 0.0
+    for _ in range(3):
+        machine.enter(name, *args, backward=direction < 0)
+        t = time.perf_counter()
+        steps = machine.run(1)
+        best = max(best, steps / (time.perf_counter() - t))
+    return steps, best
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=200_000, help="loop trip count")
+    n = ap.parse_args().n
+    cases = [("fib (int)", rvm.load(ROOT / "asm" / "fib.rasm"), "fib", (n, 0, 0)),
+             ("leapfrog (float)", rvm.assemble(LEAPFROG), "leapfrog", (1.0, 0.0, n))]
+    print(f"{'program':<18} {'steps':>10} {'forward instr/s':>16} {'backward instr/s':>17}")
+    for label, program, name, args in cases:
+        m = rvm.Machine(program)
+        steps, fwd = rate(m, name, args, 1)
+        results = m.finish() if not m.at_end else m.results()
+        _, bwd = rate(m, name, results, -1)
+        print(f"{label:<18} {steps:>10} {fwd:>16,.0f} {bwd:>17,.0f}")
+
+
+if __name__ == "__main__":
+    main()
