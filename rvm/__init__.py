@@ -13,3 +13,7 @@ __all__ = ["assemble", "disassemble", "load", "save", "dumps", "loads", "Functio
            "Machine", "Program", "RvmError", "AsmError",
            "VerifyError", "FormatError", "MachineError", "InvertibilityError"]
 __version__ = "0.1.0"
+
+from .gradient import grad, jacobian, value_and_grad  # noqa: E402
+
+__all__ += ["grad", "value_and_grad", "jacobian"]

@@ -30,6 +30,16 @@ _INT_BOUNDS = f"{-(1 << 63)} <= _v <= {(1 << 63) - 1}"
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 
 
+def _esc(text: str) -> str:
+    """Literal text for inside an f-string: braces doubled (the whole string is repr'd)."""
+    return str(text).replace("{", "{{").replace("}", "}}")
+
+
+def _fault(text: str) -> str:
+    """`raise Fault(f'...')` for a message whose {expr} parts are generated expressions."""
+    return f"raise Fault(f{text!r})"
+
+
 class Fault(Exception):
     """Raised by generated code when a reversibility check fails (wrapped by the machine)."""
 
@@ -71,8 +81,9 @@ class _Operands:
                 view = "hf" if self.cls == isa.FLOAT else "hi"
                 self.prelude += [
                     f"_a = R[{layout[a.base]}] + {off}",
-                    "if not 0 <= _a < M.top: raise Fault("
-                    f"f'heap address {a} = {{_a}} is outside the heap (0..{{M.top - 1}})')",
+                    "if not 0 <= _a < M.top: " + _fault(
+                        f"heap address {_esc(a)} = {{_a}} is outside the heap "
+                        "(0..{M.top - 1})"),
                 ]
                 self.value[name] = f"M.{view}[_a]"
                 self.shadow[name] = "M.hg[_a]" if self.cls == isa.FLOAT else None
@@ -91,12 +102,26 @@ class _Operands:
         """An f-string literal: {x} shows x's value, {x_src} its assembly text."""
         def sub(m):
             key = m.group(1)
-            return self.src[key[:-4]] if key.endswith("_src") else "{" + self.value[key] + "!r}"
-        return "f" + repr(_PLACEHOLDER.sub(sub, text))
+            if key.endswith("_src"):
+                return _esc(self.src[key[:-4]])
+            return "{" + self.value[key] + "!r}"
+        parts = _PLACEHOLDER.split(text)   # literal, key, literal, key, ...
+        out = "".join(_esc(p) if k % 2 == 0 else sub(_Key(p)) for k, p in enumerate(parts))
+        return "f" + repr(out)
 
     def has_missing_shadow(self, line: str) -> bool:
         return any(k.startswith("g") and k[1:] in self.shadow and self.shadow[k[1:]] is None
                    for k in _PLACEHOLDER.findall(line))
+
+
+class _Key:
+    """Stands in for a regex match in _Operands.message."""
+
+    def __init__(self, key: str):
+        self.key = key
+
+    def group(self, _):
+        return self.key
 
 
 def render(template: str, ops: _Operands) -> list[str]:
@@ -119,8 +144,8 @@ def render(template: str, ops: _Operands) -> list[str]:
                     out.append(f"{ops.expr(lhs)} = _v if {_INT_BOUNDS} else wrap(_v)")
                     continue
                 if ops.arithmetic:   # inf or nan could not be subtracted back out
-                    out.append("if _v - _v != 0.0: raise Fault(f'"
-                               f"{ops.src[target.group(1)]} would become {{_v}}: not finite')")
+                    out.append("if _v - _v != 0.0: " + _fault(
+                        f"{_esc(ops.src[target.group(1)])} would become {{_v}}: not finite"))
                 out.append(f"{ops.expr(lhs)} = _v")
             else:
                 out.append(ops.expr(line))
@@ -132,8 +157,8 @@ def _condition(ops: _Operands, cc: str) -> str:
 
 
 def _shows(ops: _Operands, cc: str) -> str:
-    """Message text showing a condition and the values it compared."""
-    a, b = ops.src["a"], ops.src["b"]
+    """Message text showing a condition and the values it compared (f-string ready)."""
+    a, b = _esc(ops.src["a"]), _esc(ops.src["b"])
     vals = ", ".join(f"{s} = {{{ops.value[n]}!r}}" for n, s in (("a", a), ("b", b))
                      if not s[0].isdigit() and not s.startswith("-"))
     return f"{a} {isa.CONDITIONS[cc]} {b}" + (f" ({vals})" if vals else "")
@@ -150,22 +175,22 @@ def _body(fn: Function, i: int, mode: str, layout: dict, fall: bool) -> list[str
     spec, forward = ins.spec, mode in ("fw", "gfw")
     ops = _Operands(fn, ins, layout)
     cc = isa.condition(ins.op)
-    q = lambda s: s.replace("'", "\\'")   # noqa: E731
+    label = _esc(ins.args[-1]) if ins.args else ""
     if not fall:   # arrived by jump: only comefroms have such states
         if ins.op not in isa.COMEFROMS:
             return ["raise Fault('unreachable state: arrived by jump at a non-comefrom')"]
         if forward:
             if cc is None:
                 return [f"return {2 * i + 2}"]
-            return [f"if not ({_condition(ops, cc)}): raise Fault(f'comefrom at "
-                    f"{ins.args[-1]}: arrived by its jump, but {q(_shows(ops, cc))} "
-                    f"is false')", f"return {2 * i + 2}"]
+            return [f"if not ({_condition(ops, cc)}): " + _fault(
+                f"comefrom at {label}: arrived by its jump, but {_shows(ops, cc)} is false"),
+                f"return {2 * i + 2}"]
         j = fn.labels[ins.args[-1].name]       # undo the jump at j: it must have been taken
         jop = _Operands(fn, fn.code[j], layout)
         jcc = isa.condition(fn.code[j].op)
-        lines = [] if jcc is None else [
-            f"if not ({_condition(jop, jcc)}): raise Fault(f'jump at {ins.args[-1]}: "
-            f"comefrom decided it was taken, but {q(_shows(jop, jcc))} is false')"]
+        lines = [] if jcc is None else [f"if not ({_condition(jop, jcc)}): " + _fault(
+            f"jump at {label}: comefrom decided it was taken, but {_shows(jop, jcc)} "
+            "is false")]
         return lines + [f"return {2 * j}"]
     nxt, back = 2 * i + 2, 2 * i
     if spec.group == "call":
@@ -182,14 +207,14 @@ def _body(fn: Function, i: int, mode: str, layout: dict, fall: bool) -> list[str
         if forward:
             return [f"if {_condition(ops, cc)}: return {2 * fn.labels[ins.args[-1].name] + 1}",
                     f"return {nxt}"]
-        return [f"if {_condition(ops, cc)}: raise Fault(f'branch to {ins.args[-1]}: reached by "
-                f"fall-through going backwards, but {q(_shows(ops, cc))} holds')",
-                f"return {back}"]
+        return [f"if {_condition(ops, cc)}: " + _fault(
+            f"branch to {label}: reached by fall-through going backwards, but "
+            f"{_shows(ops, cc)} holds"), f"return {back}"]
     if ins.op.startswith("CF."):
         if forward:
-            return [f"if {_condition(ops, cc)}: raise Fault(f'comefrom at {ins.args[-1]}: "
-                    f"entered by fall-through, but {q(_shows(ops, cc))} holds')",
-                    f"return {nxt}"]
+            return [f"if {_condition(ops, cc)}: " + _fault(
+                f"comefrom at {label}: entered by fall-through, but {_shows(ops, cc)} holds"),
+                f"return {nxt}"]
         return [f"if {_condition(ops, cc)}: return {2 * i + 1}", f"return {back}"]
     # arithmetic and memory: forward template, or the inverse's, or an adjoint
     gradient = mode in ("gfw", "gbw") and ops.cls == isa.FLOAT

@@ -10,11 +10,11 @@ so it runs its function backwards while the machine moves forwards.
 from __future__ import annotations
 
 import math
-import numbers
 
 from . import codegen, isa
 from .codegen import CALL, END, Fault
 from .errors import InvertibilityError, MachineError
+from .arguments import bind, read_array
 from .program import Function, Program
 
 MIN_NORMAL = 2.2250738585072014e-308
@@ -137,6 +137,20 @@ class Machine:
         v = self.pop(is_float)
         self.hg[self.top] = 0.0
         return v, g
+
+    def write_cells(self, base: int, data: bytes) -> None:
+        self._buf[8 * base:8 * base + len(data)] = data
+
+    def read_cells(self, base: int, n: int, shadows: bool = False) -> bytes:
+        buf = self._gbuf if shadows else self._buf
+        return bytes(buf[8 * base:8 * (base + n)])
+
+    def clear_shadows(self) -> None:
+        """Zero every gradient shadow (registers of all frames and heap cells)."""
+        self._gbuf[:] = bytes(len(self._gbuf))
+        for fr in self.stack:
+            if fr.G is not None:
+                fr.G[:] = [0.0] * len(fr.G)
 
     @property
     def heap(self):
@@ -301,26 +315,34 @@ class Machine:
 
     # ------------------------------------------------------------------ calls
     def enter(self, name: str, *args, backward: bool = False) -> Frame:
-        """Set up `name` on the arguments as the root frame, ready to step (or uncall)."""
+        """Set up `name` on the arguments as the root frame, ready to step (or uncall).
+
+        numpy arrays are copied onto the heap (see rvm.arguments); the heap is reset."""
         fn = self.program.functions.get(name)
         if fn is None:
             raise MachineError(f"no function {name!r} in the program (it has: "
                                f"{', '.join(self.program.functions) or 'none'})")
-        if len(args) != len(fn.params):
-            raise MachineError(f"{name} takes {len(fn.params)} arguments "
-                               f"({', '.join(map(str, fn.params))}), got {len(args)}", name)
+        self.top = 0
+        self._buf[:] = bytes(len(self._buf))
+        self._gbuf[:] = bytes(len(self._gbuf))
+        values, self.bindings = bind(self, fn, args)
         fr = Frame(fn, -1 if backward else 1, 2 * len(fn.code) if backward else 0)
-        for p, v in zip(fn.params, args):
-            fr.R[fn.slot(p)] = coerce(v, p, name)
+        for p, v in zip(fn.params, values):
+            fr.R[fn.slot(p)] = v
         self.stack, self.steps = [fr], 0
         if self.grad:
             fr.G = [0.0] * len(fr.R)
         return fr
 
     def results(self) -> tuple:
-        """The root frame's parameter values."""
+        """The final value of each argument: scalars from the root frame's parameters,
+        arrays read back from the heap."""
         fr = self.stack[0]
-        return tuple(fr.R[fr.fn.slot(p)] for p in fr.fn.params)
+        out = []
+        for b in self.bindings:
+            out.append(read_array(self, b) if b.is_array
+                       else fr.R[fr.fn.slot(fr.fn.params[b.params[0]])])
+        return tuple(out)
 
     def finish(self, direction: int = 1) -> tuple:
         """Run to the end in `direction`, check the root's locals, return its parameters."""
@@ -353,20 +375,3 @@ def _move(src: Frame, dst: Frame, links, s: int, d: int) -> None:
         dst.R[b], src.R[a] = v, 0.0 if type(v) is float else 0
         if dst.G is not None and src.G is not None:
             dst.G[b], src.G[a] = src.G[a], 0.0
-
-
-def coerce(v, reg, fname: str):
-    """A Python value for a parameter register, or a MachineError naming the problem."""
-    if reg.cls == isa.INT:
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-            if isinstance(v, float) and v.is_integer():
-                v = int(v)
-            else:
-                raise MachineError(f"argument for {reg} must be an integer, got {v!r}", fname)
-        v = int(v)
-        if not -(1 << 63) <= v < (1 << 63):
-            raise MachineError(f"argument for {reg} does not fit in int64: {v}", fname)
-        return v
-    if not isinstance(v, numbers.Real) or isinstance(v, bool):
-        raise MachineError(f"argument for {reg} must be a number, got {v!r}", fname)
-    return float(v)

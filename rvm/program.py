@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from typing import Union
 
 import attrs
@@ -17,6 +18,7 @@ from . import isa
 from .errors import VerifyError
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 MAX_REGISTER = 0xFFFF
 
 
@@ -171,6 +173,9 @@ class _Checker:
 
     def function(self) -> None:
         fn = self.fn
+        for name in (fn.name, *fn.labels):
+            if not NAME.fullmatch(name):
+                self.fail(None, f"{name!r} is not a valid name (letters, digits, _ and .)")
         if len(set(fn.params)) != len(fn.params):
             self.fail(None, "a parameter register is listed twice")
         for name, index in fn.labels.items():
@@ -182,7 +187,9 @@ class _Checker:
         for i, ins in enumerate(fn.code):
             self.instruction(i, ins)
 
-    def target(self, i: int, label: Label) -> int:
+    def target(self, i: int, label) -> int:
+        if not isinstance(label, Label):
+            self.fail(i, f"{self.fn.code[i].op}: operand {label} must be a label")
         if label.name not in self.fn.labels:
             self.fail(i, f"unknown label {label.name!r}")
         return self.fn.labels[label.name]
@@ -259,7 +266,7 @@ class _Checker:
             if other.op not in isa.COMEFROMS:
                 self.fail(i, f"{ins.op} jumps to {ins.args[-1]}, which is {other.op}, "
                           "not a comefrom", "a jump must land on a CF naming the jump's label")
-            if self.target(j, other.args[-1]) != i:
+            if self.target(j, other.args[-1] if other.args else None) != i:
                 self.fail(i, f"{ins.op} jumps to {ins.args[-1]}, whose comefrom names "
                           f"{other.args[-1]} instead of this jump",
                           "give this jump a label and name it in the CF it targets")
@@ -275,7 +282,7 @@ class _Checker:
         else:
             if other.op not in isa.BRANCHES:
                 self.fail(i, f"{ins.op} names {ins.args[-1]}, which is {other.op}, not a jump")
-            if self.target(j, other.args[-1]) != i:
+            if self.target(j, other.args[-1] if other.args else None) != i:
                 self.fail(i, f"{ins.op} names the jump at {ins.args[-1]}, which jumps "
                           "elsewhere: unpaired comefrom")
             prev = fn.code[i - 1].op if i > 0 else None

@@ -145,3 +145,16 @@ def test_fuzz_long():
             run_briefly(rvm.loads(with_crc(m) if len(m) >= 14 else m))
         except FormatError:
             pass
+
+
+def test_names_that_are_not_identifiers_are_refused():
+    # names reach generated code and messages: quotes or braces must never get through
+    p = rvm.load(ASM / "fib.rasm")
+    fn = p.functions["fib"]
+    labels = {("top'{__import__('os')}" if k == "top" else k): v for k, v in fn.labels.items()}
+    code = tuple(i if i.args[-1:] != (rvm.program.Label("top"),) else
+                 rvm.program.Instruction(i.op, i.args[:-1] + (rvm.program.Label(
+                     "top'{__import__('os')}"),), i.line) for i in fn.code)
+    bad = rvm.Program({"fib": type(fn)(fn.name, fn.params, code, labels)})
+    with pytest.raises(FormatError, match="not a valid name"):
+        rvm.loads(bytecode.dumps(bad))

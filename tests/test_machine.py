@@ -224,7 +224,7 @@ def test_overflow_to_infinity_refused():
 
 def test_bad_arguments():
     p = asm(".func f(r0, f0)\n.end")
-    with pytest.raises(MachineError, match="takes 2 arguments"):
+    with pytest.raises(MachineError, match="takes 2 parameter registers"):
         p.call("f", 1)
     with pytest.raises(MachineError, match="must be an integer"):
         p.call("f", 1.5, 0.0)

@@ -5,17 +5,29 @@ import math
 import pathlib
 import re
 
+import numpy as np
 import pytest
 
 import rvm
 
 ASM = pathlib.Path(__file__).resolve().parent.parent / "asm"
-EXPECT = re.compile(r";\s*expect:\s*(\w+)\s*(.*?)\s*=>\s*(.*)")
+EXPECT = re.compile(r";\s*(expect|grad):\s*(\w+)\s*(.*?)\s*=>\s*(.*)")
+CHECK = re.compile(r"\s*([\w:]+)\s*([=~])\s*(\[[^\]]*\]|[^,\s]+)")
 
 
 def parse_value(text):
+    """An int, a float, or [a,b,...] (a float64 numpy array)."""
+    if text.startswith("["):
+        return np.array([float(v) for v in text[1:-1].split(",")])
     return float(text) if any(c in text for c in ".eE") and not text.startswith("0x") \
         else int(text, 0)
+
+
+def check(got, op, want, what):
+    if op == "=":
+        assert np.array_equal(got, want), f"{what} = {got!r}, expected {want!r}"
+    else:
+        assert np.allclose(got, want, rtol=1e-9, atol=1e-12), f"{what} = {got!r}, not ~ {want!r}"
 
 
 def cases():
@@ -28,27 +40,30 @@ def cases():
 
 def test_every_sample_has_expectations():
     files = {p.name for p in ASM.glob("*.rasm")}
-    with_cases = {c.values[0].name for c in cases()}
+    with_cases = {c.values[0].name for c in cases() if c.values[1].group(1) == "expect"}
     assert files and files == with_cases
 
 
 @pytest.mark.parametrize("path,m", list(cases()))
 def test_expectations(path, m):
     program = rvm.load(path)
-    name, args = m.group(1), [parse_value(a) for a in m.group(2).split()]
-    results = program.call(name, *args)
-    params = [str(p) for p in program.functions[name].params]
-    for check in m.group(3).split(","):
-        reg, op, value = re.match(r"\s*(\w+)\s*([=~])\s*(\S+)", check).groups()
-        got, want = results[params.index(reg)], parse_value(value)
-        if op == "=":
-            assert got == want, f"{reg} = {got!r}, expected {want!r}"
-        else:
-            assert math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-12), (reg, got, want)
-    back = program.uncall(name, *results)
-    for a, b in zip(back, args):
-        assert (a == b) if isinstance(b, int) else math.isclose(a, b, rel_tol=1e-12,
-                                                                abs_tol=1e-12)
+    kind, name = m.group(1), m.group(2)
+    given, _, loss = m.group(3).partition(" loss ")
+    args = [parse_value(a) for a in given.split()]
+    if kind == "grad":
+        results = rvm.grad(program[name], loss=loss.strip())(*args)
+    else:
+        results = program.call(name, *args)
+    machine = rvm.Machine(program)
+    machine.call(name, *[a.copy() if isinstance(a, np.ndarray) else a for a in args])
+    names = [b.name for b in machine.bindings]
+    for c in CHECK.finditer(m.group(4)):
+        reg, op, value = c.groups()
+        check(results[names.index(reg)], op, parse_value(value), reg)
+    if kind == "expect":     # backwards from the results gives the arguments back
+        back = program.uncall(name, *results)
+        for a, b in zip(back, args):
+            check(a, "=" if isinstance(b, int) else "~", b, "uncall")
 
 
 def test_givens_rotations_preserve_the_norm_and_match_numpy():

@@ -1,0 +1,100 @@
+"""Binding Python arguments to a function's parameter registers.
+
+A scalar binds to one parameter. A numpy array (float64 or int64, 1-D or 2-D) is copied
+onto the heap and binds to 1 + ndim consecutive integer parameters: its base address, then
+its length (1-D) or its rows and columns (2-D). After the call its cells are read back.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import attrs
+import numpy as np
+
+from . import isa
+from .errors import MachineError
+
+DTYPES = {np.dtype(np.float64): isa.FLOAT, np.dtype(np.int64): isa.INT}
+INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+@attrs.frozen
+class Binding:
+    """Where one Python argument lives: parameter positions, and for arrays the heap block."""
+
+    params: tuple[int, ...]        # indices into the function's parameter list
+    name: str                      # e.g. "f0", or "r0:r1" for an array's registers
+    cls: str                       # isa.INT / isa.FLOAT (for arrays: the element class)
+    base: int = -1                 # heap address of an array's first cell
+    shape: tuple[int, ...] = ()    # () for scalars
+
+    @property
+    def is_array(self) -> bool:
+        return self.base >= 0
+
+
+def coerce(v, reg, fname: str):
+    """A Python value for a parameter register, or a MachineError naming the problem."""
+    if reg.cls == isa.INT:
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            if isinstance(v, float) and v.is_integer():
+                v = int(v)
+            else:
+                raise MachineError(f"argument for {reg} must be an integer, got {v!r}", fname)
+        v = int(v)
+        if not INT64[0] <= v <= INT64[1]:
+            raise MachineError(f"argument for {reg} does not fit in int64: {v}", fname)
+        return v
+    if not isinstance(v, numbers.Real) or isinstance(v, bool):
+        raise MachineError(f"argument for {reg} must be a number, got {v!r}", fname)
+    return float(v)
+
+
+def bind(machine, fn, args) -> tuple[list, list[Binding]]:
+    """Register values for fn's parameters, and one Binding per argument.
+
+    Arrays are placed on the machine's heap (allocated LIFO, in argument order)."""
+    params, values, bindings, k = fn.params, [], [], 0
+    for n, a in enumerate(args):
+        if isinstance(a, (list, tuple)):
+            raise MachineError(f"argument {n + 1} of {fn.name} is a {type(a).__name__}; "
+                               "pass a numpy array (float64 or int64)", fn.name)
+        if isinstance(a, np.ndarray):
+            dtype = DTYPES.get(a.dtype)
+            if dtype is None:
+                raise MachineError(f"argument {n + 1} of {fn.name} has dtype {a.dtype}; "
+                                   "arrays must be float64 or int64", fn.name)
+            if a.ndim not in (1, 2):
+                raise MachineError(f"argument {n + 1} of {fn.name} has shape {a.shape}; "
+                                   "arrays must be 1-D or 2-D", fn.name)
+            regs = params[k:k + 1 + a.ndim]
+            if len(regs) < 1 + a.ndim or any(r.cls != isa.INT for r in regs):
+                raise MachineError(
+                    f"argument {n + 1} of {fn.name} is a {a.ndim}-D array, which takes "
+                    f"{1 + a.ndim} integer parameters (base, {'length' if a.ndim == 1 else 'rows, cols'}); "
+                    f"the parameters there are {', '.join(map(str, regs)) or 'none'}", fn.name)
+            base = machine.alloc(a.size)
+            machine.write_cells(base, a.astype(a.dtype.newbyteorder("<")).tobytes())
+            values += [base, *a.shape]
+            bindings.append(Binding(tuple(range(k, k + 1 + a.ndim)),
+                                    ":".join(map(str, regs)), dtype, base, a.shape))
+            k += 1 + a.ndim
+        else:
+            if k >= len(params):
+                break
+            values.append(coerce(a, params[k], fn.name))
+            bindings.append(Binding((k,), str(params[k]), params[k].cls))
+            k += 1
+    if k != len(params) or len(bindings) != len(args):
+        raise MachineError(f"{fn.name} takes {len(params)} parameter registers "
+                           f"({', '.join(map(str, params))}); the {len(args)} arguments given "
+                           f"fill {k} (an array fills 1 + ndim integer parameters)", fn.name)
+    return values, bindings
+
+
+def read_array(machine, b: Binding, shadows: bool = False) -> np.ndarray:
+    """An array argument's cells (or their gradient shadows), as a fresh numpy array."""
+    dtype = np.dtype(np.float64 if shadows or b.cls == isa.FLOAT else np.int64)
+    raw = machine.read_cells(b.base, int(np.prod(b.shape)), shadows)
+    return np.frombuffer(raw, dtype=dtype.newbyteorder("<")).reshape(b.shape).astype(dtype)

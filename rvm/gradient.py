@@ -1,0 +1,173 @@
+"""Gradient mode: reverse-mode AD by running the program backwards.
+
+Run the function forwards (plain instructions), seed the loss's gradient shadow with 1,
+then run backwards with every float instruction switched to its adjoint. The backward pass
+restores the inputs and leaves d loss / d input in their shadows. Nothing is recorded: the
+extra memory is one shadow per float register and heap cell, whatever the step count.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence, Union
+
+import numpy as np
+
+from . import isa
+from .arguments import Binding, read_array
+from .errors import MachineError
+from .machine import Machine
+
+Loss = Union[int, str, tuple]
+
+
+def _target(fn) -> tuple:
+    """(program, function name) of a loaded-program handle or a compiled function."""
+    program, name = getattr(fn, "program", None), getattr(fn, "name", None)
+    if program is None or name not in getattr(program, "functions", {}):
+        raise TypeError("rvm.grad needs a function of a loaded program (prog['name']) or a "
+                        f"compiled reversible function, got {fn!r}")
+    return program, name
+
+
+def _find(bindings: list[Binding], fn, which: Loss, what: str,
+          whole_arrays: bool = False) -> tuple[Binding, int | None]:
+    """The argument a loss/output/wrt names, and an element index for array elements
+    (None for a scalar, or for a whole array where `whole_arrays` allows one)."""
+    element = None
+    if isinstance(which, tuple):
+        which, element = which
+    if isinstance(which, (int, np.integer)) and not isinstance(which, bool):
+        if not 0 <= which < len(bindings):
+            raise MachineError(f"{what} index {which} is out of range: {fn.name} has "
+                               f"{len(bindings)} arguments", fn.name)
+        b = bindings[which]
+    elif isinstance(which, str):
+        names = [b.name for b in bindings]
+        for b in bindings:
+            if which == b.name or which in b.name.split(":")[:1]:
+                break
+        else:
+            raise MachineError(f"unknown {what} {which!r}: the parameters of {fn.name} are "
+                               f"{', '.join(names)}", fn.name)
+    else:
+        raise MachineError(f"{what} must be a parameter index or name, got {which!r}", fn.name)
+    if b.cls != isa.FLOAT:
+        raise MachineError(f"{what} {b.name} is an integer parameter; integers carry no "
+                           "gradient: choose a float parameter", fn.name)
+    if b.is_array and element is None and not whole_arrays:
+        raise MachineError(f"{what} {b.name} is an array; name one element as "
+                           f"({which!r}, index)", fn.name)
+    if element is not None:
+        if not b.is_array:
+            raise MachineError(f"{what} {b.name} is a scalar; it has no elements", fn.name)
+        size = int(np.prod(b.shape))
+        flat = int(np.ravel_multi_index(element, b.shape)) if isinstance(element, tuple) \
+            else int(element)
+        if not 0 <= flat < size:
+            raise MachineError(f"{what} element {element} is outside {b.name} "
+                               f"(shape {b.shape})", fn.name)
+        element = flat
+    return b, element
+
+
+class _Pass:
+    """One machine reused for the forward run and any number of backward passes."""
+
+    def __init__(self, fn, machine_options: dict):
+        self.program, self.name = _target(fn)
+        self.options = machine_options
+
+    def forward(self, args) -> Machine:
+        m = Machine(self.program, **self.options)
+        m.enter(self.name, *args)
+        m.run(1)
+        m.check_locals(m.stack[0])
+        return m
+
+    @staticmethod
+    def backward(m: Machine, seed: tuple[Binding, int | None]) -> tuple:
+        """Seed one output's shadow with 1 and run back in gradient mode; the gradients."""
+        m.set_grad(True)
+        m.clear_shadows()
+        b, element = seed
+        fr = m.stack[0]
+        if element is None:
+            fr.G[fr.fn.slot(fr.fn.params[b.params[0]])] = 1.0
+        else:
+            m.hg[b.base + element] = 1.0
+        m.run(-1)
+        grads = []
+        for b in m.bindings:
+            if b.cls != isa.FLOAT:
+                grads.append(None)
+            elif b.is_array:
+                grads.append(read_array(m, b, shadows=True))
+            else:
+                grads.append(fr.G[fr.fn.slot(fr.fn.params[b.params[0]])])
+        m.set_grad(False)
+        return tuple(grads)
+
+    def run_forward_again(self, m: Machine) -> None:
+        """After a backward pass the inputs are restored: run forwards from them."""
+        m.steps = 0
+        m.run(1)
+
+
+def value_and_grad(fn, loss: Loss = 0, **machine_options) -> Callable[..., tuple]:
+    """A function returning (values, gradients) for the same arguments as fn.
+
+    values: the final value of every argument (arrays as numpy arrays). gradients: one per
+    argument, d loss / d (its value on entry): a float for a float scalar, a numpy array for
+    a float array, None for integers. `loss` is an argument index, a parameter name like
+    "f0", or (index, element) for an element of an array.
+    """
+    runner = _Pass(fn, machine_options)
+
+    def run(*args) -> tuple[tuple, tuple]:
+        m = runner.forward(args)
+        target = _find(m.bindings, m.stack[0].fn, loss, "loss")
+        values = m.results()
+        return values, runner.backward(m, target)
+
+    run.__name__ = f"value_and_grad_{runner.name}"
+    return run
+
+
+def grad(fn, loss: Loss = 0, **machine_options) -> Callable[..., tuple]:
+    """A function returning one gradient of `loss` per argument (see value_and_grad)."""
+    vg = value_and_grad(fn, loss, **machine_options)
+
+    def run(*args) -> tuple:
+        return vg(*args)[1]
+
+    run.__name__ = f"grad_{getattr(fn, 'name', 'fn')}"
+    return run
+
+
+def jacobian(fn, outputs: Sequence[Loss], wrt: Sequence[Loss],
+             **machine_options) -> Callable[..., np.ndarray]:
+    """A function returning the Jacobian d outputs / d wrt as a 2-D array.
+
+    One backward pass per output (scalar, or (array arg, element)). Rows follow `outputs`;
+    columns follow `wrt`, where an array argument contributes all its elements in order.
+    """
+    runner = _Pass(fn, machine_options)
+
+    def run(*args) -> np.ndarray:
+        m = runner.forward(args)
+        fnobj = m.stack[0].fn
+        seeds = [_find(m.bindings, fnobj, o, "output") for o in outputs]
+        cols = [_find(m.bindings, fnobj, w, "wrt", whole_arrays=True) for w in wrt]
+        rows = []
+        for k, seed in enumerate(seeds):
+            if k:
+                runner.run_forward_again(m)
+            grads = runner.backward(m, seed)
+            row: list[float] = []
+            for b, element in cols:
+                g = grads[m.bindings.index(b)]
+                row += list(np.ravel(g)) if element is None else [np.ravel(g)[element]]
+            rows.append(row)
+        return np.array(rows, dtype=np.float64)
+
+    return run
