@@ -102,7 +102,7 @@ def _accumulate(sign: str, name: str, family: str | None = None) -> OpSpec:
     if ivalue is not None:
         forward[INT] = f"{{d}} = {{d}} {sign} {ivalue}"
     adjoint = [f"{{d}} = {{d}} {undo} {value}"]
-    adjoint += [f"{{g{a}}} {sign}= {{gd}}" + ("" if p == "1.0" else f" * {p}")
+    adjoint += [f"{{g{a}}} {sign}= {{gd}}" + ("" if p == "1.0" else f" * ({p})")
                 for a, p in zip(args, partials)]
     return OpSpec(mnemonic, ("d:D",) + tuple(f"{a}:S" for a in args), inv, doc,
                   forward, "\n".join(adjoint), "arith" if family is None else "family")

@@ -1,0 +1,253 @@
+"""Gradient mode: adjoints against finite differences, reference values from the seeds,
+arrays, UNCALL inside differentiated code, stepping, and bad input."""
+
+import math
+import pathlib
+import random
+
+import numpy as np
+import pytest
+
+import rvm
+from rvm import MachineError, isa
+
+ASM = pathlib.Path(__file__).resolve().parent.parent / "asm"
+
+# operand values keep each function differentiable and well conditioned
+DOMAIN = {"log": (0.5, 3), "sqrt": (0.5, 3), "pow": (0.5, 3), "abs": (0.3, 3)}
+FLOAT_OPS = [s.name for s in isa.TABLE if isa.FLOAT in s.forward and s.group != "memory"
+             and s.name != "NOP"]
+
+
+def one_instruction(op: str) -> tuple[rvm.Program, int]:
+    spec = isa.OPS[op]
+    regs = [f"f{k}" for k in range(len(spec.kinds))]
+    text = f".func t({', '.join(regs)})\n    {op} {', '.join(regs)}\n.end\n"
+    return rvm.assemble(text), len(regs)
+
+
+def point(op: str, n: int, rng: random.Random) -> list[float]:
+    family = op.partition(".")[2]
+    lo, hi = DOMAIN.get(family, (-2, 2))
+    xs = [rng.uniform(-2, 2) for _ in range(n)]
+    if n > 1:
+        xs[1] = rng.uniform(lo, hi) * (rng.choice([-1, 1]) if family in ("abs",) else 1)
+    if family in ("div", "mod") or op in ("MUL", "DIV"):
+        xs[-1] = rng.choice([-1, 1]) * rng.uniform(0.5, 2)
+    if family == "mod":       # keep a/b away from integers, where fmod jumps
+        xs[1] = (math.floor(xs[1] / xs[2]) + 0.5) * xs[2]
+    return xs
+
+
+def finite_differences(program, n, xs, h=1e-6):
+    f = lambda v: np.array(program.call("t", *v))  # noqa: E731
+    jac = np.zeros((n, n))
+    for j in range(n):
+        up, down = list(xs), list(xs)
+        up[j] += h
+        down[j] -= h
+        jac[:, j] = (f(up) - f(down)) / (2 * h)
+    return jac
+
+
+@pytest.mark.parametrize("op", FLOAT_OPS)
+def test_adjoint_matches_finite_differences(op):
+    program, n = one_instruction(op)
+    jac = rvm.jacobian(program["t"], outputs=range(n), wrt=range(n))
+    rng = random.Random(op)
+    for _ in range(8):
+        xs = point(op, n, rng)
+        got, want = jac(*xs), finite_differences(program, n, xs)
+        assert np.allclose(got, want, rtol=1e-6, atol=1e-6), (op, xs, got, want)
+
+
+def test_every_float_opcode_has_a_finite_difference_test():
+    families = {s.name.partition(".")[2] for s in isa.TABLE if s.group == "family"}
+    tested = {op.partition(".")[2] for op in FLOAT_OPS if op.startswith(("ADD.", "SUB."))}
+    assert families <= tested | {"mod"} and "mod" in tested
+
+
+def test_memory_instructions_move_gradients_with_values():
+    p = rvm.assemble("""
+.func t(r0, r1, f0, f1)      ; x (array), n, a, b
+    EXCH    f0, [r0 + 1]     ; a <-> x[1]
+    PUSH    f1               ; b onto the heap top; f1 = 0
+    POP     f2               ; f2 = b
+    ADD.mul f1, f2, f0       ; f1 = b * x1
+    PUSH    f2               ; b back onto the heap (it stays there); f2 = 0
+.end""")
+    v0 = np.array([1.0, 2.0, 3.0, 5.0, 7.0])
+    jac = rvm.jacobian(p["t"], outputs=[1, 2, (0, 1)], wrt=[0, 1, 2])(v0[:3], 5.0, 7.0)
+
+    def f(v):
+        out = p.call("t", v[:3].copy(), v[3], v[4])
+        return np.array([out[1], out[2], out[0][1]])
+    h = 1e-6
+    fd = np.array([(f(v0 + h * e) - f(v0 - h * e)) / (2 * h) for e in np.eye(5)]).T
+    assert np.allclose(jac, fd, atol=1e-6)
+    assert np.allclose(jac, [[0, 1, 0, 0, 0], [0, 7, 0, 0, 2], [0, 0, 0, 1, 0]])
+
+
+def test_values_are_restored_after_a_gradient_pass():
+    p = rvm.load(ASM / "besselj.rasm")
+    m = rvm.Machine(p)
+    m.enter("besselj", 0.0, 2, 1.0)
+    m.run()
+    assert m.results()[0] == pytest.approx(0.1149034849319005)
+    m.set_grad(True)
+    m.stack[0].G[m.stack[0].fn.slot(p.functions["besselj"].params[0])] = 1.0
+    m.run(-1)
+    assert m.results() == (0.0, 2, 1.0) and m.at_start
+
+
+def test_bessel_reference_gradient():
+    g = rvm.grad(rvm.load(ASM / "besselj.rasm")["besselj"], loss="f0")(0.0, 2, 1.0)
+    assert g[1] is None
+    assert abs(g[2] - 0.2102436) < 1e-7
+    assert g[2] == pytest.approx(0.21024361588113258, rel=1e-12)   # (J1(1) - J3(1)) / 2
+
+
+def test_iexp_gradient_is_exp():
+    g = rvm.grad(rvm.load(ASM / "iexp.rasm")["iexp"], loss=0)(0.0, 1.6)
+    assert abs(g[1] - math.exp(1.6)) < 1e-8 and g[0] == 1.0
+
+
+def test_pullback_example_gradient():
+    values, grads = rvm.value_and_grad(rvm.load(ASM / "poly.rasm")["f"], loss="f0")(0.0, 1.0, 3.0)
+    assert values == (484.0, 1.0, 3.0)
+    assert grads == (1.0, 660.0, 528.0)
+
+
+def test_uncall_in_the_middle_gets_the_inverse_adjoint():
+    # y -= sin(x) by UNCALLing a function that adds it; then z += x * y
+    p = rvm.assemble("""
+.func h(f0, f1)              ; x, y: y += sin(x)
+    ADD.sin f1, f0
+.end
+.func g(f0, f1, f2)          ; x, y, z
+    UNCALL  h, f0, f1
+    ADD.mul f2, f0, f1
+.end""")
+    x, y = 0.7, 0.2
+    g = rvm.grad(p["g"], loss="f2")(x, y, 0.0)
+    # z = x (y - sin x): dz/dx = y - sin x - x cos x, dz/dy = x
+    assert g[0] == pytest.approx(y - math.sin(x) - x * math.cos(x), rel=1e-12)
+    assert g[1] == pytest.approx(x, rel=1e-12)
+
+
+def test_compute_copy_uncompute_gradient_is_the_copied_values_derivative():
+    # iexp and poly both compute into temporaries, copy out, and uncall the helper
+    p = rvm.load(ASM / "iexp.rasm")
+    for x in (-1.3, 0.4, 2.2):
+        assert rvm.grad(p["iexp"], loss=0)(0.0, x)[1] == pytest.approx(math.exp(x), rel=1e-12)
+
+
+def test_array_gradients_match_numpy():
+    p = rvm.load(ASM / "arrays.rasm")
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=50), rng.normal(size=50)
+    vals, (gx, gy, gout) = rvm.value_and_grad(p["dot"], loss="f0")(x, y, 0.5)
+    assert vals[2] == pytest.approx(0.5 + x @ y, rel=1e-12)
+    assert np.allclose(gx, y) and np.allclose(gy, x) and gout == 1.0
+    assert np.array_equal(vals[0], x) and np.array_equal(vals[1], y)
+    (gs, _) = rvm.grad(p["sumsq"], loss=1)(x, 0.0)
+    assert np.allclose(gs, 2 * x)
+
+
+def test_jacobian_of_array_outputs():
+    p = rvm.assemble("""
+.func scale(r0, r1, f0)      ; x, n, a: x[i] *= a for i < n (n = 2 here, unrolled)
+    EXCH    f1, [r0]
+    MUL     f1, f0
+    EXCH    f1, [r0]
+    EXCH    f1, [r0 + 1]
+    MUL     f1, f0
+    EXCH    f1, [r0 + 1]
+.end""")
+    x = np.array([2.0, -3.0])
+    jac = rvm.jacobian(p["scale"], outputs=[(0, 0), (0, 1)], wrt=[0, 1])(x, 1.5)
+    assert np.allclose(jac, [[1.5, 0.0, 2.0], [0.0, 1.5, -3.0]])
+
+
+def test_gradient_of_a_dropped_ancilla_is_safe():
+    # f2 keeps a residue below the tolerance: it is cleared on exit and its gradient dropped
+    p = rvm.assemble(".func g(f0, f1)\n ADD.mul f2, f0, 1e-10\n ADD f1, f0\n.end\n"
+                     ".func f(f0, f1)\n CALL g, f0, f1\n.end")
+    assert rvm.grad(p["f"], loss=1)(2.0, 0.0) == (1.0, 1.0)
+
+
+UNCALL_MIDDLE = """
+.func h(f0, f1)
+    ADD.sin f1, f0
+.end
+.func g(f0, f1, f2)
+    UNCALL  h, f0, f1
+    ADD.mul f2, f0, f1
+.end"""
+
+
+def test_stepping_back_in_gradient_mode_and_forwards_again():
+    p = rvm.assemble(UNCALL_MIDDLE)
+    m = rvm.Machine(p)
+    m.enter("g", 0.7, 0.2, 0.0)
+    m.run()
+    m.set_grad(True)
+    m.stack[0].G[2] = 1.0
+    snaps = [m.snapshot()]
+    while m.back():                 # one adjoint step at a time
+        snaps.append(m.snapshot())
+    want = rvm.grad(p["g"], loss=2)(0.7, 0.2, 0.0)
+    assert m.stack[0].G == pytest.approx(list(want))
+    # forwards in gradient mode inverts each adjoint step (no gradient was dropped here)
+    for s in reversed(snaps[:-1]):
+        assert m.step()
+        assert m.snapshot()[0][0][:3] == s[0][0][:3]
+        for (_, _, _, r1, g1), (_, _, _, r2, g2) in zip(m.snapshot()[0], s[0]):
+            assert np.allclose(r1, r2, atol=1e-12) and np.allclose(g1, g2, atol=1e-12)
+
+
+def test_values_come_back_when_stepping_forwards_after_a_gradient_pass():
+    # a dropped ancilla gradient (a callee's local at its entry) is not recovered going
+    # forwards again, but the values are, exactly as in plain mode
+    p = rvm.load(ASM / "poly.rasm")
+    m = rvm.Machine(p)
+    m.enter("f", 0.0, 1.0, 3.0)
+    m.run()
+    m.set_grad(True)
+    m.stack[0].G[0] = 1.0
+    m.run(-1)
+    assert m.stack[0].G[1:3] == [660.0, 528.0]
+    m.run(1)
+    assert m.results() == (484.0, 1.0, 3.0)
+
+
+@pytest.mark.parametrize("loss,msg", [
+    (1, "r0 is an integer parameter"),
+    ("r0", "integer parameter"),
+    ("f9", "unknown loss 'f9'"),
+    (7, "out of range"),
+])
+def test_bad_loss(loss, msg):
+    p = rvm.load(ASM / "besselj.rasm")
+    with pytest.raises(MachineError, match=msg):
+        rvm.grad(p["besselj"], loss=loss)(0.0, 2, 1.0)
+
+
+def test_bad_arrays():
+    p = rvm.load(ASM / "arrays.rasm")
+    x = np.ones(3)
+    with pytest.raises(MachineError, match="dtype float32"):
+        rvm.grad(p["sumsq"], loss=1)(x.astype(np.float32), 0.0)
+    with pytest.raises(MachineError, match="1-D or 2-D"):
+        rvm.grad(p["sumsq"], loss=1)(np.ones((2, 2, 2)), 0.0)
+    with pytest.raises(MachineError, match="pass a numpy array"):
+        rvm.grad(p["sumsq"], loss=1)([1.0, 2.0], 0.0)
+    with pytest.raises(MachineError, match="is an array; name one element"):
+        rvm.grad(p["sumsq"], loss=0)(x, 0.0)
+    with pytest.raises(MachineError, match="2-D array, which takes 3 integer parameters"):
+        rvm.grad(p["sumsq"], loss=1)(np.ones((2, 2)), 0.0)
+
+
+def test_grad_needs_a_function():
+    with pytest.raises(TypeError, match="prog\\['name'\\]"):
+        rvm.grad(lambda x: x)
