@@ -10,7 +10,8 @@ import json
 import os
 import sys
 
-from . import isa
+import numpy as np
+
 from .api import load, save
 from .assembler import disassemble
 from .errors import RvmError
@@ -24,39 +25,49 @@ def _entry(program: Program, name: str | None) -> str:
             raise RvmError(f"no function {name!r} in {program.source} (it has: "
                            f"{', '.join(program.functions)})")
         return name
-    if len(program.functions) == 1:
-        return next(iter(program.functions))
     if "main" in program.functions:
         return "main"
-    raise RvmError(f"{program.source} has several functions; choose one with --entry "
-                   f"({', '.join(program.functions)})")
+    if not program.functions:
+        raise RvmError(f"{program.source} defines no function")
+    return next(iter(program.functions))
 
 
-def _arguments(program: Program, entry: str, texts: list[str]) -> list:
-    params = program.functions[entry].params
-    if len(texts) != len(params):
-        raise RvmError(f"{entry} takes {len(params)} arguments "
-                       f"({', '.join(map(str, params))}), got {len(texts)} from --args")
-    values = []
-    for reg, text in zip(params, texts):
-        try:
-            values.append(int(text, 0) if reg.cls == isa.INT else float(text))
-        except ValueError:
-            kind = "an integer" if reg.cls == isa.INT else "a number"
-            raise RvmError(f"argument for {reg} must be {kind}, got {text!r}") from None
-    return values
+def _value(text: str):
+    """A CLI argument: an integer, a float, or an array literal like [1.0,2.5] (float64;
+    [1,2] is int64)."""
+    try:
+        if text.startswith("["):
+            items = json.loads(text)
+            floats = any(isinstance(v, float) for v in items) or "." in text
+            return np.array(items, dtype=np.float64 if floats else np.int64)
+        return int(text, 0)
+    except (ValueError, TypeError, json.JSONDecodeError):
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        raise RvmError(f"argument {text!r} is not a number or an array like [1.0,2.0]") from None
+
+
+def _arguments(texts: list[str]) -> list:
+    return [_value(t) for t in texts]
+
+
+def _jsonable(v):
+    return v.tolist() if isinstance(v, np.ndarray) else v
 
 
 def _machine(program: Program, args, **extra) -> Machine:
     return Machine(program, max_steps=args.max_steps, heap_limit=args.heap_limit, **extra)
 
 
-def _print_values(names: list[str], values, as_json: bool) -> None:
+def _print_values(names: list[str], values, as_json: bool, prefix: str = "") -> None:
     if as_json:
-        print(json.dumps(dict(zip(names, values))))
+        print(json.dumps({n: _jsonable(v) for n, v in zip(names, values)}))
     else:
         for name, v in zip(names, values):
-            print(f"{name} = {v!r}")
+            shown = np.array2string(v, separator=", ") if isinstance(v, np.ndarray) else repr(v)
+            print(f"{prefix}{name} = {shown}")
 
 
 def cmd_asm(args) -> None:
@@ -74,7 +85,7 @@ def cmd_dis(args) -> None:
 def cmd_run(args) -> None:
     program = load(args.file)
     entry = _entry(program, args.entry)
-    values = _arguments(program, entry, args.args)
+    values = _arguments(args.args)
     m = _machine(program, args)
     m.enter(entry, *values, backward=args.backward)
     if args.trace:
@@ -85,7 +96,21 @@ def cmd_run(args) -> None:
         results = m.results()
     else:
         results = m.finish()
-    _print_values([str(p) for p in program.functions[entry].params], results, args.json)
+    _print_values([b.name for b in m.bindings], results, args.json)
+
+
+def cmd_grad(args) -> None:
+    from .gradient import grad
+    program = load(args.file)
+    entry = _entry(program, args.entry)
+    loss = int(args.loss) if args.loss.isdigit() else args.loss
+    values = _arguments(args.args)
+    grads = grad(program[entry], loss=loss, max_steps=args.max_steps,
+                 heap_limit=args.heap_limit)(*values)
+    m = Machine(program)
+    m.enter(entry, *values)
+    names = [b.name for b in m.bindings]
+    _print_values(names, grads, args.json, prefix=f"d{args.loss}/d")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -107,7 +132,7 @@ def parser() -> argparse.ArgumentParser:
     def runner(name: str, help: str):
         r = sub.add_parser(name, help=help)
         r.add_argument("file", help=".rasm or .rvmb")
-        r.add_argument("--entry", help="function to run (default: the only one, or main)")
+        r.add_argument("--entry", help="function to run (default: main, else the first one)")
         r.add_argument("--args", nargs="*", default=[], metavar="V",
                        help="parameter values, in order")
         r.add_argument("--json", action="store_true", help="print one JSON object")
@@ -122,6 +147,11 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--trace", action="store_true",
                    help="print every executed instruction with the registers it changed")
     r.set_defaults(run=cmd_run)
+
+    g = runner("grad", "gradient of one float parameter (the loss) w.r.t. every parameter")
+    g.add_argument("--loss", required=True,
+                   help="the loss: a float parameter register (f0) or argument index")
+    g.set_defaults(run=cmd_grad)
     return p
 
 

@@ -92,7 +92,7 @@ def test_bad_arguments_and_entry():
     r = rvm("run", ASM / "reverse.rasm", "--entry", "nope", "--args")
     assert r.returncode == 1 and "no function 'nope'" in r.stderr
     r = rvm("run", ASM / "fib.rasm", "--args", "1")
-    assert r.returncode == 1 and "takes 3 arguments" in r.stderr
+    assert r.returncode == 1 and "takes 3 parameter registers" in r.stderr
 
 
 def test_missing_and_corrupt_files(tmp_path):
@@ -120,3 +120,24 @@ def test_console_script_installed():
     r = subprocess.run([exe, "run", str(ASM / "fib.rasm"), "--args", "3", "0", "0", "--json"],
                        capture_output=True, text=True)
     assert json.loads(r.stdout) == {"r0": 3, "r1": 2, "r2": 3}
+
+
+def test_grad_json_and_plain():
+    r = rvm("grad", ASM / "besselj.rasm", "--entry", "besselj", "--loss", "f0",
+            "--args", "0", "2", "1.0", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["r0"] is None and abs(out["f1"] - 0.2102436) < 1e-7 and out["f0"] == 1.0
+    r = rvm("grad", ASM / "poly.rasm", "--loss", "0", "--args", "0", "1", "3")
+    assert r.stdout.splitlines() == ["d0/df0 = 1.0", "d0/df1 = 660.0", "d0/df2 = 528.0"]
+
+
+def test_grad_with_arrays_and_errors():
+    r = rvm("grad", ASM / "arrays.rasm", "--entry", "dot", "--loss", "f0",
+            "--args", "[1.0,2.0]", "[3.0,4.0]", "0", "--json")
+    assert json.loads(r.stdout) == {"r0:r1": [3.0, 4.0], "r2:r3": [1.0, 2.0], "f0": 1.0}
+    r = rvm("grad", ASM / "besselj.rasm", "--loss", "r0", "--args", "0", "2", "1.0")
+    assert r.returncode == 1 and "integer parameter" in r.stderr
+    r = rvm("grad", ASM / "besselj.rasm", "--loss", "f7", "--args", "0", "2", "1.0")
+    assert r.returncode == 1 and "unknown loss 'f7'" in r.stderr
+    assert rvm("grad", ASM / "besselj.rasm", "--args", "0", "2", "1").returncode == 2
