@@ -4,16 +4,29 @@ gradients come from running backwards with every float instruction switched to i
 from .api import FunctionHandle, load, save
 from .assembler import assemble, disassemble
 from .bytecode import dumps, loads
-from .errors import (AsmError, FormatError, InvertibilityError, MachineError, RvmError,
-                     VerifyError)
+from .errors import AsmError, FormatError, InvertibilityError, MachineError, RvmError, VerifyError
 from .machine import Machine
 from .program import Program
 
-__all__ = ["assemble", "disassemble", "load", "save", "dumps", "loads", "FunctionHandle",
-           "Machine", "Program", "RvmError", "AsmError",
-           "VerifyError", "FormatError", "MachineError", "InvertibilityError"]
+__all__ = [
+                     "AsmError",
+                     "FormatError",
+                     "FunctionHandle",
+                     "InvertibilityError",
+                     "Machine",
+                     "MachineError",
+                     "Program",
+                     "RvmError",
+                     "VerifyError",
+                     "assemble",
+                     "disassemble",
+                     "dumps",
+                     "load",
+                     "loads",
+                     "save",
+]
 __version__ = "0.1.0"
 
-from .gradient import grad, jacobian, value_and_grad  # noqa: E402
+from .gradient import grad, jacobian, value_and_grad
 
-__all__ += ["grad", "value_and_grad", "jacobian"]
+__all__ += ["grad", "jacobian", "value_and_grad"]

@@ -50,8 +50,8 @@ class FunctionHandle:
         run = self.program.uncall if self.backward else self.program.call
         return run(self.name, *args, **options)
 
-    def __invert__(self) -> "FunctionHandle":
+    def __invert__(self) -> FunctionHandle:
         return attrs.evolve(self, backward=not self.backward)
 
 
-__all__ = ["assemble", "load", "save", "FunctionHandle", "dumps", "loads"]
+__all__ = ["FunctionHandle", "assemble", "dumps", "load", "loads", "save"]

@@ -70,9 +70,10 @@ def bind(machine, fn, args) -> tuple[list, list[Binding]]:
                                    "arrays must be 1-D or 2-D", fn.name)
             regs = params[k:k + 1 + a.ndim]
             if len(regs) < 1 + a.ndim or any(r.cls != isa.INT for r in regs):
+                dims = "length" if a.ndim == 1 else "rows, cols"
                 raise MachineError(
                     f"argument {n + 1} of {fn.name} is a {a.ndim}-D array, which takes "
-                    f"{1 + a.ndim} integer parameters (base, {'length' if a.ndim == 1 else 'rows, cols'}); "
+                    f"{1 + a.ndim} integer parameters (base, {dims}); "
                     f"the parameters there are {', '.join(map(str, regs)) or 'none'}", fn.name)
             base = machine.alloc(a.size)
             machine.write_cells(base, a.astype(a.dtype.newbyteorder("<")).tobytes())

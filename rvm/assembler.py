@@ -48,7 +48,7 @@ class _Line:
         return tok
 
     def expect(self, text: str, what: str = ""):
-        kind, t, col = self.next()
+        _, t, col = self.next()
         if t != text:
             self.error(col, f"expected {what or repr(text)}, found {t or 'end of line'!r}")
 
@@ -73,7 +73,7 @@ class Assembler:
         self.fn_lines: dict[str, tuple[int, int, _Line]] = {}
 
     def register(self, line: _Line, tok, aliases: dict) -> Reg | None:
-        kind, text, col = tok
+        kind, text, _ = tok
         if kind != "name":
             return None
         if text in aliases:
@@ -148,7 +148,7 @@ class Assembler:
                 fn[3][label] = len(fn[2])
             if line.done():
                 continue
-            kind, word, col = line.peek()
+            _, word, col = line.peek()
             if word == ".func":
                 line.next()
                 if fn is not None:

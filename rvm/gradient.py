@@ -8,7 +8,7 @@ extra memory is one shadow per float register and heap cell, whatever the step c
 
 from __future__ import annotations
 
-from typing import Callable, Sequence, Union
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -17,7 +17,7 @@ from .arguments import Binding, read_array
 from .errors import MachineError
 from .machine import Machine
 
-Loss = Union[int, str, tuple]
+Loss = int | str | tuple
 
 
 def _target(fn) -> tuple:

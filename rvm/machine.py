@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 
 from . import codegen, isa
-from .codegen import CALL, END, Fault
-from .errors import InvertibilityError, MachineError
 from .arguments import bind, read_array
+from .codegen import END, Fault
+from .errors import InvertibilityError, MachineError
 from .program import Function, Program
 
 MIN_NORMAL = 2.2250738585072014e-308
@@ -29,7 +29,7 @@ class Frame:
     and the argument registers are moved into the callee (zero in the caller), so every
     machine state has one representation whichever direction it was reached from."""
 
-    __slots__ = ("fn", "R", "G", "state", "dir", "site", "inverse", "links")
+    __slots__ = ("G", "R", "dir", "fn", "inverse", "links", "site", "state")
 
     def __init__(self, fn: Function, dir: int, state: int):
         self.fn, self.dir, self.state = fn, dir, state

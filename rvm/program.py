@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import math
 import re
-from typing import Union
 
 import attrs
 
@@ -33,7 +32,7 @@ class Reg:
 
 @attrs.frozen
 class Imm:
-    value: Union[int, float]
+    value: int | float
 
     @property
     def cls(self) -> str:
@@ -46,7 +45,7 @@ class Imm:
 @attrs.frozen
 class Mem:
     base: Reg
-    off: Union[Reg, int] = 0
+    off: Reg | int = 0
 
     def __str__(self) -> str:
         if isinstance(self.off, Reg):
@@ -76,7 +75,7 @@ class FuncRef:
         return self.name
 
 
-Operand = Union[Reg, Imm, Mem, Label, FuncRef]
+Operand = Reg | Imm | Mem | Label | FuncRef
 
 
 @attrs.frozen
@@ -255,8 +254,8 @@ class _Checker:
             if regs.count(w) > 1:
                 self.fail(i, f"{ins.op}: destination {w} is also one of its operands; the "
                           "instruction would not be invertible",
-                          f"accumulate into a register that is not among the operands, "
-                          f"e.g. through a zeroed temporary")
+                          "accumulate into a register that is not among the operands, "
+                          "e.g. through a zeroed temporary")
 
     def pairing(self, i: int, ins: Instruction) -> None:
         fn = self.fn

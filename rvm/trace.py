@@ -4,7 +4,8 @@ Used by `rvm run --trace` (and reusable by the debugger)."""
 
 from __future__ import annotations
 
-from typing import Callable, TextIO
+from collections.abc import Callable
+from typing import TextIO
 
 from .assembler import format_instruction
 from .errors import MachineError

@@ -17,7 +17,7 @@ def close(a, b, rel=1e-12, abs_=1e-12):
 def states_close(s1, s2, rel=1e-12):
     """Machine snapshots equal: control state and ints exactly, floats within rel."""
     (f1, top1, heap1), (f2, top2, heap2) = s1, s2
-    if top1 != top2 or heap1 != heap2 and not _heaps_close(heap1, heap2, rel):
+    if top1 != top2 or (heap1 != heap2 and not _heaps_close(heap1, heap2, rel)):
         return False
     if len(f1) != len(f2):
         return False
@@ -38,7 +38,7 @@ def _heaps_close(h1, h2, rel):
     import struct
     n = len(h1) // 8
     d1, d2 = struct.unpack(f"<{n}d", h1), struct.unpack(f"<{n}d", h2)
-    return all(x == y or x != x and y != y and h1[8 * k:8 * k + 8] == h2[8 * k:8 * k + 8]
+    return all(x == y or (x != x and y != y and h1[8 * k:8 * k + 8] == h2[8 * k:8 * k + 8])
                or close(x, y, rel, rel) for k, (x, y) in enumerate(zip(d1, d2)))
 
 

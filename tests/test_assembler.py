@@ -79,7 +79,7 @@ def test_assemble_disassemble_assemble_is_identical(path):
     p1 = rvm.load(path)
     text = rvm.disassemble(p1)
     p2 = rvm.assemble(text, str(path))
-    strip = lambda p: {n: [(i.op, i.args) for i in f.code] for n, f in p.functions.items()}  # noqa
+    strip = lambda p: {n: [(i.op, i.args) for i in f.code] for n, f in p.functions.items()}
     assert strip(p1) == strip(p2)
     # identical bytecode once the source map (line numbers) is set aside
     p3 = rvm.assemble(rvm.disassemble(p2), str(path))

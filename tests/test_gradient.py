@@ -40,7 +40,7 @@ def point(op: str, n: int, rng: random.Random) -> list[float]:
 
 
 def finite_differences(program, n, xs, h=1e-6):
-    f = lambda v: np.array(program.call("t", *v))  # noqa: E731
+    f = lambda v: np.array(program.call("t", *v))
     jac = np.zeros((n, n))
     for j in range(n):
         up, down = list(xs), list(xs)
@@ -197,7 +197,7 @@ def test_stepping_back_in_gradient_mode_and_forwards_again():
     while m.back():                 # one adjoint step at a time
         snaps.append(m.snapshot())
     want = rvm.grad(p["g"], loss=2)(0.7, 0.2, 0.0)
-    assert m.stack[0].G == pytest.approx(list(want))
+    assert pytest.approx(list(want)) == m.stack[0].G
     # forwards in gradient mode inverts each adjoint step (no gradient was dropped here)
     for s in reversed(snaps[:-1]):
         assert m.step()

@@ -71,7 +71,7 @@ def build(spec, cls, rng):
 @pytest.mark.parametrize("op,cls", CASES, ids=[f"{o}-{c}" for o, c in CASES])
 def test_step_then_back_restores_state(op, cls):
     spec, rng = isa.OPS[op], random.Random(hash(op) & 0xFFFF)
-    for trial in range(25):
+    for _ in range(25):
         text, values = build(spec, cls, rng)
         program = rvm.assemble(text)
         m = rvm.Machine(program)
@@ -108,6 +108,7 @@ def test_int_arithmetic_wraps_around_and_back():
     start = m.snapshot()
     m.run()
     r0, r1 = m.results()
+    assert r1 == -big
     assert -(1 << 63) <= r0 < (1 << 63)
     mask = (1 << 64) - 1
     assert r0 & mask == (big + big + big * big) & mask
@@ -127,4 +128,5 @@ def test_float_families_compute_their_functions():
     ADD.atan2 f2, f1, 2.0
 .end""")
     f0, f1, f2 = prog.call("t", 1.0, 0.5, 0.0)
+    assert f1 == 0.5
     assert f0 == 1.0 + math.exp(0.5) and f2 == math.atan2(0.5, 2.0)

@@ -1,5 +1,7 @@
 """The verifier refuses every malformed program with a message naming the problem."""
 
+import pathlib
+
 import pytest
 
 import rvm
@@ -58,7 +60,7 @@ def test_verifier_refuses(name):
 
 def test_unknown_opcode_in_a_program_built_by_hand():
     fn = Function("f", (Reg("i", 0),), (Instruction("FROB", (Reg("i", 0),)),))
-    with pytest.raises(rvm.VerifyError, match="unknown opcode 'FROB'.*") as err:
+    with pytest.raises(rvm.VerifyError, match=r"unknown opcode 'FROB'") as err:
         verify(Program({"f": fn}))
     assert err.value.function == "f" and err.value.index == 0
 
@@ -84,7 +86,7 @@ def test_label_operand_must_be_label():
 
 
 def test_well_formed_loop_passes():
-    text = open(__file__.replace("tests/test_verifier.py", "asm/fib.rasm")).read()
+    text = (pathlib.Path(__file__).parent.parent / "asm" / "fib.rasm").read_text()
     assert "fib" in rvm.assemble(text).functions
 
 

@@ -17,7 +17,7 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import rvm  # noqa: E402
+import rvm
 
 
 def best(fn, repeat=5, number=20):
@@ -65,8 +65,8 @@ def main():
           f"{'fwd pass':>10} {'adj pass':>10} {'ratio':>6}")
     for label, program, name, args, loss in cases:
         g = rvm.grad(program[name], loss=loss)
-        tf = best(lambda: program.call(name, *args))
-        tg = best(lambda: g(*args))
+        tf = best(lambda p=program, n=name, a=args: p.call(n, *a))
+        tg = best(lambda g=g, a=args: g(*a))
         fn = program.functions[name]
         slot = fn.slot(fn.params[loss if name != "dot" else 4])
         pf, pb = passes(program, name, args, slot)

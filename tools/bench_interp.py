@@ -15,7 +15,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import rvm  # noqa: E402
+import rvm
 
 LEAPFROG = """
 .func leapfrog(f0, f1, r0)     ; q, p, steps: p -= dt sin q; q += dt p

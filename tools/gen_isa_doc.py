@@ -10,7 +10,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rvm import isa  # noqa: E402
+from rvm import isa
 
 KIND = {"D": "dst", "X": "reg", "S": "src", "C": "count", "M": "[mem]", "L": "label",
         "F": "func, regs..."}
