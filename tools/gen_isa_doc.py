@@ -14,6 +14,12 @@ from rvm import isa
 
 KIND = {"D": "dst", "X": "reg", "S": "src", "C": "count", "M": "[mem]", "L": "label",
         "F": "func, regs..."}
+ADJOINT_NOTE = {  # rows with no float form: what gradient mode does for them
+    "arith": "no gradient (integers): the inverse",
+    "memory": "the inverse; a freed cell's gradient shadow is dropped",
+    "control": "no gradient: same as plain mode",
+    "call": "the callee runs backwards (CALL) or forwards (UNCALL) in gradient mode",
+}
 GROUPS = [("arith", "Arithmetic"), ("family", "Function families (d op= f(args))"),
           ("memory", "Memory"), ("control", "Control flow"), ("call", "Calls")]
 
@@ -44,10 +50,9 @@ def render() -> str:
             ops = ", ".join(f"{n}:{KIND[k]}" for n, k in zip(s.names, s.kinds))
             forms = " ".join(sorted(s.forward)) or "-"
             fwd = "<br>".join(f"{c}: `{cell(t)}`" for c, t in sorted(s.forward.items()) if t)
-            adj = f"`{cell(s.adjoint)}`" if s.adjoint else (
-                "-" if s.group in ("control", "call") or not s.is_float else "")
+            adj = f"`{cell(s.adjoint)}`" if s.adjoint else ADJOINT_NOTE[s.group]
             out.append(f"| `{s.name}` | {ops} | `{s.inverse}` | {forms} | {cell(s.doc)} "
-                       f"| {fwd or '-'} | {adj or ('same as inverse' if s.forward else '-')} |")
+                       f"| {fwd or '-'} | {adj} |")
         out.append("")
     out += ["## Opcode numbers (bytecode)", "",
             " ".join(f"`{i}` {s.name}" for i, s in enumerate(isa.TABLE)), ""]
