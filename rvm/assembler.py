@@ -117,8 +117,9 @@ class Assembler:
         kind, mnemonic, col = line.next()
         spec = isa.lookup(mnemonic) if kind == "name" else None
         if spec is None:
-            close = difflib.get_close_matches(mnemonic.upper(), [s.upper() for s in isa.OPS], 1)
-            hint = f"did you mean {isa.lookup(close[0]).name}?" if close else \
+            names = {s.upper(): s for s in isa.OPS}
+            close = difflib.get_close_matches(mnemonic.upper(), names, 1)
+            hint = f"did you mean {names[close[0]]}?" if close else \
                 "see docs/isa.md for the instruction set"
             line.error(col, f"unknown instruction {mnemonic!r}", hint)
         args = []

@@ -18,7 +18,8 @@ Template language, one statement per line:
 Operand kinds: D accumulated destination (its register class picks the int or the float
 form); X a register changed in place; S a source (register or immediate; float forms accept
 int registers, converted); C a count (int register or non-negative int immediate); M a memory
-operand ``[rB + off]``; L a label; F a function name followed by registers.
+operand ``[rB + off]``; L a label; F a function name followed by registers; V a value of
+either class (register or immediate) that an integer form may read (comparisons).
 """
 
 from __future__ import annotations
@@ -125,6 +126,18 @@ TABLE: list[OpSpec] = [
            {INT: "{d} = {d} ^ ({a} & {b})"}),
     OpSpec("XOR.or", ("d:D", "a:S", "b:S"), "XOR.or", "d ^= a | b (ints)",
            {INT: "{d} = {d} ^ ({a} | {b})"}),
+    *(OpSpec(f"XOR.{cc.lower()}", ("d:D", "a:V", "b:V"), f"XOR.{cc.lower()}",
+             f"d ^= (a {op} b) as 0 or 1 (d an integer; a, b any class)",
+             {INT: f"{{d}} = {{d}} ^ int({{a}} {op} {{b}})"}) for cc, op in CONDITIONS.items()),
+    *(OpSpec(f"ASSERT.{cc}", ("a:V", "b:V"), f"ASSERT.{cc}",
+             f"stop with an error unless a {op} b (both directions)",
+             {INT: f"check {{a}} {op} {{b}} : assertion {{a_src}} {op} {{b_src}} failed "
+                   f"({{a_src}} = {{a}}, {{b_src}} = {{b}})"}) for cc, op in CONDITIONS.items()),
+    OpSpec("ZERO", ("x:X",), "ZERO",
+           "x must be zero here (floats within the tolerance; the residue is cleared)",
+           {INT: "check {x} == 0 : {x_src} = {x}, must be 0 here",
+            FLOAT: "check zero({x}) : {x_src} = {x}, must be 0 here\n{x} = 0.0"},
+           "check zero({x}) : {x_src} = {x}, must be 0 here\n{x} = 0.0\n{gx} = 0.0"),
     OpSpec("NEG", ("x:X",), "NEG", "x = -x", {INT: "{x} = -{x}", FLOAT: "{x} = -{x}"},
            "{x} = -{x}\n{gx} = -{gx}"),
     OpSpec("INC", ("x:X",), "DEC", "x += 1 (ints)", {INT: "{x} = {x} + 1"}),
@@ -202,7 +215,7 @@ def lookup(mnemonic: str) -> OpSpec | None:
     """The row for a mnemonic; the suffix of families and conditions is case-insensitive."""
     head, dot, tail = mnemonic.partition(".")
     head = head.upper()
-    if dot and head in ("BR", "CF"):
+    if dot and head in ("BR", "CF", "ASSERT"):
         tail = tail.upper()
     elif dot:
         tail = tail.lower()

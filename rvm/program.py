@@ -233,6 +233,9 @@ class _Checker:
             if cls == isa.INT and a.cls != isa.INT:
                 self.fail(i, f"wrong register class: {ins.op} on integers cannot read {a}",
                           "an integer result cannot absorb a float value exactly")
+        elif kind == "V":
+            if not isinstance(a, (Reg, Imm)):
+                self.fail(i, f"{ins.op}: operand {a} must be a register or an immediate")
         elif kind == "C":
             if not isinstance(a, (Reg, Imm)) or a.cls != isa.INT:
                 self.fail(i, f"{ins.op}: the count {a} must be an integer register or immediate")

@@ -16,7 +16,7 @@ ASM = pathlib.Path(__file__).resolve().parent.parent / "asm"
 # operand values keep each function differentiable and well conditioned
 DOMAIN = {"log": (0.5, 3), "sqrt": (0.5, 3), "pow": (0.5, 3), "abs": (0.3, 3)}
 FLOAT_OPS = [s.name for s in isa.TABLE if isa.FLOAT in s.forward and s.group != "memory"
-             and s.name != "NOP"]
+             and s.name not in ("NOP", "ZERO")]   # ZERO asserts; its adjoint drops: below
 
 
 def one_instruction(op: str) -> tuple[rvm.Program, int]:
@@ -86,6 +86,11 @@ def test_memory_instructions_move_gradients_with_values():
     fd = np.array([(f(v0 + h * e) - f(v0 - h * e)) / (2 * h) for e in np.eye(5)]).T
     assert np.allclose(jac, fd, atol=1e-6)
     assert np.allclose(jac, [[0, 1, 0, 0, 0], [0, 7, 0, 0, 2], [0, 0, 0, 1, 0]])
+
+
+def test_zero_drops_the_gradient_of_an_ancilla():
+    p = rvm.assemble(".func f(f0, f1)\n ADD.mul f2, f0, 1e-12\n ZERO f2\n ADD f1, f0\n.end")
+    assert rvm.grad(p["f"], loss=1)(3.0, 0.0) == (1.0, 1.0)
 
 
 def test_values_are_restored_after_a_gradient_pass():

@@ -39,11 +39,12 @@ def build(spec, cls, rng):
         last = k == len(spec.kinds) - 1
         if kind in "DX":
             v = rnd(cls)
-            if spec.name in ("ALLOC", "POP") or (spec.name == "FREE"):
+            if spec.name in ("ALLOC", "POP", "FREE", "ZERO"):
                 v = 0 if cls == "i" else 0.0
             args.append(fresh(cls, v))
-        elif kind == "S":
-            src = rng.choice(["reg", "imm", "int"] if cls == "f" else ["reg", "imm"])
+        elif kind in "SV":
+            src = rng.choice(["reg", "imm", "int"] if cls == "f" or kind == "V"
+                             else ["reg", "imm"])
             # int sources of float forms stay small: 2.7 + 485409 - 485409 is only 1e-11-close
             v = rng.randint(-4, 4) if src == "int" else rnd(cls)
             if (family in POSITIVE_FIRST and name == "a") or spec.name in ("ROT", "IROT"):
@@ -73,6 +74,10 @@ def test_step_then_back_restores_state(op, cls):
     spec, rng = isa.OPS[op], random.Random(hash(op) & 0xFFFF)
     for _ in range(25):
         text, values = build(spec, cls, rng)
+        if op.startswith("ASSERT."):     # operands that make the asserted condition hold
+            a = rng.uniform(-3, 3)
+            b = {"EQ": a, "NE": a + 1, "LT": a + 1, "LE": a, "GT": a - 1, "GE": a}[op[7:]]
+            text, values = f".func t(f0, f1)\n        {op} f0, f1\n.end\n", [a, b]
         program = rvm.assemble(text)
         m = rvm.Machine(program)
         m.enter("t", *values)
@@ -90,7 +95,9 @@ def test_step_then_back_restores_state(op, cls):
         before = m.snapshot()
         assert m.step(), text
         after = m.snapshot()
-        if op not in ("NOP",):
+        if op == "NOP" or op.startswith("ASSERT.") or op == "ZERO":
+            assert after[0][0][3] == before[0][0][3], f"{text} changed a register"
+        else:
             assert after != before, f"{text} changed nothing"
         assert m.back()
         restored = m.snapshot()

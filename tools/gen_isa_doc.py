@@ -12,7 +12,7 @@ sys.path.insert(0, str(ROOT))
 
 from rvm import isa
 
-KIND = {"D": "dst", "X": "reg", "S": "src", "C": "count", "M": "[mem]", "L": "label",
+KIND = {"D": "dst", "X": "reg", "S": "src", "V": "value", "C": "count", "M": "[mem]", "L": "label",
         "F": "func, regs..."}
 ADJOINT_NOTE = {  # rows with no float form: what gradient mode does for them
     "arith": "no gradient (integers): the inverse",
