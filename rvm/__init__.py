@@ -4,29 +4,24 @@ gradients come from running backwards with every float instruction switched to i
 from .api import FunctionHandle, load, save
 from .assembler import assemble, disassemble
 from .bytecode import dumps, loads
-from .errors import AsmError, FormatError, InvertibilityError, MachineError, RvmError, VerifyError
+from .errors import (
+                     AsmError,
+                     CompileError,
+                     FormatError,
+                     InvertibilityError,
+                     MachineError,
+                     RvmError,
+                     VerifyError,
+)
+from .gradient import grad, jacobian, value_and_grad
+from .lang import Array, ancilla, compute, inverse, irot, neg, reversible, rot, zeros
 from .machine import Machine
 from .program import Program
 
 __all__ = [
-                     "AsmError",
-                     "FormatError",
-                     "FunctionHandle",
-                     "InvertibilityError",
-                     "Machine",
-                     "MachineError",
-                     "Program",
-                     "RvmError",
-                     "VerifyError",
-                     "assemble",
-                     "disassemble",
-                     "dumps",
-                     "load",
-                     "loads",
-                     "save",
+    "Array", "AsmError", "CompileError", "FormatError", "FunctionHandle",
+    "InvertibilityError", "Machine", "MachineError", "Program", "RvmError", "VerifyError",
+    "ancilla", "assemble", "compute", "disassemble", "dumps", "grad", "inverse", "irot",
+    "jacobian", "load", "loads", "neg", "reversible", "rot", "save", "value_and_grad", "zeros",
 ]
 __version__ = "0.1.0"
-
-from .gradient import grad, jacobian, value_and_grad
-
-__all__ += ["grad", "jacobian", "value_and_grad"]

@@ -51,7 +51,7 @@ def coerce(v, reg, fname: str):
     return float(v)
 
 
-def bind(machine, fn, args) -> tuple[list, list[Binding]]:
+def bind(machine, fn, args, names: list[str] | None = None) -> tuple[list, list[Binding]]:
     """Register values for fn's parameters, and one Binding per argument.
 
     Arrays are placed on the machine's heap (allocated LIFO, in argument order)."""
@@ -79,13 +79,14 @@ def bind(machine, fn, args) -> tuple[list, list[Binding]]:
             machine.write_cells(base, a.astype(a.dtype.newbyteorder("<")).tobytes())
             values += [base, *a.shape]
             bindings.append(Binding(tuple(range(k, k + 1 + a.ndim)),
-                                    ":".join(map(str, regs)), dtype, base, a.shape))
+                                    names[n] if names else ":".join(map(str, regs)), dtype,
+                                    base, a.shape))
             k += 1 + a.ndim
         else:
             if k >= len(params):
                 break
             values.append(coerce(a, params[k], fn.name))
-            bindings.append(Binding((k,), str(params[k]), params[k].cls))
+            bindings.append(Binding((k,), names[n] if names else str(params[k]), params[k].cls))
             k += 1
     if k != len(params) or len(bindings) != len(args):
         raise MachineError(f"{fn.name} takes {len(params)} parameter registers "

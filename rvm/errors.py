@@ -8,8 +8,8 @@ class RvmError(Exception):
     """Base of every error caused by the user's program or input."""
 
 
-class AsmError(RvmError):
-    """A syntax error in assembly text, located as file:line:col with the line and a caret."""
+class SourceError(RvmError):
+    """An error located in source text: file:line:col, the line, a caret and a hint."""
 
     def __init__(self, message: str, file: str, line: int, col: int, text: str = "",
                  hint: str = ""):
@@ -24,6 +24,14 @@ class AsmError(RvmError):
         if self.hint:
             out += f"\n  hint: {self.hint}"
         return out
+
+
+class AsmError(SourceError):
+    """A syntax or verification error in assembly text (.rasm)."""
+
+
+class CompileError(SourceError):
+    """A construct of the reversible Python subset that is not reversible or not supported."""
 
 
 class VerifyError(RvmError):

@@ -20,13 +20,16 @@ from .machine import Machine
 Loss = int | str | tuple
 
 
-def _target(fn) -> tuple:
-    """(program, function name) of a loaded-program handle or a compiled function."""
+def _target(fn, args) -> tuple:
+    """(program, function name, parameter names) of a loaded-program handle or of a
+    reversible function (compiled for these arguments)."""
+    if hasattr(fn, "specialize"):
+        return fn.specialize(args)
     program, name = getattr(fn, "program", None), getattr(fn, "name", None)
     if program is None or name not in getattr(program, "functions", {}):
         raise TypeError("rvm.grad needs a function of a loaded program (prog['name']) or a "
-                        f"compiled reversible function, got {fn!r}")
-    return program, name
+                        f"reversible function (@rvm.reversible), got {fn!r}")
+    return program, name, None
 
 
 def _find(bindings: list[Binding], fn, which: Loss, what: str,
@@ -74,12 +77,15 @@ class _Pass:
     """One machine reused for the forward run and any number of backward passes."""
 
     def __init__(self, fn, machine_options: dict):
-        self.program, self.name = _target(fn)
-        self.options = machine_options
+        if not hasattr(fn, "specialize"):
+            _target(fn, ())          # fail early on something that is not a function
+        self.fn, self.options = fn, machine_options
+        self.name = getattr(fn, "name", "fn")
 
     def forward(self, args) -> Machine:
-        m = Machine(self.program, **self.options)
-        m.enter(self.name, *args)
+        program, name, names = _target(self.fn, args)
+        m = Machine(program, **self.options)
+        m.enter(name, *args, names=names)
         m.run(1)
         m.check_locals(m.stack[0])
         return m

@@ -314,7 +314,8 @@ class Machine:
         return self.at_boundary(-1)
 
     # ------------------------------------------------------------------ calls
-    def enter(self, name: str, *args, backward: bool = False) -> Frame:
+    def enter(self, name: str, *args, backward: bool = False,
+              names: list[str] | None = None) -> Frame:
         """Set up `name` on the arguments as the root frame, ready to step (or uncall).
 
         numpy arrays are copied onto the heap (see rvm.arguments); the heap is reset."""
@@ -325,7 +326,7 @@ class Machine:
         self.top = 0
         self._buf[:] = bytes(len(self._buf))
         self._gbuf[:] = bytes(len(self._gbuf))
-        values, self.bindings = bind(self, fn, args)
+        values, self.bindings = bind(self, fn, args, names)
         fr = Frame(fn, -1 if backward else 1, 2 * len(fn.code) if backward else 0)
         for p, v in zip(fn.params, values):
             fr.R[fn.slot(p)] = v

@@ -1,0 +1,252 @@
+"""The frontend: a reversible subset of Python (docs/language.md), compiled to rvm bytecode.
+
+    @rvm.reversible
+    def f(out: float, x: float):
+        out += x * x
+
+    f(0.0, 3.0)          # (9.0, 3.0): every argument's final value
+    (~f)(9.0, 3.0)       # (0.0, 3.0): the inverse, for free
+    rvm.grad(f, loss="out")(0.0, 3.0)
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+import linecache
+import textwrap
+from typing import Any
+
+from ..errors import CompileError, MachineError
+from ..program import Program, verify
+from .compiler import FunctionCompiler, Source, parse_annotation, sig_of
+
+
+class Array:
+    """Annotation for array parameters: Array[float] (1-D), Array[float, 2], Array[int]."""
+
+    def __class_getitem__(cls, item):
+        return cls
+
+
+def _marker(name: str):
+    def marker(*args, **kwargs):
+        raise RuntimeError(f"{name}() is only meaningful inside an @rvm.reversible function")
+    marker.__name__ = name
+    return marker
+
+
+ancilla, compute, inverse = _marker("ancilla"), _marker("compute"), _marker("inverse")
+neg, rot, irot, zeros = _marker("neg"), _marker("rot"), _marker("irot"), _marker("zeros")
+
+
+class Session:
+    """Compiles a root function and every reversible function it reaches into one Program."""
+
+    def __init__(self):
+        self.functions: dict = {}
+        self.names: dict = {}
+        self.params: dict = {}
+        self.pending: list = []
+        self.used: set[str] = set()
+
+    def request(self, rf: ReversibleFunction, sig: tuple, node=None, src=None) -> str:
+        sig = rf.check_signature(sig, node, src)
+        key = (rf.key, sig)
+        if key not in self.names:
+            name, k = rf.name, 1
+            while name in self.used:
+                k += 1
+                name = f"{rf.name}.{k}"
+            self.used.add(name)
+            self.names[key] = name
+            self.pending.append((rf, sig, name))
+        return self.names[key]
+
+    def run(self, source: str) -> Program:
+        while self.pending:
+            rf, sig, name = self.pending.pop(0)
+            fc = FunctionCompiler(self, rf.node, rf.source, rf.env, name, sig)
+            fn, names = fc.compile()
+            self.functions[name] = fn
+            self.params[name] = names
+        return verify(Program(self.functions, source))
+
+
+class ReversibleFunction:
+    """A function of the reversible subset. Calling it runs it on the VM and returns every
+    argument's final value; `~f` is its inverse; `rvm.grad(f, loss=...)` differentiates it.
+    Compiled on first use for each argument signature (scalar types, array dtype and rank)."""
+
+    def __init__(self, pyfunc=None, *, node=None, source=None, env=None, backward=False,
+                 cache=None):
+        self.pyfunc, self.backward = pyfunc, backward
+        self._node, self._source, self._env = node, source, env
+        self._cache = {} if cache is None else cache
+        self.key = id(pyfunc) if pyfunc is not None else (source.file, node.name)
+        if pyfunc is not None:
+            self.__doc__, self.__name__ = pyfunc.__doc__, pyfunc.__name__
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+    def _parse(self) -> None:
+        lines, start = inspect.getsourcelines(self.pyfunc)
+        file = inspect.getsourcefile(self.pyfunc) or "<string>"
+        text = "".join(lines)
+        indent = len(text) - len(text.lstrip(" "))
+        tree = ast.parse(textwrap.dedent(text))
+        node = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
+        all_lines = linecache.getlines(file) or lines
+        self._node = node
+        self._source = Source(file, all_lines, start, indent)
+
+    @property
+    def node(self) -> ast.FunctionDef:
+        if self._node is None:
+            self._parse()
+        return self._node
+
+    @property
+    def source(self) -> Source:
+        if self._source is None:
+            self._parse()
+        return self._source
+
+    def env(self, dotted: str) -> Any:
+        """The value of a (dotted) name in the function's enclosing Python scope, or None."""
+        head, *rest = dotted.split(".")
+        if self._env is not None:
+            value = self._env.get(head)
+        else:
+            f = self.pyfunc
+            cells = dict(zip(f.__code__.co_freevars, f.__closure__ or ()))
+            if head in cells:
+                try:
+                    value = cells[head].cell_contents
+                except ValueError:
+                    value = None
+            else:
+                value = f.__globals__.get(head, getattr(builtins, head, None))
+        for attr in rest:
+            value = getattr(value, attr, None)
+        return value
+
+    def annotations(self) -> list:
+        return [parse_annotation(a.annotation, self.env) for a in self.node.args.args]
+
+    def check_signature(self, sig: tuple, node=None, src=None) -> tuple:
+        params = self.node.args.args
+        if len(sig) != len(params):
+            where = src or self.source
+            msg = (f"{self.name} takes {len(params)} arguments "
+                   f"({', '.join(a.arg for a in params)}), got {len(sig)}")
+            if node is not None:
+                raise where.error(node, msg)
+            raise MachineError(msg, self.name)
+        out = []
+        for p, s, ann in zip(params, sig, self.annotations()):
+            if ann is None:
+                out.append(s)
+                continue
+            ok = ann == s or (ann == ("float",) and s == ("int",) and node is None)
+            if not ok:
+                msg = (f"argument {p.arg} of {self.name} is declared {_show(ann)}, "
+                       f"got {_show(s)}")
+                if node is not None:
+                    raise (src or self.source).error(node, msg)
+                raise MachineError(msg, self.name)
+            out.append(ann)
+        return tuple(out)
+
+    def specialize(self, args) -> tuple[Program, str, list[str]]:
+        """(program, entry name, parameter names) for these arguments' signature."""
+        sig = self.check_signature(tuple(sig_of(a) for a in args))
+        if sig not in self._cache:
+            session = Session()
+            name = session.request(self, sig)
+            program = session.run(self.source.file)
+            self._cache[sig] = (program, name, session.params[name])
+        return self._cache[sig]
+
+    def compile(self, sig: tuple | None = None) -> Program:
+        """The program for a signature (default: from the annotations)."""
+        if sig is None:
+            sig = tuple(self.annotations())
+            if None in sig:
+                raise CompileError(f"{self.name}: annotate every parameter (float, int, "
+                                   "Array[float], ...) to compile without arguments",
+                                   self.source.file, self.node.lineno + self.source.first - 1,
+                                   1)
+        session = Session()
+        session.request(self, sig)
+        return session.run(self.source.file)
+
+    def __call__(self, *args, **machine_options):
+        from ..machine import Machine
+        program, name, names = self.specialize(args)
+        m = Machine(program, **machine_options)
+        m.enter(name, *args, backward=self.backward, names=names)
+        return m.finish()
+
+    def __invert__(self) -> ReversibleFunction:
+        return ReversibleFunction(self.pyfunc, node=self._node, source=self._source,
+                                  env=self._env, backward=not self.backward,
+                                  cache=self._cache)
+
+    def __repr__(self) -> str:
+        return f"<reversible function {'~' if self.backward else ''}{self.name}>"
+
+
+def _show(sig: tuple) -> str:
+    if sig[0] == "array":
+        return f"Array[{'float' if sig[1] == 'f' else 'int'}, {sig[2]}]"
+    return sig[0]
+
+
+def reversible(pyfunc) -> ReversibleFunction:
+    """Decorator: compile a function of the reversible Python subset for the rvm VM."""
+    return ReversibleFunction(pyfunc)
+
+
+def compile_file(path: str) -> Program:
+    """Compile every @reversible function of a Python file (parameters annotated) without
+    running the file: constants come from its literal module-level assignments."""
+    import math
+
+    import numpy
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    try:
+        tree = ast.parse(text, path)
+    except SyntaxError as e:
+        raise CompileError(f"syntax error: {e.msg}", path, e.lineno or 1, e.offset or 1,
+                           (e.text or "").rstrip("\n")) from None
+    env: dict[str, Any] = {"math": math, "np": numpy, "numpy": numpy}
+    source = Source(path, text.splitlines(keepends=True))
+    functions = []
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
+                isinstance(node.targets[0], ast.Name):
+            try:
+                env[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                pass
+        if isinstance(node, ast.FunctionDef) and any(
+                ast.unparse(d).split(".")[-1] == "reversible" for d in node.decorator_list):
+            rf = ReversibleFunction(node=node, source=source, env=env)
+            env[node.name] = rf
+            functions.append(rf)
+    if not functions:
+        raise CompileError("no @reversible function in the file", path, 1, 1)
+    session = Session()
+    for rf in functions:
+        sig = tuple(rf.annotations())
+        if None in sig:
+            missing = [a.arg for a, s in zip(rf.node.args.args, sig) if s is None]
+            raise source.error(rf.node, f"{rf.name}: annotate parameter(s) "
+                               f"{', '.join(missing)} (float, int, Array[float], ...)")
+        session.request(rf, sig)
+    return session.run(path)
