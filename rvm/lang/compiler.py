@@ -310,7 +310,7 @@ class FunctionCompiler:
                                  "constant")
         written = self.written(s.body)
         for bound in (start, stop):
-            for name in self.names(bound):
+            for name in self.value_names(bound):
                 if name in written:
                     raise self.error(bound, f"the loop bound uses {name!r}, which the body "
                                      "changes", "bounds must not change inside the loop")
@@ -321,8 +321,8 @@ class FunctionCompiler:
             if self.typeof(e) != "int":
                 raise self.error(e, "range bounds must be integers")
         up = step > 0
-        bounds_code, (a, b) = self.capture(
-            lambda: (self.operand(start, INT), self.operand(stop, INT)))
+        # bounds are copied: a callee given a bound variable by reference cannot move them
+        bounds_code, (a, b) = self.capture(lambda: (self.copy(start), self.copy(stop)))
         self.code += bounds_code
         i = self.reg(INT)
         g, top, again, skip = (self.fresh(x) for x in ("for", "top", "again", "skip"))
@@ -345,6 +345,19 @@ class FunctionCompiler:
         self.emit("SUB", i, a)
         self.release(i)
         self.code += invert(bounds_code, self.fresh)
+        for bound in (a, b):
+            if isinstance(bound, Reg):
+                self.emit("ZERO", bound)    # fails if the body changed a bound variable
+                self.release(bound)
+
+    def copy(self, e):
+        """A constant, or a fresh temporary holding e's value."""
+        value = self.constant_or_none(e)
+        if value is not None:
+            return Imm(value)
+        t = self.reg(INT)
+        self.accumulate(t, 1, e, e)
+        return t
 
     def trips(self, a, b, step: int) -> Reg:
         t, n = self.reg(INT), self.reg(INT)
@@ -737,14 +750,20 @@ class FunctionCompiler:
             raise self.error(e, f"{name} takes {want} argument(s)")
         if name == "neg":
             return self.into(e.args[0], lambda r: self.emit("NEG", r), e)
-        a, b = (self.variable(x) for x in e.args[:2])
-        if a.kind != "float" or b.kind != "float" or a.name == b.name:
-            raise self.error(e, f"{name} rotates two distinct float variables")
-        for n in self.names(e.args[2]):
-            if n in (a.name, b.name):
-                raise self.error(e.args[2], "the angle may not use the rotated variables")
-        self.with_operands([e.args[2]], lambda ops: self.emit(name.upper(), a.reg, b.reg,
-                                                               ops[0]), FLOAT)
+        x, y, angle = e.args
+        if ast.unparse(x) == ast.unparse(y):
+            raise self.error(e, f"{name} rotates two distinct values")
+        if self.typeof(x) != "float" or self.typeof(y) != "float":
+            raise self.error(e, f"{name} rotates two float values")
+        for n in self.value_names(angle):
+            if n in self.base_names(x) | self.base_names(y):
+                raise self.error(angle, "the angle may not use the rotated values")
+        if self.base_names(x) == self.base_names(y) and isinstance(x, ast.Subscript) and \
+                not isinstance(x.slice, ast.Tuple) and isinstance(y, ast.Subscript):
+            self.with_operands([x.slice, y.slice], lambda ops: self.emit("ASSERT.NE", *ops),
+                               INT)
+        self.into(x, lambda a: self.into(y, lambda b: self.with_operands(
+            [angle], lambda ops: self.emit(name.upper(), a, b, ops[0]), FLOAT), e), e)
 
     def call(self, e, inverse: bool = False) -> None:
         f = e.func
@@ -886,8 +905,19 @@ class FunctionCompiler:
     def names(self, e) -> set[str]:
         return {n.id for n in ast.walk(e) if isinstance(n, ast.Name)}
 
+    def value_names(self, e) -> set[str]:
+        """Names whose *values* e reads (len(A) and A.shape read only A's fixed size)."""
+        if isinstance(e, ast.Call) and self.callee_name(e.func) == "len":
+            return set()
+        if isinstance(e, ast.Attribute) and e.attr == "shape":
+            return set()
+        if isinstance(e, ast.Name):
+            return {e.id}
+        return set().union(set(), *(self.value_names(c) for c in ast.iter_child_nodes(e)))
+
     def written(self, stmts: list) -> set[str]:
-        """Names a block may change: targets, swapped/rotated names, call arguments."""
+        """Names a block changes directly (targets, swaps, neg/rot). Arguments of calls are
+        not counted: where bounds are concerned they are copied (see stmt_For)."""
         out: set[str] = set()
         for s in stmts:
             for n in ast.walk(s):
@@ -896,11 +926,10 @@ class FunctionCompiler:
                 elif isinstance(n, ast.Assign):
                     for t in n.targets:
                         out |= self.base_names(t)
-                elif isinstance(n, ast.Call) and self.callee_name(n.func) not in FUNCS | {
-                        "len", "range", "ancilla", "zeros", "compute", "inverse"}:
-                    for a in n.args:
-                        out |= self.base_names(a) if isinstance(a, (ast.Name, ast.Subscript)) \
-                            else set()
+                elif isinstance(n, ast.Call) and self.callee_name(n.func) in ("neg", "rot",
+                                                                              "irot"):
+                    for a in n.args[:2]:
+                        out |= self.base_names(a)
                 elif isinstance(n, ast.For) and isinstance(n.target, ast.Name):
                     out.add(n.target.id)
         return out
@@ -915,8 +944,37 @@ class FunctionCompiler:
         return set()
 
     def no_self_reference(self, target, value, node) -> None:
+        """The target may not be read by its own update. An array target may read other
+        elements of its array: a run-time check then makes sure the indices differ."""
         name = next(iter(self.base_names(target)), None)
-        if name is not None and name in self.names(value):
-            raise self.error(node, f"{name} occurs on both sides", "the target of an "
-                             "accumulation may not be read by it: use a temporary "
-                             "(with ancilla(t=0.0): t += ...; y += ... t ...; t -= ...)")
+        if name is None or name not in self.value_names(value):
+            return
+        reads = [n for n in ast.walk(value) if isinstance(n, ast.Subscript)
+                 and isinstance(n.value, ast.Name) and n.value.id == name]
+        whole = self.value_names(value) - {name} | (
+            {name} if any(isinstance(n, ast.Name) and n.id == name for n in
+                          self.outside_subscripts(value, name)) else set())
+        if isinstance(target, ast.Subscript) and name not in whole and reads and \
+                not isinstance(target.slice, ast.Tuple):
+            for r in reads:
+                if isinstance(r.slice, ast.Tuple):
+                    break
+                self.with_operands([target.slice, r.slice],
+                                   lambda ops: self.emit("ASSERT.NE", *ops), INT)
+            else:
+                return
+        raise self.error(node, f"{name} occurs on both sides", "the target of an "
+                         "accumulation may not be read by it: use a temporary "
+                         "(with ancilla(t=0.0): t += ...; y += ... t ...; t -= ...)")
+
+    def outside_subscripts(self, e, name: str):
+        """Nodes of e that are not inside a subscript of `name` (or len/shape of it)."""
+        if isinstance(e, ast.Subscript) and isinstance(e.value, ast.Name) and \
+                e.value.id == name:
+            yield from (n for n in ast.walk(e.slice))
+            return
+        if isinstance(e, ast.Call) and self.callee_name(e.func) == "len":
+            return
+        yield e
+        for c in ast.iter_child_nodes(e):
+            yield from self.outside_subscripts(c, name)
