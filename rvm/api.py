@@ -13,9 +13,13 @@ from .program import Program
 
 
 def load(path: str | os.PathLike) -> Program:
-    """Load a program from assembly (.rasm) or bytecode (.rvmb); it is verified on load."""
+    """Load a program from assembly (.rasm), bytecode (.rvmb), or a Python file of
+    @rvm.reversible functions (.py, compiled without running it); verified on load."""
     path = os.fspath(path)
     try:
+        if path.endswith(".py"):
+            from .lang import compile_file
+            return compile_file(path)
         if path.endswith(".rvmb"):
             with open(path, "rb") as f:
                 return loads(f.read(), path)

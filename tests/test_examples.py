@@ -12,13 +12,13 @@ import rvm
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "examples"))
 
-from bennett import bennett  # noqa: E402
-from besselj import besselj, besselj_inplace  # noqa: E402
-from complex_log import complex_log  # noqa: E402
-from fib import rrfib  # noqa: E402
-from iexp import iexp  # noqa: E402
-from sparse_dot import sparse_dot  # noqa: E402
-from unitary import givens  # noqa: E402
+from bennett import bennett
+from besselj import besselj, besselj_inplace
+from complex_log import complex_log
+from fib import rrfib
+from iexp import iexp
+from sparse_dot import sparse_dot
+from unitary import givens
 
 
 def fd_grad(f, args, k, loss=0, h=1e-6):

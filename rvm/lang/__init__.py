@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import inspect
 import linecache
 import textwrap
@@ -119,7 +120,7 @@ class ReversibleFunction:
         """The value of a (dotted) name in the function's enclosing Python scope, or None."""
         head, *rest = dotted.split(".")
         if self._env is not None:
-            value = self._env.get(head)
+            value = self._env.get(head, getattr(builtins, head, None))
         else:
             f = self.pyfunc
             cells = dict(zip(f.__code__.co_freevars, f.__closure__ or ()))
@@ -230,10 +231,8 @@ def compile_file(path: str) -> Program:
     for node in tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
                 isinstance(node.targets[0], ast.Name):
-            try:
+            with contextlib.suppress(ValueError):
                 env[node.targets[0].id] = ast.literal_eval(node.value)
-            except ValueError:
-                pass
         if isinstance(node, ast.FunctionDef) and any(
                 ast.unparse(d).split(".")[-1] == "reversible" for d in node.decorator_list):
             rf = ReversibleFunction(node=node, source=source, env=env)

@@ -1,0 +1,219 @@
+"""The reversible Python subset: each statement forwards, backwards, and its errors."""
+
+import math
+
+import numpy as np
+import pytest
+
+import rvm
+from rvm import Array, ancilla, compute, inverse, irot, neg, rot
+
+SCALE = 2.5
+
+
+@rvm.reversible
+def arith(y: float, a: float, b: float, k: int):
+    y += a * b + 3.0 * a - b / 2.0
+    y -= exp(a) * sin(b)
+    y += k * a          # an int in a float expression is promoted
+    y += SCALE ** 2     # a constant from the enclosing scope
+    k += 7 // 2 - 10 % 4
+
+
+def test_accumulation_and_promotion():
+    a, b = 0.7, -1.3
+    y, a2, b2, k = arith(1.0, a, b, 3)
+    want = 1.0 + a * b + 3 * a - b / 2 - math.exp(a) * math.sin(b) + 3 * a + SCALE ** 2
+    assert y == pytest.approx(want, rel=1e-14) and (a2, b2, k) == (a, b, 4)
+    assert (~arith)(y, a, b, 4) == pytest.approx((1.0, a, b, 3), rel=1e-14)
+
+
+@rvm.reversible
+def statements(x: float, y: float, t: float, n: int, m: int):
+    x, y = y, x
+    neg(t)
+    rot(x, y, t)
+    x *= 2.0
+    y /= -4.0
+    n ^= m & 6
+    n ^= m > 2
+    irot(x, y, 0.5)
+
+
+def test_swap_neg_rot_mul_xor_roundtrip():
+    args = (1.0, 2.0, 0.3, 5, 7)
+    out = statements(*args)
+    x, y = 2.0, 1.0
+    t = -0.3
+    x, y = x * math.cos(t) - y * math.sin(t), x * math.sin(t) + y * math.cos(t)
+    x, y = 2 * x, y / -4
+    x, y = x * math.cos(0.5) + y * math.sin(0.5), -x * math.sin(0.5) + y * math.cos(0.5)
+    assert out == pytest.approx((x, y, t, 5 ^ 6 ^ 1, 7), rel=1e-14)
+    assert (~statements)(*out) == pytest.approx(args, rel=1e-14)
+
+
+@rvm.reversible
+def branches(x: float, n: int, flag: int):
+    if n > 2 and not flag:
+        x += 1.0
+    else:
+        x -= 1.0
+    if (x > 0.0, x > 1.0):      # the post-condition tells the branches apart afterwards
+        x += 1.0
+
+
+def test_if_else_and_pre_post():
+    assert branches(0.5, 3, 0) == (2.5, 3, 0)
+    assert branches(0.5, 3, 1) == (-0.5, 3, 1)
+    assert branches(-3.0, 1, 0) == (-4.0, 1, 0)
+    for out in [(2.5, 3, 0), (-0.5, 3, 1), (-4.0, 1, 0)]:
+        assert branches(*(~branches)(*out)) == out
+
+
+@rvm.reversible
+def loops(total: int, n: int, s: float, x: float):
+    for i in range(n):
+        total += i
+    for i in range(10, n, -3):
+        total += 100 * i
+    with ancilla(k=0):
+        while (k < n, k != 0):
+            k += 1
+            s += x
+        k -= n
+
+
+def test_for_and_while():
+    assert loops(0, 5, 0.0, 0.5) == (10 + 100 * (10 + 7), 5, 2.5, 0.5)
+    assert loops(0, 0, 1.0, 0.5) == (100 * (10 + 7 + 4 + 1), 0, 1.0, 0.5)
+    assert (~loops)(1710, 5, 2.5, 0.5) == (0, 5, 0.0, 0.5)
+
+
+@rvm.reversible
+def matvec(y: Array[float], A: Array[float, 2], x: Array[float]):
+    for i in range(A.shape[0]):
+        for j in range(len(x)):
+            y[i] += A[i, j] * x[j]
+
+
+def test_arrays_2d_and_gradients():
+    rng = np.random.default_rng(0)
+    A, x = rng.normal(size=(3, 4)), rng.normal(size=4)
+    y, A2, x2 = matvec(np.zeros(3), A, x)
+    assert np.allclose(y, A @ x) and np.array_equal(A2, A) and np.array_equal(x2, x)
+    _, gA, gx = rvm.grad(matvec, loss=(0, 1))(np.zeros(3), A, x)
+    assert np.allclose(gx, A[1]) and np.allclose(gA[1], x) and np.allclose(gA[0], 0)
+    assert np.allclose((~matvec)(y, A, x)[0], 0, atol=1e-15)
+
+
+@rvm.reversible
+def square(out: float, x: float):
+    out += x * x
+
+
+@rvm.reversible
+def calls(out: float, x: float, v: Array[float]):
+    square(out, x)
+    ~square(out, v[0])
+    (~square)(out, v[1])
+    square(v[2], x)
+
+
+def test_calls_uncalls_and_element_arguments():
+    v = np.array([1.0, 2.0, 0.0])
+    out, x, v2 = calls(10.0, 3.0, v)
+    assert out == 10 + 9 - 1 - 4 and np.array_equal(v2, [1.0, 2.0, 9.0])
+    back = (~calls)(out, x, v2)
+    assert back[0] == 10.0 and np.array_equal(back[2], v)
+
+
+@rvm.reversible
+def blocks(out: float, x: float):
+    with ancilla(t=0.0, c=2.0, buf=zeros(3)):
+        with compute() as r:
+            t += x * c
+            buf[1] += t
+        out += buf[1] * t
+        ~r
+        with inverse():
+            out += x
+
+
+def test_compute_uncompute_inverse_block_and_ancilla_init():
+    assert blocks(1.0, 3.0) == (1.0 + 36.0 - 3.0, 3.0)
+    assert (~blocks)(34.0, 3.0) == (1.0, 3.0)
+
+
+def test_recursion_and_signature_specialization():
+    @rvm.reversible
+    def tri(out: int, n: int):
+        if n > 0:
+            out += n
+            with ancilla(m=n - 1):
+                tri(out, m)
+    assert tri(0, 10) == (55, 10) and (~tri)(55, 10) == (0, 10)
+
+    @rvm.reversible
+    def add(y, x):                  # no annotations: compiled per argument types
+        y += x
+    assert add(1, 2) == (3, 2) and add(1.5, 2) == (3.5, 2)
+
+
+def test_emitted_assembly_has_source_lines():
+    program = square.compile()
+    text = rvm.disassemble(program, annotate=True)
+    line = square.pyfunc.__code__.co_firstlineno + 2
+    assert "ADD.mul  f0, f1, f1" in text and f"line {line}" in text
+
+
+ERRORS = {   # body, message, hint; the error points at the body's last line but for while
+
+    "plain assignment": ("y = x", "plain assignment overwrites", "accumulate instead"),
+    "both sides": ("y += y * x", "y occurs on both sides", "use a temporary"),
+    "return": ("return y", "return is not reversible", ""),
+    "break": ("while (x > 0, x < 0):\n        break", "break is not reversible", ""),
+    "python function": ("print(y)", "'print' is an ordinary Python function", "@rvm.reversible"),
+    "unknown name": ("y += zz", "unknown variable 'zz'", "ancilla"),
+    "int target float expr": ("n += x", "integer target cannot absorb a float", "//"),
+    "while needs pre/post": ("while x > 0:\n        x -= 1.0", "needs (precondition",
+                             "post-condition"),
+    "float floordiv": ("y += x // 2.0", "// is integer division", ""),
+}
+
+
+@pytest.mark.parametrize("case", list(ERRORS))
+def test_compile_errors_are_located(case, tmp_path):
+    body, message, hint = ERRORS[case]
+    path = tmp_path / "bad.py"
+    path.write_text("import rvm\n\n@rvm.reversible\ndef f(y: float, x: float, n: int):\n"
+                    f"    {body}\n")
+    with pytest.raises(rvm.CompileError) as err:
+        rvm.load(path)
+    text = str(err.value)
+    line = 5 if case.startswith("while") else 4 + body.count("\n") + 1
+    assert text.startswith(f"{path}:{line}:") and message in text and hint in text
+    assert "\n    " in text and "^" in text
+
+
+def test_runtime_invertibility_error_names_the_python_line():
+    @rvm.reversible
+    def bad(x: float):
+        if x > 0.0:
+            x -= 5.0
+    with pytest.raises(rvm.InvertibilityError) as err:
+        bad(1.0)
+    line = bad.pyfunc.__code__.co_firstlineno + 2
+    assert f":{line}" in str(err.value) and "comefrom" in str(err.value)
+
+
+def test_argument_type_errors():
+    with pytest.raises(rvm.MachineError, match="declared Array"):
+        matvec(np.zeros(3), np.zeros(3), np.zeros(3))
+    with pytest.raises(rvm.MachineError, match="takes 2 arguments"):
+        square(1.0)
+
+
+def test_markers_outside_reversible_code():
+    with pytest.raises(RuntimeError, match="only meaningful inside"):
+        ancilla(x=0)
+    assert neg and rot and irot and compute and inverse
