@@ -245,10 +245,16 @@ def format_instruction(fn: Function, index: int) -> str:
     return f"{head:<8}{fn.code[index]}"
 
 
-def disassemble_function(fn: Function, annotate: bool = False) -> str:
+def disassemble_function(fn: Function, annotate: bool = False,
+                         source: list[str] | None = None) -> str:
     params = ", ".join(map(str, fn.params))
     out = [f".func {fn.name}({params})"]
+    shown = 0
     for i in range(len(fn.code)):
+        line = fn.code[i].line
+        if source and line != shown and 0 < line <= len(source):
+            out.append(f"; {line:>4}| {source[line - 1].rstrip()}")
+            shown = line
         text = format_instruction(fn, i)
         if annotate:
             text = f"{text:<44}; {i:>4}" + (f"  line {fn.code[i].line}" if fn.code[i].line else "")
@@ -257,10 +263,15 @@ def disassemble_function(fn: Function, annotate: bool = False) -> str:
     return "\n".join(out)
 
 
-def disassemble(program: Program, annotate: bool = False) -> str:
+def disassemble(program: Program, annotate: bool = False, source: bool = False) -> str:
     """Program -> assembly text that assembles back to the same program.
 
-    With annotate, each line also carries '; index  line N' (the source map) as a comment.
+    With annotate, each line also carries '; index  line N' (the source map) as a comment;
+    with source, the source lines the instructions came from are interleaved as comments.
     """
-    return "\n\n".join(disassemble_function(f, annotate)
+    lines = None
+    if source and program.source:
+        import linecache
+        lines = linecache.getlines(program.source)
+    return "\n\n".join(disassemble_function(f, annotate, lines)
                        for f in program.functions.values()) + "\n"

@@ -78,6 +78,21 @@ def cmd_asm(args) -> None:
           f"{sum(len(f.code) for f in program.functions.values())} instructions)")
 
 
+def cmd_compile(args) -> None:
+    program = load(args.file)
+    if args.emit == "asm":
+        text = disassemble(program, annotate=True, source=True)
+        if args.output:
+            with open(args.output, "w", encoding="utf-8") as f:
+                f.write(text)
+        else:
+            print(text, end="")
+        return
+    out = args.output or os.path.splitext(args.file)[0] + ".rvmb"
+    save(program, out)
+    print(f"wrote {out} ({', '.join(program.functions)})")
+
+
 def cmd_dis(args) -> None:
     print(disassemble(load(args.file), annotate=not args.plain), end="")
 
@@ -124,6 +139,13 @@ def parser() -> argparse.ArgumentParser:
     a.add_argument("-o", "--output", help="output file (default: FILE.rvmb)")
     a.set_defaults(run=cmd_asm)
 
+    c = sub.add_parser("compile", help="compile the @rvm.reversible functions of a .py file")
+    c.add_argument("file")
+    c.add_argument("-o", "--output", help="output file (default: FILE.rvmb)")
+    c.add_argument("--emit", choices=["rvmb", "asm"], default="rvmb",
+                   help="bytecode (default), or readable assembly with the source lines")
+    c.set_defaults(run=cmd_compile)
+
     d = sub.add_parser("dis", help="disassemble a .rasm or .rvmb file")
     d.add_argument("file")
     d.add_argument("--plain", action="store_true", help="no index/line comments")
@@ -131,7 +153,7 @@ def parser() -> argparse.ArgumentParser:
 
     def runner(name: str, help: str):
         r = sub.add_parser(name, help=help)
-        r.add_argument("file", help=".rasm or .rvmb")
+        r.add_argument("file", help=".rasm, .rvmb, or .py (@rvm.reversible functions)")
         r.add_argument("--entry", help="function to run (default: main, else the first one)")
         r.add_argument("--args", nargs="*", default=[], metavar="V",
                        help="parameter values, in order")

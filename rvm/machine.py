@@ -326,7 +326,7 @@ class Machine:
         self.top = 0
         self._buf[:] = bytes(len(self._buf))
         self._gbuf[:] = bytes(len(self._gbuf))
-        values, self.bindings = bind(self, fn, args, names)
+        values, self.bindings = bind(self, fn, args, names or list(fn.names) or None)
         fr = Frame(fn, -1 if backward else 1, 2 * len(fn.code) if backward else 0)
         for p, v in zip(fn.params, values):
             fr.R[fn.slot(p)] = v

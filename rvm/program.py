@@ -100,6 +100,7 @@ class Function:
     labels: dict = attrs.field(factory=dict, eq=True)   # label -> instruction index
     line: int = 0                  # line of the .func directive
     end_line: int = 0              # line of the .end directive
+    names: tuple = ()              # source names of the arguments (frontend), for display
 
     @functools.cached_property
     def registers(self) -> list[Reg]:

@@ -141,3 +141,34 @@ def test_grad_with_arrays_and_errors():
     r = rvm("grad", ASM / "besselj.rasm", "--loss", "f7", "--args", "0", "2", "1.0")
     assert r.returncode == 1 and "unknown loss 'f7'" in r.stderr
     assert rvm("grad", ASM / "besselj.rasm", "--args", "0", "2", "1").returncode == 2
+
+
+EXAMPLES = ASM.parent / "examples"
+
+
+def test_compile_python_file_to_bytecode_and_assembly(tmp_path):
+    out = tmp_path / "fib.rvmb"
+    r = rvm("compile", EXAMPLES / "fib.py", "-o", out)
+    assert r.returncode == 0, r.stderr
+    r = rvm("run", out, "--entry", "rrfib", "--args", "0", "10", "--json")
+    assert json.loads(r.stdout) == {"r0": 89, "r1": 10}
+    r = rvm("compile", EXAMPLES / "complex_log.py", "--emit", "asm")
+    assert r.returncode == 0
+    assert "|         y_re += log(n)" in r.stdout and "ADD.log  f0, f4" in r.stdout
+
+
+def test_run_and_grad_python_files_use_source_names():
+    r = rvm("run", EXAMPLES / "besselj.py", "--entry", "besselj_inplace", "--args", "0", "2",
+            "1.0", "--json")
+    assert json.loads(r.stdout)["out"] == 0.11490348493190047
+    r = rvm("grad", EXAMPLES / "besselj.py", "--entry", "besselj", "--loss", "out",
+            "--args", "0", "2", "1.0", "--json")
+    assert abs(json.loads(r.stdout)["z"] - 0.2102436) < 1e-7
+
+
+def test_compile_error_exit_1(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import rvm\n\n@rvm.reversible\ndef f(x: float):\n    x = 1.0\n")
+    r = rvm("compile", bad)
+    assert r.returncode == 1 and f"{bad}:5:5: error: plain assignment" in r.stderr
+    assert "Traceback" not in r.stderr

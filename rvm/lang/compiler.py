@@ -177,7 +177,7 @@ class FunctionCompiler:
             code.append(ins)
         end = getattr(self.node, "end_lineno", self.node.lineno) + self.src.first - 1
         fn = Function(self.name, tuple(params), tuple(code), labels, self.node.lineno +
-                      self.src.first - 1, end)
+                      self.src.first - 1, end, tuple(names))
         return fn, names
 
     # ------------------------------------------------------------------ statements
