@@ -94,7 +94,13 @@ class ReversibleFunction:
         return self.node.name
 
     def _parse(self) -> None:
-        lines, start = inspect.getsourcelines(self.pyfunc)
+        try:
+            lines, start = inspect.getsourcelines(self.pyfunc)
+        except (OSError, TypeError):
+            raise CompileError(f"cannot read the source of {self.pyfunc.__name__}: "
+                               "@rvm.reversible needs functions defined in a file (or a "
+                               "notebook cell), not typed at the interactive prompt",
+                               "<unknown>", 1, 1) from None
         file = inspect.getsourcefile(self.pyfunc) or "<string>"
         text = "".join(lines)
         indent = len(text) - len(text.lstrip(" "))
