@@ -136,6 +136,11 @@ def test_bennett_time_space_tradeoff():
     assert final[N] == 2.0 ** N and np.count_nonzero(final) == 2
     assert peak == n * (k - 1) + 2
     assert units == (2 * k - 1) ** n
+    back = (~bennett)(final, k, 0, N)[0]
+    assert np.array_equal(back, state)
+    # d state[N] / d state[i] = 2^(N - i), through every recursive call and uncall
+    g = rvm.grad(bennett, loss=(0, N))(state, k, 0, N)[0]
+    assert np.array_equal(g, 2.0 ** (N - np.arange(N + 1)))
 
 
 def random_csc(rng, m, n, density):
