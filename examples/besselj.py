@@ -29,17 +29,24 @@ def imul(out: float, x: float, anc: float):
 
 
 @rvm.reversible
-def besselj(out: float, nu: int, z: float):
-    """out += J_nu(z), for z != 0."""
-    with ancilla(k=0, fact_nu=1.0, halfz=0.0, halfz_nu=0.0, halfz_2=0.0, term=0.0,
-                 sum_=0.0, d=0.0, ratio=0.0, dirt=0.0):
-        with compute() as series:
+def first_term(term: float, halfz_2: float, nu: int, z: float):
+    """term += (z/2)^nu / nu!; halfz_2 += (z/2)^2."""
+    with ancilla(fact_nu=1.0, halfz=0.0):
+        with compute() as setup:
             halfz += z / 2
-            halfz_nu += halfz ** nu
-            halfz_2 += halfz * halfz
             for i in range(1, nu + 1):
                 fact_nu *= i
-            term += halfz_nu / fact_nu
+        term += halfz ** nu / fact_nu
+        halfz_2 += halfz * halfz
+        ~setup
+
+
+@rvm.reversible
+def besselj(out: float, nu: int, z: float):
+    """out += J_nu(z), for z != 0."""
+    with ancilla(k=0, halfz_2=0.0, term=0.0, sum_=0.0, d=0.0, ratio=0.0, dirt=0.0):
+        with compute() as series:
+            first_term(term, halfz_2, nu, z)
             sum_ += term
             while (abs(term) > ATOL, k != 0):
                 k += 1
@@ -56,15 +63,9 @@ def besselj(out: float, nu: int, z: float):
 @rvm.reversible
 def besselj_inplace(out: float, nu: int, z: float):
     """out += J_nu(z), for z != 0, with in-place multiplication (MUL/DIV) for the terms."""
-    with ancilla(k=0, fact_nu=1.0, halfz=0.0, halfz_nu=0.0, halfz_2=0.0, term=0.0,
-                 sum_=0.0, d=0.0):
+    with ancilla(k=0, halfz_2=0.0, term=0.0, sum_=0.0, d=0.0):
         with compute() as series:
-            halfz += z / 2
-            halfz_nu += halfz ** nu
-            halfz_2 += halfz * halfz
-            for i in range(1, nu + 1):
-                fact_nu *= i
-            term += halfz_nu / fact_nu
+            first_term(term, halfz_2, nu, z)
             sum_ += term
             while (abs(term) > 1e-17, k != 0):
                 k += 1
