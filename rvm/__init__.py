@@ -25,3 +25,22 @@ __all__ = [
     "jacobian", "load", "loads", "neg", "reversible", "rot", "save", "value_and_grad", "zeros",
 ]
 __version__ = "0.1.0"
+
+
+def debug(fn, *args, commands=None):
+    """Debug `fn` (a reversible function, or prog["name"]) on the arguments. Interactive,
+    or, with `commands` (a list of debugger commands), scripted: returns the transcript."""
+    import io
+
+    from .debugger import debugger_for
+    from .debugview import repl
+    dbg = debugger_for(fn, args)
+    if commands is None:
+        repl(dbg)
+        return None
+    out = io.StringIO()
+    repl(dbg, stdout=out, batch=list(commands))
+    return out.getvalue()
+
+
+__all__ += ["debug"]

@@ -7,7 +7,7 @@ import re
 
 from . import isa
 from .errors import AsmError, VerifyError
-from .program import FuncRef, Function, Imm, Instruction, Label, Mem, Program, Reg, verify
+from .program import FuncRef, Function, Imm, Instruction, Label, Mem, Program, Reg, Symbol, verify
 
 _TOKEN = re.compile(r"""
     (?P<ws>[ \t]+)
@@ -210,11 +210,13 @@ class Assembler:
         return (name, tuple(params), [], {}, line.lineno, aliases, line)
 
     def close(self, fn, line: _Line) -> None:
-        name, params, code, labels, start, _, head = fn
+        name, params, code, labels, start, aliases, head = fn
         for label, index in labels.items():
             if index == len(code):
                 line.error(1, f"label {label!r} at the end of {name} labels no instruction")
-        self.functions[name] = Function(name, params, tuple(code), labels, start, line.lineno)
+        symbols = tuple(Symbol(a, (r,), start, line.lineno) for a, r in aliases.items())
+        self.functions[name] = Function(name, params, tuple(code), labels, start, line.lineno,
+                                        symbols=symbols)
         self.fn_lines[name] = (start, line.lineno, head)
 
     def located(self, e: VerifyError) -> AsmError:

@@ -128,6 +128,23 @@ def cmd_grad(args) -> None:
     _print_values(names, grads, args.json, prefix=f"d{args.loss}/d")
 
 
+def cmd_debug(args) -> None:
+    from .debugger import Debugger
+    from .debugview import repl
+    program = load(args.file)
+    entry = _entry(program, args.entry)
+    dbg = Debugger(program, entry, tuple(_arguments(args.args)), max_steps=args.max_steps)
+    dbg.m.heap_limit = args.heap_limit
+    batch = None
+    if args.batch:
+        try:
+            with open(args.batch, encoding="utf-8") as f:
+                batch = f.read().splitlines()
+        except OSError as e:
+            raise RvmError(f"{args.batch}: cannot read: {e.strerror}") from None
+    repl(dbg, batch=batch)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rvm", description="A reversible virtual machine: "
                                 "run programs forwards and backwards, and differentiate them.")
@@ -174,6 +191,10 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--loss", required=True,
                    help="the loss: a float parameter register (f0) or argument index")
     g.set_defaults(run=cmd_grad)
+
+    b = runner("debug", "step through a function forwards and backwards (gdb-like)")
+    b.add_argument("--batch", metavar="FILE", help="run the commands in FILE, one per line")
+    b.set_defaults(run=cmd_debug)
     return p
 
 

@@ -93,6 +93,17 @@ class Instruction:
 
 
 @attrs.frozen
+class Symbol:
+    """A source name for registers, in scope on lines first..last (debug info)."""
+
+    name: str
+    regs: tuple                    # one register, or an array's (base, dims...)
+    first: int
+    last: int
+    dtype: str = ""                # arrays: element class
+
+
+@attrs.frozen
 class Function:
     name: str
     params: tuple[Reg, ...]
@@ -100,7 +111,9 @@ class Function:
     labels: dict = attrs.field(factory=dict, eq=True)   # label -> instruction index
     line: int = 0                  # line of the .func directive
     end_line: int = 0              # line of the .end directive
-    names: tuple = ()              # source names of the arguments (frontend), for display
+    # debug info, not part of a program's identity (and not kept in .rvmb files):
+    names: tuple = attrs.field(default=(), eq=False)     # source names of the arguments
+    symbols: tuple = attrs.field(default=(), eq=False)   # Symbol per source variable
 
     @functools.cached_property
     def registers(self) -> list[Reg]:

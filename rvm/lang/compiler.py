@@ -18,7 +18,7 @@ import attrs
 
 from .. import isa
 from ..errors import CompileError
-from ..program import FuncRef, Function, Imm, Instruction, Label, Mem, Reg
+from ..program import FuncRef, Function, Imm, Instruction, Label, Mem, Reg, Symbol
 from .invert import Code, invert, relabel
 
 INT, FLOAT = isa.INT, isa.FLOAT
@@ -105,6 +105,7 @@ class FunctionCompiler:
         self.free: dict[str, list[int]] = {INT: [], FLOAT: []}
         self.labels = 0
         self.routines: dict[str, Code] = {}
+        self.symbols: list[Symbol] = []
         self.line = node.lineno
 
     # ------------------------------------------------------------------ basics
@@ -152,6 +153,13 @@ class FunctionCompiler:
             raise self.error(node, f"{name!r} is already a variable here",
                              "choose another name for the ancilla")
         self.scopes[-1][name] = var
+        self.record(var, self.node)
+
+    def record(self, var: Var, scope_node) -> None:
+        """Debug info: var's registers, in scope over scope_node's lines."""
+        first = scope_node.lineno + self.src.first - 1
+        last = getattr(scope_node, "end_lineno", scope_node.lineno) + self.src.first - 1
+        self.symbols.append(Symbol(var.name, var.regs, first, last, var.dtype))
 
     # ------------------------------------------------------------------ entry
     def compile(self) -> tuple[Function, list[str]]:
@@ -177,7 +185,7 @@ class FunctionCompiler:
             code.append(ins)
         end = getattr(self.node, "end_lineno", self.node.lineno) + self.src.first - 1
         fn = Function(self.name, tuple(params), tuple(code), labels, self.node.lineno +
-                      self.src.first - 1, end, tuple(names))
+                      self.src.first - 1, end, tuple(names), tuple(self.symbols))
         return fn, names
 
     # ------------------------------------------------------------------ statements
@@ -330,6 +338,7 @@ class FunctionCompiler:
         self.emit("BR.GE" if up else "BR.LE", a, b, Label(skip), label=g)
         self.emit("CF.NE", i, a, Label(again), label=top)
         self.scopes.append({s.target.id: Var(s.target.id, "int", (i,))})
+        self.record(self.scopes[-1][s.target.id], s)
         self.body(s.body)
         self.scopes.pop()
         self.line = s.lineno
@@ -418,6 +427,7 @@ class FunctionCompiler:
             if kw.arg in scope or self.lookup(kw.arg):
                 raise self.error(value, f"{kw.arg!r} is already a variable here")
             scope[kw.arg] = var
+            self.record(var, s)
             undo.append(free)
         self.scopes.append(scope)
         self.body(s.body)

@@ -1,0 +1,714 @@
+"""The bidirectional step debugger: gdb-style commands in both directions, no recording.
+
+Going back executes the inverse instruction, so memory stays flat however far you go.
+`Debugger.execute(command)` runs one command and returns its text; `repl()` is the
+interactive loop (rich panels on a terminal, plain text otherwise); see docs/debugger.md.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import linecache
+import operator
+from collections.abc import Callable
+
+import attrs
+import numpy as np
+
+from . import isa
+from .errors import RvmError
+from .machine import Machine
+from .program import Program, Reg
+
+ALIASES = {
+    "s": "step", "si": "stepi", "n": "next", "c": "continue", "rs": "reverse-step",
+    "rsi": "reverse-stepi", "rn": "reverse-next", "rc": "reverse-continue", "b": "break",
+    "p": "print", "l": "list", "bt": "backtrace", "where": "backtrace", "q": "quit",
+    "regs": "info registers", "restart": "run", "d": "delete", "exit": "quit",
+    "disassemble": "disas",
+}
+BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+          ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
+          ast.Pow: operator.pow, ast.BitAnd: operator.and_, ast.BitOr: operator.or_,
+          ast.BitXor: operator.xor}
+COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
+           ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge}
+
+
+class CommandError(Exception):
+    """A bad command, breakpoint or expression: reported, and the debugger carries on."""
+
+
+@attrs.define
+class Breakpoint:
+    number: int
+    where: str                            # as the user wrote it
+    places: frozenset                     # {(function name, instruction index)}
+    temporary: bool = False
+    enabled: bool = True
+    condition: str = ""
+    hits: int = 0
+
+
+@attrs.define
+class Watch:
+    number: int
+    expr: str
+    value: object = None
+    enabled: bool = True
+
+
+class Debugger:
+    def __init__(self, program: Program, entry: str, args: tuple, *, names=None,
+                 max_steps: int = 100_000_000):
+        self.program, self.entry, self.args, self.names = program, entry, tuple(args), names
+        self.max_steps = max_steps
+        self.breakpoints: dict[int, Breakpoint] = {}
+        self.watches: dict[int, Watch] = {}
+        self.displays: list[str] = []
+        self.counter = 0
+        self.direction = 1
+        self.selected = 0                 # 0 = innermost frame
+        self.done = False
+        self.last_command = ""
+        self.restart()
+
+    # ------------------------------------------------------------------ state
+    def restart(self) -> None:
+        self.m = Machine(self.program, max_steps=self.max_steps)
+        self.m.enter(self.entry, *[a.copy() if isinstance(a, np.ndarray) else a
+                                   for a in self.args], names=self.names)
+        self.selected = 0
+        self.previous = self.registers_snapshot()
+        for w in self.watches.values():
+            w.value = self.try_eval(w.expr)
+
+    def frame(self, k: int | None = None):
+        stack = self.m.stack
+        k = self.selected if k is None else k
+        return stack[len(stack) - 1 - k]
+
+    def index(self, fr) -> int:
+        """The instruction a frame is at (about to run, in its function's forward sense)."""
+        return fr.state // 2
+
+    def line(self, fr) -> int:
+        i = self.index(fr)
+        return fr.fn.code[i].line if i < len(fr.fn.code) else fr.fn.end_line
+
+    def where(self, fr=None) -> str:
+        fr = fr or self.frame(0)
+        i = self.index(fr)
+        at = f"instruction {i}" if i < len(fr.fn.code) else "end"
+        return f"{fr.fn.name}, {at}, {self.program.source or '?'}:{self.line(fr)}"
+
+    def registers_snapshot(self) -> dict:
+        return {(len(self.m.stack), k): v for k, v in enumerate(self.frame(0).R)}
+
+    # ------------------------------------------------------------------ moving
+    def move(self, d: int) -> bool:
+        return self.m.step() if d > 0 else self.m.back()
+
+    def at_breakpoint(self) -> Breakpoint | None:
+        fr = self.m.stack[-1]
+        place = (fr.fn.name, self.index(fr))
+        for bp in self.breakpoints.values():
+            if bp.enabled and place in bp.places:
+                if bp.condition and not self.try_eval(bp.condition):
+                    continue
+                return bp
+        return None
+
+    def changed_watch(self) -> str | None:
+        for w in self.watches.values():
+            if not w.enabled:
+                continue
+            new = self.try_eval(w.expr)
+            if not _same(new, w.value):
+                old, w.value = w.value, new
+                return f"watchpoint {w.number}: {w.expr}\n  old value = {_fmt(old)}\n" \
+                       f"  new value = {_fmt(new)}"
+        return None
+
+    def travel(self, d: int, until: Callable[[], bool] | None = None,
+               limit: int | None = None) -> str:
+        """Move in direction d until `until` holds, a breakpoint or watch triggers, the
+        program's end/start, an error, or `limit` steps. Returns why it stopped."""
+        limit = self.max_steps if limit is None else limit
+        self.selected = 0
+        fast = until is None and not self.watches and not any(
+            b.enabled for b in self.breakpoints.values())
+        try:
+            if fast:
+                taken = self.m._move(d, limit)
+                return self.boundary_message(d) if taken < limit else ""
+            for _ in range(limit):
+                if not self.move(d):
+                    return self.boundary_message(d)
+                bp = self.at_breakpoint()
+                if bp is not None:
+                    bp.hits += 1
+                    if bp.temporary:
+                        del self.breakpoints[bp.number]
+                    return f"breakpoint {bp.number}, {self.where()}"
+                change = self.changed_watch()
+                if change:
+                    return change
+                if until is not None and until():
+                    return ""
+            return ""
+        except RvmError as e:
+            return f"stopped by an error (the state is as before the failing step):\n{e}"
+
+    def boundary_message(self, d: int) -> str:
+        if d > 0:
+            return f"reached the end of {self.entry}; step back with reverse-step / rc"
+        return f"reached the start of {self.entry}"
+
+    def key(self) -> tuple:
+        """Where a line step is: (stack depth, function, source line)."""
+        fr = self.m.stack[-1]
+        at_end = self.index(fr) >= len(fr.fn.code)      # the end is a stop of its own
+        return len(self.m.stack), fr.fn.name, self.line(fr), at_end
+
+    def line_step(self, d: int, over: bool, count: int) -> str:
+        """step/next (over=True skips deeper frames). Forwards: run until the line (or
+        frame) changes. Backwards: run back into the previous line, then to its start —
+        so reverse-step retraces exactly the stops that step makes."""
+        msg = ""
+        for _ in range(count):
+            depth, start = len(self.m.stack), self.key()
+
+            def changed(depth=depth, start=start):
+                k = self.key()
+                return not (over and k[0] > depth) and k != start
+            msg = self.travel(d, changed)
+            if msg or d > 0:
+                if msg:
+                    break
+                continue
+            line = self.key()
+
+            def left(line=line):
+                k = self.key()
+                return not (over and k[0] > line[0]) and k != line
+            msg = self.travel(d, left)
+            if not msg:                 # one step (or one call) too far: return to the line
+                msg = self.travel(-d, lambda line=line: self.key() == line)
+            elif msg.startswith("reached"):
+                msg = ""
+            if msg:
+                break
+        return msg
+
+    def finish(self, d: int) -> str:
+        depth = len(self.m.stack)
+        if depth == 1:
+            return self.travel(d)
+        return self.travel(d, lambda: len(self.m.stack) < depth)
+
+    # ------------------------------------------------------------------ expressions
+    def symbol(self, name: str, fr):
+        line = self.line(fr)
+        best = None
+        for s in fr.fn.symbols:
+            if s.name == name and s.first <= line <= s.last and (best is None or
+                                                                  s.first >= best.first):
+                best = s
+        return best
+
+    def register_value(self, k: int, slot: int, shadow: bool = False):
+        """A register of frame k (0 = innermost), following arguments moved into callees."""
+        stack = self.m.stack
+        j = len(stack) - 1 - k
+        while j + 1 < len(stack):
+            link = next((c for a, c in stack[j + 1].links if a == slot), None)
+            if link is None:
+                break
+            j, slot = j + 1, link
+        fr = stack[j]
+        if shadow:
+            return fr.G[slot] if fr.G is not None else 0.0
+        return fr.R[slot]
+
+    def lookup(self, name: str, shadow: bool = False):
+        fr = self.frame()
+        sym = self.symbol(name, fr)
+        if sym is not None:
+            if len(sym.regs) > 1:       # an array: (base, dims...)
+                base, *dims = (self.register_value(self.selected, fr.fn.slot(r))
+                               for r in sym.regs)
+                return self.cells(base, int(np.prod(dims)), sym.dtype or isa.FLOAT,
+                                  shadow).reshape(dims)
+            return self.register_value(self.selected, fr.fn.slot(sym.regs[0]), shadow)
+        if len(name) > 1 and name[0] in "rf" and name[1:].isdigit():
+            reg = Reg(isa.INT if name[0] == "r" else isa.FLOAT, int(name[1:]))
+            if reg in fr.fn.registers:
+                return self.register_value(self.selected, fr.fn.slot(reg), shadow)
+            raise CommandError(f"{fr.fn.name} has no register {name}")
+        if any(s.name == name for s in fr.fn.symbols):
+            raise CommandError(f"{name} is not in scope at line {self.line(fr)}")
+        raise CommandError(f"no variable or register {name!r} in {fr.fn.name}")
+
+    def cells(self, base: int, n: int, cls: str, shadow: bool = False) -> np.ndarray:
+        if not (base >= 0 and base + n <= self.m.top):
+            raise CommandError(f"heap cells {base}..{base + n - 1} are not in use "
+                               f"(the heap has {self.m.top} cells)")
+        dtype = "<f8" if cls == isa.FLOAT or shadow else "<i8"
+        return np.frombuffer(self.m.read_cells(base, n, shadow), dtype=dtype).copy()
+
+    def evaluate(self, text: str):
+        try:
+            tree = ast.parse(text.strip(), mode="eval")
+        except SyntaxError:
+            raise CommandError(f"cannot parse expression {text!r}") from None
+        return self._eval(tree.body)
+
+    def try_eval(self, text: str):
+        try:
+            return self.evaluate(text)
+        except (CommandError, ArithmeticError, ValueError, IndexError, TypeError):
+            return None
+
+    def _eval(self, e):
+        if isinstance(e, ast.Constant) and isinstance(e.value, (int, float)):
+            return e.value
+        if isinstance(e, ast.Name):
+            return self.lookup(e.id)
+        if isinstance(e, ast.Subscript):
+            if isinstance(e.value, ast.Name) and e.value.id == "heap":
+                addr = self._eval(e.slice)
+                return self.cells(int(addr), 1, isa.INT)[0]
+            if isinstance(e.value, ast.Name) and e.value.id == "grad":
+                return self.lookup(e.slice.id, shadow=True) if isinstance(
+                    e.slice, ast.Name) else None
+            arr = self._eval(e.value)
+            idx = tuple(self._eval(x) for x in e.slice.elts) if isinstance(
+                e.slice, ast.Tuple) else self._eval(e.slice)
+            return arr[idx]
+        if isinstance(e, ast.BinOp) and type(e.op) in BINARY:
+            return BINARY[type(e.op)](self._eval(e.left), self._eval(e.right))
+        if isinstance(e, ast.UnaryOp):
+            v = self._eval(e.operand)
+            return -v if isinstance(e.op, ast.USub) else (not v) if isinstance(
+                e.op, ast.Not) else v
+        if isinstance(e, ast.Compare):
+            left = self._eval(e.left)
+            for op, c in zip(e.ops, e.comparators):
+                right = self._eval(c)
+                if not COMPARE[type(op)](left, right):
+                    return False
+                left = right
+            return True
+        if isinstance(e, ast.BoolOp):
+            values = [self._eval(v) for v in e.values]
+            return all(values) if isinstance(e.op, ast.And) else any(values)
+        raise CommandError(f"unsupported expression: {ast.unparse(e)} (use registers, "
+                           "variables, heap[ADDR], grad[VAR], numbers, arithmetic, "
+                           "comparisons)")
+
+    # ------------------------------------------------------------------ breakpoints
+    def places(self, where: str) -> frozenset:
+        funcs = self.program.functions
+        fn_name, _, rest = where.rpartition(":") if ":" in where else ("", "", where)
+        if rest.startswith("*"):
+            fn = funcs.get(fn_name) if fn_name else self.frame().fn
+            if fn is None:
+                raise CommandError(f"no function {fn_name!r}")
+            try:
+                i = int(rest[1:])
+            except ValueError:
+                raise CommandError(f"bad instruction index {rest!r}") from None
+            if not 0 <= i < len(fn.code):
+                raise CommandError(f"{fn.name} has instructions 0..{len(fn.code) - 1}")
+            return frozenset({(fn.name, i)})
+        if where in funcs:
+            return frozenset({(where, 0)})
+        try:
+            line = int(rest)
+        except ValueError:
+            close = difflib.get_close_matches(where, list(funcs), 1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise CommandError(f"no function or line {where!r}{hint} (break LINE, FUNCTION, "
+                               "*INDEX or FUNCTION:*INDEX)") from None
+        found = set()
+        for fn in funcs.values():
+            for i, ins in enumerate(fn.code):
+                if ins.line == line and (i == 0 or fn.code[i - 1].line != line):
+                    found.add((fn.name, i))
+        if not found:
+            lines = sorted({ins.line for fn in funcs.values() for ins in fn.code})
+            near = min(lines, key=lambda x: abs(x - line)) if lines else None
+            raise CommandError(f"no code at line {line}" +
+                               (f"; the nearest line with code is {near}" if near else ""))
+        return frozenset(found)
+
+    def new_number(self) -> int:
+        self.counter += 1
+        return self.counter
+
+    # ------------------------------------------------------------------ commands
+    def execute(self, command: str) -> str:
+        command = command.strip()
+        if not command:
+            command = self.last_command
+        if not command or command.startswith("#"):
+            return ""
+        self.last_command = command
+        head, _, rest = command.partition(" ")
+        head = ALIASES.get(head, head)
+        if " " in head:
+            head, _, extra = head.partition(" ")
+            rest = (extra + " " + rest).strip()
+        handler = COMMANDS.get(head)
+        if handler is None:
+            names = list(COMMANDS) + list(ALIASES)
+            close = difflib.get_close_matches(head, names, 1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            return f"unknown command {head!r}{hint} (try 'help')"
+        self.previous = self.registers_snapshot()
+        try:
+            return handler(self, rest.strip()) or ""
+        except CommandError as e:
+            return str(e)
+
+    def stop_text(self, message: str) -> str:
+        """What a movement command prints: why it stopped, where, and displays."""
+        fr = self.frame(0)
+        out = [message] if message else []
+        source = linecache.getline(self.program.source, self.line(fr)).rstrip() \
+            if self.program.source else ""
+        i = self.index(fr)
+        ins = format_at(fr.fn, i)
+        out.append(f"[step {self.m.steps}] {self.where(fr)}")
+        if source:
+            out.append(f"{self.line(fr):>5}  {source.strip()}")
+        out.append(f"  --> {i:>4}  {ins}")
+        for k, d in enumerate(self.displays, 1):
+            out.append(f"{k}: {d} = {_fmt(self.try_eval(d))}")
+        return "\n".join(out)
+
+
+def format_at(fn, i: int) -> str:
+    from .assembler import format_instruction
+    return format_instruction(fn, i).strip() if i < len(fn.code) else "(end of function)"
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and \
+            a.shape == b.shape and bool(np.all(a == b))
+    return a == b and type(a) is type(b)
+
+
+def _fmt(v) -> str:
+    if isinstance(v, np.ndarray):
+        return np.array2string(v, separator=", ", threshold=20)
+    return "<unavailable>" if v is None else repr(v)
+
+
+# ---------------------------------------------------------------------- command table
+COMMANDS: dict[str, Callable[[Debugger, str], str]] = {}
+HELP: dict[str, str] = {}
+
+
+def command(*names: str, help: str):
+    def register(fn):
+        for n in names:
+            COMMANDS[n] = fn
+        HELP[names[0]] = help
+        return fn
+    return register
+
+
+def _count(rest: str) -> int:
+    try:
+        n = int(rest) if rest else 1
+    except ValueError:
+        raise CommandError(f"expected a count, got {rest!r}") from None
+    if n < 1:
+        raise CommandError("the count must be at least 1")
+    return n
+
+
+def _movement(name: str, reverse: bool, kind: str, help: str):
+    @command(name, help=help)
+    def run(dbg: Debugger, rest: str) -> str:
+        d = -dbg.direction if reverse else dbg.direction
+        if kind == "stepi":
+            msg = dbg.travel(d, lambda: False, limit=_count(rest))
+        elif kind == "step":
+            msg = dbg.line_step(d, over=False, count=_count(rest))
+        elif kind == "next":
+            msg = dbg.line_step(d, over=True, count=_count(rest))
+        elif kind == "finish":
+            msg = dbg.finish(d)
+        else:
+            msg = dbg.travel(d)
+        return dbg.stop_text(msg)
+    return run
+
+
+for _name, _kind, _help in [
+        ("step", "step", "step [N]: run to the next source line, into calls"),
+        ("stepi", "stepi", "stepi [N]: execute one instruction"),
+        ("next", "next", "next [N]: run to the next source line, over calls"),
+        ("continue", "continue", "continue: run to a breakpoint, a watch, or the end"),
+        ("finish", "finish", "finish: run until the current function returns")]:
+    _movement(_name, False, _kind, _help)
+    _movement("reverse-" + _name, True, _kind, "reverse-" + _help.replace(":", ", backwards:", 1)
+              .replace("the end", "the start").replace("returns", "was called"))
+
+
+@command("set", help="set exec-direction forward|reverse: which way step/next/continue go")
+def _set(dbg: Debugger, rest: str) -> str:
+    parts = rest.split()
+    if len(parts) != 2 or parts[0] != "exec-direction" or parts[1] not in ("forward",
+                                                                           "reverse"):
+        raise CommandError("usage: set exec-direction forward|reverse")
+    dbg.direction = 1 if parts[1] == "forward" else -1
+    return f"execution direction: {parts[1]}"
+
+
+@command("goto", help="goto STEP: move to step number STEP, forwards or backwards")
+def _goto(dbg: Debugger, rest: str) -> str:
+    try:
+        target = int(rest)
+    except ValueError:
+        raise CommandError("usage: goto STEP (a step number)") from None
+    if target < 0:
+        raise CommandError("step numbers start at 0")
+    d = 1 if target > dbg.m.steps else -1
+    msg = "" if target == dbg.m.steps else dbg.travel(d, lambda: dbg.m.steps == target,
+                                                      limit=abs(target - dbg.m.steps))
+    return dbg.stop_text(msg)
+
+
+def _break(temporary: bool):
+    def run(dbg: Debugger, rest: str) -> str:
+        if not rest:
+            raise CommandError("usage: break LINE | FUNCTION | *INDEX | FUNCTION:*INDEX")
+        n = dbg.new_number()
+        dbg.breakpoints[n] = Breakpoint(n, rest, dbg.places(rest), temporary)
+        where = ", ".join(f"{f} instruction {i}" for f, i in sorted(dbg.breakpoints[n].places))
+        return f"{'temporary ' if temporary else ''}breakpoint {n} at {where}"
+    return run
+
+
+COMMANDS["break"], HELP["break"] = _break(False), \
+    "break LINE|FUNCTION|*INDEX|FUNCTION:*INDEX: stop there, in both directions"
+COMMANDS["tbreak"], HELP["tbreak"] = _break(True), "tbreak LOCATION: a breakpoint used once"
+
+
+def _numbers(dbg: Debugger, rest: str) -> list[int]:
+    try:
+        nums = [int(x) for x in rest.split()]
+    except ValueError:
+        raise CommandError(f"expected breakpoint numbers, got {rest!r}") from None
+    for n in nums:
+        if n not in dbg.breakpoints and n not in dbg.watches:
+            raise CommandError(f"no breakpoint or watchpoint number {n}")
+    return nums
+
+
+@command("delete", help="delete [N...]: delete breakpoints/watchpoints (all if none given)")
+def _delete(dbg: Debugger, rest: str) -> str:
+    nums = _numbers(dbg, rest) if rest else list(dbg.breakpoints) + list(dbg.watches)
+    for n in nums:
+        dbg.breakpoints.pop(n, None)
+        dbg.watches.pop(n, None)
+    return f"deleted {len(nums)}"
+
+
+def _able(enabled: bool):
+    def run(dbg: Debugger, rest: str) -> str:
+        for n in _numbers(dbg, rest):
+            (dbg.breakpoints.get(n) or dbg.watches[n]).enabled = enabled
+        return f"{'enabled' if enabled else 'disabled'} {rest}"
+    return run
+
+
+COMMANDS["enable"], HELP["enable"] = _able(True), "enable N...: enable breakpoints/watches"
+COMMANDS["disable"], HELP["disable"] = _able(False), "disable N...: disable them"
+
+
+@command("condition", help="condition N EXPR: stop at breakpoint N only when EXPR holds")
+def _condition(dbg: Debugger, rest: str) -> str:
+    num, _, expr = rest.partition(" ")
+    if not num.isdigit() or int(num) not in dbg.breakpoints:
+        raise CommandError("usage: condition N EXPR (N a breakpoint number)")
+    if expr:
+        ast_ok = dbg.try_eval(expr) is not None or _parses(expr)
+        if not ast_ok:
+            raise CommandError(f"cannot parse condition {expr!r}")
+    dbg.breakpoints[int(num)].condition = expr.strip()
+    return f"breakpoint {num} condition: {expr.strip() or '(none)'}"
+
+
+def _parses(expr: str) -> bool:
+    try:
+        ast.parse(expr, mode="eval")
+        return True
+    except SyntaxError:
+        return False
+
+
+@command("watch", help="watch EXPR: stop when its value changes (register, variable, "
+         "heap[ADDR]), in both directions")
+def _watch(dbg: Debugger, rest: str) -> str:
+    if not rest:
+        raise CommandError("usage: watch EXPR")
+    value = dbg.evaluate(rest)
+    n = dbg.new_number()
+    dbg.watches[n] = Watch(n, rest, value)
+    return f"watchpoint {n}: {rest} = {_fmt(value)}"
+
+
+@command("display", help="display EXPR: show EXPR after every stop")
+def _display(dbg: Debugger, rest: str) -> str:
+    if not rest:
+        return "\n".join(f"{k}: {d} = {_fmt(dbg.try_eval(d))}"
+                         for k, d in enumerate(dbg.displays, 1)) or "no displays"
+    dbg.evaluate(rest)
+    dbg.displays.append(rest)
+    return f"{len(dbg.displays)}: {rest} = {_fmt(dbg.evaluate(rest))}"
+
+
+@command("print", help="print EXPR: registers (r0, f1), variables, heap[ADDR], grad[VAR], "
+         "arithmetic")
+def _print(dbg: Debugger, rest: str) -> str:
+    if not rest:
+        raise CommandError("usage: print EXPR")
+    return f"{rest} = {_fmt(dbg.evaluate(rest))}"
+
+
+@command("x", help="x ADDR [N]: show N heap cells from ADDR (as int and float)")
+def _x(dbg: Debugger, rest: str) -> str:
+    parts = rest.split()
+    try:
+        addr, n = int(parts[0]), int(parts[1]) if len(parts) > 1 else 1
+    except (ValueError, IndexError):
+        raise CommandError("usage: x ADDR [N]") from None
+    ints = dbg.cells(addr, n, isa.INT)
+    floats = ints.view("<f8")
+    return "\n".join(f"heap[{addr + k}] = {int(i)} (as float {float(f)!r})"
+                     for k, (i, f) in enumerate(zip(ints, floats)))
+
+
+@command("info", help="info registers|breakpoints|watchpoints|display|frame")
+def _info(dbg: Debugger, rest: str) -> str:
+    what = rest.split()[0] if rest else ""
+    if what in ("registers", "regs", "r"):
+        from .debugview import registers_lines
+        return "\n".join(text for text, _ in registers_lines(dbg))
+    if what in ("breakpoints", "break", "b", "watchpoints", "watch"):
+        rows = [f"{b.number}  {'temporary ' if b.temporary else ''}breakpoint at {b.where}"
+                f"{'' if b.enabled else ' (disabled)'}"
+                f"{' if ' + b.condition if b.condition else ''}  hits: {b.hits}"
+                for b in dbg.breakpoints.values()]
+        rows += [f"{w.number}  watchpoint {w.expr}{'' if w.enabled else ' (disabled)'}"
+                 for w in dbg.watches.values()]
+        return "\n".join(rows) or "no breakpoints or watchpoints"
+    if what == "display":
+        return _display(dbg, "")
+    if what == "frame":
+        return dbg.where(dbg.frame())
+    raise CommandError("usage: info registers|breakpoints|watchpoints|display|frame")
+
+
+@command("list", help="list [LINE]: source around the current line (or LINE)")
+def _list(dbg: Debugger, rest: str) -> str:
+    from .debugview import source_lines
+    center = int(rest) if rest.isdigit() else None
+    lines = source_lines(dbg, center, 5)
+    return "\n".join(t for t, _ in lines) if lines else "no source available"
+
+
+@command("disas", help="disas: the disassembly around the current instruction")
+def _disas(dbg: Debugger, rest: str) -> str:
+    from .debugview import disassembly_lines
+    return "\n".join(t for t, _ in disassembly_lines(dbg, 8))
+
+
+@command("backtrace", help="backtrace: the call stack, with each frame's direction")
+def _backtrace(dbg: Debugger, rest: str) -> str:
+    from .debugview import stack_lines
+    return "\n".join(t for t, _ in stack_lines(dbg))
+
+
+def _updown(sign: int):
+    def run(dbg: Debugger, rest: str) -> str:
+        n = _count(rest)
+        dbg.selected = max(0, min(len(dbg.m.stack) - 1, dbg.selected + sign * n))
+        return f"#{dbg.selected}  {dbg.where(dbg.frame())}"
+    return run
+
+
+COMMANDS["up"], HELP["up"] = _updown(1), "up [N]: select the caller's frame"
+COMMANDS["down"], HELP["down"] = _updown(-1), "down [N]: select the callee's frame"
+
+
+@command("grad", help="grad on [LOSS] | off: gradient mode (shadows shown beside values); "
+         "LOSS, if given, gets gradient 1 (then step backwards for the adjoint pass)")
+def _grad(dbg: Debugger, rest: str) -> str:
+    parts = rest.split()
+    if not parts or parts[0] not in ("on", "off"):
+        raise CommandError("usage: grad on [LOSS] | grad off")
+    if parts[0] == "off":
+        dbg.m.set_grad(False)
+        return "gradient mode off"
+    dbg.m.set_grad(True)
+    if len(parts) > 1:
+        name = parts[1]
+        fr = dbg.frame()
+        sym = dbg.symbol(name, fr)
+        regs = sym.regs if sym is not None else None
+        if regs is None and name[:1] == "f" and name[1:].isdigit():
+            regs = (Reg(isa.FLOAT, int(name[1:])),)
+        if not regs or len(regs) != 1 or regs[0].cls != isa.FLOAT:
+            raise CommandError(f"the loss must be a float variable or register, got {name}")
+        fr.G[fr.fn.slot(regs[0])] = 1.0
+        return f"gradient mode on; d{name} = 1 (now step backwards)"
+    return "gradient mode on"
+
+
+@command("run", help="run: restart from the beginning (breakpoints are kept)")
+def _run(dbg: Debugger, rest: str) -> str:
+    dbg.restart()
+    return dbg.stop_text("restarted")
+
+
+@command("view", help="view: show every pane (source, disassembly, registers, stack, heap)")
+def _view(dbg: Debugger, rest: str) -> str:
+    from .debugview import plain_view
+    return plain_view(dbg)
+
+
+@command("quit", help="quit: leave the debugger")
+def _quit(dbg: Debugger, rest: str) -> str:
+    dbg.done = True
+    return ""
+
+
+@command("help", help="help [COMMAND]: list commands, or describe one")
+def _help(dbg: Debugger, rest: str) -> str:
+    if rest:
+        name = ALIASES.get(rest, rest)
+        if name not in HELP:
+            raise CommandError(f"no command {rest!r}")
+        return HELP[name]
+    aliases = {}
+    for a, full in ALIASES.items():
+        aliases.setdefault(full, []).append(a)
+    return "\n".join(f"  {HELP[n]}" + (f"  (alias: {', '.join(aliases[n])})"
+                                       if n in aliases else "") for n in HELP)
+
+
+def debugger_for(fn, args) -> Debugger:
+    """A Debugger for a reversible function or a function of a loaded program."""
+    if hasattr(fn, "specialize"):
+        program, name, names = fn.specialize(args)
+        return Debugger(program, name, args, names=names)
+    return Debugger(fn.program, fn.name, args)
+
