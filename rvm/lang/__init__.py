@@ -21,7 +21,8 @@ from typing import Any
 
 from ..errors import CompileError, MachineError
 from ..program import Program, verify
-from .compiler import FunctionCompiler, Source, parse_annotation, sig_of
+from .compiler import FunctionCompiler, parse_annotation, sig_of
+from .expressions import Source
 
 
 class Array:

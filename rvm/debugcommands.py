@@ -1,0 +1,316 @@
+"""The debugger's commands: one function per command, registered with its help text.
+`Debugger.execute` dispatches here; docs/debugger.md lists them."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+
+from . import isa
+from .debugger import Breakpoint, CommandError, Debugger, Watch, _fmt
+from .program import Reg
+
+ALIASES = {
+    "s": "step", "si": "stepi", "n": "next", "c": "continue", "rs": "reverse-step",
+    "rsi": "reverse-stepi", "rn": "reverse-next", "rc": "reverse-continue", "b": "break",
+    "p": "print", "l": "list", "bt": "backtrace", "where": "backtrace", "q": "quit",
+    "regs": "info registers", "restart": "run", "d": "delete", "exit": "quit",
+    "disassemble": "disas",
+}
+# ---------------------------------------------------------------------- command table
+COMMANDS: dict[str, Callable[[Debugger, str], str]] = {}
+HELP: dict[str, str] = {}
+
+
+def command(*names: str, help: str):
+    def register(fn):
+        for n in names:
+            COMMANDS[n] = fn
+        HELP[names[0]] = help
+        return fn
+    return register
+
+
+def _count(rest: str) -> int:
+    try:
+        n = int(rest) if rest else 1
+    except ValueError:
+        raise CommandError(f"expected a count, got {rest!r}") from None
+    if n < 1:
+        raise CommandError("the count must be at least 1")
+    return n
+
+
+def _movement(name: str, reverse: bool, kind: str, help: str):
+    @command(name, help=help)
+    def run(dbg: Debugger, rest: str) -> str:
+        d = -dbg.direction if reverse else dbg.direction
+        if kind == "stepi":
+            msg = dbg.travel(d, lambda: False, limit=_count(rest))
+        elif kind == "step":
+            msg = dbg.line_step(d, over=False, count=_count(rest))
+        elif kind == "next":
+            msg = dbg.line_step(d, over=True, count=_count(rest))
+        elif kind == "finish":
+            msg = dbg.finish(d)
+        else:
+            msg = dbg.travel(d)
+        return dbg.stop_text(msg)
+    return run
+
+
+for _name, _kind, _help in [
+        ("step", "step", "step [N]: run to the next source line, into calls"),
+        ("stepi", "stepi", "stepi [N]: execute one instruction"),
+        ("next", "next", "next [N]: run to the next source line, over calls"),
+        ("continue", "continue", "continue: run to a breakpoint, a watch, or the end"),
+        ("finish", "finish", "finish: run until the current function returns")]:
+    _movement(_name, False, _kind, _help)
+    _movement("reverse-" + _name, True, _kind, "reverse-" + _help.replace(":", ", backwards:", 1)
+              .replace("the end", "the start").replace("returns", "was called"))
+
+
+@command("set", help="set exec-direction forward|reverse: which way step/next/continue go")
+def _set(dbg: Debugger, rest: str) -> str:
+    parts = rest.split()
+    if len(parts) != 2 or parts[0] != "exec-direction" or parts[1] not in ("forward",
+                                                                           "reverse"):
+        raise CommandError("usage: set exec-direction forward|reverse")
+    dbg.direction = 1 if parts[1] == "forward" else -1
+    return f"execution direction: {parts[1]}"
+
+
+@command("goto", help="goto STEP: move to step number STEP, forwards or backwards")
+def _goto(dbg: Debugger, rest: str) -> str:
+    try:
+        target = int(rest)
+    except ValueError:
+        raise CommandError("usage: goto STEP (a step number)") from None
+    if target < 0:
+        raise CommandError("step numbers start at 0")
+    d = 1 if target > dbg.m.steps else -1
+    msg = "" if target == dbg.m.steps else dbg.travel(d, lambda: dbg.m.steps == target,
+                                                      limit=abs(target - dbg.m.steps))
+    return dbg.stop_text(msg)
+
+
+def _break(temporary: bool):
+    def run(dbg: Debugger, rest: str) -> str:
+        if not rest:
+            raise CommandError("usage: break LINE | FUNCTION | *INDEX | FUNCTION:*INDEX")
+        n = dbg.new_number()
+        dbg.breakpoints[n] = Breakpoint(n, rest, dbg.places(rest), temporary)
+        where = ", ".join(f"{f} instruction {i}" for f, i in sorted(dbg.breakpoints[n].places))
+        return f"{'temporary ' if temporary else ''}breakpoint {n} at {where}"
+    return run
+
+
+COMMANDS["break"], HELP["break"] = _break(False), \
+    "break LINE|FUNCTION|*INDEX|FUNCTION:*INDEX: stop there, in both directions"
+COMMANDS["tbreak"], HELP["tbreak"] = _break(True), "tbreak LOCATION: a breakpoint used once"
+
+
+def _numbers(dbg: Debugger, rest: str) -> list[int]:
+    try:
+        nums = [int(x) for x in rest.split()]
+    except ValueError:
+        raise CommandError(f"expected breakpoint numbers, got {rest!r}") from None
+    for n in nums:
+        if n not in dbg.breakpoints and n not in dbg.watches:
+            raise CommandError(f"no breakpoint or watchpoint number {n}")
+    return nums
+
+
+@command("delete", help="delete [N...]: delete breakpoints/watchpoints (all if none given)")
+def _delete(dbg: Debugger, rest: str) -> str:
+    nums = _numbers(dbg, rest) if rest else list(dbg.breakpoints) + list(dbg.watches)
+    for n in nums:
+        dbg.breakpoints.pop(n, None)
+        dbg.watches.pop(n, None)
+    return f"deleted {len(nums)}"
+
+
+def _able(enabled: bool):
+    def run(dbg: Debugger, rest: str) -> str:
+        for n in _numbers(dbg, rest):
+            (dbg.breakpoints.get(n) or dbg.watches[n]).enabled = enabled
+        return f"{'enabled' if enabled else 'disabled'} {rest}"
+    return run
+
+
+COMMANDS["enable"], HELP["enable"] = _able(True), "enable N...: enable breakpoints/watches"
+COMMANDS["disable"], HELP["disable"] = _able(False), "disable N...: disable them"
+
+
+@command("condition", help="condition N EXPR: stop at breakpoint N only when EXPR holds")
+def _condition(dbg: Debugger, rest: str) -> str:
+    num, _, expr = rest.partition(" ")
+    if not num.isdigit() or int(num) not in dbg.breakpoints:
+        raise CommandError("usage: condition N EXPR (N a breakpoint number)")
+    if expr:
+        ast_ok = dbg.try_eval(expr) is not None or _parses(expr)
+        if not ast_ok:
+            raise CommandError(f"cannot parse condition {expr!r}")
+    dbg.breakpoints[int(num)].condition = expr.strip()
+    return f"breakpoint {num} condition: {expr.strip() or '(none)'}"
+
+
+def _parses(expr: str) -> bool:
+    try:
+        ast.parse(expr, mode="eval")
+        return True
+    except SyntaxError:
+        return False
+
+
+@command("watch", help="watch EXPR: stop when its value changes (register, variable, "
+         "heap[ADDR]), in both directions")
+def _watch(dbg: Debugger, rest: str) -> str:
+    if not rest:
+        raise CommandError("usage: watch EXPR")
+    value = dbg.evaluate(rest)
+    n = dbg.new_number()
+    dbg.watches[n] = Watch(n, rest, value)
+    return f"watchpoint {n}: {rest} = {_fmt(value)}"
+
+
+@command("display", help="display EXPR: show EXPR after every stop")
+def _display(dbg: Debugger, rest: str) -> str:
+    if not rest:
+        return "\n".join(f"{k}: {d} = {_fmt(dbg.try_eval(d))}"
+                         for k, d in enumerate(dbg.displays, 1)) or "no displays"
+    dbg.evaluate(rest)
+    dbg.displays.append(rest)
+    return f"{len(dbg.displays)}: {rest} = {_fmt(dbg.evaluate(rest))}"
+
+
+@command("print", help="print EXPR: registers (r0, f1), variables, heap[ADDR], grad[VAR], "
+         "arithmetic")
+def _print(dbg: Debugger, rest: str) -> str:
+    if not rest:
+        raise CommandError("usage: print EXPR")
+    return f"{rest} = {_fmt(dbg.evaluate(rest))}"
+
+
+@command("x", help="x ADDR [N]: show N heap cells from ADDR (as int and float)")
+def _x(dbg: Debugger, rest: str) -> str:
+    parts = rest.split()
+    try:
+        addr, n = int(parts[0]), int(parts[1]) if len(parts) > 1 else 1
+    except (ValueError, IndexError):
+        raise CommandError("usage: x ADDR [N]") from None
+    ints = dbg.cells(addr, n, isa.INT)
+    floats = ints.view("<f8")
+    return "\n".join(f"heap[{addr + k}] = {int(i)} (as float {float(f)!r})"
+                     for k, (i, f) in enumerate(zip(ints, floats)))
+
+
+@command("info", help="info registers|breakpoints|watchpoints|display|frame")
+def _info(dbg: Debugger, rest: str) -> str:
+    what = rest.split()[0] if rest else ""
+    if what in ("registers", "regs", "r"):
+        from .debugview import registers_lines
+        return "\n".join(text for text, _ in registers_lines(dbg))
+    if what in ("breakpoints", "break", "b", "watchpoints", "watch"):
+        rows = [f"{b.number}  {'temporary ' if b.temporary else ''}breakpoint at {b.where}"
+                f"{'' if b.enabled else ' (disabled)'}"
+                f"{' if ' + b.condition if b.condition else ''}  hits: {b.hits}"
+                for b in dbg.breakpoints.values()]
+        rows += [f"{w.number}  watchpoint {w.expr}{'' if w.enabled else ' (disabled)'}"
+                 for w in dbg.watches.values()]
+        return "\n".join(rows) or "no breakpoints or watchpoints"
+    if what == "display":
+        return _display(dbg, "")
+    if what == "frame":
+        return dbg.where(dbg.frame())
+    raise CommandError("usage: info registers|breakpoints|watchpoints|display|frame")
+
+
+@command("list", help="list [LINE]: source around the current line (or LINE)")
+def _list(dbg: Debugger, rest: str) -> str:
+    from .debugview import source_lines
+    center = int(rest) if rest.isdigit() else None
+    lines = source_lines(dbg, center, 5)
+    return "\n".join(t for t, _ in lines) if lines else "no source available"
+
+
+@command("disas", help="disas: the disassembly around the current instruction")
+def _disas(dbg: Debugger, rest: str) -> str:
+    from .debugview import disassembly_lines
+    return "\n".join(t for t, _ in disassembly_lines(dbg, 8))
+
+
+@command("backtrace", help="backtrace: the call stack, with each frame's direction")
+def _backtrace(dbg: Debugger, rest: str) -> str:
+    from .debugview import stack_lines
+    return "\n".join(t for t, _ in stack_lines(dbg))
+
+
+def _updown(sign: int):
+    def run(dbg: Debugger, rest: str) -> str:
+        n = _count(rest)
+        dbg.selected = max(0, min(len(dbg.m.stack) - 1, dbg.selected + sign * n))
+        return f"#{dbg.selected}  {dbg.where(dbg.frame())}"
+    return run
+
+
+COMMANDS["up"], HELP["up"] = _updown(1), "up [N]: select the caller's frame"
+COMMANDS["down"], HELP["down"] = _updown(-1), "down [N]: select the callee's frame"
+
+
+@command("grad", help="grad on [LOSS] | off: gradient mode (shadows shown beside values); "
+         "LOSS, if given, gets gradient 1 (then step backwards for the adjoint pass)")
+def _grad(dbg: Debugger, rest: str) -> str:
+    parts = rest.split()
+    if not parts or parts[0] not in ("on", "off"):
+        raise CommandError("usage: grad on [LOSS] | grad off")
+    if parts[0] == "off":
+        dbg.m.set_grad(False)
+        return "gradient mode off"
+    dbg.m.set_grad(True)
+    if len(parts) > 1:
+        name = parts[1]
+        fr = dbg.frame()
+        sym = dbg.symbol(name, fr)
+        regs = sym.regs if sym is not None else None
+        if regs is None and name[:1] == "f" and name[1:].isdigit():
+            regs = (Reg(isa.FLOAT, int(name[1:])),)
+        if not regs or len(regs) != 1 or regs[0].cls != isa.FLOAT:
+            raise CommandError(f"the loss must be a float variable or register, got {name}")
+        fr.G[fr.fn.slot(regs[0])] = 1.0
+        return f"gradient mode on; d{name} = 1 (now step backwards)"
+    return "gradient mode on"
+
+
+@command("run", help="run: restart from the beginning (breakpoints are kept)")
+def _run(dbg: Debugger, rest: str) -> str:
+    dbg.restart()
+    return dbg.stop_text("restarted")
+
+
+@command("view", help="view: show every pane (source, disassembly, registers, stack, heap)")
+def _view(dbg: Debugger, rest: str) -> str:
+    from .debugview import plain_view
+    return plain_view(dbg)
+
+
+@command("quit", help="quit: leave the debugger")
+def _quit(dbg: Debugger, rest: str) -> str:
+    dbg.done = True
+    return ""
+
+
+@command("help", help="help [COMMAND]: list commands, or describe one")
+def _help(dbg: Debugger, rest: str) -> str:
+    if rest:
+        name = ALIASES.get(rest, rest)
+        if name not in HELP:
+            raise CommandError(f"no command {rest!r}")
+        return HELP[name]
+    aliases = {}
+    for a, full in ALIASES.items():
+        aliases.setdefault(full, []).append(a)
+    return "\n".join(f"  {HELP[n]}" + (f"  (alias: {', '.join(aliases[n])})"
+                                       if n in aliases else "") for n in HELP)
+
+

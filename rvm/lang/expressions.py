@@ -1,0 +1,513 @@
+"""The expression half of the frontend compiler: registers and temporaries, expressions,
+conditions, array addresses, names, constants and types. `FunctionCompiler` (statements)
+builds on it."""
+
+from __future__ import annotations
+
+import ast
+import math
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from .. import isa
+from ..errors import CompileError
+from ..program import Imm, Instruction, Mem, Reg, Symbol
+from .invert import Code, invert
+
+INT, FLOAT = isa.INT, isa.FLOAT
+BINOPS = {ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "div", ast.Mod: "mod", ast.Pow: "pow"}
+FUNCS = {"exp", "log", "sin", "cos", "tanh", "sqrt", "abs", "atan2", "fmod"}
+COMPARE = {ast.Eq: "EQ", ast.NotEq: "NE", ast.Lt: "LT", ast.LtE: "LE", ast.Gt: "GT",
+           ast.GtE: "GE"}
+
+
+@attrs.frozen
+class Source:
+    """Where a function's text came from, to locate errors."""
+
+    file: str
+    lines: list
+    first: int = 1          # file line of the parsed text's line 1
+    indent: int = 0         # columns removed by dedenting
+
+    def error(self, node, message: str, hint: str = "") -> CompileError:
+        line = getattr(node, "lineno", 1) + self.first - 1
+        col = getattr(node, "col_offset", 0) + self.indent + 1
+        text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
+        return CompileError(message, self.file, line, col, text.rstrip("\n"), hint)
+
+
+@attrs.define
+class Var:
+    name: str
+    kind: str                   # "int" | "float" | "array"
+    regs: tuple                 # scalar: (reg,); array: (base, n) or (base, rows, cols)
+    dtype: str = ""             # arrays: INT or FLOAT
+
+    @property
+    def reg(self) -> Reg:
+        return self.regs[0]
+
+    @property
+    def cls(self) -> str:
+        return INT if self.kind == "int" else FLOAT if self.kind == "float" else self.dtype
+
+    @property
+    def sig(self) -> tuple:
+        return ("array", self.dtype, len(self.regs) - 1) if self.kind == "array" else (self.kind,)
+
+
+class Lowering:
+    """Registers, temporaries and expressions of one function being compiled."""
+
+
+    def __init__(self, session, node: ast.FunctionDef, source: Source, env, name: str,
+                 sig: tuple):
+        self.session, self.node, self.src, self.env, self.name = session, node, source, env, name
+        self.sig = sig
+        self.code: Code = []
+        self.scopes: list[dict[str, Var]] = [{}]
+        self.count = {INT: 0, FLOAT: 0}
+        self.free: dict[str, list[int]] = {INT: [], FLOAT: []}
+        self.labels = 0
+        self.routines: dict[str, Code] = {}
+        self.symbols: list[Symbol] = []
+        self.line = node.lineno
+
+    # ------------------------------------------------------------------ basics
+    def error(self, node, message: str, hint: str = "") -> CompileError:
+        return self.src.error(node, message, hint)
+
+    def fresh(self, stem: str = "L") -> str:
+        self.labels += 1
+        return f"{stem.split('_')[0]}_{self.labels}"
+
+    def emit(self, op: str, *args, label: str | None = None) -> None:
+        self.code.append((label, Instruction(op, tuple(args), self.lineno)))
+
+    @property
+    def lineno(self) -> int:
+        return self.line + self.src.first - 1
+
+    def reg(self, cls: str) -> Reg:
+        if self.free[cls]:
+            return Reg(cls, self.free[cls].pop())
+        self.count[cls] += 1
+        return Reg(cls, self.count[cls] - 1)
+
+    def release(self, *regs: Reg) -> None:
+        for r in regs:
+            self.free[r.cls].append(r.n)
+
+    def capture(self, fn: Callable[[], Any]) -> tuple[Code, Any]:
+        """Run fn, returning the code it emitted (removed from the stream) and its result."""
+        saved, self.code = self.code, []
+        try:
+            result = fn()
+            return self.code, result
+        finally:
+            self.code = saved
+
+    def lookup(self, name: str) -> Var | None:
+        for scope in reversed(self.scopes):
+            if name in scope:
+                return scope[name]
+        return None
+
+    def declare(self, node, name: str, var: Var) -> None:
+        if self.lookup(name) is not None:
+            raise self.error(node, f"{name!r} is already a variable here",
+                             "choose another name for the ancilla")
+        self.scopes[-1][name] = var
+        self.record(var, self.node)
+
+    def record(self, var: Var, scope_node) -> None:
+        """Debug info: var's registers, in scope over scope_node's lines."""
+        first = scope_node.lineno + self.src.first - 1
+        last = getattr(scope_node, "end_lineno", scope_node.lineno) + self.src.first - 1
+        self.symbols.append(Symbol(var.name, var.regs, first, last, var.dtype))
+
+    def address(self, sub) -> tuple[Var, Mem]:
+        """Bounds-checked memory operand for A[i] or A[i, j] (may emit address code)."""
+        if not isinstance(sub.value, ast.Name):
+            raise self.error(sub, "index an array variable directly: A[i] or A[i, j]")
+        var = self.variable(sub.value)
+        if var.kind != "array":
+            raise self.error(sub, f"{var.name} is not an array")
+        idx = sub.slice.elts if isinstance(sub.slice, ast.Tuple) else [sub.slice]
+        if len(idx) != len(var.regs) - 1:
+            raise self.error(sub, f"{var.name} has {len(var.regs) - 1} dimension(s), "
+                             f"indexed with {len(idx)}")
+        ops = []
+        for e, dim in zip(idx, var.regs[1:]):
+            if isinstance(e, ast.Slice) or self.typeof(e) != "int":
+                raise self.error(e, "array indices must be integers (no slices)")
+            op = self.operand(e, INT)
+            self.emit("ASSERT.GE", op, Imm(0))
+            self.emit("ASSERT.LT", op, dim)
+            ops.append(op)
+        if len(ops) == 1:
+            off = ops[0]
+            return var, Mem(var.regs[0], off.value if isinstance(off, Imm) else off)
+        t = self.reg(INT)
+        self.emit("ADD.mul", t, ops[0], var.regs[2])
+        self.emit("ADD", t, ops[1])
+        return var, Mem(var.regs[0], t)
+
+    # ------------------------------------------------------------------ expressions
+    def accumulate(self, target: Reg, sign: int, e, node) -> None:
+        """target += e (sign 1) or target -= e (sign -1)."""
+        kind = self.typeof(e)
+        if target.cls == INT and kind == "float":
+            raise self.error(e, "an integer target cannot absorb a float expression",
+                             "use a float variable, or // for integer division")
+        if isinstance(e, ast.BinOp) and isinstance(e.op, (ast.Add, ast.Sub)):
+            self.accumulate(target, sign, e.left, node)
+            self.accumulate(target, sign * (1 if isinstance(e.op, ast.Add) else -1), e.right,
+                            node)
+            return
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, (ast.USub, ast.UAdd)):
+            return self.accumulate(target, -sign if isinstance(e.op, ast.USub) else sign,
+                                   e.operand, node)
+        family, args = self.operation(e, target.cls)
+        head = "ADD" if sign > 0 else "SUB"
+        self.with_operands(args, lambda ops: self.emit(
+            head + ("." + family if family else ""), target, *ops),
+            cls=target.cls if family in ("", "abs") else None)
+
+    def operation(self, e, cls: str) -> tuple[str, list]:
+        """(family, argument expressions) of an expression's outermost operation."""
+        if isinstance(e, ast.BinOp) and type(e.op) in BINOPS:
+            family = BINOPS[type(e.op)]
+            kinds = {self.typeof(e.left), self.typeof(e.right)}
+            if isinstance(e.op, ast.FloorDiv) and (cls == FLOAT or "float" in kinds):
+                raise self.error(e, "// is integer division; use / for floats")
+            if isinstance(e.op, ast.Mod) and (cls == FLOAT or "float" in kinds):
+                raise self.error(e, "% on floats is not supported (Python's % and fmod "
+                                 "differ for negatives)", "use fmod(a, b)")
+            if isinstance(e.op, ast.Div) and cls == INT:
+                raise self.error(e, "/ gives a float", "use // for integer division")
+            if family == "pow" and cls == INT:
+                raise self.error(e, "integer ** is not supported", "use a float target")
+            return family, [e.left, e.right]
+        if isinstance(e, ast.Call):
+            name = self.callee_name(e.func)
+            if name in FUNCS:
+                family = "mod" if name == "fmod" else name
+                arity = 2 if family in ("atan2", "mod") else 1
+                if len(e.args) != arity or e.keywords:
+                    raise self.error(e, f"{name} takes {arity} argument(s)")
+                if cls == INT and family not in ("abs",):
+                    raise self.error(e, f"{name} gives a float; the target is an integer")
+                return family, list(e.args)
+            if name == "len":
+                return "", [e]
+            raise self.error(e, f"{name}() cannot be used in an expression",
+                             "expressions may use + - * / // % **, exp log sin cos tanh "
+                             "sqrt abs atan2 fmod, len(A); call reversible functions as "
+                             "statements")
+        return "", [e]
+
+    def with_operands(self, args: list, use: Callable[[list], None],
+                      cls: str | None = None) -> None:
+        """Operands for args (temporaries where needed), use them, uncompute the temps."""
+        start = len(self.code)
+        ops = [self.operand(a, cls) for a in args]
+        compute = self.code[start:]
+        use(ops)
+        self.code += invert(compute, self.fresh)
+        for op, a in zip(ops, args):
+            if isinstance(op, Reg) and self.is_temp(a):
+                self.release(op)
+
+    def is_temp(self, e) -> bool:
+        """Did operand(e) compute e into a fresh temporary?"""
+        if isinstance(e, ast.Name) or self.constant_or_none(e) is not None:
+            return False
+        if isinstance(e, ast.Call) and self.callee_name(e.func) == "len":
+            return False
+        return not (isinstance(e, ast.Subscript) and isinstance(e.value, ast.Attribute)
+                    and e.value.attr == "shape")
+
+    def operand(self, e, cls: str | None = None):
+        """A register or immediate holding e's value (computed into a temp if compound)."""
+        value = self.constant_or_none(e)
+        if value is not None:
+            return Imm(float(value) if cls == FLOAT and isinstance(value, bool) else value)
+        if isinstance(e, ast.Name):
+            var = self.variable(e)
+            if var.kind == "array":
+                raise self.error(e, f"{var.name} is an array; use an element {var.name}[i]")
+            return var.reg
+        if isinstance(e, ast.Call) and self.callee_name(e.func) == "len":
+            return self.length(e)
+        if isinstance(e, ast.Attribute) and e.attr == "shape":
+            raise self.error(e, "use A.shape[k] or len(A)")
+        if isinstance(e, ast.Subscript) and isinstance(e.value, ast.Attribute) and \
+                e.value.attr == "shape":
+            return self.shape(e)
+        kind = self.typeof(e)
+        t = self.reg(INT if kind == "int" else FLOAT)
+        if isinstance(e, ast.Subscript):
+            var, mem = self.address(e)
+            x = self.reg(var.dtype)
+            self.emit("EXCH", x, mem)
+            self.emit("ADD", t, x)
+            self.emit("EXCH", x, mem)
+            self.release(x)
+            if isinstance(mem.off, Reg) and len(var.regs) == 3:
+                pass   # the address temp is uncomputed with the rest of the operand code
+            return t
+        self.accumulate(t, 1, e, e)
+        return t
+
+    def length(self, e) -> Reg:
+        if len(e.args) != 1 or not isinstance(e.args[0], ast.Name):
+            raise self.error(e, "len takes one array variable")
+        var = self.variable(e.args[0])
+        if var.kind != "array":
+            raise self.error(e, f"{var.name} is not an array")
+        return var.regs[1]
+
+    def shape(self, e) -> Reg:
+        var = self.variable(e.value.value) if isinstance(e.value.value, ast.Name) else None
+        k = self.constant_or_none(e.slice)
+        if var is None or var.kind != "array" or not isinstance(k, int) or \
+                not 0 <= k < len(var.regs) - 1:
+            raise self.error(e, "A.shape[k] needs an array A and a constant k within its "
+                             "dimensions")
+        return var.regs[1 + k]
+
+    def xor(self, target: Reg, e, node) -> None:
+        if target.cls != INT:
+            raise self.error(node, "^= needs an integer target")
+        if isinstance(e, ast.BinOp) and isinstance(e.op, (ast.BitAnd, ast.BitOr)):
+            op = "XOR.and" if isinstance(e.op, ast.BitAnd) else "XOR.or"
+            return self.with_operands([e.left, e.right], lambda ops: self.emit(op, target, *ops),
+                                      INT)
+        if isinstance(e, (ast.Compare, ast.BoolOp)) or (
+                isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not)):
+            return self.boolean(target, e)
+        if self.typeof(e) != "int":
+            raise self.error(e, "^= needs an integer expression")
+        self.with_operands([e], lambda ops: self.emit("XOR", target, ops[0]), INT)
+
+    # ------------------------------------------------------------------ conditions
+    def pre_post(self, test, node, allow_single: bool):
+        if isinstance(test, ast.Tuple):
+            if len(test.elts) != 2:
+                raise self.error(test, "write (precondition, postcondition)")
+            return test.elts
+        if not allow_single:
+            raise self.error(node, "a reversible while needs (precondition, postcondition)",
+                             "while (pre, post): the post-condition is false on entry and "
+                             "true after every pass")
+        return test, test
+
+    def condition(self, e) -> tuple[str, Any, Any]:
+        """A branch condition (cc, a, b); may emit code computing temporaries."""
+        if isinstance(e, ast.Compare) and len(e.ops) == 1 and type(e.ops[0]) in COMPARE:
+            a = self.operand(e.left)
+            b = self.operand(e.comparators[0])
+            return COMPARE[type(e.ops[0])], a, b
+        if not isinstance(e, (ast.Compare, ast.BoolOp, ast.UnaryOp)) and \
+                self.typeof(e) == "int":
+            return "NE", self.operand(e), Imm(0)
+        t = self.reg(INT)
+        self.boolean(t, e)
+        return "NE", t, Imm(0)
+
+    def boolean(self, t: Reg, e) -> None:
+        """t ^= bool(e)."""
+        if isinstance(e, ast.Compare):
+            pairs = list(zip([e.left, *e.comparators], e.comparators))
+            if len(pairs) == 1:
+                cc = COMPARE.get(type(e.ops[0]))
+                if cc is None:
+                    raise self.error(e, "only == != < <= > >= comparisons are supported")
+                return self.with_operands(list(pairs[0]), lambda ops: self.emit(
+                    f"XOR.{cc.lower()}", t, *ops))
+            parts = [ast.Compare(left=a, ops=[op], comparators=[b])
+                     for (a, b), op in zip(pairs, e.ops)]
+            return self.boolean(t, ast.copy_location(ast.BoolOp(op=ast.And(), values=parts), e))
+        if isinstance(e, ast.BoolOp):
+            op = "XOR.and" if isinstance(e.op, ast.And) else "XOR.or"
+            first, rest = e.values[0], e.values[1:]
+            right = rest[0] if len(rest) == 1 else ast.copy_location(
+                ast.BoolOp(op=e.op, values=rest), e)
+            a, b = self.reg(INT), self.reg(INT)
+            code, _ = self.capture(lambda: (self.boolean(a, first), self.boolean(b, right)))
+            self.code += code
+            self.emit(op, t, a, b)
+            self.code += invert(code, self.fresh)
+            self.release(a, b)
+            return None
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
+            self.boolean(t, e.operand)
+            self.emit("XOR", t, Imm(1))
+            return None
+        if self.typeof(e) == "int":
+            return self.with_operands([e], lambda ops: self.emit("XOR.ne", t, ops[0], Imm(0)))
+        raise self.error(e, "a condition must be a comparison, and/or/not, or an integer")
+
+    # ------------------------------------------------------------------ names and types
+    def variable(self, e) -> Var:
+        if not isinstance(e, ast.Name):
+            raise self.error(e, "expected a variable name")
+        var = self.lookup(e.id)
+        if var is None:
+            hint = "declare it with: with ancilla(" + e.id + "=0.0):" \
+                if self.env(e.id) is None else f"{e.id} is a constant here; it cannot change"
+            raise self.error(e, f"unknown variable {e.id!r}", hint)
+        return var
+
+    def constant(self, e):
+        value = self.constant_or_none(e)
+        if value is None:
+            raise self.error(e, "expected a constant")
+        return value
+
+    def constant_or_none(self, e):
+        """The numeric value of a literal or of a constant from the enclosing scope."""
+        if isinstance(e, ast.Constant) and isinstance(e.value, (int, float)):
+            return e.value
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
+            v = self.constant_or_none(e.operand)
+            return None if v is None else -v
+        if isinstance(e, (ast.Name, ast.Attribute)):
+            if isinstance(e, ast.Name) and self.lookup(e.id) is not None:
+                return None
+            value = self.env(ast.unparse(e))
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                if isinstance(value, float) and not math.isfinite(value):
+                    raise self.error(e, f"constant {ast.unparse(e)} is not finite")
+                return value
+            if hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0:
+                return value.item()
+        return None
+
+    def typeof(self, e) -> str:
+        value = self.constant_or_none(e)
+        if value is not None:
+            return "int" if isinstance(value, int) else "float"
+        if isinstance(e, ast.Name):
+            var = self.variable(e)
+            if var.kind == "array":
+                raise self.error(e, f"{var.name} is an array; use an element {var.name}[i]")
+            return var.kind
+        if isinstance(e, ast.Subscript):
+            if isinstance(e.value, ast.Attribute) and e.value.attr == "shape":
+                return "int"
+            var = self.variable(e.value) if isinstance(e.value, ast.Name) else None
+            if var is None or var.kind != "array":
+                raise self.error(e, "only array variables can be indexed")
+            return "int" if var.dtype == INT else "float"
+        if isinstance(e, ast.BinOp):
+            if isinstance(e.op, (ast.Div, ast.Pow)):
+                self.typeof(e.left), self.typeof(e.right)
+                return "float"
+            kinds = {self.typeof(e.left), self.typeof(e.right)}
+            if type(e.op) not in (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod,
+                                  ast.BitAnd, ast.BitOr):
+                raise self.error(e, f"operator {type(e.op).__name__} is not supported")
+            return "float" if "float" in kinds else "int"
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, (ast.USub, ast.UAdd)):
+            return self.typeof(e.operand)
+        if isinstance(e, ast.Call):
+            name = self.callee_name(e.func)
+            if name == "len":
+                return "int"
+            if name == "abs" and len(e.args) == 1:
+                return self.typeof(e.args[0])
+            if name in FUNCS:
+                for a in e.args:
+                    self.typeof(a)
+                return "float"
+            raise self.error(e, f"{name}() cannot be used in an expression",
+                             "call reversible functions as statements: f(x, y)")
+        if isinstance(e, (ast.Compare, ast.BoolOp)):
+            return "int"
+        raise self.error(e, f"{type(e).__name__} is not supported in expressions")
+
+    def is_zero(self, e) -> bool:
+        v = self.constant_or_none(e)
+        return v is not None and v == 0
+
+    def names(self, e) -> set[str]:
+        return {n.id for n in ast.walk(e) if isinstance(n, ast.Name)}
+
+    def value_names(self, e) -> set[str]:
+        """Names whose *values* e reads (len(A) and A.shape read only A's fixed size)."""
+        if isinstance(e, ast.Call) and self.callee_name(e.func) == "len":
+            return set()
+        if isinstance(e, ast.Attribute) and e.attr == "shape":
+            return set()
+        if isinstance(e, ast.Name):
+            return {e.id}
+        return set().union(set(), *(self.value_names(c) for c in ast.iter_child_nodes(e)))
+
+    def written(self, stmts: list) -> set[str]:
+        """Names a block changes directly (targets, swaps, neg/rot). Arguments of calls are
+        not counted: where bounds are concerned they are copied (see stmt_For)."""
+        out: set[str] = set()
+        for s in stmts:
+            for n in ast.walk(s):
+                if isinstance(n, ast.AugAssign):
+                    out |= self.base_names(n.target)
+                elif isinstance(n, ast.Assign):
+                    for t in n.targets:
+                        out |= self.base_names(t)
+                elif isinstance(n, ast.Call) and self.callee_name(n.func) in ("neg", "rot",
+                                                                              "irot"):
+                    for a in n.args[:2]:
+                        out |= self.base_names(a)
+                elif isinstance(n, ast.For) and isinstance(n.target, ast.Name):
+                    out.add(n.target.id)
+        return out
+
+    def base_names(self, t) -> set[str]:
+        if isinstance(t, ast.Name):
+            return {t.id}
+        if isinstance(t, ast.Subscript):
+            return self.base_names(t.value)
+        if isinstance(t, ast.Tuple):
+            return set().union(*(self.base_names(x) for x in t.elts))
+        return set()
+
+    def no_self_reference(self, target, value, node) -> None:
+        """The target may not be read by its own update. An array target may read other
+        elements of its array: a run-time check then makes sure the indices differ."""
+        name = next(iter(self.base_names(target)), None)
+        if name is None or name not in self.value_names(value):
+            return
+        reads = [n for n in ast.walk(value) if isinstance(n, ast.Subscript)
+                 and isinstance(n.value, ast.Name) and n.value.id == name]
+        whole = self.value_names(value) - {name} | (
+            {name} if any(isinstance(n, ast.Name) and n.id == name for n in
+                          self.outside_subscripts(value, name)) else set())
+        if isinstance(target, ast.Subscript) and name not in whole and reads and \
+                not isinstance(target.slice, ast.Tuple):
+            for r in reads:
+                if isinstance(r.slice, ast.Tuple):
+                    break
+                self.with_operands([target.slice, r.slice],
+                                   lambda ops: self.emit("ASSERT.NE", *ops), INT)
+            else:
+                return
+        raise self.error(node, f"{name} occurs on both sides", "the target of an "
+                         "accumulation may not be read by it: use a temporary "
+                         "(with ancilla(t=0.0): t += ...; y += ... t ...; t -= ...)")
+
+    def outside_subscripts(self, e, name: str):
+        """Nodes of e that are not inside a subscript of `name` (or len/shape of it)."""
+        if isinstance(e, ast.Subscript) and isinstance(e.value, ast.Name) and \
+                e.value.id == name:
+            yield from (n for n in ast.walk(e.slice))
+            return
+        if isinstance(e, ast.Call) and self.callee_name(e.func) == "len":
+            return
+        yield e
+        for c in ast.iter_child_nodes(e):
+            yield from self.outside_subscripts(c, name)
