@@ -18,8 +18,6 @@ from ..program import FuncRef, Function, Imm, Label, Reg
 from .expressions import FLOAT, INT, Lowering, Var
 from .invert import invert, relabel
 
-MARKERS = {"ancilla", "compute", "inverse", "neg", "rot", "irot", "zeros", "len"}
-
 
 def sig_of(value) -> tuple:
     """The argument signature of a Python value."""
