@@ -12,10 +12,18 @@ from .errors import RvmError
 from .program import Program
 
 
-def load(path: str | os.PathLike) -> Program:
+def load(path: str | os.PathLike, engine: str | None = None) -> Program:
     """Load a program from assembly (.rasm), bytecode (.rvmb), or a Python file of
-    @rvm.reversible functions (.py, compiled without running it); verified on load."""
-    path = os.fspath(path)
+    @rvm.reversible functions (.py, compiled without running it); verified on load.
+    `engine` ('interp', 'python'; None = fastest) is the default for its calls."""
+    program = _load(os.fspath(path))
+    if engine is not None:
+        from .machine import resolve_engine
+        program = attrs.evolve(program, engine=resolve_engine(engine))
+    return program
+
+
+def _load(path: str) -> Program:
     try:
         if path.endswith(".py"):
             from .lang import compile_file

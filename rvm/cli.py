@@ -58,7 +58,8 @@ def _jsonable(v):
 
 
 def _machine(program: Program, args, **extra) -> Machine:
-    return Machine(program, max_steps=args.max_steps, heap_limit=args.heap_limit, **extra)
+    return Machine(program, max_steps=args.max_steps, heap_limit=args.heap_limit,
+                   engine=args.engine, checks=not args.no_checks, **extra)
 
 
 def _print_values(names: list[str], values, as_json: bool, prefix: str = "") -> None:
@@ -104,6 +105,7 @@ def cmd_run(args) -> None:
     m = _machine(program, args)
     m.enter(entry, *values, backward=args.backward)
     if args.trace:
+        m.engine = "interp"         # a trace steps one instruction at a time
         from .trace import traced_run
         # the root frame of an uncall runs backwards while the machine moves forwards
         traced_run(m, 1, sys.stdout)
@@ -121,7 +123,8 @@ def cmd_grad(args) -> None:
     loss = int(args.loss) if args.loss.isdigit() else args.loss
     values = _arguments(args.args)
     grads = grad(program[entry], loss=loss, max_steps=args.max_steps,
-                 heap_limit=args.heap_limit)(*values)
+                 heap_limit=args.heap_limit, engine=args.engine,
+                 checks=not args.no_checks)(*values)
     m = Machine(program)
     m.enter(entry, *values)
     names = [b.name for b in m.bindings]
@@ -179,6 +182,10 @@ def parser() -> argparse.ArgumentParser:
                        help="step budget (default 1e8)")
         r.add_argument("--heap-limit", type=int, default=1 << 24, metavar="CELLS",
                        help="heap size limit in cells (default 2^24)")
+        r.add_argument("--engine", choices=["interp", "python", "native"], default=None,
+                       help="execution engine (default: the fastest available)")
+        r.add_argument("--no-checks", action="store_true",
+                       help="skip invertibility checks (for trusted programs)")
         return r
 
     r = runner("run", "run a function forwards (or backwards) and print its parameters")

@@ -61,7 +61,9 @@ def dpow_db(a: float, b: float) -> float:
 class _Operands:
     """How each operand of one instruction reads in generated code."""
 
-    def __init__(self, fn: Function, ins, layout: dict):
+    def __init__(self, fn: Function, ins, layout: dict, local=None):
+        """layout maps registers to frame slots (R[k]); `local`, if given, maps a register
+        to the name of a local variable instead (the compiled engine)."""
         self.value, self.shadow, self.src, self.prelude = {}, {}, {}, []
         spec = ins.spec
         written = [a for a, k in zip(ins.args, spec.kinds) if k in "DX"]
@@ -70,17 +72,20 @@ class _Operands:
         for name, a in zip(spec.names, ins.args):
             self.src[name] = str(a)
             if isinstance(a, Reg):
-                k = layout[a]
-                self.value[name] = f"R[{k}]"
-                self.shadow[name] = f"G[{k}]" if a.cls == isa.FLOAT else None
+                value, shadow = (f"R[{layout[a]}]", f"G[{layout[a]}]") if local is None \
+                    else local(a)
+                self.value[name] = value
+                self.shadow[name] = shadow if a.cls == isa.FLOAT else None
             elif isinstance(a, Imm):
                 self.value[name] = f"({a.value!r})" if a.value < 0 else repr(a.value)
                 self.shadow[name] = None
             elif isinstance(a, Mem):
-                off = f"R[{layout[a.off]}]" if isinstance(a.off, Reg) else repr(a.off)
+                reg = (lambda r: f"R[{layout[r]}]") if local is None else \
+                    (lambda r: local(r)[0])
+                off = reg(a.off) if isinstance(a.off, Reg) else repr(a.off)
                 view = "hf" if self.cls == isa.FLOAT else "hi"
                 self.prelude += [
-                    f"_a = R[{layout[a.base]}] + {off}",
+                    f"_a = {reg(a.base)} + {off}",
                     "if not 0 <= _a < M.top: " + _fault(
                         f"heap address {_esc(a)} = {{_a}} is outside the heap "
                         "(0..{M.top - 1})"),

@@ -14,7 +14,7 @@ import math
 from . import codegen, isa
 from .arguments import bind, read_array
 from .codegen import END, Fault
-from .errors import InvertibilityError, MachineError
+from .errors import InvertibilityError, MachineError, RvmError
 from .program import Function, Program
 
 MIN_NORMAL = 2.2250738585072014e-308
@@ -53,8 +53,12 @@ class Machine:
 
     def __init__(self, program: Program, *, max_steps: int = 100_000_000,
                  heap_limit: int = 1 << 24, tol: float = 1e-8, max_depth: int = 10_000,
-                 grad: bool = False):
+                 grad: bool = False, engine: str | None = None, checks: bool = True):
         self.program, self.max_steps, self.heap_limit = program, max_steps, heap_limit
+        self.engine = resolve_engine(engine if engine is not None else program.engine)
+        self.checks = checks
+        self._compiled = None
+        self._compiled_functions = None
         self.tol, self.max_depth = tol, max_depth
         self.stack: list[Frame] = []
         self.steps = 0                    # the step counter ("time")
@@ -287,7 +291,25 @@ class Machine:
         return self._move(-1, 1) == 1
 
     def run(self, direction: int = 1, max_steps: int | None = None) -> int:
-        """Run to the end (direction +1) or back to the start (-1); return steps taken."""
+        """Run to the end (direction +1) or back to the start (-1); return steps taken
+        (0 when the compiled engine ran the whole pass: it does not count steps)."""
+        if self.engine != "interp" and self.at_boundary(-direction) and max_steps is None:
+            if self._compiled is None:
+                from .compiled import compiled
+                self._compiled = compiled(self.program, self.checks)
+            top, cells = self.top, bytes(self._buf[:8 * self.top])
+            shadows = bytes(self._gbuf[:8 * self.top]) if self.grad else b""
+            try:
+                self._compiled.run(self, direction)
+                return 0
+            except RvmError:
+                # undo the heap writes and let the reference engine find and report the
+                # failing instruction, leaving the state exactly where it would stop
+                self.top = top
+                self._buf[:] = bytes(len(self._buf))
+                self._buf[:len(cells)] = cells
+                self._gbuf[:] = bytes(len(self._gbuf))
+                self._gbuf[:len(shadows)] = shadows
         budget = self.max_steps if max_steps is None else max_steps
         taken = self._move(direction, budget)
         if taken >= budget and not self.at_boundary(direction):
@@ -348,7 +370,8 @@ class Machine:
     def finish(self, direction: int = 1) -> tuple:
         """Run to the end in `direction`, check the root's locals, return its parameters."""
         self.run(direction)
-        self.check_locals(self.stack[0])
+        if self.checks:
+            self.check_locals(self.stack[0])
         return self.results()
 
     def call(self, name: str, *args) -> tuple:
@@ -366,6 +389,22 @@ class Machine:
         frames = tuple((f.fn.name, f.state, f.dir, tuple(f.R),
                         tuple(f.G) if f.G is not None else None) for f in self.stack)
         return frames, self.top, bytes(self._buf[: self.top * 8])
+
+
+ENGINES = ("interp", "python", "native")
+
+
+def resolve_engine(engine: str | None) -> str:
+    """'interp' (the stepping interpreter, the reference), 'python' (generated Python
+    functions), 'native' (not available yet); None picks the fastest available."""
+    if engine is None:
+        return "python"
+    if engine not in ENGINES:
+        raise MachineError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+    if engine == "native":
+        raise MachineError("the native (numba) engine is not available in this version; "
+                           "use engine='python' (the default) or 'interp'")
+    return engine
 
 
 def _move(src: Frame, dst: Frame, links, s: int, d: int) -> None:

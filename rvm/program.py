@@ -154,6 +154,7 @@ class Program:
     functions: dict = attrs.field(factory=dict)   # name -> Function, in source order
     source: str = ""                               # file the program came from
     cache: dict = attrs.field(factory=dict, eq=False, repr=False)  # compiled code
+    engine: str | None = attrs.field(default=None, eq=False)       # default engine
 
     def __getitem__(self, name: str):
         from .api import FunctionHandle

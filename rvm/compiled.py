@@ -1,0 +1,284 @@
+"""The compiled engine: each bytecode function becomes one generated Python function.
+
+Registers become local variables and control flow a small loop over basic blocks, so a run
+costs Python statements instead of one closure call per instruction. The instruction bodies
+come from the same templates as the interpreter (rvm.isa via rvm.codegen.render), and no
+backward semantics are written here at all: the backward function of `f` is the forward
+function of `f`'s bytecode inverse (rvm.lang.invert: reversed, each instruction inverted,
+branches and comefroms swapping roles), and the gradient pass is the forward run of that
+inverse with each float instruction switched to its adjoint.
+
+    fw   f forwards                gfw   f forwards, inverting adjoint steps
+    bw   invert(f) forwards        gbw   invert(f) forwards with adjoints (the gradient pass)
+
+The stepping interpreter stays the reference (and the debugger's engine); the tests check
+that both give the same results.
+"""
+
+from __future__ import annotations
+
+import math
+
+from . import codegen, isa
+from .codegen import Fault, _condition, _fault, _Operands, _shows, render
+from .errors import InvertibilityError, MachineError
+from .lang.invert import invert
+from .program import Function, Program, Reg
+
+MODES = {"fw": (False, False), "bw": (True, False), "gfw": (False, True), "gbw": (True, True)}
+
+
+def inverse_function(fn: Function) -> Function:
+    """The function whose forward run is fn's backward run."""
+    at = {i: name for name, i in fn.labels.items()}
+    code = invert([(at.get(i), ins) for i, ins in enumerate(fn.code)], lambda s: s + "_")
+    labels = {label: i for i, (label, _) in enumerate(code) if label}
+    return Function(fn.name, fn.params, tuple(ins for _, ins in code), labels, fn.line,
+                    fn.end_line, fn.names, fn.symbols)
+
+
+def _local(reg: Reg) -> tuple[str, str]:
+    return (f"r{reg.n}", f"gr{reg.n}") if reg.cls == isa.INT else (f"f{reg.n}", f"gf{reg.n}")
+
+
+class _Writer:
+    """Python source for one function in one mode."""
+
+    def __init__(self, compiled: Compiled, fn: Function, gradient: bool):
+        self.c, self.fn, self.gradient = compiled, fn, gradient
+        self.lines: list[str] = []
+
+    def emit(self, depth: int, text: str) -> None:
+        self.lines.append("    " * depth + text)
+
+    def params(self) -> list[str]:
+        names = [_local(p)[0] for p in self.fn.params]
+        if self.gradient:
+            names += [_local(p)[1] for p in self.fn.params if p.cls == isa.FLOAT]
+        return names
+
+    def arrive(self, depth: int, i: int, jumped: bool) -> None:
+        """Checks a comefrom makes when control arrives at instruction i."""
+        if not self.c.checks or i >= len(self.fn.code):
+            return
+        ins = self.fn.code[i]
+        cc = isa.condition(ins.op)
+        if ins.op not in isa.COMEFROMS or cc is None:
+            return
+        ops = _Operands(self.fn, ins, {}, _local)
+        cond = _condition(ops, cc)
+        label = codegen._esc(ins.args[-1])
+        if jumped:
+            self.emit(depth, f"if not ({cond}): " + _fault(
+                f"{self.fn.name}: comefrom at {label}: arrived by its jump, but "
+                f"{_shows(ops, cc)} is false"))
+        else:
+            self.emit(depth, f"if {cond}: " + _fault(
+                f"{self.fn.name}: comefrom at {label}: entered by fall-through, but "
+                f"{_shows(ops, cc)} holds"))
+
+    def call(self, depth: int, ins) -> None:
+        callee = self.c.program.functions[ins.args[0].name]
+        regs = list(ins.args[1:])
+        forward = ins.op == "CALL"
+        mode = ("g" if self.gradient else "") + ("fw" if forward else "bw")
+        outs = [_local(r)[0] for r in regs]
+        if self.gradient:
+            outs += [_local(r)[1] for r, p in zip(regs, callee.params) if p.cls == isa.FLOAT]
+        target = self.c.name(callee.name, mode)
+        self.emit(depth, f"{', '.join(outs)}, = {target}(M, {', '.join(outs)})")
+
+    def instruction(self, depth: int, ins) -> None:
+        spec = ins.spec
+        ops = _Operands(self.fn, ins, {}, _local)
+        if self.gradient and ops.cls == isa.FLOAT:
+            template = isa.OPS[spec.inverse].adjoint
+        else:
+            template = spec.forward[ops.cls]
+        for line in render(template, ops):
+            self.emit(depth, line)
+
+    def resolve(self, target: int, jumped: bool) -> list[tuple[int, bool]]:
+        """The arrivals a transfer to `target` makes: a block that only jumps on (a JMP,
+        or a comefrom right before one) is passed through to its jump's target."""
+        code, path = self.fn.code, [(target, jumped)]
+        while target < len(code) and len(path) < 8:
+            if code[target].op == "JMP":
+                nxt = target
+            elif code[target].op in isa.COMEFROMS and target + 1 < len(code) and \
+                    code[target + 1].op == "JMP":
+                nxt = target + 1
+            else:
+                break
+            target = self.fn.labels[code[nxt].args[0].name]
+            path.append((target, True))
+        return path
+
+    def block_of(self, target: int) -> int:
+        return self.block.get(target, -1) if target < len(self.fn.code) else -1
+
+    def goto(self, depth: int, k: int, target: int, jumped: bool) -> None:
+        """Transfer control: the comefroms' checks, then the next block (`continue` when a
+        block loops onto itself, inside its own `while True`)."""
+        path = self.resolve(target, jumped)
+        for t, j in path:
+            self.arrive(depth, t, j)
+        b = self.block_of(path[-1][0])
+        if 0 <= b <= k:
+            self.emit(depth, "_n -= 1")
+            self.emit(depth, "if _n < 0: raise Limit('step budget exhausted "
+                             "(an endless loop?)')")
+        if b == k and self.inner:
+            self.emit(depth, "continue")
+            return
+        self.emit(depth, f"_b = {b}")
+        if self.inner:
+            self.emit(depth, "break")
+
+    def targets(self, start: int, end: int) -> set[int]:
+        """Blocks that block [start, end) can transfer control to."""
+        code, out = self.fn.code, set()
+        last = code[end - 1]
+        if last.op in isa.BRANCHES:
+            out.add(self.block_of(self.resolve(self.fn.labels[last.args[-1].name], True)[-1][0]))
+        if last.op not in isa.BRANCHES or last.op != "JMP":
+            out.add(self.block_of(self.resolve(end, False)[-1][0]))
+        return out
+
+    def source(self, name: str) -> str:
+        fn, code = self.fn, self.fn.code
+        n = len(code)
+        leaders = sorted({0} | {i for i, ins in enumerate(code) if ins.op in isa.COMEFROMS}
+                         | {i + 1 for i, ins in enumerate(code) if ins.op in isa.BRANCHES})
+        leaders = [b for b in leaders if b < n] or [0]
+        block = self.block = {start: k for k, start in enumerate(leaders)}
+        self.emit(1, f"def {name}(M, {', '.join(self.params())}):")
+        params = set(fn.params)
+        for r in fn.registers:
+            value, shadow = _local(r)
+            if r not in params:
+                self.emit(2, f"{value} = {'0' if r.cls == isa.INT else '0.0'}")
+            if self.gradient and r.cls == isa.FLOAT and r not in params:
+                self.emit(2, f"{shadow} = 0.0")
+        self.arrive(2, 0, False)
+        loop = len(leaders) > 1
+        if loop:
+            self.emit(2, "_b = 0")
+            self.emit(2, "_n = M.max_steps")
+            self.emit(2, "while _b >= 0:")
+        for k, start in enumerate(leaders):
+            end = leaders[k + 1] if k + 1 < len(leaders) else n
+            depth = 2
+            self.inner = False
+            if loop:
+                self.emit(3, f"{'if' if k == 0 else 'elif'} _b == {k}:")
+                depth = 4
+                if k in self.targets(start, end):     # the block loops onto itself
+                    self.emit(4, "while True:")
+                    self.inner, depth = True, 5
+            last = None
+            before = len(self.lines)
+            for i in range(start, end):
+                ins = code[i]
+                last = ins
+                if ins.op in isa.COMEFROMS:
+                    continue
+                if ins.op in isa.BRANCHES:
+                    t = fn.labels[ins.args[-1].name]
+                    if ins.op == "JMP":
+                        self.goto(depth, k, t, True)
+                    else:
+                        ops = _Operands(fn, ins, {}, _local)
+                        self.emit(depth, f"if {_condition(ops, isa.condition(ins.op))}:")
+                        self.goto(depth + 1, k, t, True)
+                        self.emit(depth, "else:")
+                        self.goto(depth + 1, k, i + 1, False)
+                elif ins.op in isa.CALLS:
+                    self.call(depth, ins)
+                else:
+                    self.instruction(depth, ins)
+            if last is None or last.op not in isa.BRANCHES:
+                if loop:
+                    self.goto(depth, k, end, False)
+                else:
+                    self.arrive(depth, end, False)
+            if len(self.lines) == before:
+                self.emit(depth, "pass")
+        if self.c.checks:
+            for r in fn.locals:
+                value = _local(r)[0]
+                test = f"{value} != 0" if r.cls == isa.INT else f"abs({value}) > M.tol"
+                self.emit(2, f"if {test}: " + _fault(
+                    f"{fn.name}: local {r} = {{{value}!r}} not restored to zero when "
+                    "leaving the frame"))
+        self.emit(2, f"return {', '.join(self.params())},")
+        return "\n".join(self.lines)
+
+
+class Compiled:
+    """The generated functions of one program (all four modes of every function)."""
+
+    def __init__(self, program: Program, checks: bool = True):
+        self.program, self.checks = program, checks
+        self.names = {name: f"F{k}" for k, name in enumerate(program.functions)}
+        parts = ["def make(Fault, Limit, wrap, zero, sign, dpow_db, math):"]
+        for fname, fn in program.functions.items():
+            inverse = inverse_function(fn)
+            for mode, (backward, gradient) in MODES.items():
+                writer = _Writer(self, inverse if backward else fn, gradient)
+                parts.append(writer.source(self.name(fname, mode)))
+        parts.append("    return {" + ", ".join(
+            f"'{self.name(f, m)}': {self.name(f, m)}" for f in program.functions
+            for m in MODES) + "}")
+        self.source = "\n".join(parts) + "\n"
+        namespace: dict = {}
+        exec(compile(self.source, "<rvm compiled>", "exec"), namespace)  # from verified code
+        self.functions = None
+        self._make = namespace["make"]
+
+    def name(self, function: str, mode: str) -> str:
+        return f"{self.names[function]}_{mode}"
+
+    def bind(self, machine) -> dict:
+        zero = lambda v: abs(v) <= machine.tol  # noqa: E731
+        from .machine import Limit
+        return self._make(Fault, Limit, codegen.wrap, zero, codegen.sign, codegen.dpow_db,
+                          math)
+
+    def run(self, machine, direction: int) -> None:
+        """Run the machine's root frame to its end (or start) in one compiled call."""
+        fr = machine.stack[0]
+        fn = fr.fn
+        e = fr.dir * direction
+        grad = machine.grad
+        mode = ("g" if grad else "") + ("fw" if e > 0 else "bw")
+        funcs = machine._compiled_functions
+        if funcs is None:
+            funcs = machine._compiled_functions = self.bind(machine)
+        args = [fr.R[fn.slot(p)] for p in fn.params]
+        floats = [p for p in fn.params if p.cls == isa.FLOAT]
+        if grad:
+            args += [fr.G[fn.slot(p)] for p in floats]
+        try:
+            out = funcs[self.name(fn.name, mode)](machine, *args)
+        except Fault as exc:
+            raise InvertibilityError(f"{exc} (compiled engine; use engine='interp' to see "
+                                     "the instruction)", fn.name) from None
+        except RecursionError:
+            raise MachineError("call depth limit exceeded (unbounded recursion?)",
+                               fn.name) from None
+        except (ArithmeticError, ValueError) as exc:
+            raise MachineError(f"arithmetic error: {exc}", fn.name) from None
+        for p, v in zip(fn.params, out):
+            fr.R[fn.slot(p)] = v
+        if grad:
+            for p, g in zip(floats, out[len(fn.params):]):
+                fr.G[fn.slot(p)] = g
+        fr.state = 2 * len(fn.code) if e > 0 else 0
+
+
+def compiled(program: Program, checks: bool = True) -> Compiled:
+    key = ("compiled", checks)
+    if key not in program.cache:
+        program.cache[key] = Compiled(program, checks)
+    return program.cache[key]

@@ -1,0 +1,126 @@
+"""Every engine gives the same results: the test programs, their inverses and gradients run
+on the stepping interpreter (the reference) and on the compiled engine, compared bit for
+bit for integers and within 1e-12 for floats."""
+
+import pathlib
+import re
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from progen import program as random_program
+
+import rvm
+from rvm.machine import resolve_engine
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "examples"))
+EXPECT = re.compile(r";\s*(expect|grad):\s*(\w+)\s*(.*?)\s*=>")
+
+
+def same(a, b) -> bool:
+    if isinstance(a, tuple):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if a is None or b is None:
+        return a is b
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and np.allclose(a, b, rtol=1e-12, atol=1e-300) if \
+            a.dtype.kind == "f" else np.array_equal(a, b)
+    if isinstance(a, int) and not isinstance(a, bool):
+        return type(b) is int and a == b
+    return abs(a - b) <= 1e-12 * max(1.0, abs(a), abs(b))
+
+
+def parse(text):
+    if text.startswith("["):
+        return np.array([float(v) for v in text[1:-1].split(",")])
+    return float(text) if any(c in text for c in ".eE") else int(text)
+
+
+def asm_cases():
+    for path in sorted((ROOT / "asm").glob("*.rasm")):
+        for m in EXPECT.finditer(path.read_text()):
+            given_, _, loss = m.group(3).partition(" loss ")
+            yield pytest.param(path, m.group(1), m.group(2), given_, loss.strip(),
+                               id=f"{path.name}:{m.group(2)}:{m.start()}")
+
+
+@pytest.mark.parametrize("path,kind,name,args,loss", list(asm_cases()))
+def test_asm_programs_agree(path, kind, name, args, loss):
+    values = [parse(a) for a in args.split()]
+    results = {}
+    for engine in ("interp", "python"):
+        program = rvm.load(path, engine=engine)
+        fresh = [v.copy() if isinstance(v, np.ndarray) else v for v in values]
+        if kind == "grad":
+            results[engine] = rvm.grad(program[name], loss=loss)(*fresh)
+        else:
+            out = program.call(name, *fresh)
+            results[engine] = (out, program.uncall(name, *out))
+    assert same(results["interp"], results["python"])
+
+
+EXAMPLES = [("fib", "rrfib", (0, 12), None), ("iexp", "iexp", (0.0, 1.3), "out"),
+            ("besselj", "besselj", (0.0, 2, 1.0), "out"),
+            ("besselj", "besselj_inplace", (0.0, 3, 2.5), "out"),
+            ("complex_log", "complex_log", (0.1, 0.2, -1.0, 0.5), "y_im"),
+            ("unitary", "givens", (np.arange(4.0), np.linspace(0, 1, 6)), (0, 1)),
+            ("bennett", "bennett", (np.eye(1, 17)[0], 2, 0, 16), (0, 16))]
+
+
+@pytest.mark.parametrize("module,name,args,loss", EXAMPLES, ids=[e[1] for e in EXAMPLES])
+def test_examples_agree(module, name, args, loss):
+    f = getattr(__import__(module), name)
+    fresh = lambda: [a.copy() if isinstance(a, np.ndarray) else a for a in args]  # noqa
+    out = {e: f(*fresh(), engine=e) for e in ("interp", "python")}
+    assert same(out["interp"], out["python"])
+    back = {e: (~f)(*out[e], engine=e) for e in ("interp", "python")}
+    assert same(back["interp"], back["python"])
+    if loss is not None:
+        grads = {e: rvm.grad(f, loss=loss, engine=e)(*fresh()) for e in ("interp", "python")}
+        assert same(grads["interp"], grads["python"])
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32), args=st.tuples(*[st.integers(-9, 9)] * 3,
+                                                  *[st.integers(-16, 16).map(lambda k: k / 8)]
+                                                  * 3))
+def test_random_programs_agree(seed, args):
+    text = random_program(seed)
+    results = []
+    for engine in ("interp", "python"):
+        p = rvm.assemble(text, f"gen{seed}.rasm")
+        try:
+            results.append(p.call("main", *args, engine=engine))
+        except rvm.MachineError as e:
+            results.append(type(e).__name__)
+    assert results[0] == results[1] if isinstance(results[0], str) else \
+        same(results[0], results[1])
+
+
+def test_errors_are_reported_with_the_instruction_under_every_engine():
+    p = rvm.assemble(".func f(r0)\nb: BR.EQ r0, 0, c\n INC r0\nc: CF.EQ r0, 0, b\n.end",
+                     "t.rasm")
+    for engine in ("interp", "python"):
+        with pytest.raises(rvm.InvertibilityError) as err:
+            p.call("f", -1, engine=engine)
+        assert err.value.index == 2 and err.value.line == 4
+
+
+def test_checks_off_skips_invertibility_checks():
+    leaky = rvm.assemble(".func f(r0)\n ADD r1, r0\n.end")
+    with pytest.raises(rvm.InvertibilityError):
+        leaky.call("f", 3)
+    assert leaky.call("f", 3, checks=False) == (3,)
+
+
+def test_engine_selection():
+    assert resolve_engine(None) == "python"
+    with pytest.raises(rvm.MachineError, match="unknown engine"):
+        resolve_engine("gpu")
+    with pytest.raises(rvm.MachineError, match="native"):
+        resolve_engine("native")
+    p = rvm.load(ROOT / "asm" / "fib.rasm", engine="interp")
+    assert p.engine == "interp" and p.call("fib", 5, 0, 0) == (5, 5, 8)
