@@ -218,29 +218,40 @@ class _Writer:
 class Compiled:
     """The generated functions of one program (all four modes of every function)."""
 
-    def __init__(self, program: Program, checks: bool = True):
-        self.program, self.checks = program, checks
+    def __init__(self, program: Program, checks: bool = True, native: bool = False):
+        self.program, self.checks, self.native = program, checks, native
         self.names = {name: f"F{k}" for k, name in enumerate(program.functions)}
         parts = ["def make(Fault, Limit, wrap, zero, sign, dpow_db, math):"]
+        self.bodies = {}
         for fname, fn in program.functions.items():
             inverse = inverse_function(fn)
             for mode, (backward, gradient) in MODES.items():
                 writer = _Writer(self, inverse if backward else fn, gradient)
-                parts.append(writer.source(self.name(fname, mode)))
+                body = writer.source(self.name(fname, mode))
+                parts.append(body)
+                self.bodies[self.name(fname, mode)] = body
         parts.append("    return {" + ", ".join(
             f"'{self.name(f, m)}': {self.name(f, m)}" for f in program.functions
             for m in MODES) + "}")
         self.source = "\n".join(parts) + "\n"
         namespace: dict = {}
         exec(compile(self.source, "<rvm compiled>", "exec"), namespace)  # from verified code
-        self.functions = None
         self._make = namespace["make"]
+        self._native: dict = {}
 
     def name(self, function: str, mode: str) -> str:
         return f"{self.names[function]}_{mode}"
 
     def bind(self, machine) -> dict:
-        zero = lambda v: abs(v) <= machine.tol  # noqa: E731
+        if self.native:         # compiled once per tolerance and budget, then shared
+            key = (machine.tol, machine.max_steps)
+            if key not in self._native:
+                from . import native
+                source = "\n".join(native.rewrite(line[4:]) for body in self.bodies.values()
+                                   for line in body.split("\n")) + "\n"
+                self._native[key] = native.build(source, list(self.bodies), *key)
+            return self._native[key]
+        zero = lambda v: abs(v) <= machine.tol
         from .machine import Limit
         return self._make(Fault, Limit, codegen.wrap, zero, codegen.sign, codegen.dpow_db,
                           math)
@@ -259,8 +270,15 @@ class Compiled:
         floats = [p for p in fn.params if p.cls == isa.FLOAT]
         if grad:
             args += [fr.G[fn.slot(p)] for p in floats]
+        if self.native:
+            import numpy as np
+            heap = (np.frombuffer(machine._buf, dtype=np.int64),)
+            heap += (heap[0].view(np.float64), np.frombuffer(machine._gbuf, dtype=np.float64),
+                     np.array([machine.top], dtype=np.int64))
+        else:
+            heap = (machine,)
         try:
-            out = funcs[self.name(fn.name, mode)](machine, *args)
+            out = funcs[self.name(fn.name, mode)](*heap, *args)
         except Fault as exc:
             raise InvertibilityError(f"{exc} (compiled engine; use engine='interp' to see "
                                      "the instruction)", fn.name) from None
@@ -269,6 +287,9 @@ class Compiled:
                                fn.name) from None
         except (ArithmeticError, ValueError) as exc:
             raise MachineError(f"arithmetic error: {exc}", fn.name) from None
+        if self.native:
+            machine.top = int(heap[3][0])
+            out = [v.item() if hasattr(v, "item") else v for v in out]
         for p, v in zip(fn.params, out):
             fr.R[fn.slot(p)] = v
         if grad:
@@ -277,8 +298,8 @@ class Compiled:
         fr.state = 2 * len(fn.code) if e > 0 else 0
 
 
-def compiled(program: Program, checks: bool = True) -> Compiled:
-    key = ("compiled", checks)
+def compiled(program: Program, checks: bool = True, native: bool = False) -> Compiled:
+    key = ("compiled", checks, native)
     if key not in program.cache:
-        program.cache[key] = Compiled(program, checks)
+        program.cache[key] = Compiled(program, checks, native)
     return program.cache[key]

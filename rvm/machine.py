@@ -296,7 +296,8 @@ class Machine:
         if self.engine != "interp" and self.at_boundary(-direction) and max_steps is None:
             if self._compiled is None:
                 from .compiled import compiled
-                self._compiled = compiled(self.program, self.checks)
+                self._compiled = compiled(self.program, self.checks,
+                                          native=self.engine == "native")
             top, cells = self.top, bytes(self._buf[:8 * self.top])
             shadows = bytes(self._gbuf[:8 * self.top]) if self.grad else b""
             try:
@@ -396,14 +397,17 @@ ENGINES = ("interp", "python", "native")
 
 def resolve_engine(engine: str | None) -> str:
     """'interp' (the stepping interpreter, the reference), 'python' (generated Python
-    functions), 'native' (not available yet); None picks the fastest available."""
+    functions), 'native' (those compiled by numba). None picks 'python': native code runs
+    far faster but costs about a second of compilation per program, which only pays for
+    long or repeated runs, so it is chosen explicitly."""
+    from . import native
     if engine is None:
         return "python"
     if engine not in ENGINES:
         raise MachineError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
-    if engine == "native":
-        raise MachineError("the native (numba) engine is not available in this version; "
-                           "use engine='python' (the default) or 'interp'")
+    if engine == "native" and not native.available:
+        raise MachineError("the native engine needs numba: pip install 'rvm[fast]' "
+                           "(or use engine='python')")
     return engine
 
 

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from progen import program as random_program
 
 import rvm
+from rvm import native
 from rvm.machine import resolve_engine
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -73,7 +74,7 @@ EXAMPLES = [("fib", "rrfib", (0, 12), None), ("iexp", "iexp", (0.0, 1.3), "out")
 @pytest.mark.parametrize("module,name,args,loss", EXAMPLES, ids=[e[1] for e in EXAMPLES])
 def test_examples_agree(module, name, args, loss):
     f = getattr(__import__(module), name)
-    fresh = lambda: [a.copy() if isinstance(a, np.ndarray) else a for a in args]  # noqa
+    fresh = lambda: [a.copy() if isinstance(a, np.ndarray) else a for a in args]
     out = {e: f(*fresh(), engine=e) for e in ("interp", "python")}
     assert same(out["interp"], out["python"])
     back = {e: (~f)(*out[e], engine=e) for e in ("interp", "python")}
@@ -120,7 +121,39 @@ def test_engine_selection():
     assert resolve_engine(None) == "python"
     with pytest.raises(rvm.MachineError, match="unknown engine"):
         resolve_engine("gpu")
-    with pytest.raises(rvm.MachineError, match="native"):
-        resolve_engine("native")
+    if native.available:
+        assert resolve_engine("native") == "native"
+    else:
+        with pytest.raises(rvm.MachineError, match="needs numba"):
+            resolve_engine("native")
     p = rvm.load(ROOT / "asm" / "fib.rasm", engine="interp")
     assert p.engine == "interp" and p.call("fib", 5, 0, 0) == (5, 5, 8)
+
+
+NATIVE_CASES = [("fib.rasm", "fib", (40, 0, 0), None), ("besselj.rasm", "besselj", (0.0, 2, 1.0), 0),
+                ("poly.rasm", "f", (0.0, 1.0, 3.0), 0), ("iexp.rasm", "iexp", (0.0, 1.6), 0),
+                ("reverse.rasm", "main", (7, 0), None),
+                ("arrays.rasm", "dot", (np.arange(3.0), np.ones(3), 0.5), 2)]
+
+
+@pytest.mark.skipif(not native.available, reason="numba is not installed (pip install rvm[fast])")
+@pytest.mark.parametrize("file,name,args,loss", NATIVE_CASES, ids=[c[0] for c in NATIVE_CASES])
+def test_native_engine_agrees(file, name, args, loss):
+    results = {}
+    for engine in ("interp", "native"):
+        p = rvm.load(ROOT / "asm" / file, engine=engine)
+        fresh = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+        out = p.call(name, *fresh)
+        back = p.uncall(name, *out)
+        grads = rvm.grad(p[name], loss=loss)(*fresh) if loss is not None else None
+        results[engine] = (out, back, grads)
+    assert same(results["interp"], results["native"])
+
+
+@pytest.mark.skipif(not native.available, reason="numba is not installed")
+def test_native_errors_fall_back_to_the_exact_report():
+    p = rvm.assemble(".func f(r0)\nb: BR.EQ r0, 0, c\n INC r0\nc: CF.EQ r0, 0, b\n.end",
+                     "t.rasm")
+    with pytest.raises(rvm.InvertibilityError) as err:
+        p.call("f", -1, engine="native")
+    assert err.value.index == 2 and err.value.line == 4
