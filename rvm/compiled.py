@@ -151,7 +151,7 @@ class _Writer:
         leaders = sorted({0} | {i for i, ins in enumerate(code) if ins.op in isa.COMEFROMS}
                          | {i + 1 for i, ins in enumerate(code) if ins.op in isa.BRANCHES})
         leaders = [b for b in leaders if b < n] or [0]
-        block = self.block = {start: k for k, start in enumerate(leaders)}
+        self.block = {start: k for k, start in enumerate(leaders)}
         self.emit(1, f"def {name}(M, {', '.join(self.params())}):")
         params = set(fn.params)
         for r in fn.registers:

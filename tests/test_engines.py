@@ -130,8 +130,8 @@ def test_engine_selection():
     assert p.engine == "interp" and p.call("fib", 5, 0, 0) == (5, 5, 8)
 
 
-NATIVE_CASES = [("fib.rasm", "fib", (40, 0, 0), None), ("besselj.rasm", "besselj", (0.0, 2, 1.0), 0),
-                ("poly.rasm", "f", (0.0, 1.0, 3.0), 0), ("iexp.rasm", "iexp", (0.0, 1.6), 0),
+NATIVE_CASES = [("fib.rasm", "fib", (40, 0, 0), None),
+                ("besselj.rasm", "besselj", (0.0, 2, 1.0), 0), ("poly.rasm", "f", (0.0, 1.0, 3.0), 0), ("iexp.rasm", "iexp", (0.0, 1.6), 0),
                 ("reverse.rasm", "main", (7, 0), None),
                 ("arrays.rasm", "dot", (np.arange(3.0), np.ones(3), 0.5), 2)]
 
