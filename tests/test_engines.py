@@ -130,10 +130,11 @@ def test_engine_selection():
     assert p.engine == "interp" and p.call("fib", 5, 0, 0) == (5, 5, 8)
 
 
-NATIVE_CASES = [("fib.rasm", "fib", (40, 0, 0), None),
-                ("besselj.rasm", "besselj", (0.0, 2, 1.0), 0), ("poly.rasm", "f", (0.0, 1.0, 3.0), 0), ("iexp.rasm", "iexp", (0.0, 1.6), 0),
-                ("reverse.rasm", "main", (7, 0), None),
-                ("arrays.rasm", "dot", (np.arange(3.0), np.ones(3), 0.5), 2)]
+NATIVE_CASES = [
+    ("fib.rasm", "fib", (40, 0, 0), None), ("besselj.rasm", "besselj", (0.0, 2, 1.0), 0),
+    ("poly.rasm", "f", (0.0, 1.0, 3.0), 0), ("iexp.rasm", "iexp", (0.0, 1.6), 0),
+    ("reverse.rasm", "main", (7, 0), None),
+    ("arrays.rasm", "dot", (np.arange(3.0), np.ones(3), 0.5), 2)]
 
 
 @pytest.mark.skipif(not native.available, reason="numba is not installed (pip install rvm[fast])")
