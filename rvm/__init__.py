@@ -1,7 +1,7 @@
 """rvm: a reversible virtual machine. Programs run forwards and backwards, and their
 gradients come from running backwards with every float instruction switched to its adjoint."""
 
-from .api import FunctionHandle, load, save
+from .api import FunctionHandle, load, save, vmap
 from .assembler import assemble, disassemble
 from .bytecode import dumps, loads
 from .errors import (
@@ -22,7 +22,8 @@ __all__ = [
     "Array", "AsmError", "CompileError", "FormatError", "FunctionHandle",
     "InvertibilityError", "Machine", "MachineError", "Program", "RvmError", "VerifyError",
     "ancilla", "assemble", "compute", "disassemble", "dumps", "grad", "inverse", "irot",
-    "jacobian", "load", "loads", "neg", "reversible", "rot", "save", "value_and_grad", "zeros",
+    "jacobian", "load", "loads", "neg", "reversible", "rot", "save", "value_and_grad", "vmap",
+    "zeros",
 ]
 __version__ = "0.1.0"
 

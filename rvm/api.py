@@ -66,4 +66,41 @@ class FunctionHandle:
         return attrs.evolve(self, backward=not self.backward)
 
 
-__all__ = ["FunctionHandle", "assemble", "dumps", "load", "loads", "save"]
+__all__ = ["FunctionHandle", "assemble", "dumps", "load", "loads", "save", "vmap"]
+
+
+def vmap(fn, in_axes=0):
+    """Batch a function over rows: `vmap(f)(xs, ys)` calls f(xs[i], ys[i]) for every i and
+    stacks each output. `fn` is a function of a loaded program, a reversible function, or
+    a gradient function (rvm.grad / value_and_grad / jacobian of one). `in_axes` is 0 (every
+    argument batched along its first axis) or a sequence with 0 or None (None: the same
+    value for every row). The machine and its compiled code are reused from row to row, so
+    per-call set-up is paid once."""
+    import numpy as np
+
+    def run(*args):
+        axes = [in_axes] * len(args) if in_axes in (0, None) else list(in_axes)
+        if len(axes) != len(args):
+            raise RvmError(f"in_axes has {len(axes)} entries for {len(args)} arguments")
+        sizes = {len(a) for a, ax in zip(args, axes) if ax == 0}
+        if len(sizes) != 1:
+            raise RvmError(f"batched arguments must have the same length, got {sorted(sizes)}")
+        n = sizes.pop()
+        rows = []
+        for i in range(n):
+            row = [a[i] if ax == 0 else a for a, ax in zip(args, axes)]
+            row = [v.item() if isinstance(v, np.generic) else v for v in row]
+            rows.append(fn(*row))
+        return _stack(rows)
+
+    return run
+
+
+def _stack(rows):
+    import numpy as np
+    first = rows[0]
+    if isinstance(first, tuple):
+        return tuple(_stack([r[k] for r in rows]) for k in range(len(first)))
+    if first is None:
+        return None
+    return np.stack([np.asarray(r) for r in rows])

@@ -256,6 +256,19 @@ class Compiled:
         return self._make(Fault, Limit, codegen.wrap, zero, codegen.sign, codegen.dpow_db,
                           math)
 
+    @staticmethod
+    def heap(machine) -> tuple:
+        """numpy views of the machine's heap for native code (remade when it grows)."""
+        import numpy as np
+        cached = machine.__dict__.get("_native_heap")
+        if cached is None or cached[0] is not machine._buf:
+            hi = np.frombuffer(machine._buf, dtype=np.int64)
+            cached = (machine._buf, hi, hi.view(np.float64),
+                      np.frombuffer(machine._gbuf, dtype=np.float64), np.zeros(1, np.int64))
+            machine._native_heap = cached
+        cached[4][0] = machine.top
+        return cached[1:]
+
     def run(self, machine, direction: int) -> None:
         """Run the machine's root frame to its end (or start) in one compiled call."""
         fr = machine.stack[0]
@@ -266,17 +279,12 @@ class Compiled:
         funcs = machine._compiled_functions
         if funcs is None:
             funcs = machine._compiled_functions = self.bind(machine)
-        args = [fr.R[fn.slot(p)] for p in fn.params]
-        floats = [p for p in fn.params if p.cls == isa.FLOAT]
+        R, slots = fr.R, fn.param_slots
+        args = [R[k] for k in slots]
+        floats = [k for p, k in zip(fn.params, slots) if p.cls == isa.FLOAT]
         if grad:
-            args += [fr.G[fn.slot(p)] for p in floats]
-        if self.native:
-            import numpy as np
-            heap = (np.frombuffer(machine._buf, dtype=np.int64),)
-            heap += (heap[0].view(np.float64), np.frombuffer(machine._gbuf, dtype=np.float64),
-                     np.array([machine.top], dtype=np.int64))
-        else:
-            heap = (machine,)
+            args += [fr.G[k] for k in floats]
+        heap = self.heap(machine) if self.native else (machine,)
         try:
             out = funcs[self.name(fn.name, mode)](*heap, *args)
         except Fault as exc:
@@ -290,11 +298,11 @@ class Compiled:
         if self.native:
             machine.top = int(heap[3][0])
             out = [v.item() if hasattr(v, "item") else v for v in out]
-        for p, v in zip(fn.params, out):
-            fr.R[fn.slot(p)] = v
+        for k, v in zip(slots, out):
+            R[k] = v
         if grad:
-            for p, g in zip(floats, out[len(fn.params):]):
-                fr.G[fn.slot(p)] = g
+            for k, g in zip(floats, out[len(slots):]):
+                fr.G[k] = g
         fr.state = 2 * len(fn.code) if e > 0 else 0
 
 

@@ -209,8 +209,9 @@ class Machine:
     def check_locals(self, fr: Frame) -> None:
         """Locals must be zero when a frame is left (floats within tol; residue cleared)."""
         fn, bad = fr.fn, {}
-        for r in fn.locals:
-            v = fr.R[fn.slot(r)]
+        R = fr.R
+        for r, k in fn.local_slots:
+            v = R[k]
             if v != 0 and not (type(v) is float and abs(v) <= self.tol):
                 bad[str(r)] = v
         if bad:
@@ -220,10 +221,11 @@ class Machine:
                 f"to zero when leaving the frame at its {'end' if at_end else 'start'}; "
                 "the values would be lost", fn.name, None,
                 fn.end_line if at_end else fn.line, self.program.source, bad)
-        for r in fn.locals:
-            fr.R[fn.slot(r)] = 0 if r.cls == isa.INT else 0.0
-            if fr.G is not None:
-                fr.G[fn.slot(r)] = 0.0    # a local's gradient is dropped with it
+        G = fr.G
+        for r, k in fn.local_slots:
+            R[k] = 0 if r.cls == isa.INT else 0.0
+            if G is not None:
+                G[k] = 0.0                # a local's gradient is dropped with it
 
     def _pop(self, e: int) -> None:
         """Leave the top frame, which reached its end (e > 0) or start (e < 0)."""
@@ -393,6 +395,18 @@ class Machine:
 
 
 ENGINES = ("interp", "python", "native")
+
+
+def machine_for(program: Program, **options) -> Machine:
+    """A machine for program with these options, reused from call to call (entering a
+    function resets it), so repeated calls do not pay for setting one up. Not for use by
+    two threads at once."""
+    key = ("machine", tuple(sorted(options.items())))
+    m = program.cache.get(key)
+    if m is None or (m.stack and not (m.at_end or m.at_start)):
+        m = program.cache[key] = Machine(program, **options)
+    m.set_grad(False)
+    return m
 
 
 def resolve_engine(engine: str | None) -> str:

@@ -137,10 +137,18 @@ class Function:
         """Index of a register in the frame's register list: ints first, then floats."""
         return reg.n if reg.cls == isa.INT else self.n_int + reg.n
 
-    @property
+    @functools.cached_property
     def locals(self) -> list[Reg]:
         params = set(self.params)
         return [r for r in self.registers if r not in params]
+
+    @functools.cached_property
+    def param_slots(self) -> list[int]:
+        return [self.slot(p) for p in self.params]
+
+    @functools.cached_property
+    def local_slots(self) -> list[tuple[Reg, int]]:
+        return [(r, self.slot(r)) for r in self.locals]
 
     def label_at(self, index: int) -> str | None:
         for name, i in self.labels.items():
@@ -164,14 +172,15 @@ class Program:
         return FunctionHandle(self, name)
 
     def call(self, name: str, *args, **options):
-        """Run `name` forwards on the arguments; return the parameters' final values."""
-        from .machine import Machine
-        return Machine(self, **options).call(name, *args)
+        """Run `name` forwards on the arguments; return the parameters' final values.
+        Options (engine, checks, max_steps, heap_limit, tol) go to the machine."""
+        from .machine import machine_for
+        return machine_for(self, **options).call(name, *args)
 
     def uncall(self, name: str, *args, **options):
         """Run `name` backwards on the arguments; return the parameters' final values."""
-        from .machine import Machine
-        return Machine(self, **options).uncall(name, *args)
+        from .machine import machine_for
+        return machine_for(self, **options).uncall(name, *args)
 
 
 # ------------------------------------------------------------------------------ verifier

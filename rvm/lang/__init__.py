@@ -143,7 +143,10 @@ class ReversibleFunction:
         return value
 
     def annotations(self) -> list:
-        return [parse_annotation(a.annotation, self.env) for a in self.node.args.args]
+        if "annotations" not in self._cache:
+            self._cache["annotations"] = [parse_annotation(a.annotation, self.env)
+                                          for a in self.node.args.args]
+        return self._cache["annotations"]
 
     def check_signature(self, sig: tuple, node=None, src=None) -> tuple:
         params = self.node.args.args
@@ -193,9 +196,9 @@ class ReversibleFunction:
         return session.run(self.source.file)
 
     def __call__(self, *args, **machine_options):
-        from ..machine import Machine
+        from ..machine import machine_for
         program, name, names = self.specialize(args)
-        m = Machine(program, **machine_options)
+        m = machine_for(program, **machine_options)
         m.enter(name, *args, backward=self.backward, names=names)
         return m.finish()
 
