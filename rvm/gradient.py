@@ -141,7 +141,7 @@ class _Direct:
         fn = m.stack[0].fn
         if m.engine == "interp" or len(fn.params) != len(args):
             return None
-        b, element = _find(m.bindings, fn, self.loss, "loss")
+        b, _ = _find(m.bindings, fn, self.loss, "loss")
         comp = compiled(m.program, m.checks, native=m.engine == "native")
         funcs = comp.bind(m)
         heap = comp.heap(m) if comp.native else (m,)
