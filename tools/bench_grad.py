@@ -1,6 +1,6 @@
 """Gradient time / forward time on the interpreter.
 
-    python tools/bench_grad.py
+    python tools/bench_grad.py [--engine interp|python|native]
 
 For each program: the forward call (`prog.call`) and the gradient call (`rvm.grad(...)`,
 which runs forwards, then backwards in gradient mode) are timed end to end from Python,
@@ -30,8 +30,8 @@ def best(fn, repeat=5, number=20):
     return min(times)
 
 
-def passes(program, name, args, loss_slot):
-    m = rvm.Machine(program)
+def passes(program, name, args, loss_slot, engine):
+    m = rvm.Machine(program, engine=engine)
 
     def forward():
         m.set_grad(False)
@@ -54,6 +54,11 @@ def passes(program, name, args, loss_slot):
 
 
 def main():
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--engine", default="interp", choices=["interp", "python", "native"])
+    engine = ap.parse_args().engine
+    print(f"engine: {engine}")
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=1000), rng.normal(size=1000)
     cases = [
@@ -64,12 +69,12 @@ def main():
     print(f"{'program':<16} {'forward':>10} {'gradient':>10} {'ratio':>6}   "
           f"{'fwd pass':>10} {'adj pass':>10} {'ratio':>6}")
     for label, program, name, args, loss in cases:
-        g = rvm.grad(program[name], loss=loss)
-        tf = best(lambda p=program, n=name, a=args: p.call(n, *a))
+        g = rvm.grad(program[name], loss=loss, engine=engine)
+        tf = best(lambda p=program, n=name, a=args: p.call(n, *a, engine=engine))
         tg = best(lambda g=g, a=args: g(*a))
         fn = program.functions[name]
         slot = fn.slot(fn.params[loss if name != "dot" else 4])
-        pf, pb = passes(program, name, args, slot)
+        pf, pb = passes(program, name, args, slot, engine)
         print(f"{label:<16} {tf * 1e6:>8.1f}us {tg * 1e6:>8.1f}us {tg / tf:>6.2f}   "
               f"{pf * 1e6:>8.1f}us {pb * 1e6:>8.1f}us {pb / pf:>6.2f}")
 

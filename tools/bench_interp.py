@@ -1,10 +1,12 @@
-"""Interpreter speed: instructions per second, forwards and backwards.
+"""Engine speed: instructions per second, forwards and backwards.
 
     python tools/bench_interp.py [--n 200000]
 
 Runs loop-heavy programs (integer Fibonacci from asm/fib.rasm, and a float pendulum
 leapfrog loop) to the end forwards, then backwards from the results, and prints the
-instruction rates. Each figure is the best of 3 runs.
+instruction rates of the stepping interpreter, then the same rates for the compiled
+engines (instructions counted by the interpreter, divided by the compiled run's time) and
+their speed-up. Each figure is the best of 3 runs.
 """
 
 import argparse
@@ -45,19 +47,37 @@ def rate(machine, name, args, direction):
     return steps, best
 
 
+def seconds(f, repeat=3):
+    f()
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        f()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=200_000, help="loop trip count")
     n = ap.parse_args().n
     cases = [("fib (int)", rvm.load(ROOT / "asm" / "fib.rasm"), "fib", (n, 0, 0)),
              ("leapfrog (float)", rvm.assemble(LEAPFROG), "leapfrog", (1.0, 0.0, n))]
-    print(f"{'program':<18} {'steps':>10} {'forward instr/s':>16} {'backward instr/s':>17}")
+    print(f"{'program':<18} {'engine':<8} {'steps':>9} {'forward instr/s':>16} "
+          f"{'backward instr/s':>17} {'speed-up':>9}")
+    from rvm import native
     for label, program, name, args in cases:
-        m = rvm.Machine(program)
+        m = rvm.Machine(program, engine="interp")
         steps, fwd = rate(m, name, args, 1)
         results = m.finish() if not m.at_end else m.results()
         _, bwd = rate(m, name, results, -1)
-        print(f"{label:<18} {steps:>10} {fwd:>16,.0f} {bwd:>17,.0f}")
+        print(f"{label:<18} {'interp':<8} {steps:>9} {fwd:>16,.0f} {bwd:>17,.0f} {1:>8.1f}x")
+        for engine in ["python"] + (["native"] if native.available else []):
+            f = seconds(lambda e=engine, p=program, n=name, a=args: p.call(n, *a, engine=e))
+            b = seconds(lambda e=engine, p=program, n=name, r=results:
+                        p.uncall(n, *r, engine=e))
+            print(f"{'':<18} {engine:<8} {steps:>9} {steps / f:>16,.0f} {steps / b:>17,.0f} "
+                  f"{steps / f / fwd:>8.1f}x")
 
 
 if __name__ == "__main__":
