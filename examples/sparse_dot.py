@@ -7,6 +7,8 @@ for different sparsity patterns. `out` accumulates the result; the gradient with
 A's values is B at A's positions, and the other way round.
 """
 
+import numpy as np
+
 import rvm
 from rvm import Array, ancilla, zeros
 
@@ -22,3 +24,15 @@ def sparse_dot(out: float, a_ptr: Array[int], a_row: Array[int], a_val: Array[fl
                 out += a_val[p] * work[a_row[p]]
             for q in range(b_ptr[j], b_ptr[j + 1]):
                 work[b_row[q]] -= b_val[q]
+
+
+def random_csc(rng, m: int, n: int, density: float):
+    """A random m x n matrix with about `density` nonzeros: (dense, colptr, rows, values)."""
+    dense = (rng.random((m, n)) < density) * rng.normal(size=(m, n))
+    ptr, rows, vals = [0], [], []
+    for j in range(n):
+        r = np.nonzero(dense[:, j])[0]
+        rows += list(r)
+        vals += list(dense[r, j])
+        ptr.append(len(rows))
+    return dense, np.array(ptr, np.int64), np.array(rows, np.int64), np.array(vals)

@@ -17,7 +17,7 @@ from besselj import besselj, besselj_inplace
 from complex_log import complex_log
 from fib import rrfib
 from iexp import iexp
-from sparse_dot import sparse_dot
+from sparse_dot import random_csc, sparse_dot
 from unitary import givens
 
 
@@ -141,17 +141,6 @@ def test_bennett_time_space_tradeoff():
     # d state[N] / d state[i] = 2^(N - i), through every recursive call and uncall
     g = rvm.grad(bennett, loss=(0, N))(state, k, 0, N)[0]
     assert np.array_equal(g, 2.0 ** (N - np.arange(N + 1)))
-
-
-def random_csc(rng, m, n, density):
-    dense = (rng.random((m, n)) < density) * rng.normal(size=(m, n))
-    ptr, rows, vals = [0], [], []
-    for j in range(n):
-        r = np.nonzero(dense[:, j])[0]
-        rows += list(r)
-        vals += list(dense[r, j])
-        ptr.append(len(rows))
-    return dense, np.array(ptr, np.int64), np.array(rows, np.int64), np.array(vals)
 
 
 def test_sparse_dot_1000_by_1000():

@@ -250,7 +250,7 @@ class _TorchNp:
 
 # ---------------------------------------------------------------- sparse dot
 def sparse(tool):
-    from test_examples_support import random_csc
+    from sparse_dot import random_csc
     rng = np.random.default_rng(7)
     A, ap, ar, av = random_csc(rng, 1000, 1000, 0.05)
     B, bp, br, bv = random_csc(rng, 1000, 1000, 0.05)
