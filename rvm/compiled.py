@@ -249,12 +249,41 @@ class Compiled:
                 from . import native
                 source = "\n".join(native.rewrite(line[4:]) for body in self.bodies.values()
                                    for line in body.split("\n")) + "\n"
-                self._native[key] = native.build(source, list(self.bodies), *key)
+                fused = [self.fused(f) for f in self.program.functions.values()]
+                source += "\n".join(fused) + "\n"
+                names = list(self.bodies) + [self.name(f, "vg") for f in self.program.functions]
+                if not self.uses_heap:     # scalars only: no arrays to pass at all
+                    source += "\n".join(self.fused(f, heap=False)
+                                        for f in self.program.functions.values()) + "\n"
+                    names += [self.name(f, "vgs") for f in self.program.functions]
+                self._native[key] = native.build(source, names, *key)
             return self._native[key]
         zero = lambda v: abs(v) <= machine.tol
         from .machine import Limit
         return self._make(Fault, Limit, codegen.wrap, zero, codegen.sign, codegen.dpow_db,
                           math)
+
+    @property
+    def uses_heap(self) -> bool:
+        return any(ins.spec.group == "memory" for f in self.program.functions.values()
+                   for ins in f.code)
+
+    def fused(self, fn: Function, heap: bool = True) -> str:
+        """A native function running fn forwards then its gradient pass (one call for a
+        whole value-and-gradient). Without heap, for programs that never touch it, the
+        arrays are module constants and the call passes scalars only."""
+        params = [f"a{k}" for k in range(len(fn.params))]
+        seeds = [f"s{k}" for k, p in enumerate(fn.params) if p.cls == isa.FLOAT]
+        outs = [f"o[{k}]" for k in range(len(fn.params))]
+        if not heap:
+            return (f"def {self.name(fn.name, 'vgs')}({', '.join(params + seeds)}):\n"
+                    f"    return {self.name(fn.name, 'vg')}(NO_HI, NO_HF, NO_HG, NO_TOP, "
+                    f"{', '.join(params + seeds)})\n")
+        heap = "HI, HF, HG, TOP"
+        return (f"def {self.name(fn.name, 'vg')}({heap}, {', '.join(params + seeds)}):\n"
+                f"    o = {self.name(fn.name, 'fw')}({heap}, {', '.join(params)})\n"
+                f"    g = {self.name(fn.name, 'gbw')}({heap}, {', '.join(outs + seeds)})\n"
+                "    return o, g\n")
 
     @staticmethod
     def heap(machine) -> tuple:

@@ -128,10 +128,11 @@ class _Direct:
         self.runner, self.loss, self.plans = runner, loss, {}
 
     def plan(self, args):
-        key = tuple(type(a) for a in args)
-        if key not in self.plans:
-            self.plans[key] = self.make(args)
-        return self.plans[key]
+        key = tuple(map(type, args))
+        plan = self.plans.get(key, False)
+        if plan is False:
+            plan = self.plans[key] = self.make(args)
+        return plan
 
     def make(self, args):
         from .compiled import compiled
@@ -146,28 +147,46 @@ class _Direct:
         funcs = comp.bind(m)
         heap = comp.heap(m) if comp.native else (m,)
         floats = [k for k, p in enumerate(fn.params) if p.cls == isa.FLOAT]
-        seed = [1.0 if k == b.params[0] else 0.0 for k in floats]
-        return (funcs[comp.name(fn.name, "fw")], funcs[comp.name(fn.name, "gbw")], heap,
-                [p.cls for p in fn.params], floats, seed, comp.native)
+        seed = tuple(1.0 if k == b.params[0] else 0.0 for k in floats)
+        convert = [int if p.cls == isa.INT else float for p in fn.params]
+        if comp.native and not comp.uses_heap:      # one native call, scalars only
+            both, heap = funcs[comp.name(fn.name, "vgs")], ()
+        elif comp.native:       # forwards and gradient pass in one native call
+            both = funcs[comp.name(fn.name, "vg")]
+        else:
+            fw, gbw = funcs[comp.name(fn.name, "fw")], funcs[comp.name(fn.name, "gbw")]
+            h, k = len(heap), len(fn.params)
+
+            def both(*a):
+                out = fw(*a[:h], *a[h:h + k])
+                return out, gbw(*a[:h], *out, *a[h + k:])
+        exact = [type(a) for a in args] == convert      # no conversion needed
+        n = len(fn.params)
+        if floats == list(range(n)):                      # every parameter is a float
+            def scatter(back):
+                return back[n:]
+        else:
+            def scatter(back):
+                grads: list = [None] * n
+                for k, g in zip(floats, back[n:]):
+                    grads[k] = g
+                return tuple(grads)
+        return both, heap, None if exact else convert, seed, scatter
 
     def __call__(self, args):
-        plan = self.plan(args)
+        plan = self.plans.get(tuple(map(type, args)), False)
+        if plan is False:
+            plan = self.plan(args)
         if plan is None:
             return None
-        fw, gbw, heap, classes, floats, seed, native = plan
+        both, heap, convert, seed, scatter = plan
+        if convert is not None:
+            args = [c(a) for c, a in zip(convert, args)]
         try:
-            vals = [int(a) if c == isa.INT else float(a) for a, c in zip(args, classes)]
-            out = fw(*heap, *vals)
-            back = gbw(*heap, *out, *seed)
-        except Exception:
+            out, back = both(*heap, *args, *seed)
+        except Exception:       # the general path reports it exactly
             return None
-        if native:
-            out = tuple(v.item() if hasattr(v, "item") else v for v in out)
-        n = len(classes)
-        grads: list = [None] * n
-        for k, g in zip(floats, back[n:]):
-            grads[k] = float(g)
-        return tuple(out), tuple(grads)
+        return out, scatter(back)
 
 
 def value_and_grad(fn, loss: Loss = 0, **machine_options) -> Callable[..., tuple]:
@@ -191,15 +210,18 @@ def value_and_grad(fn, loss: Loss = 0, **machine_options) -> Callable[..., tuple
         return values, runner.backward(m, target)
 
     run.__name__ = f"value_and_grad_{runner.name}"
+    run.direct = direct
     return run
 
 
 def grad(fn, loss: Loss = 0, **machine_options) -> Callable[..., tuple]:
     """A function returning one gradient of `loss` per argument (see value_and_grad)."""
     vg = value_and_grad(fn, loss, **machine_options)
+    direct = vg.direct
 
     def run(*args) -> tuple:
-        return vg(*args)[1]
+        fast = direct(args)
+        return fast[1] if fast is not None else vg(*args)[1]
 
     run.__name__ = f"grad_{getattr(fn, 'name', 'fn')}"
     return run

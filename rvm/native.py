@@ -142,7 +142,10 @@ def build(functions_source: str, names: list[str], tol: float, max_steps: int) -
         raise ImportError("numba is not installed")
     jit = numba.njit(cache=False)
     namespace: dict = {"math": math, "np": np, "Fault": Fault, "TOL": tol,
-                       "MAX_STEPS": max_steps, **HELPERS}
+                       "MAX_STEPS": max_steps, **HELPERS,
+                       # a program that never touches the heap gets these (never used)
+                       "NO_HI": np.zeros(1, np.int64), "NO_HF": np.zeros(1),
+                       "NO_HG": np.zeros(1), "NO_TOP": np.zeros(1, np.int64)}
     exec(compile(functions_source, "<rvm native>", "exec"), namespace)
     for name in names:
         namespace[name] = jit(namespace[name])   # compiled lazily, on the first call
