@@ -50,6 +50,9 @@ def bessel_table(quick):
     return rows
 
 
+LEAPFROG: list[dict] = []
+
+
 def leapfrog_table(quick):
     sizes = [10**4, 10**5] if quick else [10**4, 10**5, 10**6]
     rows = ["| tool | N | seconds | peak memory growth (MB) |", "|---|---|---|---|"]
@@ -60,8 +63,37 @@ def leapfrog_table(quick):
             if "error" in r:
                 rows.append(f"| {t} | {n:,} | {r['error']} | |")
             else:
+                LEAPFROG.append(r)
                 rows.append(f"| {t} | {n:,} | {fmt(r['seconds'])} | {r['peak_mb']:.1f} |")
+    if plot_leapfrog(LEAPFROG):
+        rows += ["", "![leapfrog time and memory](leapfrog.png)"]
     return rows
+
+
+def plot_leapfrog(results, path=ROOT / "docs" / "leapfrog.png") -> bool:
+    """Time and peak memory against N, one line per tool (if matplotlib is installed)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    for tool in sorted({r["tool"] for r in results}):
+        rs = sorted((r for r in results if r["tool"] == tool), key=lambda r: r["n"])
+        ax1.plot([r["n"] for r in rs], [r["seconds"] for r in rs], "o-", label=tool)
+        ax2.plot([r["n"] for r in rs], [max(r["peak_mb"], 0.1) for r in rs], "o-", label=tool)
+    for ax, label in ((ax1, "seconds"), (ax2, "peak memory growth (MB; 0 drawn at 0.1)")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("leapfrog steps N")
+        ax.set_ylabel(label)
+        ax.grid(True, which="both", alpha=0.3)
+    ax1.legend()
+    fig.suptitle("d q_N / d q_0 of a pendulum leapfrog integrator")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    return True
 
 
 def embedding_table(quick):
