@@ -182,8 +182,8 @@ def parser() -> argparse.ArgumentParser:
                        help="step budget (default 1e8)")
         r.add_argument("--heap-limit", type=int, default=1 << 24, metavar="CELLS",
                        help="heap size limit in cells (default 2^24)")
-        r.add_argument("--engine", choices=["interp", "python", "native"], default=None,
-                       help="execution engine (default: the fastest available)")
+        r.add_argument("--engine", choices=["interp", "python", "native", "auto"],
+                       default=None, help="execution engine (default: auto)")
         r.add_argument("--no-checks", action="store_true",
                        help="skip invertibility checks (for trusted programs)")
         return r

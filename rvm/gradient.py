@@ -15,7 +15,7 @@ import numpy as np
 from . import isa
 from .arguments import Binding, read_array
 from .errors import MachineError
-from .machine import Machine, machine_for
+from .machine import NATIVE_AFTER, Machine, machine_for
 
 Loss = int | str | tuple
 
@@ -143,7 +143,7 @@ class _Direct:
         if m.engine == "interp" or len(fn.params) != len(args):
             return None
         b, _ = _find(m.bindings, fn, self.loss, "loss")
-        comp = compiled(m.program, m.checks, native=m.engine == "native")
+        comp = compiled(m.program, m.checks, native=m._compiled.native)
         funcs = comp.bind(m)
         heap = comp.heap(m) if comp.native else (m,)
         floats = [k for k, p in enumerate(fn.params) if p.cls == isa.FLOAT]
@@ -171,15 +171,26 @@ class _Direct:
                 for k, g in zip(floats, back[n:]):
                     grads[k] = g
                 return tuple(grads)
-        return both, heap, None if exact else convert, seed, scatter
+        # engine 'auto': plan again once the machine would have moved on to native code
+        from . import native
+        upgrade = [NATIVE_AFTER + 1, m.program] if m.engine == "auto" and \
+            not comp.native and native.available else None
+        return both, heap, None if exact else convert, seed, scatter, upgrade
 
     def __call__(self, args):
-        plan = self.plans.get(tuple(map(type, args)), False)
+        key = tuple(map(type, args))
+        plan = self.plans.get(key, False)
         if plan is False:
             plan = self.plan(args)
         if plan is None:
             return None
-        both, heap, convert, seed, scatter = plan
+        both, heap, convert, seed, scatter, upgrade = plan
+        if upgrade is not None:
+            upgrade[0] -= 1
+            if upgrade[0] <= 0:          # these calls count as runs of the program
+                cache = upgrade[1].cache
+                cache["runs"] = max(cache.get("runs", 0), NATIVE_AFTER)
+                del self.plans[key]
         if convert is not None:
             args = [c(a) for c, a in zip(convert, args)]
         try:

@@ -296,10 +296,12 @@ class Machine:
         """Run to the end (direction +1) or back to the start (-1); return steps taken
         (0 when the compiled engine ran the whole pass: it does not count steps)."""
         if self.engine != "interp" and self.at_boundary(-direction) and max_steps is None:
-            if self._compiled is None:
+            engine = self.tier()
+            if self._compiled is None or self._compiled.native != (engine == "native"):
                 from .compiled import compiled
                 self._compiled = compiled(self.program, self.checks,
-                                          native=self.engine == "native")
+                                          native=engine == "native")
+                self._compiled_functions = None
             top, cells = self.top, bytes(self._buf[:8 * self.top])
             shadows = bytes(self._gbuf[:8 * self.top]) if self.grad else b""
             try:
@@ -313,6 +315,16 @@ class Machine:
                 self._buf[:len(cells)] = cells
                 self._gbuf[:] = bytes(len(self._gbuf))
                 self._gbuf[:len(shadows)] = shadows
+            except Exception as exc:    # numba could not compile this program
+                if not self._compiled.native:
+                    raise
+                import warnings
+                what = self.program.source or "this program"
+                warnings.warn(f"the native engine could not compile {what} "
+                              f"({type(exc).__name__}); using the python engine", stacklevel=2)
+                self.program.cache["native_failed"] = True
+                self.engine, self._compiled = "python", None
+                return self.run(direction)
         budget = self.max_steps if max_steps is None else max_steps
         taken = self._move(direction, budget)
         if taken >= budget and not self.at_boundary(direction):
@@ -321,6 +333,18 @@ class Machine:
                                "raise max_steps / --max-steps", self.stack[-1].fn.name,
                                self.stack[-1].index(self.stack[-1].dir * direction))
         return taken
+
+    def tier(self) -> str:
+        """The compiled engine to use now (engine 'auto' moves to native with use)."""
+        if self.engine != "auto":
+            return self.engine
+        from . import native
+        cache = self.program.cache
+        cache["runs"] = cache.get("runs", 0) + 1
+        if native.available and cache["runs"] > NATIVE_AFTER and \
+                not cache.get("native_failed"):
+            return "native"
+        return "python"
 
     def at_boundary(self, direction: int) -> bool:
         """True when the root frame is at its end (direction +1) or start (-1)."""
@@ -394,7 +418,7 @@ class Machine:
         return frames, self.top, bytes(self._buf[: self.top * 8])
 
 
-ENGINES = ("interp", "python", "native")
+ENGINES = ("interp", "python", "native", "auto")
 
 
 def machine_for(program: Program, **options) -> Machine:
@@ -409,14 +433,18 @@ def machine_for(program: Program, **options) -> Machine:
     return m
 
 
+NATIVE_AFTER = 3      # runs of a program before engine=None compiles it natively
+
+
 def resolve_engine(engine: str | None) -> str:
     """'interp' (the stepping interpreter, the reference), 'python' (generated Python
-    functions), 'native' (those compiled by numba). None picks 'python': native code runs
-    far faster but costs about a second of compilation per program, which only pays for
-    long or repeated runs, so it is chosen explicitly."""
+    functions), 'native' (those compiled by numba), or None: 'auto', the fastest available
+    in steady state — generated Python for a program's first runs, then native code (if
+    numba is installed) once the program has run NATIVE_AFTER times, since compiling costs
+    about a second per program and only pays for repeated runs."""
     from . import native
-    if engine is None:
-        return "python"
+    if engine is None or engine == "auto":
+        return "auto"
     if engine not in ENGINES:
         raise MachineError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     if engine == "native" and not native.available:

@@ -118,7 +118,7 @@ def test_checks_off_skips_invertibility_checks():
 
 
 def test_engine_selection():
-    assert resolve_engine(None) == "python"
+    assert resolve_engine(None) == "auto"
     with pytest.raises(rvm.MachineError, match="unknown engine"):
         resolve_engine("gpu")
     if native.available:
@@ -158,3 +158,17 @@ def test_native_errors_fall_back_to_the_exact_report():
     with pytest.raises(rvm.InvertibilityError) as err:
         p.call("f", -1, engine="native")
     assert err.value.index == 2 and err.value.line == 4
+
+
+def test_auto_engine_moves_to_native_code_with_use():
+    p = rvm.load(ROOT / "asm" / "fib.rasm")
+    m = rvm.Machine(p)
+    assert m.engine == "auto"
+    tiers = []
+    for _ in range(5):
+        m.enter("fib", 20, 0, 0)
+        m.run()
+        tiers.append(m._compiled.native)
+        assert m.results() == (20, 6765, 10946)
+    assert tiers[:3] == [False] * 3
+    assert tiers[-1] is native.available       # native once numba is there
