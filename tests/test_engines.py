@@ -172,3 +172,29 @@ def test_auto_engine_moves_to_native_code_with_use():
         assert m.results() == (20, 6765, 10946)
     assert tiers[:3] == [False] * 3
     assert tiers[-1] is native.available       # native once numba is there
+
+
+def test_vmap_over_values_and_gradients():
+    p = rvm.load(ROOT / "asm" / "iexp.rasm")
+    xs = np.array([-1.0, 0.5, 2.0])
+    outs, xs2 = rvm.vmap(p["iexp"], in_axes=(None, 0))(0.0, xs)
+    assert np.allclose(outs, np.exp(xs), rtol=1e-14) and np.array_equal(xs2, xs)
+    g = rvm.vmap(rvm.grad(p["iexp"], loss=0), in_axes=(None, 0))(0.0, xs)
+    assert np.allclose(g[1], np.exp(xs), rtol=1e-12) and np.array_equal(g[0], [1.0] * 3)
+    arrays = rvm.load(ROOT / "asm" / "arrays.rasm")
+    batch = np.arange(6.0).reshape(2, 3)
+    out = rvm.vmap(arrays["sumsq"], in_axes=(0, None))(batch, 0.0)
+    assert np.array_equal(out[1], (batch ** 2).sum(axis=1)) and np.array_equal(out[0], batch)
+    with pytest.raises(rvm.RvmError, match="same length"):
+        rvm.vmap(p["iexp"])(np.zeros(2), np.ones(3))
+
+
+def test_repeated_calls_reuse_one_machine():
+    p = rvm.load(ROOT / "asm" / "fib.rasm")
+    p.call("fib", 5, 0, 0)
+    machines = [v for k, v in p.cache.items() if k[0] == "machine"]
+    p.call("fib", 6, 0, 0)
+    assert [v for k, v in p.cache.items() if k[0] == "machine"] == machines
+    with pytest.raises(rvm.MachineError):
+        p.call("fib", 0, 0, 0, max_steps=1000)        # a failed run...
+    assert p.call("fib", 7, 0, 0, max_steps=1000) == (7, 13, 21)   # ...leaves no trace
