@@ -48,11 +48,14 @@ def asm_cases():
                                id=f"{path.name}:{m.group(2)}:{m.start()}")
 
 
+ENGINES = ["interp", "python"] + (["native"] if native.available else [])
+
+
 @pytest.mark.parametrize("path,kind,name,args,loss", list(asm_cases()))
 def test_asm_programs_agree(path, kind, name, args, loss):
     values = [parse(a) for a in args.split()]
     results = {}
-    for engine in ("interp", "python"):
+    for engine in ENGINES:
         program = rvm.load(path, engine=engine)
         fresh = [v.copy() if isinstance(v, np.ndarray) else v for v in values]
         if kind == "grad":
@@ -60,7 +63,8 @@ def test_asm_programs_agree(path, kind, name, args, loss):
         else:
             out = program.call(name, *fresh)
             results[engine] = (out, program.uncall(name, *out))
-    assert same(results["interp"], results["python"])
+    for engine in ENGINES[1:]:
+        assert same(results["interp"], results[engine]), engine
 
 
 EXAMPLES = [("fib", "rrfib", (0, 12), None), ("iexp", "iexp", (0.0, 1.3), "out"),
@@ -75,13 +79,14 @@ EXAMPLES = [("fib", "rrfib", (0, 12), None), ("iexp", "iexp", (0.0, 1.3), "out")
 def test_examples_agree(module, name, args, loss):
     f = getattr(__import__(module), name)
     fresh = lambda: [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-    out = {e: f(*fresh(), engine=e) for e in ("interp", "python")}
-    assert same(out["interp"], out["python"])
-    back = {e: (~f)(*out[e], engine=e) for e in ("interp", "python")}
-    assert same(back["interp"], back["python"])
-    if loss is not None:
-        grads = {e: rvm.grad(f, loss=loss, engine=e)(*fresh()) for e in ("interp", "python")}
-        assert same(grads["interp"], grads["python"])
+    out = {e: f(*fresh(), engine=e) for e in ENGINES}
+    back = {e: (~f)(*out[e], engine=e) for e in ENGINES}
+    grads = {e: rvm.grad(f, loss=loss, engine=e)(*fresh()) for e in ENGINES} \
+        if loss is not None else {}
+    for e in ENGINES[1:]:
+        assert same(out["interp"], out[e]) and same(back["interp"], back[e]), e
+        if grads:
+            assert same(grads["interp"], grads[e]), e
 
 
 @settings(max_examples=40, deadline=None)
