@@ -141,7 +141,7 @@ class _Writer:
         last = code[end - 1]
         if last.op in isa.BRANCHES:
             out.add(self.block_of(self.resolve(self.fn.labels[last.args[-1].name], True)[-1][0]))
-        if last.op not in isa.BRANCHES or last.op != "JMP":
+        if last.op != "JMP":            # fall-through (or a conditional branch not taken)
             out.add(self.block_of(self.resolve(end, False)[-1][0]))
         return out
 

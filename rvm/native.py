@@ -31,10 +31,10 @@ _REWRITES = [
     (re.compile(r"raise Limit\((['\"]).*\1\)$"), "raise Fault('step budget exhausted')"),
     (re.compile(r"M\.alloc\("), "alloc(HI, TOP, "),
     (re.compile(r"M\.free\("), "free(HI, HF, HG, TOP, "),
-    (re.compile(r"M\.push\((f\w*)\)"), r"push_f(HF, TOP, \1)"),
-    (re.compile(r"M\.push\((r\w*)\)"), r"push_i(HI, TOP, \1)"),
-    (re.compile(r"M\.pop\(True\)"), "pop_f(HI, HF, TOP)"),
-    (re.compile(r"M\.pop\(False\)"), "pop_i(HI, TOP)"),
+    (re.compile(r"M\.push\((f\w*)\)"), r"push(HF, TOP, \1)"),
+    (re.compile(r"M\.push\((r\w*)\)"), r"push(HI, TOP, \1)"),
+    (re.compile(r"M\.pop\(True\)"), "pop(HF, HI, TOP)"),
+    (re.compile(r"M\.pop\(False\)"), "pop(HI, HI, TOP)"),
     (re.compile(r"M\.gpush\("), "gpush(HF, HG, TOP, "),
     (re.compile(r"M\.gpop\(True\)"), "gpop(HI, HF, HG, TOP)"),
     (re.compile(r"M\.hf\b"), "HF"), (re.compile(r"M\.hi\b"), "HI"),
@@ -72,46 +72,32 @@ def _free(HI, HF, HG, TOP, d, n):
     TOP[0] = d
 
 
-def _push_f(HF, TOP, v):
-    if TOP[0] >= HF.shape[0]:
+def _push(view, TOP, v):
+    """Push v onto the heap top through view (the int64 or the float64 view)."""
+    if TOP[0] >= view.shape[0]:
         raise Fault("heap capacity exceeded")
-    HF[TOP[0]] = v
+    view[TOP[0]] = v
     TOP[0] += 1
 
 
-def _push_i(HI, TOP, v):
-    if TOP[0] >= HI.shape[0]:
-        raise Fault("heap capacity exceeded")
-    HI[TOP[0]] = v
-    TOP[0] += 1
-
-
-def _pop_f(HI, HF, TOP):
+def _pop(view, HI, TOP):
+    """Pop the heap top through view, leaving the cell zero."""
     if TOP[0] == 0:
         raise Fault("POP from an empty heap")
     TOP[0] -= 1
-    v = HF[TOP[0]]
-    HI[TOP[0]] = 0
-    return v
-
-
-def _pop_i(HI, TOP):
-    if TOP[0] == 0:
-        raise Fault("POP from an empty heap")
-    TOP[0] -= 1
-    v = HI[TOP[0]]
+    v = view[TOP[0]]
     HI[TOP[0]] = 0
     return v
 
 
 def _gpush(HF, HG, TOP, v, g):
-    _push_f(HF, TOP, v)
+    _push(HF, TOP, v)
     HG[TOP[0] - 1] = g
 
 
 def _gpop(HI, HF, HG, TOP):
     g = HG[TOP[0] - 1] if TOP[0] > 0 else 0.0
-    v = _pop_f(HI, HF, TOP)
+    v = _pop(HF, HI, TOP)
     HG[TOP[0]] = 0.0
     return v, g
 
@@ -126,13 +112,12 @@ def _wrap(v):
 
 if numba is not None:      # compile the helpers once, callees before their callers
     _jit = numba.njit(cache=False)
-    _alloc, _free, _push_f, _push_i, _pop_f, _pop_i = (
-        _jit(f) for f in (_alloc, _free, _push_f, _push_i, _pop_f, _pop_i))
+    _alloc, _free, _push, _pop = (_jit(f) for f in (_alloc, _free, _push, _pop))
     _gpush, _gpop, _zero, _wrap = (_jit(f) for f in (_gpush, _gpop, _zero, _wrap))
     sign, dpow_db = _jit(sign), _jit(dpow_db)
 
-HELPERS = {"alloc": _alloc, "free": _free, "push_f": _push_f, "push_i": _push_i,
-           "pop_f": _pop_f, "pop_i": _pop_i, "gpush": _gpush, "gpop": _gpop, "zero": _zero,
+HELPERS = {"alloc": _alloc, "free": _free, "push": _push, "pop": _pop,
+           "gpush": _gpush, "gpop": _gpop, "zero": _zero,
            "sign": sign, "dpow_db": dpow_db, "wrap": _wrap}
 
 

@@ -203,3 +203,11 @@ def test_repeated_calls_reuse_one_machine():
     with pytest.raises(rvm.MachineError):
         p.call("fib", 0, 0, 0, max_steps=1000)        # a failed run...
     assert p.call("fib", 7, 0, 0, max_steps=1000) == (7, 13, 21)   # ...leaves no trace
+
+
+def test_push_pop_and_their_gradients_agree():
+    p = rvm.assemble(".func t(r0, f0, f1)\n PUSH r0\n PUSH f0\n POP f2\n ADD.mul f1, f2, f2\n"
+                     " PUSH f2\n POP f0\n POP r1\n SWAP r0, r1\n.end")
+    for engine in ENGINES:
+        assert p.call("t", 3, 1.5, 0.0, engine=engine) == (3, 1.5, 2.25)
+        assert rvm.grad(p["t"], loss=2, engine=engine)(3, 1.5, 0.0) == (None, 3.0, 1.0)

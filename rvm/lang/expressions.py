@@ -257,8 +257,6 @@ class Lowering:
             self.emit("ADD", t, x)
             self.emit("EXCH", x, mem)
             self.release(x)
-            if isinstance(mem.off, Reg) and len(var.regs) == 3:
-                pass   # the address temp is uncomputed with the rest of the operand code
             return t
         self.accumulate(t, 1, e, e)
         return t
