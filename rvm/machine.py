@@ -335,14 +335,25 @@ class Machine:
         return taken
 
     def tier(self) -> str:
-        """The compiled engine to use now (engine 'auto' moves to native with use)."""
+        """The compiled engine to use now (engine 'auto' moves to native with use).
+        Recursive programs never run natively: native code has no recursion limit, so a
+        runaway recursion would crash the process instead of raising an error."""
+        cache = self.program.cache
+        if self.engine == "native":
+            if not recursive(self.program):
+                return "native"
+            if not cache.get("native_warned"):
+                import warnings
+                warnings.warn("recursive programs run on the python engine, not natively "
+                              "(native code has no recursion limit)", stacklevel=3)
+                cache["native_warned"] = True
+            return "python"
         if self.engine != "auto":
             return self.engine
         from . import native
-        cache = self.program.cache
         cache["runs"] = cache.get("runs", 0) + 1
         if native.available and cache["runs"] > NATIVE_AFTER and \
-                not cache.get("native_failed"):
+                not cache.get("native_failed") and not recursive(self.program):
             return "native"
         return "python"
 
@@ -419,6 +430,24 @@ class Machine:
 
 
 ENGINES = ("interp", "python", "native", "auto")
+
+
+def recursive(program: Program) -> bool:
+    """Does the call graph (CALL and UNCALL) have a cycle?"""
+    if "recursive" not in program.cache:
+        calls = {name: {ins.args[0].name for ins in fn.code if ins.op in isa.CALLS}
+                 for name, fn in program.functions.items()}
+        state: dict[str, int] = {}      # 1 = on the current path, 2 = done
+
+        def cyclic(name: str) -> bool:
+            state[name] = 1
+            for callee in calls[name]:
+                if state.get(callee) == 1 or (callee not in state and cyclic(callee)):
+                    return True
+            state[name] = 2
+            return False
+        program.cache["recursive"] = any(cyclic(n) for n in calls if n not in state)
+    return program.cache["recursive"]
 
 
 def machine_for(program: Program, **options) -> Machine:

@@ -2,6 +2,7 @@
 on the stepping interpreter (the reference) and on the compiled engine, compared bit for
 bit for integers and within 1e-12 for floats."""
 
+import contextlib
 import pathlib
 import re
 import sys
@@ -211,3 +212,30 @@ def test_push_pop_and_their_gradients_agree():
     for engine in ENGINES:
         assert p.call("t", 3, 1.5, 0.0, engine=engine) == (3, 1.5, 2.25)
         assert rvm.grad(p["t"], loss=2, engine=engine)(3, 1.5, 0.0) == (None, 3.0, 1.0)
+
+
+def test_recursive_programs_never_run_natively():
+    # native code has no recursion limit: a runaway recursion must raise, not crash
+    fact = rvm.assemble("""
+.func fact(r0, r1)
+top:    BR.EQ   r0, 1, base
+        DEC     r0
+        CALL    fact, r0, r2
+        INC     r0
+        ADD.mul r1, r2, r0
+        DEC     r0
+        UNCALL  fact, r0, r2
+        INC     r0
+j:      JMP     out
+base:   CF      top
+        INC     r1
+out:    CF.NE   r0, 1, j
+.end""")
+    from rvm.machine import recursive
+    assert recursive(fact) and not recursive(rvm.load(ROOT / "asm" / "isqrt.rasm"))
+    engine = "native" if native.available else "python"
+    with pytest.warns(UserWarning, match="recursive") if native.available else \
+            contextlib.nullcontext():
+        assert fact.call("fact", 10, 0, engine=engine) == (10, 3628800)
+    with pytest.raises(rvm.MachineError, match="call depth"):
+        fact.call("fact", -1, 0, engine=engine)
