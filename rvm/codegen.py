@@ -25,7 +25,6 @@ from . import isa
 from .program import Function, Imm, Mem, Program, Reg
 
 END, CALL = -1, -2
-MODES = ("fw", "bw", "gfw", "gbw")
 _INT_BOUNDS = f"{-(1 << 63)} <= _v <= {(1 << 63) - 1}"
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 

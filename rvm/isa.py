@@ -52,10 +52,6 @@ class OpSpec:
         return tuple(o.split(":")[1] for o in self.operands)
 
     @property
-    def is_float(self) -> bool:
-        return FLOAT in self.forward
-
-    @property
     def variadic(self) -> bool:
         return self.kinds[-1:] == ("F",)
 

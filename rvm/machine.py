@@ -43,9 +43,6 @@ class Frame:
         s = self.state
         return s >> 1 if e > 0 or s & 1 else (s >> 1) - 1
 
-    def value(self, reg):
-        return self.R[self.fn.slot(reg)]
-
 
 class Machine:
     """Runs one program. `call`/`uncall` run a function to completion; `enter` then
@@ -155,12 +152,6 @@ class Machine:
         for fr in self.stack:
             if fr.G is not None:
                 fr.G[:] = [0.0] * len(fr.G)
-
-    @property
-    def heap(self):
-        """The cells in use, as int64 (use .view(float) for floats). A copy."""
-        import numpy as np
-        return np.frombuffer(self._buf, dtype=np.int64, count=self.top).copy()
 
     # ------------------------------------------------------------------ code
     def set_grad(self, on: bool) -> None:
