@@ -108,6 +108,10 @@ class _Writer:
             elif code[target].op in isa.COMEFROMS and target + 1 < len(code) and \
                     code[target + 1].op == "JMP":
                 nxt = target + 1
+            elif code[target].op in isa.COMEFROMS and target + 1 in self.block:
+                target += 1             # a block that is only a comefrom: fall through
+                path.append((target, False))
+                continue
             else:
                 break
             target = self.fn.labels[code[nxt].args[0].name]
