@@ -127,13 +127,6 @@ class _Direct:
     def __init__(self, runner: _Pass, loss: Loss):
         self.runner, self.loss, self.plans = runner, loss, {}
 
-    def plan(self, args):
-        key = tuple(map(type, args))
-        plan = self.plans.get(key, False)
-        if plan is False:
-            plan = self.plans[key] = self.make(args)
-        return plan
-
     def make(self, args):
         from .compiled import compiled
         if any(isinstance(a, np.ndarray) for a in args):
@@ -181,7 +174,7 @@ class _Direct:
         key = tuple(map(type, args))
         plan = self.plans.get(key, False)
         if plan is False:
-            plan = self.plan(args)
+            plan = self.plans[key] = self.make(args)
         if plan is None:
             return None
         both, heap, convert, seed, scatter, upgrade = plan
@@ -221,18 +214,15 @@ def value_and_grad(fn, loss: Loss = 0, **machine_options) -> Callable[..., tuple
         return values, runner.backward(m, target)
 
     run.__name__ = f"value_and_grad_{runner.name}"
-    run.direct = direct
     return run
 
 
 def grad(fn, loss: Loss = 0, **machine_options) -> Callable[..., tuple]:
     """A function returning one gradient of `loss` per argument (see value_and_grad)."""
     vg = value_and_grad(fn, loss, **machine_options)
-    direct = vg.direct
 
     def run(*args) -> tuple:
-        fast = direct(args)
-        return fast[1] if fast is not None else vg(*args)[1]
+        return vg(*args)[1]
 
     run.__name__ = f"grad_{getattr(fn, 'name', 'fn')}"
     return run

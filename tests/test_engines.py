@@ -216,21 +216,7 @@ def test_push_pop_and_their_gradients_agree():
 
 def test_recursive_programs_never_run_natively():
     # native code has no recursion limit: a runaway recursion must raise, not crash
-    fact = rvm.assemble("""
-.func fact(r0, r1)
-top:    BR.EQ   r0, 1, base
-        DEC     r0
-        CALL    fact, r0, r2
-        INC     r0
-        ADD.mul r1, r2, r0
-        DEC     r0
-        UNCALL  fact, r0, r2
-        INC     r0
-j:      JMP     out
-base:   CF      top
-        INC     r1
-out:    CF.NE   r0, 1, j
-.end""")
+    fact = rvm.load(ROOT / "asm" / "fact.rasm")
     from rvm.machine import recursive
     assert recursive(fact) and not recursive(rvm.load(ROOT / "asm" / "isqrt.rasm"))
     engine = "native" if native.available else "python"

@@ -1,5 +1,7 @@
 """Machine semantics: frames, calls both ways, heap, checks, limits, errors."""
 
+import pathlib
+
 import pytest
 
 import rvm
@@ -56,22 +58,8 @@ def test_call_and_uncall_api():
 
 
 def test_recursion():
-    # r1 += n! by recursion on n (n >= 1), uncomputing intermediate results on the way
-    p = asm("""
-.func fact(r0, r1)
-top:    BR.EQ   r0, 1, base
-        DEC     r0
-        CALL    fact, r0, r2
-        INC     r0
-        ADD.mul r1, r2, r0
-        DEC     r0
-        UNCALL  fact, r0, r2
-        INC     r0
-j:      JMP     out
-base:   CF      top
-        INC     r1
-out:    CF.NE   r0, 1, j
-.end""")
+    # asm/fact.rasm: r1 += n! by recursion, uncomputing each level's local with an UNCALL
+    p = rvm.load(pathlib.Path(__file__).parent.parent / "asm" / "fact.rasm")
     assert p.call("fact", 10, 0) == (10, 3628800)
     assert p.uncall("fact", 10, 3628800) == (10, 0)
 
