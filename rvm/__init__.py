@@ -1,10 +1,10 @@
 """rvm: a reversible virtual machine. Programs run forwards and backwards, and their
 gradients come from running backwards with every float instruction switched to its adjoint."""
 
+from .ad.gradient import grad, jacobian, value_and_grad
 from .api import FunctionHandle, load, save, vmap
-from .assembler import assemble, disassemble
-from .bytecode import dumps, loads
-from .errors import (
+from .core import isa
+from .core.errors import (
                      AsmError,
                      CompileError,
                      FormatError,
@@ -13,17 +13,18 @@ from .errors import (
                      RvmError,
                      VerifyError,
 )
-from .gradient import grad, jacobian, value_and_grad
+from .core.program import Program
+from .engines.machine import Machine
+from .formats.assembly import assemble, disassemble
+from .formats.bytecode import dumps, loads
 from .lang import Array, ancilla, compute, inverse, irot, neg, reversible, rot, zeros
-from .machine import Machine
-from .program import Program
 
 __all__ = [
     "Array", "AsmError", "CompileError", "FormatError", "FunctionHandle",
     "InvertibilityError", "Machine", "MachineError", "Program", "RvmError", "VerifyError",
     "ancilla", "assemble", "compute", "disassemble", "dumps", "grad", "inverse", "irot",
-    "jacobian", "load", "loads", "neg", "reversible", "rot", "save", "value_and_grad", "vmap",
-    "zeros",
+    "isa", "jacobian", "load", "loads", "neg", "reversible", "rot", "save", "value_and_grad",
+    "vmap", "zeros",
 ]
 __version__ = "0.1.0"
 
@@ -33,8 +34,7 @@ def debug(fn, *args, commands=None):
     or, with `commands` (a list of debugger commands), scripted: returns the transcript."""
     import io
 
-    from .debugger import debugger_for
-    from .debugview import repl
+    from .debugger import debugger_for, repl
     dbg = debugger_for(fn, args)
     if commands is None:
         repl(dbg)

@@ -1,4 +1,7 @@
-"""The Python API: load or assemble programs, call and uncall their functions."""
+"""The Python API: load or assemble programs, call and uncall their functions.
+
+`Program` is data (rvm.core); this module attaches the conveniences that run it
+(`prog.call`, `prog.uncall`, `prog["name"]`), so the core never imports an engine."""
 
 from __future__ import annotations
 
@@ -6,10 +9,12 @@ import os
 
 import attrs
 
-from .assembler import assemble
-from .bytecode import dumps, loads
-from .errors import RvmError
-from .program import Program
+from .core.errors import RvmError
+from .core.program import Program
+from .engines.machine import machine_for, resolve_engine
+from .formats.assembly import assemble
+from .formats.bytecode import dumps, loads
+from .lang import compile_file
 
 
 def load(path: str | os.PathLike, engine: str | None = None) -> Program:
@@ -18,7 +23,6 @@ def load(path: str | os.PathLike, engine: str | None = None) -> Program:
     `engine` ('interp', 'python'; None = fastest) is the default for its calls."""
     program = _load(os.fspath(path))
     if engine is not None:
-        from .machine import resolve_engine
         program = attrs.evolve(program, engine=resolve_engine(engine))
     return program
 
@@ -26,7 +30,6 @@ def load(path: str | os.PathLike, engine: str | None = None) -> Program:
 def _load(path: str) -> Program:
     try:
         if path.endswith(".py"):
-            from .lang import compile_file
             return compile_file(path)
         if path.endswith(".rvmb"):
             with open(path, "rb") as f:
@@ -65,6 +68,26 @@ class FunctionHandle:
     def __invert__(self) -> FunctionHandle:
         return attrs.evolve(self, backward=not self.backward)
 
+
+def _getitem(self: Program, name: str) -> FunctionHandle:
+    if name not in self.functions:
+        raise KeyError(f"no function {name!r} in the program "
+                       f"(it has: {', '.join(self.functions) or 'none'})")
+    return FunctionHandle(self, name)
+
+
+def _call(self: Program, name: str, *args, **options):
+    """Run `name` forwards on the arguments; return the parameters' final values.
+    Options (engine, checks, max_steps, heap_limit, tol) go to the machine."""
+    return machine_for(self, **options).call(name, *args)
+
+
+def _uncall(self: Program, name: str, *args, **options):
+    """Run `name` backwards on the arguments; return the parameters' final values."""
+    return machine_for(self, **options).uncall(name, *args)
+
+
+Program.__getitem__, Program.call, Program.uncall = _getitem, _call, _uncall
 
 __all__ = ["FunctionHandle", "assemble", "dumps", "load", "loads", "save", "vmap"]
 

@@ -13,10 +13,10 @@ import sys
 import numpy as np
 
 from .api import load, save
-from .assembler import disassemble
-from .errors import RvmError
-from .machine import Machine
-from .program import Program
+from .core.errors import RvmError
+from .core.program import Program
+from .engines.machine import Machine
+from .formats.assembly import disassemble
 
 
 def _entry(program: Program, name: str | None) -> str:
@@ -106,7 +106,7 @@ def cmd_run(args) -> None:
     m.enter(entry, *values, backward=args.backward)
     if args.trace:
         m.engine = "interp"         # a trace steps one instruction at a time
-        from .trace import traced_run
+        from .debugger.trace import traced_run
         # the root frame of an uncall runs backwards while the machine moves forwards
         traced_run(m, 1, sys.stdout)
         m.check_locals(m.stack[0])
@@ -117,7 +117,7 @@ def cmd_run(args) -> None:
 
 
 def cmd_grad(args) -> None:
-    from .gradient import grad
+    from .ad.gradient import grad
     program = load(args.file)
     entry = _entry(program, args.entry)
     loss = int(args.loss) if args.loss.isdigit() else args.loss
@@ -132,8 +132,7 @@ def cmd_grad(args) -> None:
 
 
 def cmd_debug(args) -> None:
-    from .debugger import Debugger
-    from .debugview import repl
+    from .debugger import Debugger, repl
     program = load(args.file)
     entry = _entry(program, args.entry)
     dbg = Debugger(program, entry, tuple(_arguments(args.args)), max_steps=args.max_steps)

@@ -5,8 +5,8 @@ import pathlib
 import pytest
 
 import rvm
-from rvm.bytecode import dumps
-from rvm.program import Imm, Mem, Reg
+from rvm.core.program import Imm, Mem, Reg
+from rvm.formats.bytecode import dumps
 
 ASM = pathlib.Path(__file__).resolve().parent.parent / "asm"
 

@@ -9,8 +9,8 @@ import zlib
 import pytest
 
 import rvm
-from rvm import bytecode
-from rvm.errors import FormatError, RvmError
+from rvm.core.errors import FormatError, RvmError
+from rvm.formats import bytecode
 
 ASM = pathlib.Path(__file__).resolve().parent.parent / "asm"
 SAMPLES = sorted(ASM.glob("*.rasm"))
@@ -152,8 +152,8 @@ def test_names_that_are_not_identifiers_are_refused():
     p = rvm.load(ASM / "fib.rasm")
     fn = p.functions["fib"]
     labels = {("top'{__import__('os')}" if k == "top" else k): v for k, v in fn.labels.items()}
-    code = tuple(i if i.args[-1:] != (rvm.program.Label("top"),) else
-                 rvm.program.Instruction(i.op, i.args[:-1] + (rvm.program.Label(
+    code = tuple(i if i.args[-1:] != (rvm.core.program.Label("top"),) else
+                 rvm.core.program.Instruction(i.op, i.args[:-1] + (rvm.core.program.Label(
                      "top'{__import__('os')}"),), i.line) for i in fn.code)
     bad = rvm.Program({"fib": type(fn)(fn.name, fn.params, code, labels)})
     with pytest.raises(FormatError, match="not a valid name"):

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from progen import program as random_program
 
 import rvm
-from rvm import native
-from rvm.machine import resolve_engine
+from rvm.engines import native
+from rvm.engines.machine import resolve_engine
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
@@ -217,7 +217,7 @@ def test_push_pop_and_their_gradients_agree():
 def test_recursive_programs_never_run_natively():
     # native code has no recursion limit: a runaway recursion must raise, not crash
     fact = rvm.load(ROOT / "asm" / "fact.rasm")
-    from rvm.machine import recursive
+    from rvm.engines.machine import recursive
     assert recursive(fact) and not recursive(rvm.load(ROOT / "asm" / "isqrt.rasm"))
     engine = "native" if native.available else "python"
     with pytest.warns(UserWarning, match="recursive") if native.available else \

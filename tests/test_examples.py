@@ -119,7 +119,7 @@ def test_bennett_time_space_tradeoff():
     program, name, names = bennett.specialize((state, k, 0, N))
     fn = program.functions[name]
     unit = next(i for i, ins in enumerate(fn.code)
-                if ins.op == "ADD.mul" and rvm.program.Imm(2.0) in ins.args)
+                if ins.op == "ADD.mul" and rvm.core.program.Imm(2.0) in ins.args)
     m = rvm.Machine(program)
     m.enter(name, state, k, 0, N, names=names)
     units, peak = 0, 0

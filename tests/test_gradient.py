@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import rvm
-from rvm import MachineError, isa
+from rvm import MachineError
+from rvm.core import isa
 
 ASM = pathlib.Path(__file__).resolve().parent.parent / "asm"
 

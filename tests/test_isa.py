@@ -4,7 +4,7 @@ import pathlib
 import subprocess
 import sys
 
-from rvm import isa
+from rvm.core import isa
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 

@@ -8,7 +8,7 @@ import pytest
 from conftest import states_close
 
 import rvm
-from rvm import isa
+from rvm.core import isa
 
 EXACT = {"SWAP", "NEG", "EXCH", "PUSH", "POP", "NOP", "ALLOC", "FREE", "XOR", "XOR.and",
          "XOR.or", "INC", "DEC"}

@@ -5,7 +5,8 @@ import pathlib
 import pytest
 
 import rvm
-from rvm.program import FuncRef, Function, Imm, Instruction, Label, Program, Reg, verify
+from rvm.core.program import FuncRef, Function, Imm, Instruction, Label, Program, Reg
+from rvm.core.verify import verify
 
 CASES = {
     "unpaired branch": (".func f(r0)\nb: BR.EQ r0, 0, x\n ADD r0, 1\nx: NOP\n.end",

@@ -65,7 +65,7 @@ def main():
              ("leapfrog (float)", rvm.assemble(LEAPFROG), "leapfrog", (1.0, 0.0, n))]
     print(f"{'program':<18} {'engine':<8} {'steps':>9} {'forward instr/s':>16} "
           f"{'backward instr/s':>17} {'speed-up':>9}")
-    from rvm import native
+    from rvm.engines import native
     for label, program, name, args in cases:
         m = rvm.Machine(program, engine="interp")
         steps, fwd = rate(m, name, args, 1)

@@ -1,4 +1,4 @@
-"""Generate docs/isa.md from the instruction table (rvm/isa.py).
+"""Generate docs/isa.md from the instruction table (rvm/core/isa.py).
 
     python tools/gen_isa_doc.py            # rewrite docs/isa.md
     python tools/gen_isa_doc.py --stdout   # print it (the test compares the two)
@@ -10,7 +10,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rvm import isa
+from rvm.core import isa
 
 KIND = {"D": "dst", "X": "reg", "S": "src", "V": "value", "C": "count", "M": "[mem]", "L": "label",
         "F": "func, regs..."}
@@ -30,7 +30,7 @@ def cell(text: str) -> str:
 
 def render() -> str:
     out = ["# Instruction set", "",
-           "Generated from `rvm/isa.py` by `python tools/gen_isa_doc.py`; do not edit.", "",
+           "Generated from `rvm/core/isa.py` by `python tools/gen_isa_doc.py`; do not edit.", "",
            "Operands: `dst` an accumulated destination register (its class picks the integer "
            "or float form), `reg` a register changed in place, `src` a register or an "
            "immediate (float forms also read integer registers), `count` an integer "
@@ -39,7 +39,7 @@ def render() -> str:
            "also be an operand of the same instruction.", "",
            "Forms: `i` integer registers (int64, wrap-around), `f` float registers "
            "(float64). The forward and adjoint columns are the exact templates the "
-           "interpreter is generated from (see the template language in `rvm/isa.py`).", ""]
+           "interpreter is generated from (see the template language in `rvm/core/isa.py`).", ""]
     for group, title in GROUPS:
         out += [f"## {title}", "",
                 "| mnemonic | operands | inverse | forms | meaning | forward | adjoint |",

@@ -19,8 +19,9 @@ import linecache
 import textwrap
 from typing import Any
 
-from ..errors import CompileError, MachineError
-from ..program import Program, verify
+from ..core.errors import CompileError, MachineError
+from ..core.program import Program
+from ..core.verify import verify
 from .compiler import FunctionCompiler, parse_annotation, sig_of
 from .expressions import Source
 
@@ -196,7 +197,7 @@ class ReversibleFunction:
         return session.run(self.source.file)
 
     def __call__(self, *args, **machine_options):
-        from ..machine import machine_for
+        from ..engines.machine import machine_for
         program, name, names = self.specialize(args)
         m = machine_for(program, **machine_options)
         m.enter(name, *args, backward=self.backward, names=names)

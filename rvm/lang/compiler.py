@@ -13,10 +13,10 @@ import ast
 from collections.abc import Callable
 from typing import Any
 
-from .. import isa
-from ..program import FuncRef, Function, Imm, Label, Reg
+from ..core import isa
+from ..core.inverse import invert, relabel
+from ..core.program import FuncRef, Function, Imm, Label, Reg
 from .expressions import FLOAT, INT, Lowering, Var
-from .invert import invert, relabel
 
 
 def sig_of(value) -> tuple:

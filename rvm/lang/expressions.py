@@ -11,10 +11,10 @@ from typing import Any
 
 import attrs
 
-from .. import isa
-from ..errors import CompileError
-from ..program import Imm, Instruction, Mem, Reg, Symbol
-from .invert import Code, invert
+from ..core import isa
+from ..core.errors import CompileError
+from ..core.inverse import Code, invert
+from ..core.program import Imm, Instruction, Mem, Reg, Symbol
 
 INT, FLOAT = isa.INT, isa.FLOAT
 BINOPS = {ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "div", ast.Mod: "mod", ast.Pow: "pow"}

@@ -12,8 +12,8 @@ import numbers
 import attrs
 import numpy as np
 
-from . import isa
-from .errors import MachineError
+from ..core import isa
+from ..core.errors import MachineError
 
 DTYPES = {np.dtype(np.float64): isa.FLOAT, np.dtype(np.int64): isa.INT}
 INT64 = (-(1 << 63), (1 << 63) - 1)

@@ -2,11 +2,12 @@
 
 Registers become local variables and control flow a small loop over basic blocks, so a run
 costs Python statements instead of one closure call per instruction. The instruction bodies
-come from the same templates as the interpreter (rvm.isa via rvm.codegen.render), and no
-backward semantics are written here at all: the backward function of `f` is the forward
-function of `f`'s bytecode inverse (rvm.lang.invert: reversed, each instruction inverted,
-branches and comefroms swapping roles), and the gradient pass is the forward run of that
-inverse with each float instruction switched to its adjoint.
+come from the same templates as the interpreter (rvm.core.isa, rendered by
+rvm.engines.templates), and no backward semantics are written here at all: the backward
+function of `f` is the forward function of `f`'s bytecode inverse (rvm.core.inverse:
+reversed, each instruction inverted, branches and comefroms swapping roles), and the
+gradient pass is the forward run of that inverse with each float instruction switched to
+its adjoint.
 
     fw   f forwards                gfw   f forwards, inverting adjoint steps
     bw   invert(f) forwards        gbw   invert(f) forwards with adjoints (the gradient pass)
@@ -19,22 +20,14 @@ from __future__ import annotations
 
 import math
 
-from . import codegen, isa
-from .codegen import Fault, _condition, _fault, _Operands, _shows, render
-from .errors import InvertibilityError, MachineError
-from .lang.invert import invert
-from .program import Function, Program, Reg
+from ..core import isa
+from ..core.errors import InvertibilityError, MachineError
+from ..core.inverse import inverse_function
+from ..core.program import Function, Program, Reg
+from . import templates
+from .templates import Fault, Limit, Operands, condition, esc, fault, render, shows
 
 MODES = {"fw": (False, False), "bw": (True, False), "gfw": (False, True), "gbw": (True, True)}
-
-
-def inverse_function(fn: Function) -> Function:
-    """The function whose forward run is fn's backward run."""
-    at = {i: name for name, i in fn.labels.items()}
-    code = invert([(at.get(i), ins) for i, ins in enumerate(fn.code)], lambda s: s + "_")
-    labels = {label: i for i, (label, _) in enumerate(code) if label}
-    return Function(fn.name, fn.params, tuple(ins for _, ins in code), labels, fn.line,
-                    fn.end_line, fn.names, fn.symbols)
 
 
 def _local(reg: Reg) -> tuple[str, str]:
@@ -65,17 +58,17 @@ class _Writer:
         cc = isa.condition(ins.op)
         if ins.op not in isa.COMEFROMS or cc is None:
             return
-        ops = _Operands(self.fn, ins, {}, _local)
-        cond = _condition(ops, cc)
-        label = codegen._esc(ins.args[-1])
+        ops = Operands(self.fn, ins, {}, _local)
+        cond = condition(ops, cc)
+        label = esc(ins.args[-1])
         if jumped:
-            self.emit(depth, f"if not ({cond}): " + _fault(
+            self.emit(depth, f"if not ({cond}): " + fault(
                 f"{self.fn.name}: comefrom at {label}: arrived by its jump, but "
-                f"{_shows(ops, cc)} is false"))
+                f"{shows(ops, cc)} is false"))
         else:
-            self.emit(depth, f"if {cond}: " + _fault(
+            self.emit(depth, f"if {cond}: " + fault(
                 f"{self.fn.name}: comefrom at {label}: entered by fall-through, but "
-                f"{_shows(ops, cc)} holds"))
+                f"{shows(ops, cc)} holds"))
 
     def call(self, depth: int, ins) -> None:
         callee = self.c.program.functions[ins.args[0].name]
@@ -90,7 +83,7 @@ class _Writer:
 
     def instruction(self, depth: int, ins) -> None:
         spec = ins.spec
-        ops = _Operands(self.fn, ins, {}, _local)
+        ops = Operands(self.fn, ins, {}, _local)
         if self.gradient and ops.cls == isa.FLOAT:
             template = isa.OPS[spec.inverse].adjoint
         else:
@@ -192,8 +185,8 @@ class _Writer:
                     if ins.op == "JMP":
                         self.goto(depth, k, t, True)
                     else:
-                        ops = _Operands(fn, ins, {}, _local)
-                        self.emit(depth, f"if {_condition(ops, isa.condition(ins.op))}:")
+                        ops = Operands(fn, ins, {}, _local)
+                        self.emit(depth, f"if {condition(ops, isa.condition(ins.op))}:")
                         self.goto(depth + 1, k, t, True)
                         self.emit(depth, "else:")
                         self.goto(depth + 1, k, i + 1, False)
@@ -212,7 +205,7 @@ class _Writer:
             for r in fn.locals:
                 value = _local(r)[0]
                 test = f"{value} != 0" if r.cls == isa.INT else f"abs({value}) > M.tol"
-                self.emit(2, f"if {test}: " + _fault(
+                self.emit(2, f"if {test}: " + fault(
                     f"{fn.name}: local {r} = {{{value}!r}} not restored to zero when "
                     "leaving the frame"))
         self.emit(2, f"return {', '.join(self.params())},")
@@ -263,8 +256,7 @@ class Compiled:
                 self._native[key] = native.build(source, names, *key)
             return self._native[key]
         zero = lambda v: abs(v) <= machine.tol
-        from .machine import Limit
-        return self._make(Fault, Limit, codegen.wrap, zero, codegen.sign, codegen.dpow_db,
+        return self._make(Fault, Limit, templates.wrap, zero, templates.sign, templates.dpow_db,
                           math)
 
     @property

@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import math
 
-from . import codegen, isa
+from ..core import isa
+from ..core.errors import InvertibilityError, MachineError, RvmError
+from ..core.program import Function, Program
+from . import closures, templates
 from .arguments import bind, read_array
-from .codegen import END, Fault
-from .errors import InvertibilityError, MachineError, RvmError
-from .program import Function, Program
+from .closures import END
+from .templates import Fault, Limit
 
 MIN_NORMAL = 2.2250738585072014e-308
-
-
-class Limit(Fault):
-    """A resource limit (heap, call depth) hit inside an instruction."""
 
 
 class Frame:
@@ -166,9 +164,9 @@ class Machine:
         key = (fn.name, mode)
         code = self._codes.get(key)
         if code is None:
-            make = codegen.factory(self.program, fn, mode)
-            code = make(self, Fault, codegen.wrap, self._zero, codegen.sign,
-                        codegen.dpow_db, math)
+            make = closures.factory(self.program, fn, mode)
+            code = make(self, Fault, templates.wrap, self._zero, templates.sign,
+                        templates.dpow_db, math)
             self._codes[key] = code
         return code
 

@@ -4,22 +4,19 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable
 
-from . import isa
-from .debugger import Breakpoint, CommandError, Debugger, Watch, _fmt
-from .program import Reg
+from ..core import isa
+from ..core.program import Reg
+from .core import ALIASES, COMMANDS, HELP, Breakpoint, CommandError, Debugger, Watch, fmt
 
-ALIASES = {
+ALIASES.update({
     "s": "step", "si": "stepi", "n": "next", "c": "continue", "rs": "reverse-step",
     "rsi": "reverse-stepi", "rn": "reverse-next", "rc": "reverse-continue", "b": "break",
     "p": "print", "l": "list", "bt": "backtrace", "where": "backtrace", "q": "quit",
     "regs": "info registers", "restart": "run", "d": "delete", "exit": "quit",
     "disassemble": "disas",
-}
+})
 # ---------------------------------------------------------------------- command table
-COMMANDS: dict[str, Callable[[Debugger, str], str]] = {}
-HELP: dict[str, str] = {}
 
 
 def command(*names: str, help: str):
@@ -171,17 +168,17 @@ def _watch(dbg: Debugger, rest: str) -> str:
     value = dbg.evaluate(rest)
     n = dbg.new_number()
     dbg.watches[n] = Watch(n, rest, value)
-    return f"watchpoint {n}: {rest} = {_fmt(value)}"
+    return f"watchpoint {n}: {rest} = {fmt(value)}"
 
 
 @command("display", help="display EXPR: show EXPR after every stop")
 def _display(dbg: Debugger, rest: str) -> str:
     if not rest:
-        return "\n".join(f"{k}: {d} = {_fmt(dbg.try_eval(d))}"
+        return "\n".join(f"{k}: {d} = {fmt(dbg.try_eval(d))}"
                          for k, d in enumerate(dbg.displays, 1)) or "no displays"
     dbg.evaluate(rest)
     dbg.displays.append(rest)
-    return f"{len(dbg.displays)}: {rest} = {_fmt(dbg.evaluate(rest))}"
+    return f"{len(dbg.displays)}: {rest} = {fmt(dbg.evaluate(rest))}"
 
 
 @command("print", help="print EXPR: registers (r0, f1), variables, heap[ADDR], grad[VAR], "
@@ -189,7 +186,7 @@ def _display(dbg: Debugger, rest: str) -> str:
 def _print(dbg: Debugger, rest: str) -> str:
     if not rest:
         raise CommandError("usage: print EXPR")
-    return f"{rest} = {_fmt(dbg.evaluate(rest))}"
+    return f"{rest} = {fmt(dbg.evaluate(rest))}"
 
 
 @command("x", help="x ADDR [N]: show N heap cells from ADDR (as int and float)")
@@ -209,7 +206,7 @@ def _x(dbg: Debugger, rest: str) -> str:
 def _info(dbg: Debugger, rest: str) -> str:
     what = rest.split()[0] if rest else ""
     if what in ("registers", "regs", "r"):
-        from .debugview import registers_lines
+        from .views import registers_lines
         return "\n".join(text for text, _ in registers_lines(dbg))
     if what in ("breakpoints", "break", "b", "watchpoints", "watch"):
         rows = [f"{b.number}  {'temporary ' if b.temporary else ''}breakpoint at {b.where}"
@@ -228,7 +225,7 @@ def _info(dbg: Debugger, rest: str) -> str:
 
 @command("list", help="list [LINE]: source around the current line (or LINE)")
 def _list(dbg: Debugger, rest: str) -> str:
-    from .debugview import source_lines
+    from .views import source_lines
     center = int(rest) if rest.isdigit() else None
     lines = source_lines(dbg, center, 5)
     return "\n".join(t for t, _ in lines) if lines else "no source available"
@@ -236,13 +233,13 @@ def _list(dbg: Debugger, rest: str) -> str:
 
 @command("disas", help="disas: the disassembly around the current instruction")
 def _disas(dbg: Debugger, rest: str) -> str:
-    from .debugview import disassembly_lines
+    from .views import disassembly_lines
     return "\n".join(t for t, _ in disassembly_lines(dbg, 8))
 
 
 @command("backtrace", help="backtrace: the call stack, with each frame's direction")
 def _backtrace(dbg: Debugger, rest: str) -> str:
-    from .debugview import stack_lines
+    from .views import stack_lines
     return "\n".join(t for t, _ in stack_lines(dbg))
 
 
@@ -290,7 +287,7 @@ def _run(dbg: Debugger, rest: str) -> str:
 
 @command("view", help="view: show every pane (source, disassembly, registers, stack, heap)")
 def _view(dbg: Debugger, rest: str) -> str:
-    from .debugview import plain_view
+    from .views import plain_view
     return plain_view(dbg)
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TextIO
 
-from .assembler import format_instruction
-from .errors import MachineError
-from .machine import Machine
+from ..core.errors import MachineError
+from ..engines.machine import Machine
+from ..formats.assembly import format_instruction
 
 
 def changes(fn, before: list, after: list) -> str:

@@ -16,10 +16,11 @@ from collections.abc import Callable
 import attrs
 import numpy as np
 
-from . import isa
-from .errors import RvmError
-from .machine import Machine
-from .program import Program, Reg
+from ..core import isa
+from ..core.errors import RvmError
+from ..core.program import Program, Reg
+from ..engines.machine import Machine
+from ..formats.assembly import format_instruction
 
 BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
           ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
@@ -27,6 +28,13 @@ BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
           ast.BitXor: operator.xor}
 COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
            ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge}
+
+
+# The command table. rvm.debugger.commands fills it (one function per command, with its
+# help text), so the core dispatches commands without importing them.
+COMMANDS: dict[str, Callable[[Debugger, str], str]] = {}
+ALIASES: dict[str, str] = {}
+HELP: dict[str, str] = {}
 
 
 class CommandError(Exception):
@@ -120,8 +128,8 @@ class Debugger:
             new = self.try_eval(w.expr)
             if not _same(new, w.value):
                 old, w.value = w.value, new
-                return f"watchpoint {w.number}: {w.expr}\n  old value = {_fmt(old)}\n" \
-                       f"  new value = {_fmt(new)}"
+                return f"watchpoint {w.number}: {w.expr}\n  old value = {fmt(old)}\n" \
+                       f"  new value = {fmt(new)}"
         return None
 
     def travel(self, d: int, until: Callable[[], bool] | None = None,
@@ -349,7 +357,6 @@ class Debugger:
         if not command or command.startswith("#"):
             return ""
         self.last_command = command
-        from .debugcommands import ALIASES, COMMANDS
         head, _, rest = command.partition(" ")
         head = ALIASES.get(head, head)
         if " " in head:
@@ -380,12 +387,11 @@ class Debugger:
             out.append(f"{self.line(fr):>5}  {source.strip()}")
         out.append(f"  --> {i:>4}  {ins}")
         for k, d in enumerate(self.displays, 1):
-            out.append(f"{k}: {d} = {_fmt(self.try_eval(d))}")
+            out.append(f"{k}: {d} = {fmt(self.try_eval(d))}")
         return "\n".join(out)
 
 
 def format_at(fn, i: int) -> str:
-    from .assembler import format_instruction
     return format_instruction(fn, i).strip() if i < len(fn.code) else "(end of function)"
 
 
@@ -396,7 +402,7 @@ def _same(a, b) -> bool:
     return a == b and type(a) is type(b)
 
 
-def _fmt(v) -> str:
+def fmt(v) -> str:
     if isinstance(v, np.ndarray):
         return np.array2string(v, separator=", ", threshold=20)
     return "<unavailable>" if v is None else repr(v)

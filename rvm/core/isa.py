@@ -2,8 +2,8 @@
 
 Each row (`OpSpec`) says, for one mnemonic: its operands, its inverse, a doc line, its forward
 semantics and its adjoint (the gradient rule). Semantics are written as small statement
-templates over the operands (`{d} = {d} + {a} * {b}`); `rvm.codegen` turns them into Python,
-so the interpreter, gradient mode, docs and (later) compiled engines share one definition.
+templates over the operands (`{d} = {d} + {a} * {b}`); `rvm.engines.templates` turns them
+into Python, so the interpreter, gradient mode, docs and compiled engines share one definition.
 
 Template language, one statement per line:
 
@@ -174,7 +174,7 @@ TABLE: list[OpSpec] = [
            {INT: "check {x} == 0 : {x_src} = {x}, must be 0 before POP\n{x} = M.pop(False)",
             FLOAT: "check zero({x}) : {x_src} = {x}, must be 0 before POP\n{x} = M.pop(True)"},
            "do M.gpush({x}, {gx})\n{x} = 0.0\n{gx} = 0.0", "memory"),
-    # control flow: branches and comefroms pair up; `rvm.codegen` implements them
+    # control flow: branches and comefroms pair up; the engines implement them
     OpSpec("JMP", ("target:L",), "CF", "jump to target (a CF naming this jump)",
            group="control"),
     *(OpSpec(f"BR.{cc}", ("a:S", "b:S", "target:L"), f"CF.{cc}",

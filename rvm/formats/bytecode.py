@@ -24,9 +24,10 @@ from __future__ import annotations
 import struct
 import zlib
 
-from . import isa
-from .errors import FormatError, VerifyError
-from .program import FuncRef, Function, Imm, Instruction, Label, Mem, Program, Reg, verify
+from ..core import isa
+from ..core.errors import FormatError, VerifyError
+from ..core.program import FuncRef, Function, Imm, Instruction, Label, Mem, Program, Reg
+from ..core.verify import verify
 
 MAGIC, VERSION = b"RVMB", 1
 ISA_ID = zlib.crc32("\n".join(s.name for s in isa.TABLE).encode())

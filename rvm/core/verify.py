@@ -1,4 +1,4 @@
-"""Program / Function / Instruction, and the verifier that every load runs.
+"""The verifier that every load runs.
 
 A program the verifier accepts can run backwards: every branch is paired one-to-one with the
 comefrom it jumps to, every operand has the register class its instruction needs, and no
@@ -7,183 +7,24 @@ instruction writes a register it also reads.
 
 from __future__ import annotations
 
-import functools
 import math
-import re
-
-import attrs
 
 from . import isa
 from .errors import VerifyError
-
-INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
-NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
-MAX_REGISTER = 0xFFFF
-
-
-@attrs.frozen
-class Reg:
-    cls: str   # isa.INT ("i", written r0, r1, ...) or isa.FLOAT ("f", written f0, f1, ...)
-    n: int
-
-    def __str__(self) -> str:
-        return ("r" if self.cls == isa.INT else "f") + str(self.n)
-
-
-@attrs.frozen
-class Imm:
-    value: int | float
-
-    @property
-    def cls(self) -> str:
-        return isa.FLOAT if isinstance(self.value, float) else isa.INT
-
-    def __str__(self) -> str:
-        return repr(self.value)
-
-
-@attrs.frozen
-class Mem:
-    base: Reg
-    off: Reg | int = 0
-
-    def __str__(self) -> str:
-        if isinstance(self.off, Reg):
-            return f"[{self.base} + {self.off}]"
-        if self.off == 0:
-            return f"[{self.base}]"
-        return f"[{self.base} {'-' if self.off < 0 else '+'} {abs(self.off)}]"
-
-    @property
-    def regs(self) -> tuple[Reg, ...]:
-        return (self.base, self.off) if isinstance(self.off, Reg) else (self.base,)
-
-
-@attrs.frozen
-class Label:
-    name: str
-
-    def __str__(self) -> str:
-        return self.name
-
-
-@attrs.frozen
-class FuncRef:
-    name: str
-
-    def __str__(self) -> str:
-        return self.name
-
-
-Operand = Reg | Imm | Mem | Label | FuncRef
-
-
-@attrs.frozen
-class Instruction:
-    op: str                        # mnemonic, a key of isa.OPS
-    args: tuple = ()               # operands
-    line: int = 0                  # source line (the source map); 0 if unknown
-
-    @property
-    def spec(self) -> isa.OpSpec:
-        return isa.OPS[self.op]
-
-    def __str__(self) -> str:
-        return f"{self.op:<8} {', '.join(map(str, self.args))}".rstrip()
-
-
-@attrs.frozen
-class Symbol:
-    """A source name for registers, in scope on lines first..last (debug info)."""
-
-    name: str
-    regs: tuple                    # one register, or an array's (base, dims...)
-    first: int
-    last: int
-    dtype: str = ""                # arrays: element class
-
-
-@attrs.frozen
-class Function:
-    name: str
-    params: tuple[Reg, ...]
-    code: tuple[Instruction, ...]
-    labels: dict = attrs.field(factory=dict, eq=True)   # label -> instruction index
-    line: int = 0                  # line of the .func directive
-    end_line: int = 0              # line of the .end directive
-    # debug info, not part of a program's identity (and not kept in .rvmb files):
-    names: tuple = attrs.field(default=(), eq=False)     # source names of the arguments
-    symbols: tuple = attrs.field(default=(), eq=False)   # Symbol per source variable
-
-    @functools.cached_property
-    def registers(self) -> list[Reg]:
-        """Every register the function mentions (params first), without repeats."""
-        seen: dict[Reg, None] = dict.fromkeys(self.params)
-        for ins in self.code:
-            for a in ins.args:
-                for r in (a,) if isinstance(a, Reg) else a.regs if isinstance(a, Mem) else ():
-                    seen.setdefault(r)
-        return list(seen)
-
-    @functools.cached_property
-    def n_int(self) -> int:
-        return 1 + max((r.n for r in self.registers if r.cls == isa.INT), default=-1)
-
-    @functools.cached_property
-    def n_float(self) -> int:
-        return 1 + max((r.n for r in self.registers if r.cls == isa.FLOAT), default=-1)
-
-    def slot(self, reg: Reg) -> int:
-        """Index of a register in the frame's register list: ints first, then floats."""
-        return reg.n if reg.cls == isa.INT else self.n_int + reg.n
-
-    @functools.cached_property
-    def locals(self) -> list[Reg]:
-        params = set(self.params)
-        return [r for r in self.registers if r not in params]
-
-    @functools.cached_property
-    def param_slots(self) -> list[int]:
-        return [self.slot(p) for p in self.params]
-
-    @functools.cached_property
-    def local_slots(self) -> list[tuple[Reg, int]]:
-        return [(r, self.slot(r)) for r in self.locals]
-
-    def label_at(self, index: int) -> str | None:
-        for name, i in self.labels.items():
-            if i == index:
-                return name
-        return None
-
-
-@attrs.frozen
-class Program:
-    functions: dict = attrs.field(factory=dict)   # name -> Function, in source order
-    source: str = ""                               # file the program came from
-    cache: dict = attrs.field(factory=dict, eq=False, repr=False)  # compiled code
-    engine: str | None = attrs.field(default=None, eq=False)       # default engine
-
-    def __getitem__(self, name: str):
-        from .api import FunctionHandle
-        if name not in self.functions:
-            raise KeyError(f"no function {name!r} in the program "
-                           f"(it has: {', '.join(self.functions) or 'none'})")
-        return FunctionHandle(self, name)
-
-    def call(self, name: str, *args, **options):
-        """Run `name` forwards on the arguments; return the parameters' final values.
-        Options (engine, checks, max_steps, heap_limit, tol) go to the machine."""
-        from .machine import machine_for
-        return machine_for(self, **options).call(name, *args)
-
-    def uncall(self, name: str, *args, **options):
-        """Run `name` backwards on the arguments; return the parameters' final values."""
-        from .machine import machine_for
-        return machine_for(self, **options).uncall(name, *args)
-
-
-# ------------------------------------------------------------------------------ verifier
+from .program import (
+    INT64_MAX,
+    INT64_MIN,
+    MAX_REGISTER,
+    NAME,
+    FuncRef,
+    Function,
+    Imm,
+    Instruction,
+    Label,
+    Mem,
+    Program,
+    Reg,
+)
 
 
 class _Checker:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import difflib
 import re
 
-from . import isa
-from .errors import AsmError, VerifyError
-from .program import FuncRef, Function, Imm, Instruction, Label, Mem, Program, Reg, Symbol, verify
+from ..core import isa
+from ..core.errors import AsmError, VerifyError
+from ..core.program import FuncRef, Function, Imm, Instruction, Label, Mem, Program, Reg, Symbol
+from ..core.verify import verify
 
 _TOKEN = re.compile(r"""
     (?P<ws>[ \t]+)

@@ -12,10 +12,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from . import isa
-from .arguments import Binding, read_array
-from .errors import MachineError
-from .machine import NATIVE_AFTER, Machine, machine_for
+from ..core import isa
+from ..core.errors import MachineError
+from ..engines.arguments import Binding, read_array
+from ..engines.machine import NATIVE_AFTER, Machine, machine_for
 
 Loss = int | str | tuple
 
@@ -128,7 +128,7 @@ class _Direct:
         self.runner, self.loss, self.plans = runner, loss, {}
 
     def make(self, args):
-        from .compiled import compiled
+        from ..engines.compiled import compiled
         if any(isinstance(a, np.ndarray) for a in args):
             return None
         m = self.runner.forward(args)          # also validates arguments and the loss
@@ -165,7 +165,7 @@ class _Direct:
                     grads[k] = g
                 return tuple(grads)
         # engine 'auto': plan again once the machine would have moved on to native code
-        from . import native
+        from ..engines import native
         upgrade = [NATIVE_AFTER + 1, m.program] if m.engine == "auto" and \
             not comp.native and native.available else None
         return both, heap, None if exact else convert, seed, scatter, upgrade

@@ -15,7 +15,7 @@ import re
 
 import numpy as np
 
-from .codegen import Fault, dpow_db, sign
+from .templates import Fault, dpow_db, sign
 
 try:
     import numba
@@ -51,7 +51,7 @@ def rewrite(line: str) -> str:
     return line
 
 
-# heap helpers, mirroring rvm.machine.Machine (capacity is the arrays' length)
+# heap helpers, mirroring rvm.engines.machine.Machine (capacity is the arrays' length)
 def _alloc(HI, TOP, n):
     base = TOP[0]
     if n < 0 or base + n > HI.shape[0]:

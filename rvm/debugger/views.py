@@ -10,8 +10,9 @@ from typing import TextIO
 
 import numpy as np
 
-from . import isa
-from .assembler import format_instruction
+from ..core import isa
+from ..formats.assembly import format_instruction
+from .core import fmt
 
 Lines = list[tuple[str, str]]      # (text, style): style "" | "current" | "changed" | "dim"
 
@@ -93,10 +94,9 @@ def heap_lines(dbg, limit: int = 12) -> Lines:
 
 
 def watch_lines(dbg) -> Lines:
-    from .debugger import _fmt
-    out = [(f"{w.number}: watch {w.expr} = {_fmt(dbg.try_eval(w.expr))}", "")
+    out = [(f"{w.number}: watch {w.expr} = {fmt(dbg.try_eval(w.expr))}", "")
            for w in dbg.watches.values()]
-    out += [(f"display {d} = {_fmt(dbg.try_eval(d))}", "") for d in dbg.displays]
+    out += [(f"display {d} = {fmt(dbg.try_eval(d))}", "") for d in dbg.displays]
     return out or [("(none)", "dim")]
 
 

@@ -1,0 +1,44 @@
+"""The bytecode inverse: reverse a piece of code, replace each instruction by its inverse,
+and let branches and comefroms swap roles (a comefrom, read backwards, is a branch).
+
+It is a property of bytecode, used alike by the frontends (uncompute blocks, `~f` inside
+reversible code) and by the engines (a function's backward run is the forward run of its
+inverse). Code here is a list of (label or None, Instruction); labels are renamed so the
+inverse can sit next to the original in one function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from . import isa
+from .program import Function, Instruction, Label
+
+Code = list[tuple[str | None, Instruction]]
+
+
+def invert(code: Code, fresh: Callable[[str], str]) -> Code:
+    rename = {label: fresh(label) for label, _ in code if label}
+    out: Code = []
+    for label, ins in reversed(code):
+        args = tuple(Label(rename[a.name]) if isinstance(a, Label) else a for a in ins.args)
+        out.append((rename.get(label) if label else None,
+                    Instruction(isa.OPS[ins.op].inverse, args, ins.line)))
+    return out
+
+
+def relabel(code: Code, fresh: Callable[[str], str]) -> Code:
+    """The same code with fresh labels (to emit a second copy of it)."""
+    rename = {label: fresh(label) for label, _ in code if label}
+    return [(rename.get(label) if label else None,
+             Instruction(ins.op, tuple(Label(rename[a.name]) if isinstance(a, Label) else a
+                                       for a in ins.args), ins.line)) for label, ins in code]
+
+
+def inverse_function(fn: Function) -> Function:
+    """The function whose forward run is fn's backward run."""
+    at = {i: name for name, i in fn.labels.items()}
+    code = invert([(at.get(i), ins) for i, ins in enumerate(fn.code)], lambda s: s + "_")
+    labels = {label: i for i, (label, _) in enumerate(code) if label}
+    return Function(fn.name, fn.params, tuple(ins for _, ins in code), labels, fn.line,
+                    fn.end_line, fn.names, fn.symbols)

@@ -1,0 +1,161 @@
+"""Instruction templates (rvm.core.isa) rendered as Python statements, and the run-time
+helpers the rendered code calls. Shared by every engine that generates code: the stepping
+interpreter's closures (rvm.engines.closures) and the compiled engines (rvm.engines.compiled,
+rvm.engines.native), so an instruction's semantics are turned into code in one place.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from ..core import isa
+from ..core.program import Function, Imm, Mem, Reg
+
+_INT_BOUNDS = f"{-(1 << 63)} <= _v <= {(1 << 63) - 1}"
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+
+
+def esc(text: str) -> str:
+    """Literal text for inside an f-string: braces doubled (the whole string is repr'd)."""
+    return str(text).replace("{", "{{").replace("}", "}}")
+
+
+def fault(text: str) -> str:
+    """`raise Fault(f'...')` for a message whose {expr} parts are generated expressions."""
+    return f"raise Fault(f{text!r})"
+
+
+class Fault(Exception):
+    """Raised by generated code when a reversibility check fails (wrapped by the machine)."""
+
+
+class Limit(Fault):
+    """A resource limit (heap, call depth, step budget) hit inside an instruction."""
+
+
+def wrap(v: int) -> int:
+    """Wrap a Python int to int64 (two's complement)."""
+    return ((v + (1 << 63)) & ((1 << 64) - 1)) - (1 << 63)
+
+
+def sign(v: float) -> float:
+    return 1.0 if v > 0 else -1.0 if v < 0 else 0.0
+
+
+def dpow_db(a: float, b: float) -> float:
+    """d(a**b)/db, taken as 0 where a <= 0 (a**b is then not differentiable in b)."""
+    return math.pow(a, b) * math.log(a) if a > 0 else 0.0
+
+
+class Operands:
+    """How each operand of one instruction reads in generated code."""
+
+    def __init__(self, fn: Function, ins, layout: dict, local=None):
+        """layout maps registers to frame slots (R[k]); `local`, if given, maps a register
+        to the name of a local variable instead (the compiled engine)."""
+        self.value, self.shadow, self.src, self.prelude = {}, {}, {}, []
+        spec = ins.spec
+        written = [a for a, k in zip(ins.args, spec.kinds) if k in "DX"]
+        self.cls = written[0].cls if written else isa.INT
+        self.arithmetic = spec.group in ("arith", "family")
+        for name, a in zip(spec.names, ins.args):
+            self.src[name] = str(a)
+            if isinstance(a, Reg):
+                value, shadow = (f"R[{layout[a]}]", f"G[{layout[a]}]") if local is None \
+                    else local(a)
+                self.value[name] = value
+                self.shadow[name] = shadow if a.cls == isa.FLOAT else None
+            elif isinstance(a, Imm):
+                self.value[name] = f"({a.value!r})" if a.value < 0 else repr(a.value)
+                self.shadow[name] = None
+            elif isinstance(a, Mem):
+                reg = (lambda r: f"R[{layout[r]}]") if local is None else \
+                    (lambda r: local(r)[0])
+                off = reg(a.off) if isinstance(a.off, Reg) else repr(a.off)
+                view = "hf" if self.cls == isa.FLOAT else "hi"
+                self.prelude += [
+                    f"_a = {reg(a.base)} + {off}",
+                    "if not 0 <= _a < M.top: " + fault(
+                        f"heap address {esc(a)} = {{_a}} is outside the heap "
+                        "(0..{M.top - 1})"),
+                ]
+                self.value[name] = f"M.{view}[_a]"
+                self.shadow[name] = "M.hg[_a]" if self.cls == isa.FLOAT else None
+
+    def expr(self, text: str) -> str:
+        def sub(m):
+            key = m.group(1)
+            if key.endswith("_src"):
+                return self.src[key[:-4]]
+            if key.startswith("g") and key[1:] in self.shadow:
+                return self.shadow[key[1:]]
+            return self.value[key]
+        return _PLACEHOLDER.sub(sub, text)
+
+    def message(self, text: str) -> str:
+        """An f-string literal: {x} shows x's value, {x_src} its assembly text."""
+        def sub(m):
+            key = m.group(1)
+            if key.endswith("_src"):
+                return esc(self.src[key[:-4]])
+            return "{" + self.value[key] + "!r}"
+        parts = _PLACEHOLDER.split(text)   # literal, key, literal, key, ...
+        out = "".join(esc(p) if k % 2 == 0 else sub(_Key(p)) for k, p in enumerate(parts))
+        return "f" + repr(out)
+
+    def has_missing_shadow(self, line: str) -> bool:
+        return any(k.startswith("g") and k[1:] in self.shadow and self.shadow[k[1:]] is None
+                   for k in _PLACEHOLDER.findall(line))
+
+
+class _Key:
+    """Stands in for a regex match in Operands.message."""
+
+    def __init__(self, key: str):
+        self.key = key
+
+    def group(self, _):
+        return self.key
+
+
+def render(template: str, ops: Operands) -> list[str]:
+    """Python statements for one template (see the template language in rvm.core.isa)."""
+    out = list(ops.prelude) if template.strip() else []
+    for line in template.splitlines():
+        if not line.strip() or ops.has_missing_shadow(line):
+            continue
+        if line.startswith("check "):
+            cond, msg = line[6:].split(" : ", 1)
+            out.append(f"if not ({ops.expr(cond)}): raise Fault({ops.message(msg)})")
+        elif line.startswith(("let ", "do ")):
+            out.append(ops.expr(line.split(" ", 1)[1]))
+        else:
+            lhs, op, rhs = line.partition(" = ")
+            target = _PLACEHOLDER.fullmatch(lhs.strip())
+            if op and target and not target.group(1).startswith("g"):
+                out.append(f"_v = {ops.expr(rhs)}")
+                if ops.cls == isa.INT:
+                    out.append(f"{ops.expr(lhs)} = _v if {_INT_BOUNDS} else wrap(_v)")
+                    continue
+                if ops.arithmetic:   # inf or nan could not be subtracted back out
+                    out.append("if _v - _v != 0.0: " + fault(
+                        f"{esc(ops.src[target.group(1)])} would become {{_v}}: not finite"))
+                out.append(f"{ops.expr(lhs)} = _v")
+            else:
+                out.append(ops.expr(line))
+    return out
+
+
+def condition(ops: Operands, cc: str) -> str:
+    return f"{ops.value['a']} {isa.CONDITIONS[cc]} {ops.value['b']}"
+
+
+def shows(ops: Operands, cc: str) -> str:
+    """Message text showing a condition and the values it compared (f-string ready)."""
+    a, b = esc(ops.src["a"]), esc(ops.src["b"])
+    vals = ", ".join(f"{s} = {{{ops.value[n]}!r}}" for n, s in (("a", a), ("b", b))
+                     if not s[0].isdigit() and not s.startswith("-"))
+    return f"{a} {isa.CONDITIONS[cc]} {b}" + (f" ({vals})" if vals else "")
+
+

@@ -1,0 +1,1 @@
+"""Program formats, both ways: `.rasm` assembly text and `.rvmb` bytecode."""
