@@ -11,6 +11,7 @@ from .core.errors import (
                      InvertibilityError,
                      MachineError,
                      RvmError,
+    UsageError,
                      VerifyError,
 )
 from .core.program import Program
@@ -21,7 +22,8 @@ from .lang import Array, ancilla, compute, inverse, irot, neg, reversible, rot, 
 
 __all__ = [
     "Array", "AsmError", "CompileError", "FormatError", "FunctionHandle",
-    "InvertibilityError", "Machine", "MachineError", "Program", "RvmError", "VerifyError",
+    "InvertibilityError", "Machine", "MachineError", "Program", "RvmError", "UsageError",
+    "VerifyError",
     "ancilla", "assemble", "compute", "disassemble", "dumps", "grad", "inverse", "irot",
     "isa", "jacobian", "load", "loads", "neg", "reversible", "rot", "save", "value_and_grad",
     "vmap", "zeros",

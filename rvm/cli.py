@@ -13,7 +13,7 @@ import sys
 import numpy as np
 
 from .api import load, save
-from .core.errors import RvmError
+from .core.errors import RvmError, UsageError
 from .core.program import Program
 from .engines.machine import Machine
 from .formats.assembly import disassemble
@@ -208,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         args.run(args)
+    except UsageError as e:
+        print(f"rvm: usage error: {e}", file=sys.stderr)
+        return 2
     except RvmError as e:
         print(f"rvm: {e}" if not str(e).startswith(("rvm:",)) else str(e), file=sys.stderr)
         return 1

@@ -92,11 +92,14 @@ class Gen:
 
     def loop(self, frozen: set, depth: int) -> None:
         k, c = self.rng.randint(1, 3), self.local()
-        top, ex, back, done = (self.fresh() for _ in range(4))
+        top, ex, back, done, alias = (self.fresh() for _ in range(5))
+        # sometimes the exit has two labels, and the branch names the second one
+        two = self.rng.random() < 0.3
         self.lines.append(f"{top}: CF.NE {c}, 0, {back}")
         self.block(frozen | {c}, depth - 1, self.rng.randint(1, 3))
-        self.lines += [f"        INC {c}", f"{ex}: BR.EQ {c}, {k}, {done}",
-                       f"{back}: JMP {top}", f"{done}: CF {ex}", f"        SUB {c}, {k}"]
+        self.lines += [f"        INC {c}", f"{ex}: BR.EQ {c}, {k}, {alias if two else done}",
+                       f"{back}: JMP {top}", f"{done}: {alias + ': ' if two else ''}CF {ex}",
+                       f"        SUB {c}, {k}"]
 
     def heap_block(self, frozen: set, depth: int) -> None:
         x = self.rng.choice([r for r in self.ints + self.floats if r not in frozen] or ["NONE"])

@@ -70,18 +70,19 @@ def test_every_float_opcode_has_a_finite_difference_test():
 
 def test_memory_instructions_move_gradients_with_values():
     p = rvm.assemble("""
-.func t(r0, r1, f0, f1)      ; x (array), n, a, b
+.func t(r0, r1, f0, f1, f2)  ; x (array), n, a, b, c (c = 0 on entry)
     EXCH    f0, [r0 + 1]     ; a <-> x[1]
     PUSH    f1               ; b onto the heap top; f1 = 0
-    POP     f2               ; f2 = b
+    POP     f2               ; c = b
     ADD.mul f1, f2, f0       ; f1 = b * x1
-    PUSH    f2               ; b back onto the heap (it stays there); f2 = 0
+    PUSH    f2               ; b onto the heap again; c = 0
+    POP     f2               ; and back: c = b
 .end""")
     v0 = np.array([1.0, 2.0, 3.0, 5.0, 7.0])
-    jac = rvm.jacobian(p["t"], outputs=[1, 2, (0, 1)], wrt=[0, 1, 2])(v0[:3], 5.0, 7.0)
+    jac = rvm.jacobian(p["t"], outputs=[1, 2, (0, 1)], wrt=[0, 1, 2])(v0[:3], 5.0, 7.0, 0.0)
 
     def f(v):
-        out = p.call("t", v[:3].copy(), v[3], v[4])
+        out = p.call("t", v[:3].copy(), v[3], v[4], 0.0)
         return np.array([out[1], out[2], out[0][1]])
     h = 1e-6
     fd = np.array([(f(v0 + h * e) - f(v0 - h * e)) / (2 * h) for e in np.eye(5)]).T

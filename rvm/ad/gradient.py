@@ -143,7 +143,7 @@ class _Direct:
         seed = tuple(1.0 if k == b.params[0] else 0.0 for k in floats)
         convert = [int if p.cls == isa.INT else float for p in fn.params]
         if comp.native and not comp.uses_heap:      # one native call, scalars only
-            both, heap = funcs[comp.name(fn.name, "vgs")], ()
+            both, heap = funcs[comp.name(fn.name, "vgs")], (m.max_steps,)
         elif comp.native:       # forwards and gradient pass in one native call
             both = funcs[comp.name(fn.name, "vg")]
         else:
@@ -151,7 +151,12 @@ class _Direct:
             h, k = len(heap), len(fn.params)
 
             def both(*a):
+                top = m.top
+                m.budget = m.max_steps
                 out = fw(*a[:h], *a[h:h + k])
+                if m.top != top:        # a block left allocated: the general path reports it
+                    raise MachineError("heap block left allocated")
+                m.budget = m.max_steps
                 return out, gbw(*a[:h], *out, *a[h + k:])
         exact = [type(a) for a in args] == convert      # no conversion needed
         n = len(fn.params)

@@ -51,6 +51,10 @@ class VerifyError(RvmError):
         super().__init__(text)
 
 
+class UsageError(RvmError, ValueError):
+    """An invalid option or argument value given to rvm (a limit, an engine name...)."""
+
+
 class FormatError(RvmError):
     """A malformed .rvmb file (always a one-line message)."""
 

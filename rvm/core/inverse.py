@@ -37,8 +37,14 @@ def relabel(code: Code, fresh: Callable[[str], str]) -> Code:
 
 def inverse_function(fn: Function) -> Function:
     """The function whose forward run is fn's backward run."""
-    at = {i: name for name, i in fn.labels.items()}
-    code = invert([(at.get(i), ins) for i, ins in enumerate(fn.code)], lambda s: s + "_")
+    at: dict[int, str] = {}            # one label per instruction; the others renamed to it
+    for name, i in fn.labels.items():
+        at.setdefault(i, name)
+    same = {name: at[i] for name, i in fn.labels.items()}
+    code = [(at.get(i), Instruction(ins.op, tuple(Label(same[a.name]) if isinstance(a, Label)
+                                                  else a for a in ins.args), ins.line))
+            for i, ins in enumerate(fn.code)]
+    code = invert(code, lambda s: s + "_")
     labels = {label: i for i, (label, _) in enumerate(code) if label}
     return Function(fn.name, fn.params, tuple(ins for _, ins in code), labels, fn.line,
                     fn.end_line, fn.names, fn.symbols)

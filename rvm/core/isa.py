@@ -110,6 +110,17 @@ _ROT = ("let c = math.cos({t})\nlet s = math.sin({t})\n"
 _IROT = ("let c = math.cos({t})\nlet s = math.sin({t})\n"
          "{a}, {b} = {a} * c + {b} * s, -{a} * s + {b} * c")
 _NONZERO = "check {y} != 0 : {y_src} is zero: {x_src} cannot be scaled by 0 reversibly"
+MIN_NORMAL, MAX_FLOAT = 2.2250738585072014e-308, 1.7976931348623157e308
+
+
+def _scaled(op: str) -> str:
+    """x op y into the temporary p, refused where it would lose x: a result that underflows
+    to zero or a subnormal, or overflows (a zero x scales to zero, exactly, both ways)."""
+    return (f"let p = {{x}} {op} {{y}}\n"
+            f"check {{x}} == 0.0 or {MIN_NORMAL!r} <= abs({{x}}) and "
+            f"{MIN_NORMAL!r} <= abs(p) <= {MAX_FLOAT!r} : {{x_src}} = {{x}} {op} "
+            f"{{y_src}} = {{y}} would leave the normal float range (to zero, a subnormal or "
+            "infinity) and could not be undone")
 
 TABLE: list[OpSpec] = [
     OpSpec("NOP", (), "NOP", "do nothing", {INT: "", FLOAT: ""}, "", "arith"),
@@ -148,12 +159,15 @@ TABLE: list[OpSpec] = [
     OpSpec("IROT", ("a:X", "b:X", "t:S"), "ROT", "rotate (a, b) by angle -t", {FLOAT: _IROT},
            "{gt} += {ga} * {b} - {gb} * {a}\n" + _ROT
            + "\n{ga}, {gb} = {ga} * c - {gb} * s, {ga} * s + {gb} * c"),
-    OpSpec("MUL", ("x:X", "y:S"), "DIV", "x *= y (floats; y = 0 is refused)",
-           {FLOAT: f"{_NONZERO}\n{{x}} = {{x}} * {{y}}"},
-           f"{_NONZERO}\n{{x}} = {{x}} / {{y}}\n{{gy}} += {{gx}} * {{x}}\n{{gx}} = {{gx}} * {{y}}"),
-    OpSpec("DIV", ("x:X", "y:S"), "MUL", "x /= y (floats; y = 0 is refused)",
-           {FLOAT: f"{_NONZERO}\n{{x}} = {{x}} / {{y}}"},
-           f"{_NONZERO}\n{{gy}} -= {{gx}} * {{x}} / {{y}}\n{{x}} = {{x}} * {{y}}\n"
+    OpSpec("MUL", ("x:X", "y:S"), "DIV",
+           "x *= y (floats; y = 0, and results that underflow or overflow, are refused)",
+           {FLOAT: f"{_NONZERO}\n{_scaled('*')}\n{{x}} = p"},
+           f"{_NONZERO}\n{_scaled('/')}\n{{x}} = p\n{{gy}} += {{gx}} * {{x}}\n"
+           "{gx} = {gx} * {y}"),
+    OpSpec("DIV", ("x:X", "y:S"), "MUL",
+           "x /= y (floats; y = 0, and results that underflow or overflow, are refused)",
+           {FLOAT: f"{_NONZERO}\n{_scaled('/')}\n{{x}} = p"},
+           f"{_NONZERO}\n{{gy}} -= {{gx}} * {{x}} / {{y}}\n{_scaled('*')}\n{{x}} = p\n"
            "{gx} = {gx} / {y}"),
     # memory: loads and stores are exchanges; allocation is LIFO so ALLOC/FREE invert
     OpSpec("EXCH", ("x:X", "m:M"), "EXCH", "exchange register x with heap cell m",

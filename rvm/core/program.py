@@ -148,11 +148,9 @@ class Function:
     def local_slots(self) -> list[tuple[Reg, int]]:
         return [(r, self.slot(r)) for r in self.locals]
 
-    def label_at(self, index: int) -> str | None:
-        for name, i in self.labels.items():
-            if i == index:
-                return name
-        return None
+    def labels_at(self, index: int) -> list[str]:
+        """Every label of the instruction at index (an instruction may have several)."""
+        return [name for name, i in self.labels.items() if i == index]
 
 
 @attrs.frozen

@@ -30,6 +30,9 @@ from .templates import Fault, Limit, Operands, condition, esc, fault, render, sh
 MODES = {"fw": (False, False), "bw": (True, False), "gfw": (False, True), "gbw": (True, True)}
 
 
+BUDGET_EXHAUSTED = "raise Limit('step budget exhausted (an endless loop?)')"
+
+
 def _local(reg: Reg) -> tuple[str, str]:
     return (f"r{reg.n}", f"gr{reg.n}") if reg.cls == isa.INT else (f"f{reg.n}", f"gf{reg.n}")
 
@@ -79,7 +82,9 @@ class _Writer:
         if self.gradient:
             outs += [_local(r)[1] for r, p in zip(regs, callee.params) if p.cls == isa.FLOAT]
         target = self.c.name(callee.name, mode)
+        self.emit(depth, "M.budget = _n")
         self.emit(depth, f"{', '.join(outs)}, = {target}(M, {', '.join(outs)})")
+        self.emit(depth, "_n = M.budget")
 
     def instruction(self, depth: int, ins) -> None:
         spec = ins.spec
@@ -91,10 +96,11 @@ class _Writer:
         for line in render(template, ops):
             self.emit(depth, line)
 
-    def resolve(self, target: int, jumped: bool) -> list[tuple[int, bool]]:
-        """The arrivals a transfer to `target` makes: a block that only jumps on (a JMP,
-        or a comefrom right before one) is passed through to its jump's target."""
-        code, path = self.fn.code, [(target, jumped)]
+    def resolve(self, target: int, jumped: bool) -> tuple[list[tuple[int, bool]], int]:
+        """The arrivals a transfer to `target` makes, and the instructions it passes: a
+        block that only jumps on (a JMP, or a comefrom right before one) is passed through
+        to its jump's target."""
+        code, path, passed = self.fn.code, [(target, jumped)], 0
         while target < len(code) and len(path) < 8:
             if code[target].op == "JMP":
                 nxt = target
@@ -104,12 +110,14 @@ class _Writer:
             elif code[target].op in isa.COMEFROMS and target + 1 in self.block:
                 target += 1             # a block that is only a comefrom: fall through
                 path.append((target, False))
+                passed += 1
                 continue
             else:
                 break
+            passed += nxt - target + 1
             target = self.fn.labels[code[nxt].args[0].name]
             path.append((target, True))
-        return path
+        return path, passed
 
     def block_of(self, target: int) -> int:
         return self.block.get(target, -1) if target < len(self.fn.code) else -1
@@ -117,14 +125,14 @@ class _Writer:
     def goto(self, depth: int, k: int, target: int, jumped: bool) -> None:
         """Transfer control: the comefroms' checks, then the next block (`continue` when a
         block loops onto itself, inside its own `while True`)."""
-        path = self.resolve(target, jumped)
+        path, passed = self.resolve(target, jumped)
         for t, j in path:
             self.arrive(depth, t, j)
+        if passed:
+            self.emit(depth, f"_n -= {passed}")
         b = self.block_of(path[-1][0])
-        if 0 <= b <= k:
-            self.emit(depth, "_n -= 1")
-            self.emit(depth, "if _n < 0: raise Limit('step budget exhausted "
-                             "(an endless loop?)')")
+        if 0 <= b <= k:                 # a back edge: the only way to run for ever
+            self.emit(depth, "if _n < 0: " + BUDGET_EXHAUSTED)
         if b == k and self.inner:
             self.emit(depth, "continue")
             return
@@ -137,9 +145,10 @@ class _Writer:
         code, out = self.fn.code, set()
         last = code[end - 1]
         if last.op in isa.BRANCHES:
-            out.add(self.block_of(self.resolve(self.fn.labels[last.args[-1].name], True)[-1][0]))
+            target = self.fn.labels[last.args[-1].name]
+            out.add(self.block_of(self.resolve(target, True)[0][-1][0]))
         if last.op != "JMP":            # fall-through (or a conditional branch not taken)
-            out.add(self.block_of(self.resolve(end, False)[-1][0]))
+            out.add(self.block_of(self.resolve(end, False)[0][-1][0]))
         return out
 
     def source(self, name: str) -> str:
@@ -158,10 +167,10 @@ class _Writer:
             if self.gradient and r.cls == isa.FLOAT and r not in params:
                 self.emit(2, f"{shadow} = 0.0")
         self.arrive(2, 0, False)
+        self.emit(2, "_n = M.budget")
         loop = len(leaders) > 1
         if loop:
             self.emit(2, "_b = 0")
-            self.emit(2, "_n = M.max_steps")
             self.emit(2, "while _b >= 0:")
         for k, start in enumerate(leaders):
             end = leaders[k + 1] if k + 1 < len(leaders) else n
@@ -173,6 +182,10 @@ class _Writer:
                 if k in self.targets(start, end):     # the block loops onto itself
                     self.emit(4, "while True:")
                     self.inner, depth = True, 5
+            # the step budget counts instructions as the interpreter does (a call: two
+            # steps, entering and leaving, besides the callee's own), charged per block
+            cost = sum(2 if ins.op in isa.CALLS else 1 for ins in code[start:end])
+            self.emit(depth, f"_n -= {cost}")
             last = None
             before = len(self.lines)
             for i in range(start, end):
@@ -208,6 +221,8 @@ class _Writer:
                 self.emit(2, f"if {test}: " + fault(
                     f"{fn.name}: local {r} = {{{value}!r}} not restored to zero when "
                     "leaving the frame"))
+        self.emit(2, "if _n < 0: " + BUDGET_EXHAUSTED)
+        self.emit(2, "M.budget = _n")
         self.emit(2, f"return {', '.join(self.params())},")
         return "\n".join(self.lines)
 
@@ -241,7 +256,7 @@ class Compiled:
 
     def bind(self, machine) -> dict:
         if self.native:         # compiled once per tolerance and budget, then shared
-            key = (machine.tol, machine.max_steps)
+            key = (machine.tol,)
             if key not in self._native:
                 from . import native
                 source = "\n".join(native.rewrite(line[4:]) for body in self.bodies.values()
@@ -272,26 +287,34 @@ class Compiled:
         seeds = [f"s{k}" for k, p in enumerate(fn.params) if p.cls == isa.FLOAT]
         outs = [f"o[{k}]" for k in range(len(fn.params))]
         if not heap:
-            return (f"def {self.name(fn.name, 'vgs')}({', '.join(params + seeds)}):\n"
-                    f"    return {self.name(fn.name, 'vg')}(NO_HI, NO_HF, NO_HG, NO_TOP, "
+            return (f"def {self.name(fn.name, 'vgs')}(budget, {', '.join(params + seeds)}):\n"
+                    "    top = np.zeros(2, np.int64)\n"
+                    "    top[1] = budget\n"
+                    f"    return {self.name(fn.name, 'vg')}(NO_HI, NO_HF, NO_HG, top, "
                     f"{', '.join(params + seeds)})\n")
         heap = "HI, HF, HG, TOP"
         return (f"def {self.name(fn.name, 'vg')}({heap}, {', '.join(params + seeds)}):\n"
+                "    t0, b0 = TOP[0], TOP[1]\n"
                 f"    o = {self.name(fn.name, 'fw')}({heap}, {', '.join(params)})\n"
+                "    if TOP[0] != t0:\n"
+                "        raise Fault('heap block left allocated')\n"
+                "    TOP[1] = b0\n"
                 f"    g = {self.name(fn.name, 'gbw')}({heap}, {', '.join(outs + seeds)})\n"
+                "    TOP[1] = b0\n"
                 "    return o, g\n")
 
     @staticmethod
     def heap(machine) -> tuple:
-        """numpy views of the machine's heap for native code (remade when it grows)."""
+        """numpy views of the machine's heap for native code (remade when it grows); the
+        last holds the heap top and the step budget of a run."""
         import numpy as np
         cached = machine.__dict__.get("_native_heap")
         if cached is None or cached[0] is not machine._buf:
             hi = np.frombuffer(machine._buf, dtype=np.int64)
             cached = (machine._buf, hi, hi.view(np.float64),
-                      np.frombuffer(machine._gbuf, dtype=np.float64), np.zeros(1, np.int64))
+                      np.frombuffer(machine._gbuf, dtype=np.float64), np.zeros(2, np.int64))
             machine._native_heap = cached
-        cached[4][0] = machine.top
+        cached[4][0], cached[4][1] = machine.top, machine.max_steps
         return cached[1:]
 
     def run(self, machine, direction: int) -> None:
@@ -309,6 +332,7 @@ class Compiled:
         floats = [k for p, k in zip(fn.params, slots) if p.cls == isa.FLOAT]
         if grad:
             args += [fr.G[k] for k in floats]
+        machine.budget = machine.max_steps
         heap = self.heap(machine) if self.native else (machine,)
         try:
             out = funcs[self.name(fn.name, mode)](*heap, *args)

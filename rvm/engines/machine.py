@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from ..core import isa
-from ..core.errors import InvertibilityError, MachineError, RvmError
+from ..core.errors import InvertibilityError, MachineError, RvmError, UsageError
 from ..core.program import Function, Program
 from . import closures, templates
 from .arguments import bind, read_array
@@ -49,7 +49,10 @@ class Machine:
     def __init__(self, program: Program, *, max_steps: int = 100_000_000,
                  heap_limit: int = 1 << 24, tol: float = 1e-8, max_depth: int = 10_000,
                  grad: bool = False, engine: str | None = None, checks: bool = True):
+        check_limits(max_steps=max_steps, heap_limit=heap_limit, tol=tol, max_depth=max_depth)
         self.program, self.max_steps, self.heap_limit = program, max_steps, heap_limit
+        self.budget = max_steps            # steps left in a compiled run (shared by calls)
+        self.frame_cells = 0               # registers of the live frames (memory, with the heap)
         self.engine = resolve_engine(engine if engine is not None else program.engine)
         self.checks = checks
         self._compiled = None
@@ -57,21 +60,22 @@ class Machine:
         self.tol, self.max_depth = tol, max_depth
         self.stack: list[Frame] = []
         self.steps = 0                    # the step counter ("time")
-        self.top = self.cap = 0
+        self.top = self.cap = self.entry_top = 0
         self.grad = False
         self._buf = self._gbuf = bytearray()
         self.hi = self.hf = self.hg = memoryview(self._buf)
         self._codes: dict = {}
-        self._grow(64)
+        self._grow(min(64, heap_limit))
         if grad:
             self.set_grad(True)
 
     # ------------------------------------------------------------------ heap
     def _grow(self, need: int) -> None:
-        if need > self.heap_limit:
-            raise Limit(f"heap limit of {self.heap_limit} cells exceeded "
-                        f"(asked for {need}); raise heap_limit / --heap-limit")
-        cap = max(need, 2 * self.cap, 64)
+        if need + self.frame_cells > self.heap_limit:
+            raise Limit(f"heap limit of {self.heap_limit} cells exceeded (asked for {need} "
+                        f"heap cells, with {self.frame_cells} registers in live frames); "
+                        "raise heap_limit / --heap-limit")
+        cap = min(max(need, 2 * self.cap, 64), self.heap_limit)
         self._buf = bytearray(cap * 8)
         self._buf[: len(self.hi) * 8] = self.hi.cast("B")
         self.hi, self.hf = memoryview(self._buf).cast("q"), memoryview(self._buf).cast("d")
@@ -178,7 +182,13 @@ class Machine:
         if len(self.stack) >= self.max_depth:
             raise Limit(f"call depth limit of {self.max_depth} frames exceeded "
                         "(unbounded recursion?)")
+        size = fn.n_int + fn.n_float
+        if self.frame_cells + size + self.top > self.heap_limit:
+            raise Limit(f"memory limit of {self.heap_limit} cells (heap and registers) "
+                        f"exceeded by a frame of {fn.name} ({size} registers, "
+                        f"{len(self.stack)} frames live); raise heap_limit / --heap-limit")
         fr = Frame(fn, dir, 0 if dir * D > 0 else 2 * len(fn.code))
+        self.frame_cells += size
         if self.grad:
             fr.G = [0.0] * len(fr.R)
         return fr
@@ -196,8 +206,17 @@ class Machine:
         self.stack.append(fr)
 
     def check_locals(self, fr: Frame) -> None:
-        """Locals must be zero when a frame is left (floats within tol; residue cleared)."""
+        """Locals must be zero when a frame is left (floats within tol; residue cleared).
+        Leaving the root frame, the heap must also be back to the argument arrays: a block
+        left allocated would be discarded with the machine, and its values lost."""
         fn, bad = fr.fn, {}
+        if fr is self.stack[0] and self.top != self.entry_top:
+            at_end = fr.state != 0
+            raise InvertibilityError(
+                f"heap cells {self.entry_top}..{self.top - 1} are still allocated (or pushed) "
+                f"when {fn.name} {'ends' if at_end else 'returns to its start'}; FREE (or POP) "
+                "them before the function is left, or their values would be lost",
+                fn.name, None, fn.end_line if at_end else fn.line, self.program.source)
         R = fr.R
         for r, k in fn.local_slots:
             v = R[k]
@@ -221,6 +240,7 @@ class Machine:
         fr = self.stack[-1]
         self.check_locals(fr)
         self.stack.pop()
+        self.frame_cells -= len(fr.R)
         caller = self.stack[-1]
         _move(fr, caller, fr.links, 1, 0)
         completed = (e > 0) != fr.inverse     # did the CALL/UNCALL run to completion?
@@ -376,10 +396,12 @@ class Machine:
         self._buf[:] = bytes(len(self._buf))
         self._gbuf[:] = bytes(len(self._gbuf))
         values, self.bindings = bind(self, fn, args, names or list(fn.names) or None)
+        self.entry_top = self.top          # the argument arrays; the rest must be freed
         fr = Frame(fn, -1 if backward else 1, 2 * len(fn.code) if backward else 0)
         for p, v in zip(fn.params, values):
             fr.R[fn.slot(p)] = v
         self.stack, self.steps = [fr], 0
+        self.frame_cells = len(fr.R)
         if self.grad:
             fr.G = [0.0] * len(fr.R)
         return fr
@@ -419,6 +441,16 @@ class Machine:
 
 
 ENGINES = ("interp", "python", "native", "auto")
+
+
+def check_limits(**limits) -> None:
+    """Refuse limits that could not bound a run: they are usage errors, found up front."""
+    for name, v in limits.items():
+        if name == "tol":
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
+                raise UsageError(f"tol must be a number in [0, 1), got {v!r}")
+        elif isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise UsageError(f"{name} must be a positive integer, got {v!r}")
 
 
 def recursive(program: Program) -> bool:

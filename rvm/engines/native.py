@@ -2,10 +2,10 @@
 with numba (an optional extra: pip install 'rvm[fast]').
 
 The source is the compiled engine's, rewritten for numba: the heap becomes numpy arrays
-(int64 and float64 views of one buffer, gradient shadows, and the top of the heap in a
-one-element array); int64 arithmetic wraps natively; failed checks raise a constant
-message, and the machine then re-runs the pass on the interpreter to report the exact
-instruction (as for the compiled engine).
+(int64 and float64 views of one buffer, gradient shadows, and a two-element array holding
+the top of the heap and the run's remaining step budget); int64 arithmetic wraps natively;
+failed checks raise a constant message, and the machine then re-runs the pass on the
+interpreter to report the exact instruction (as for the compiled engine).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ _REWRITES = [
     (re.compile(r"M\.gpop\(True\)"), "gpop(HI, HF, HG, TOP)"),
     (re.compile(r"M\.hf\b"), "HF"), (re.compile(r"M\.hi\b"), "HI"),
     (re.compile(r"M\.hg\b"), "HG"), (re.compile(r"M\.top\b"), "TOP[0]"),
-    (re.compile(r"M\.max_steps\b"), "MAX_STEPS"), (re.compile(r"M\.tol\b"), "TOL"),
+    (re.compile(r"M\.budget\b"), "TOP[1]"), (re.compile(r"M\.tol\b"), "TOL"),
     (re.compile(r"zero\("), "zero(TOL, "),
     (re.compile(r"\(M, "), "(HI, HF, HG, TOP, "),
 ]
@@ -54,7 +54,7 @@ def rewrite(line: str) -> str:
 # heap helpers, mirroring rvm.engines.machine.Machine (capacity is the arrays' length)
 def _alloc(HI, TOP, n):
     base = TOP[0]
-    if n < 0 or base + n > HI.shape[0]:
+    if n < 0 or n > HI.shape[0] - base:          # (base + n could overflow)
         raise Fault("heap capacity exceeded")
     TOP[0] = base + n
     return base
@@ -121,13 +121,13 @@ HELPERS = {"alloc": _alloc, "free": _free, "push": _push, "pop": _pop,
            "sign": sign, "dpow_db": dpow_db, "wrap": _wrap}
 
 
-def build(functions_source: str, names: list[str], tol: float, max_steps: int) -> dict:
+def build(functions_source: str, names: list[str], tol: float) -> dict:
     """numba-compile generated functions (module-level defs) into dispatchers by name."""
     if numba is None:
         raise ImportError("numba is not installed")
     jit = numba.njit(cache=False)
     namespace: dict = {"math": math, "np": np, "Fault": Fault, "TOL": tol,
-                       "MAX_STEPS": max_steps, **HELPERS,
+                       **HELPERS,
                        # a program that never touches the heap gets these (never used)
                        "NO_HI": np.zeros(1, np.int64), "NO_HF": np.zeros(1),
                        "NO_HG": np.zeros(1), "NO_TOP": np.zeros(1, np.int64)}

@@ -72,13 +72,13 @@ class Operands:
             elif isinstance(a, Mem):
                 reg = (lambda r: f"R[{layout[r]}]") if local is None else \
                     (lambda r: local(r)[0])
-                off = reg(a.off) if isinstance(a.off, Reg) else repr(a.off)
                 view = "hf" if self.cls == isa.FLOAT else "hi"
+                base, off = reg(a.base), offset(a.off, reg)
                 self.prelude += [
-                    f"_a = {reg(a.base)} + {off}",
-                    "if not 0 <= _a < M.top: " + fault(
-                        f"heap address {esc(a)} = {{_a}} is outside the heap "
-                        "(0..{M.top - 1})"),
+                    f"if not ({address_check(base, a.off, reg)}): " + fault(
+                        f"heap address {esc(a)} = {{{base} + {off}}} is outside the heap "
+                        "({M.top} cells in use)"),
+                    f"_a = {base} + {off}",
                 ]
                 self.value[name] = f"M.{view}[_a]"
                 self.shadow[name] = "M.hg[_a]" if self.cls == isa.FLOAT else None
@@ -107,6 +107,23 @@ class Operands:
     def has_missing_shadow(self, line: str) -> bool:
         return any(k.startswith("g") and k[1:] in self.shadow and self.shadow[k[1:]] is None
                    for k in _PLACEHOLDER.findall(line))
+
+
+def offset(off, reg) -> str:
+    return reg(off) if isinstance(off, Reg) else f"({off!r})" if off < 0 else repr(off)
+
+
+def address_check(base: str, off, reg) -> str:
+    """A condition true iff base + off lies in 0..M.top - 1, evaluated without forming a
+    sum that could overflow int64: native code wraps, and a wrapped address would pass a
+    naive test. (A sum of two values of opposite signs cannot overflow.)"""
+    if isinstance(off, Reg):
+        o = reg(off)
+        return (f"({base} >= 0) != ({o} >= 0) and 0 <= {base} + {o} < M.top"
+                f" or 0 <= {base} < M.top and 0 <= {o} < M.top - {base}")
+    if off >= 0:
+        return f"{-off} <= {base} < M.top - {off}"
+    return f"0 <= {base} and 0 <= {base} + ({off}) < M.top"
 
 
 class _Key:

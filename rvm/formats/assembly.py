@@ -242,10 +242,9 @@ def assemble(text: str, file: str = "<string>") -> Program:
 
 
 def format_instruction(fn: Function, index: int) -> str:
-    """One instruction as assembly, with its label: 'top:    CF.NE    r3, 0, back'."""
-    label = fn.label_at(index)
-    head = f"{label}:" if label else ""
-    return f"{head:<8}{fn.code[index]}"
+    """One instruction as assembly, with its labels: 'top:    CF.NE    r3, 0, back'."""
+    head = " ".join(f"{label}:" for label in fn.labels_at(index))
+    return f"{head:<7} {fn.code[index]}" if head else f"{'':<8}{fn.code[index]}"
 
 
 def disassemble_function(fn: Function, annotate: bool = False,

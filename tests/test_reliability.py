@@ -1,0 +1,273 @@
+"""Regression tests for what a hostile input found: memory safety of every engine at the
+int64 edges of address arithmetic, heap blocks left allocated, scaling that underflows or
+overflows, and disassembly that re-assembles exactly."""
+
+import contextlib
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from progen import program as random_program
+
+import rvm
+from rvm.engines import native
+
+INT64_MAX, INT64_MIN = (1 << 63) - 1, -(1 << 63)
+ENGINES = ["interp", "python"]          # in-process; native runs in a subprocess below
+
+ADDRESSING = """
+.func imm_max(r0, r1)
+        EXCH    r1, [r0 + 9223372036854775807]
+.end
+.func imm_plus1(r0, r1)
+        EXCH    r1, [r0 + 1]
+.end
+.func imm_minus1(r0, r1)
+        EXCH    r1, [r0 - 1]
+.end
+.func imm_min(r0, r1)
+        EXCH    r1, [r0 - 9223372036854775808]
+.end
+.func reg_off(r0, r2, r1)
+        EXCH    r1, [r0 + r2]
+.end
+.func on_heap(r0, r2, r1)
+        ALLOC   r3, 4
+        EXCH    r1, [r3 + r2]
+        ADD     r0, r1
+        EXCH    r1, [r3 + r2]
+        FREE    r3, 4
+.end
+"""
+# (function, arguments, True if the access is inside the heap)
+EDGES = [
+    ("imm_max", (1_000_000_000, 5), False), ("imm_max", (1_000_000, 5), False),
+    ("imm_max", (INT64_MIN, 5), False), ("imm_max", (-INT64_MAX, 5), False),
+    ("imm_plus1", (INT64_MAX, 5), False), ("imm_plus1", (-1, 5), False),
+    ("imm_minus1", (INT64_MIN, 5), False), ("imm_minus1", (0, 5), False),
+    ("imm_min", (INT64_MAX, 5), False), ("imm_min", (-1, 5), False),
+    ("reg_off", (INT64_MAX, 1, 5), False), ("reg_off", (1, INT64_MAX, 5), False),
+    ("reg_off", (INT64_MIN, -1, 5), False), ("reg_off", (-1, INT64_MIN, 5), False),
+    ("reg_off", (INT64_MAX, INT64_MIN, 5), False), ("reg_off", (INT64_MIN, INT64_MAX, 5), False),
+    ("reg_off", (0, 0, 5), False),
+    ("on_heap", (0, 0, 0), True), ("on_heap", (0, 3, 0), True), ("on_heap", (0, 4, 0), False),
+    ("on_heap", (0, -1, 0), False), ("on_heap", (0, INT64_MAX, 0), False),
+    ("on_heap", (0, INT64_MIN, 0), False),
+]
+
+
+def outcome(program, name, args, engine):
+    try:
+        return list(program.call(name, *args, engine=engine))
+    except rvm.RvmError as e:
+        return "outside the heap" if "outside the heap" in str(e) else str(e)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("name,args,inside", EDGES)
+def test_addresses_at_the_int64_edges_are_checked(engine, name, args, inside):
+    p = rvm.assemble(ADDRESSING, "addressing.rasm")
+    got = outcome(p, name, args, engine)
+    assert (got != "outside the heap") == inside, got
+
+
+NATIVE_SCRIPT = """
+import json, sys
+import rvm
+sys.path.insert(0, {tests!r})
+from test_reliability import ADDRESSING, EDGES, outcome
+p = rvm.assemble(ADDRESSING, "addressing.rasm")
+print(json.dumps([outcome(p, n, a, "native") for n, a, _ in EDGES]))
+"""
+
+
+@pytest.mark.skipif(not native.available, reason="numba is not installed")
+def test_native_addresses_at_the_int64_edges_are_checked_in_a_subprocess():
+    """A wild access would crash the process, so the native engine runs in a child."""
+    tests = str(pathlib.Path(__file__).parent)
+    r = subprocess.run([sys.executable, "-c", NATIVE_SCRIPT.format(tests=tests)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    p = rvm.assemble(ADDRESSING, "addressing.rasm")
+    expected = [outcome(p, n, a, "interp") for n, a, _ in EDGES]
+    assert json.loads(r.stdout.splitlines()[-1]) == expected
+
+
+LEAK = """
+.func leak(r0, r1)
+        ALLOC   r2, 1
+        EXCH    r1, [r2]
+.end
+.func leakf(f0, f1)
+        ADD.exp f1, f0
+        PUSH    f1
+.end
+"""
+
+
+@pytest.mark.parametrize("engine", ENGINES + (["native"] if native.available else []))
+def test_a_block_left_allocated_at_the_end_is_refused(engine):
+    p = rvm.assemble(LEAK, "leak.rasm")
+    for x in (42, 7):                 # both would end in the same state: information lost
+        with pytest.raises(rvm.InvertibilityError, match="still allocated"):
+            p.call("leak", 0, x, engine=engine)
+    for _ in range(5):                # the direct gradient paths check it too
+        with pytest.raises(rvm.InvertibilityError, match="still allocated"):
+            rvm.grad(p["leakf"], loss=1, engine=engine)(0.5, 0.0)
+
+
+SCALE = """
+.func mul(f0)
+        MUL     f0, 1e-320
+.end
+.func mulr(f0, f1)
+        MUL     f0, f1
+.end
+.func div(f0, f1)
+        DIV     f0, f1
+.end
+"""
+
+
+@pytest.mark.parametrize("engine", ENGINES + (["native"] if native.available else []))
+@pytest.mark.parametrize("name,args", [
+    ("mul", (1e-10,)), ("mulr", (1e300, 1e300)), ("mulr", (1e-300, 1e-300)),
+    ("mulr", (1e-310, 2.0)), ("div", (1.0, 1e-310)), ("div", (1e-300, 1e300))])
+def test_scaling_out_of_the_normal_range_is_refused(engine, name, args):
+    p = rvm.assemble(SCALE, "scale.rasm")
+    with pytest.raises(rvm.InvertibilityError, match="normal float range"):
+        p.call(name, *args, engine=engine)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_scaling_inside_the_normal_range_still_inverts(engine):
+    p = rvm.assemble(SCALE, "scale.rasm")
+    assert p.call("mulr", 0.0, 1e-300, engine=engine) == (0.0, 1e-300)
+    assert p.call("div", 3.0, 2.0, engine=engine) == (1.5, 2.0)
+    assert p.uncall("div", 1.5, 2.0, engine=engine) == (3.0, 2.0)
+    assert rvm.grad(p["div"], loss=0, engine=engine)(3.0, 2.0) == (0.5, -0.75)
+
+
+MANY_LABELS = """
+.func fib(r0, r1, r2)
+        ADD    r2, 1
+top:    CF.NE  r3, 0, back
+        ADD    r1, r2
+        SWAP   r1, r2
+        INC    r3
+exitbr: BR.EQ  r3, r0, x
+back:   JMP    top
+x: done: CF     exitbr
+        SUB    r3, r0
+.end
+"""
+
+
+def same_code(p1, p2) -> bool:
+    """The same functions, instructions and labels (line numbers set aside)."""
+    strip = lambda p: {n: ([(i.op, i.args) for i in f.code], f.params, f.labels)
+                       for n, f in p.functions.items()}
+    return strip(p1) == strip(p2)
+
+
+def test_disassembly_keeps_every_label():
+    p = rvm.assemble(MANY_LABELS, "labels.rasm")
+    text = rvm.disassemble(p)
+    assert "x: done:" in text
+    assert same_code(rvm.assemble(text, "again.rasm"), p)
+
+
+@pytest.mark.parametrize("engine", ENGINES + (["native"] if native.available else []))
+def test_a_jump_to_a_second_label_runs_both_ways(engine):
+    p = rvm.assemble(MANY_LABELS, "labels.rasm")
+    assert p.call("fib", 10, 0, 0, engine=engine) == (10, 55, 89)
+    assert p.uncall("fib", 10, 55, 89, engine=engine) == (10, 0, 0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32))
+def test_disassembly_reassembles_to_the_same_program(seed):
+    p = rvm.assemble(random_program(seed), f"gen{seed}.rasm")
+    assert same_code(rvm.assemble(rvm.disassemble(p), "again.rasm"), p)
+    assert same_code(rvm.assemble(rvm.disassemble(p, annotate=True), "again.rasm"), p)
+
+
+def exact_steps(text: str, name: str, args) -> int:
+    m = rvm.Machine(rvm.assemble(text, "steps.rasm"), engine="interp")
+    m.enter(name, *args)
+    return m.run(1)
+
+
+ALL_ENGINES = ENGINES + (["native"] if native.available else [])
+
+
+@pytest.mark.parametrize("engine", ALL_ENGINES)
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32))
+def test_the_step_budget_is_one_per_run_and_counted_alike(engine, seed):
+    """Every engine counts executed instructions (a call: two steps besides the callee's),
+    so a budget of exactly the run's steps passes and one less is refused, everywhere."""
+    text = random_program(seed)
+    args = (3, -2, 5, 0.5, -1.25, 2.0)
+    steps = exact_steps(text, "main", args)
+    p = rvm.assemble(text, "steps.rasm")
+    assert p.call("main", *args, engine=engine, max_steps=steps) == \
+        p.call("main", *args, engine="interp")
+    if steps > 1:
+        with pytest.raises(rvm.MachineError, match="step budget"):
+            p.call("main", *args, engine=engine, max_steps=steps - 1)
+
+
+FACT = (pathlib.Path(__file__).resolve().parent.parent / "asm" / "fact.rasm").read_text()
+
+
+@pytest.mark.parametrize("engine", ALL_ENGINES)
+def test_a_recursive_runaway_stops_at_the_budget(engine):
+    p = rvm.assemble(FACT, "fact.rasm")
+    with pytest.warns(UserWarning) if engine == "native" else contextlib.nullcontext():
+        with pytest.raises(rvm.MachineError, match="step budget of 1000 steps"):
+            p.call("fact", 40, 0, engine=engine, max_steps=1000)
+
+
+@pytest.mark.parametrize("options", [dict(heap_limit=0), dict(heap_limit=-1), dict(max_steps=0),
+                                     dict(tol=-1.0), dict(tol=float("nan")),
+                                     dict(max_depth=0), dict(heap_limit=1.5)])
+def test_limits_are_validated_up_front(options):
+    p = rvm.assemble(MANY_LABELS, "labels.rasm")
+    with pytest.raises(rvm.UsageError):
+        p.call("fib", 10, 0, 0, **options)
+
+
+def test_small_heap_limits_work_and_bound_the_heap():
+    p = rvm.assemble(ADDRESSING, "addressing.rasm")
+    assert p.call("on_heap", 0, 1, 0, heap_limit=8, engine="interp") == (0, 1, 0)
+    with pytest.raises(rvm.MachineError, match="heap limit of 3 cells"):
+        p.call("on_heap", 0, 1, 0, heap_limit=3, engine="interp")
+
+
+def test_register_files_count_against_the_memory_limit():
+    text = """
+.func main(r0)
+        CALL    deep, r0
+.end
+.func deep(r0)
+        INC     r60000
+        CALL    main, r0
+        DEC     r60000
+.end
+"""
+    p = rvm.assemble(text, "deep.rasm")
+    with pytest.raises(rvm.MachineError, match="memory limit"):
+        p.call("main", 0, engine="interp", heap_limit=1 << 20)
+
+
+def test_cli_usage_errors_exit_2_without_a_traceback(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "rvm.cli", "run", str(
+        pathlib.Path(__file__).resolve().parent.parent / "asm" / "fib.rasm"),
+        "--args", "10", "0", "0", "--heap-limit", "0"], capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "heap_limit must be a positive integer" in r.stderr
