@@ -1,6 +1,7 @@
 """rvm: a reversible virtual machine. Programs run forwards and backwards, and their
 gradients come from running backwards with every float instruction switched to its adjoint."""
 
+from .ad.derivatives import adjoint, hessian, hvp, jvp, tangent
 from .ad.gradient import grad, jacobian, value_and_grad
 from .api import FunctionHandle, load, save, vmap
 from .core import isa
@@ -24,8 +25,9 @@ __all__ = [
     "Array", "AsmError", "CompileError", "FormatError", "FunctionHandle",
     "InvertibilityError", "Machine", "MachineError", "Program", "RvmError", "UsageError",
     "VerifyError",
-    "ancilla", "assemble", "compute", "disassemble", "dumps", "grad", "inverse", "irot",
-    "isa", "jacobian", "load", "loads", "neg", "reversible", "rot", "save", "value_and_grad",
+    "adjoint", "ancilla", "assemble", "compute", "disassemble", "dumps", "grad", "hessian",
+    "hvp", "inverse", "irot", "isa", "jacobian", "jvp", "load", "loads", "neg", "reversible",
+    "rot", "save", "tangent", "value_and_grad",
     "vmap", "zeros",
 ]
 __version__ = "0.1.0"

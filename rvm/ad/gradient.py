@@ -14,25 +14,44 @@ import numpy as np
 
 from ..core import isa
 from ..core.errors import MachineError
+from ..core.inverse import inverse_function
+from ..core.program import Function, Program
 from ..engines.arguments import Binding, read_array
 from ..engines.machine import NATIVE_AFTER, Machine, machine_for
 
 Loss = int | str | tuple
 
 
-def _target(fn, args) -> tuple:
-    """(program, function name, parameter names) of a loaded-program handle or of a
-    reversible function (compiled for these arguments)."""
+def target(fn, args) -> tuple:
+    """(program, function name, parameter names) of a loaded-program handle, a reversible
+    function (compiled for these arguments) or a transformed one. For an inverse (`~f`)
+    the function is f's bytecode inverse: derivative and inverse commute."""
     if hasattr(fn, "specialize"):
-        return fn.specialize(args)
-    program, name = getattr(fn, "program", None), getattr(fn, "name", None)
-    if program is None or name not in getattr(program, "functions", {}):
-        raise TypeError("rvm.grad needs a function of a loaded program (prog['name']) or a "
-                        f"reversible function (@rvm.reversible), got {fn!r}")
-    return program, name, None
+        program, name, names = fn.specialize(args)
+    else:
+        program, name, names = getattr(fn, "program", None), getattr(fn, "name", None), None
+        if program is None or name not in getattr(program, "functions", {}):
+            raise TypeError("rvm.grad needs a function of a loaded program (prog['name']), "
+                            f"a reversible function (@rvm.reversible), got {fn!r}")
+    if getattr(fn, "backward", False):
+        program, name = with_inverse(program, name)
+    return program, name, names
 
 
-def _find(bindings: list[Binding], fn, which: Loss, what: str,
+def with_inverse(program: Program, name: str) -> tuple[Program, str]:
+    """The program with name's bytecode inverse added (as `name.inv`)."""
+    key = ("inverse", name)
+    if key not in program.cache:
+        fn = program.functions[name]
+        inv = inverse_function(fn)
+        inv = Function(f"{name}.inv", inv.params, inv.code, inv.labels, fn.line, fn.end_line,
+                       fn.names, fn.symbols)
+        program.cache[key] = Program({**program.functions, inv.name: inv}, program.source,
+                                     engine=program.engine)
+    return program.cache[key], f"{name}.inv"
+
+
+def find_argument(bindings: list[Binding], fn, which: Loss, what: str,
           whole_arrays: bool = False) -> tuple[Binding, int | None]:
     """The argument a loss/output/wrt names, and an element index for array elements
     (None for a scalar, or for a whole array where `whole_arrays` allows one)."""
@@ -78,12 +97,12 @@ class _Pass:
 
     def __init__(self, fn, machine_options: dict):
         if not hasattr(fn, "specialize"):
-            _target(fn, ())          # fail early on something that is not a function
+            target(fn, ())          # fail early on something that is not a function
         self.fn, self.options = fn, machine_options
         self.name = getattr(fn, "name", "fn")
 
     def forward(self, args) -> Machine:
-        program, name, names = _target(self.fn, args)
+        program, name, names = target(self.fn, args)
         m = machine_for(program, **self.options)
         m.enter(name, *args, names=names)
         m.run(1)
@@ -135,7 +154,7 @@ class _Direct:
         fn = m.stack[0].fn
         if m.engine == "interp" or len(fn.params) != len(args):
             return None
-        b, _ = _find(m.bindings, fn, self.loss, "loss")
+        b, _ = find_argument(m.bindings, fn, self.loss, "loss")
         comp = compiled(m.program, m.checks, native=m._compiled.native)
         funcs = comp.bind(m)
         heap = comp.heap(m) if comp.native else (m,)
@@ -214,7 +233,7 @@ def value_and_grad(fn, loss: Loss = 0, **machine_options) -> Callable[..., tuple
         if fast is not None:
             return fast
         m = runner.forward(args)
-        target = _find(m.bindings, m.stack[0].fn, loss, "loss")
+        target = find_argument(m.bindings, m.stack[0].fn, loss, "loss")
         values = m.results()
         return values, runner.backward(m, target)
 
@@ -245,8 +264,8 @@ def jacobian(fn, outputs: Sequence[Loss], wrt: Sequence[Loss],
     def run(*args) -> np.ndarray:
         m = runner.forward(args)
         fnobj = m.stack[0].fn
-        seeds = [_find(m.bindings, fnobj, o, "output") for o in outputs]
-        cols = [_find(m.bindings, fnobj, w, "wrt", whole_arrays=True) for w in wrt]
+        seeds = [find_argument(m.bindings, fnobj, o, "output") for o in outputs]
+        cols = [find_argument(m.bindings, fnobj, w, "wrt", whole_arrays=True) for w in wrt]
         rows = []
         for k, seed in enumerate(seeds):
             if k:

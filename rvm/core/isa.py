@@ -76,11 +76,15 @@ FAMILIES: dict[str, tuple[tuple[str, ...], str, tuple[str, ...], str | None]] = 
     "abs": (("a",), "abs({a})", ("sign({a})",), "abs({a})"),
     "atan2": (("a", "b"), "math.atan2({a}, {b})",
               ("{b} / ({a} * {a} + {b} * {b})", "-{a} / ({a} * {a} + {b} * {b})"), None),
+    # piecewise constant: the partials of abs and mod use them
+    "sign": (("a",), "sign({a})", ("0.0",), None),
+    "trunc": (("a",), "float(math.trunc({a}))", ("0.0",), None),
 }
 FAMILY_DOC = {
     "mul": "a * b", "div": "a / b (floor division on ints)", "mod": "a mod b (fmod on floats)",
     "pow": "a ** b", "exp": "exp(a)", "log": "log(a)", "sin": "sin(a)", "cos": "cos(a)",
     "tanh": "tanh(a)", "sqrt": "sqrt(a)", "abs": "abs(a)", "atan2": "atan2(a, b)",
+    "sign": "sign(a): -1, 0 or 1", "trunc": "a rounded toward zero",
 }
 
 

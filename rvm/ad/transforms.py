@@ -1,0 +1,423 @@
+"""Derivatives as programs: `tangent` and `adjoint` turn a Program into a Program.
+
+Both are built from the instruction table alone. A family row lists its partial derivatives
+as expressions (`math.cos({a})`, `-{a} / ({b} * {b})`); this module lowers each partial into
+ordinary family instructions on zeroed ancilla registers, uses it, and uncomputes it. So a
+derivative program is made of the same instructions as any other, and is differentiated,
+inverted, stepped, disassembled and run on every engine like any other program — including
+again by these transforms (the partials of the partials come from the same rows).
+
+tangent(f): (x..., xdot...) -> (F(x)..., J xdot...). Each float register gets a tangent
+register; each float instruction is followed by its tangent rule. The rules are linear in
+the tangents and invertible, so the inverse of the tangent program is the tangent of the
+inverse, and it runs backwards like any program.
+
+adjoint(f): (x..., ybar...) -> (x..., J^T ybar...). f runs forwards, then a *sweep* runs
+f's bytecode inverse with each float instruction replaced by its adjoint: undo the value
+change, then pull the shadows back. Where gradient mode drops a shadow (an ancilla's shadow
+when its frame is entered, a ZERO), the sweep cannot: it would not be invertible. It pushes
+the shadow onto the heap stack instead (the garbage), and the adjoint cleans up after
+Bennett: sweep, copy the result, unsweep; then compute ybar back from the copy by the sweep
+of f's inverse (J^-T), cancel ybar with it, and unsweep that. Six passes instead of two,
+with garbage bounded by the drops of one sweep; functions without drops (no float ancilla
+or ZERO anywhere below them) get the two-pass adjoint.
+
+Refused with a clear error (TransformError): heap memory (EXCH, ALLOC, FREE; PUSH/POP in
+an adjoint's input), which needs shadow cells for every heap cell.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+
+from ..core import isa
+from ..core.errors import RvmError
+from ..core.inverse import inverse_function
+from ..core.program import FuncRef, Function, Imm, Instruction, Program, Reg
+from ..core.verify import verify
+
+
+class TransformError(RvmError):
+    """A program a transform cannot (yet) turn into its derivative."""
+
+
+# ------------------------------------------------------------------ partials as expressions
+
+_FUNCTIONS = {"math.exp": "exp", "math.log": "log", "math.sin": "sin", "math.cos": "cos",
+              "math.tanh": "tanh", "math.sqrt": "sqrt", "abs": "abs", "math.pow": "pow",
+              "math.atan2": "atan2", "math.fmod": "mod", "sign": "sign",
+              "math.trunc": "trunc"}
+_BINARY = {ast.Mult: "mul", ast.Div: "div", ast.Pow: "pow", ast.Mod: "mod"}
+
+
+@functools.cache
+def partials(family: str) -> tuple[ast.expr, ...]:
+    """The family's partial derivatives (one per argument) as expressions over its argument
+    names, read from the instruction table."""
+    _, _, parts, _ = isa.FAMILIES[family]
+    out = []
+    for p in parts:
+        text = p.replace("{", "").replace("}", "")
+        # d(a**b)/db = a**b log a (the table's dpow_db also gives 0 where a <= 0)
+        text = text.replace("dpow_db(a, b)", "math.pow(a, b) * math.log(a)")
+        out.append(ast.parse(text, mode="eval").body)
+    return tuple(out)
+
+
+class _Code:
+    """Instructions being emitted for one function, with labels and fresh registers."""
+
+    def __init__(self, first_free_float: int):
+        self.out: list[tuple[list[str], Instruction]] = []
+        self.pending: list[str] = []
+        self.first_free = self.free = first_free_float
+        self.high = first_free_float
+
+    def emit(self, op: str, *args, line: int = 0) -> None:
+        self.out.append((self.pending, Instruction(op, tuple(args), line)))
+        self.pending = []
+
+    def temp(self) -> Reg:
+        r = Reg(isa.FLOAT, self.free)
+        self.free += 1
+        self.high = max(self.high, self.free)
+        return r
+
+    def function(self, name: str, params: tuple) -> Function:
+        labels = {label: i for i, (names, _) in enumerate(self.out) for label in names}
+        return Function(name, params, tuple(ins for _, ins in self.out), labels)
+
+
+class _Lowering:
+    """Emit `acc (+|-)= factor * expression` with ordinary instructions: the expression is
+    computed into zeroed temporaries, used, and uncomputed."""
+
+    def __init__(self, code: _Code, env: dict, line: int):
+        self.code, self.env, self.line = code, env, line
+        self.compute: list[Instruction] = []
+
+    def emit(self, op: str, *args) -> None:
+        self.compute.append(Instruction(op, tuple(args), self.line))
+
+    def atom(self, e: ast.expr):
+        if isinstance(e, ast.Name):
+            return self.env[e.id]
+        if isinstance(e, ast.Constant):
+            return Imm(e.value)
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub) and \
+                isinstance(e.operand, ast.Constant):
+            return Imm(-e.operand.value)
+        t = self.code.temp()
+        self.into(t, e, 1)
+        return t
+
+    def into(self, t: Reg, e: ast.expr, sign: int) -> None:
+        """t (+|-)= e."""
+        add = "ADD" if sign > 0 else "SUB"
+        if isinstance(e, (ast.Name, ast.Constant)):
+            self.emit(add, t, self.atom(e))
+        elif isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
+            self.into(t, e.operand, -sign)
+        elif isinstance(e, ast.BinOp) and isinstance(e.op, (ast.Add, ast.Sub)):
+            self.into(t, e.left, sign)
+            self.into(t, e.right, sign if isinstance(e.op, ast.Add) else -sign)
+        elif isinstance(e, ast.BinOp) and type(e.op) in _BINARY:
+            self.emit(f"{add}.{_BINARY[type(e.op)]}", t, self.atom(e.left), self.atom(e.right))
+        elif isinstance(e, ast.Call) and ast.unparse(e.func) in _FUNCTIONS:
+            self.emit(f"{add}.{_FUNCTIONS[ast.unparse(e.func)]}", t,
+                      *(self.atom(a) for a in e.args))
+        else:   # the table's partials use only the forms above
+            raise TransformError(f"cannot lower the partial derivative {ast.unparse(e)!r}")
+
+    def accumulate(self, acc: Reg, sign: int, factor: Reg, e: ast.expr) -> None:
+        """acc (+|-)= factor * e, then uncompute e's temporaries."""
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
+            return self.accumulate(acc, -sign, factor, e.operand)
+        add = "ADD" if sign > 0 else "SUB"
+        if isinstance(e, ast.Constant) and e.value == 0.0:
+            return
+        if isinstance(e, ast.Constant) and e.value == 1.0:
+            self.emit(add, acc, factor)
+        else:
+            self.emit(f"{add}.mul", acc, factor, self.atom(e))
+        done = self.compute
+        self.compute = []
+        for ins in done:
+            self.code.emit(ins.op, *ins.args, line=ins.line)
+        # uncompute the temporaries: every instruction but the accumulations into acc
+        for ins in reversed(done):
+            if ins.args[0] != acc:
+                self.code.emit(isa.OPS[ins.op].inverse, *ins.args, line=ins.line)
+        self.code.free = self.code.first_free
+
+
+# ------------------------------------------------------------------ the rules
+
+
+def _family(op: str) -> tuple[int, str | None]:
+    """(sign, family) of an accumulate instruction ADD / SUB / ADD.f / SUB.f."""
+    head, _, fam = op.partition(".")
+    return (1 if head == "ADD" else -1), (fam or None)
+
+
+def _is_float(ins: Instruction) -> bool:
+    spec = ins.spec
+    written = [a for a, k in zip(ins.args, spec.kinds) if k in "DX"]
+    return bool(written) and written[0].cls == isa.FLOAT
+
+
+def _heap_free(program: Program, name: str, what: str, allow_stack: bool) -> None:
+    banned = {"EXCH", "ALLOC", "FREE"} | (set() if allow_stack else {"PUSH", "POP"})
+    for fname in reachable(program, name):
+        for i, ins in enumerate(program.functions[fname].code):
+            if ins.op in banned:
+                raise TransformError(
+                    f"{what} of {name}: {fname} uses heap memory ({ins.op} at instruction "
+                    f"{i}); derivative programs support register code only for now "
+                    "(use rvm.grad, which supports the heap, for gradients)")
+
+
+def reachable(program: Program, name: str) -> list[str]:
+    """name and every function it calls or uncalls, transitively, in a stable order."""
+    seen, todo = [name], [name]
+    while todo:
+        for ins in program.functions[todo.pop()].code:
+            if ins.op in isa.CALLS and ins.args[0].name not in seen:
+                seen.append(ins.args[0].name)
+                todo.append(ins.args[0].name)
+    return seen
+
+
+def _shadow_map(fn: Function) -> tuple[dict, int]:
+    """Each float register's shadow (or tangent) register: f(k + n_float)."""
+    n = fn.n_float
+    return {Reg(isa.FLOAT, k): Reg(isa.FLOAT, k + n) for k in range(n)}, 2 * n
+
+
+def _float_params(fn: Function) -> list[Reg]:
+    return [p for p in fn.params if p.cls == isa.FLOAT]
+
+
+# ------------------------------------------------------------------ tangent
+
+
+def _tangent_rule(code: _Code, ins: Instruction, tan: dict) -> None:
+    """Emit ins and its tangent rule (tan maps float registers to tangent registers)."""
+    op, a, line = ins.op, ins.args, ins.line
+    t = lambda x: tan.get(x) if isinstance(x, Reg) else None
+    if ins.spec.group in ("arith", "family") and op.split(".")[0] in ("ADD", "SUB"):
+        code.emit(op, *a, line=line)
+        sign, fam = _family(op)
+        low = _Lowering(code, {}, line)
+        if fam is None:
+            if t(a[1]) is not None:
+                low.accumulate(t(a[0]), sign, t(a[1]), ast.Constant(1.0))
+            return
+        names = isa.FAMILIES[fam][0]
+        low.env = dict(zip(names, a[1:]))
+        for x, partial in zip(a[1:], partials(fam)):
+            if t(x) is not None:
+                low.accumulate(t(a[0]), sign, t(x), partial)
+    elif op == "NEG":
+        code.emit(op, *a, line=line)
+        code.emit("NEG", t(a[0]), line=line)
+    elif op == "SWAP":
+        code.emit(op, *a, line=line)
+        code.emit("SWAP", t(a[0]), t(a[1]), line=line)
+    elif op in ("ROT", "IROT"):
+        x, y, angle = a
+        code.emit(op, *a, line=line)
+        code.emit(op, t(x), t(y), angle, line=line)
+        if t(angle) is not None:       # d/dt rotates by a right angle: (-y', x') or (y', -x')
+            s = 1 if op == "ROT" else -1
+            code.emit("SUB.mul" if s > 0 else "ADD.mul", t(x), t(angle), y, line=line)
+            code.emit("ADD.mul" if s > 0 else "SUB.mul", t(y), t(angle), x, line=line)
+    elif op == "MUL":                  # x' = x y: xdot' = xdot y + x ydot
+        x, y = a
+        code.emit("MUL", t(x), y, line=line)
+        if t(y) is not None:
+            code.emit("ADD.mul", t(x), x, t(y), line=line)
+        code.emit(op, *a, line=line)
+    elif op == "DIV":                  # x' = x / y: xdot' = (xdot - x' ydot) / y
+        x, y = a
+        code.emit(op, *a, line=line)
+        if t(y) is not None:
+            code.emit("SUB.mul", t(x), x, t(y), line=line)
+        code.emit("DIV", t(x), y, line=line)
+    elif op == "ZERO":
+        code.emit(op, *a, line=line)
+        code.emit("ZERO", t(a[0]), line=line)
+    elif op == "PUSH":
+        code.emit(op, *a, line=line)
+        code.emit("PUSH", t(a[0]), line=line)
+    elif op == "POP":
+        code.emit("POP", t(a[0]), line=line)
+        code.emit(op, *a, line=line)
+    else:
+        raise TransformError(f"no tangent rule for {op}")
+
+
+def tangent_function(program: Program, fn: Function, names: dict) -> Function:
+    tan, first_free = _shadow_map(fn)
+    code = _Code(first_free)
+    at = {i: fn.labels_at(i) for i in range(len(fn.code))}
+    for i, ins in enumerate(fn.code):
+        code.pending = at[i]
+        if ins.op in isa.CALLS:
+            callee = program.functions[ins.args[0].name]
+            regs = list(ins.args[1:])
+            extra = [tan[r] for r, p in zip(regs, callee.params) if p.cls == isa.FLOAT]
+            code.emit(ins.op, FuncRef(names[callee.name]), *regs, *extra, line=ins.line)
+        elif _is_float(ins) and ins.op not in ("EXCH",):
+            _tangent_rule(code, ins, tan)
+        else:
+            code.emit(ins.op, *ins.args, line=ins.line)
+    params = fn.params + tuple(tan[p] for p in _float_params(fn))
+    out = code.function(names[fn.name], params)
+    return Function(out.name, out.params, out.code, out.labels, fn.line, fn.end_line)
+
+
+def tangent(program: Program, name: str) -> tuple[Program, str]:
+    """The tangent program of `name` (and of everything it calls): (program, entry)."""
+    _heap_free(program, name, "tangent", allow_stack=True)
+    todo = reachable(program, name)
+    names = {f: f"{f}.tan" for f in todo}
+    funcs = {names[f]: tangent_function(program, program.functions[f], names) for f in todo}
+    return verify(Program(funcs, program.source)), names[name]
+
+
+# ------------------------------------------------------------------ adjoint
+
+
+def _adjoint_rule(code: _Code, ins: Instruction, sh: dict) -> None:
+    """Emit the undo of float instruction `ins` (of f) with its adjoint on the shadows."""
+    op, a, line = ins.op, ins.args, ins.line
+    g = lambda x: sh.get(x) if isinstance(x, Reg) else None
+    inv = isa.OPS[op].inverse
+    if ins.spec.group in ("arith", "family") and op.split(".")[0] in ("ADD", "SUB"):
+        code.emit(inv, *a, line=line)
+        sign, fam = _family(op)
+        low = _Lowering(code, {}, line)
+        if fam is None:
+            if g(a[1]) is not None:
+                low.accumulate(g(a[1]), sign, g(a[0]), ast.Constant(1.0))
+            return
+        low.env = dict(zip(isa.FAMILIES[fam][0], a[1:]))
+        for x, partial in zip(a[1:], partials(fam)):
+            if g(x) is not None:
+                low.accumulate(g(x), sign, g(a[0]), partial)
+    elif op in ("NEG", "SWAP"):
+        code.emit(op, *a, line=line)
+        code.emit(op, *(g(x) for x in a), line=line)
+    elif op in ("ROT", "IROT"):       # t's shadow from the rotated values, then rotate back
+        x, y, angle = a
+        s = 1 if op == "ROT" else -1
+        if g(angle) is not None:
+            code.emit("ADD.mul" if s > 0 else "SUB.mul", g(angle), g(y), x, line=line)
+            code.emit("SUB.mul" if s > 0 else "ADD.mul", g(angle), g(x), y, line=line)
+        code.emit(inv, *a, line=line)
+        code.emit(inv, g(x), g(y), angle, line=line)
+    elif op == "MUL":                 # undo x *= y: x /= y; gy += gx x; gx *= y
+        x, y = a
+        code.emit("DIV", x, y, line=line)
+        if g(y) is not None:
+            code.emit("ADD.mul", g(y), g(x), x, line=line)
+        code.emit("MUL", g(x), y, line=line)
+    elif op == "DIV":                 # undo x /= y: gx /= y; gy -= gx x; x *= y
+        x, y = a
+        code.emit("DIV", g(x), y, line=line)
+        if g(y) is not None:
+            code.emit("SUB.mul", g(y), g(x), x, line=line)
+        code.emit("MUL", x, y, line=line)
+    elif op == "ZERO":                # gradient mode drops the shadow; keep it as garbage
+        code.emit("ZERO", *a, line=line)
+        code.emit("PUSH", g(a[0]), line=line)
+    else:
+        raise TransformError(f"no adjoint rule for {op}")
+
+
+def _drops(program: Program, name: str) -> bool:
+    """Would the sweep of `name` drop a shadow (a float ancilla or a float ZERO)?"""
+    for f in reachable(program, name):
+        fn = program.functions[f]
+        if any(r.cls == isa.FLOAT for r in fn.locals) or \
+                any(ins.op == "ZERO" and _is_float(ins) for ins in fn.code):
+            return True
+    return False
+
+
+def sweep_function(program: Program, fn: Function, names: dict, name: str) -> Function:
+    """The reverse sweep of fn: its bytecode inverse with every float instruction replaced
+    by its adjoint; params: fn's, then a shadow per float parameter. Shadows of float
+    locals, which gradient mode drops when the sweep reaches fn's entry, are pushed.
+    names[(g, uncalled)] is the sweep to call for a call of g in fn (of g's inverse when
+    fn uncalls g)."""
+    sh, first_free = _shadow_map(fn)
+    code = _Code(first_free)
+    inv = inverse_function(fn)
+    for i, ins in enumerate(inv.code):
+        code.pending = inv.labels_at(i)
+        if ins.op in isa.CALLS:
+            callee = program.functions[ins.args[0].name]
+            target = names[(callee.name, isa.OPS[ins.op].inverse == "UNCALL")]
+            regs = list(ins.args[1:])
+            extra = [sh[r] for r, p in zip(regs, callee.params) if p.cls == isa.FLOAT]
+            code.emit("CALL", FuncRef(target), *regs, *extra, line=ins.line)
+        elif _is_float(ins):
+            _adjoint_rule(code, Instruction(isa.OPS[ins.op].inverse, ins.args, ins.line), sh)
+        else:
+            code.emit(ins.op, *ins.args, line=ins.line)
+    code.pending = []
+    for r in fn.locals:
+        if r.cls == isa.FLOAT:
+            code.emit("PUSH", sh[r], line=fn.line)
+    params = fn.params + tuple(sh[p] for p in _float_params(fn))
+    out = code.function(name, params)
+    return Function(name, out.params, out.code, out.labels, fn.line, fn.end_line)
+
+
+def adjoint(program: Program, name: str) -> tuple[Program, str]:
+    """The adjoint program of `name`: (program, entry)."""
+    _heap_free(program, name, "adjoint", allow_stack=False)
+    base = reachable(program, name)
+    names = {(f, uncalled): f"{f}{'.inv' if uncalled else ''}.adj"
+             for f in base for uncalled in (False, True)}
+    funcs: dict[str, Function] = dict(program.functions)   # the entry runs f forwards
+    for f in base:
+        fn = program.functions[f]
+        funcs[names[(f, False)]] = sweep_function(program, fn, names, names[(f, False)])
+        funcs[names[(f, True)]] = sweep_function(program, inverse_function(fn), names,
+                                                 names[(f, True)])
+    entry = f"{name}.adjoint"
+    funcs[entry] = _entry(program.functions[name], names, _drops(program, name))
+    used = reachable(Program(funcs), entry)
+    return verify(Program({f: funcs[f] for f in used}, program.source)), entry
+
+
+def _entry(fn: Function, names: dict, drops: bool) -> Function:
+    """adjoint(f)(x, ybar): f forwards, then its sweep; with dropped shadows, Bennett's
+    clean-up leaves only J^T ybar in the shadows (see the module docstring)."""
+    n = fn.n_float
+    params = fn.params + tuple(Reg(isa.FLOAT, p.n + n) for p in _float_params(fn))
+    shadows = list(params[len(fn.params):])
+    code = _Code(2 * n)
+    sweep, cosweep = FuncRef(names[(fn.name, False)]), FuncRef(names[(fn.name, True)])
+    code.emit("CALL", FuncRef(fn.name), *fn.params, line=fn.line)
+    if not drops:
+        code.emit("CALL", sweep, *params, line=fn.line)
+        return code.function(f"{fn.name}.adjoint", params)
+    copies = [Reg(isa.FLOAT, 2 * n + k) for k in range(len(shadows))]
+    code.emit("CALL", sweep, *params, line=fn.line)            # (y, ybar) -> (x, xbar) + G
+    for c, s in zip(copies, shadows):
+        code.emit("ADD", c, s, line=fn.line)                    # c = xbar
+    code.emit("UNCALL", sweep, *params, line=fn.line)          # back to (y, ybar)
+    code.emit("UNCALL", FuncRef(fn.name), *fn.params, line=fn.line)   # values x
+    # the sweep of f's inverse maps (x, c = xbar) to (y, J^-T xbar = ybar)
+    code.emit("CALL", cosweep, *fn.params, *copies, line=fn.line)
+    for c, s in zip(copies, shadows):
+        code.emit("SUB", s, c, line=fn.line)                    # ybar = 0 (up to rounding)
+    code.emit("UNCALL", cosweep, *fn.params, *copies, line=fn.line)  # (x, c = xbar)
+    for c, s in zip(copies, shadows):
+        code.emit("SWAP", s, c, line=fn.line)                   # shadows = xbar, c ~ 0
+    return code.function(f"{fn.name}.adjoint", params)
