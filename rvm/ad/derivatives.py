@@ -14,7 +14,7 @@ from ..core.program import Program
 from ..engines.arguments import Binding
 from ..engines.machine import machine_for
 from . import transforms
-from .gradient import find_argument, target
+from .gradient import find_argument, target, with_inverse
 
 KINDS = {"tangent": (transforms.tangent, "dot"), "adjoint": (transforms.adjoint, "bar")}
 
@@ -67,6 +67,16 @@ class Transformed:
                      if p.cls == isa.FLOAT]
             program.cache[key] = (derived, entry, inner_names + extra)
         return program.cache[key]
+
+    def lower(self, sig: tuple) -> tuple[Program, str]:
+        """(program, entry) for a call from reversible code with this signature."""
+        if any(s[0] not in ("int", "float") for s in sig):
+            raise transforms.TransformError(f"{self.name} takes scalar arguments only when "
+                                            "called from reversible code")
+        program, name, _ = self.specialize(tuple(0 if s[0] == "int" else 0.0 for s in sig))
+        if self.backward:
+            program, name = with_inverse(program, name)
+        return program, name
 
     def __call__(self, *args, **options):
         program, name, names = self.specialize(args)

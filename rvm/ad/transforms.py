@@ -15,12 +15,12 @@ inverse, and it runs backwards like any program.
 adjoint(f): (x..., ybar...) -> (x..., J^T ybar...). f runs forwards, then a *sweep* runs
 f's bytecode inverse with each float instruction replaced by its adjoint: undo the value
 change, then pull the shadows back. Where gradient mode drops a shadow (an ancilla's shadow
-when its frame is entered, a ZERO), the sweep cannot: it would not be invertible. It pushes
-the shadow onto the heap stack instead (the garbage), and the adjoint cleans up after
+when its frame is entered), the sweep cannot: it would not be invertible. It pushes the
+shadow onto the heap stack instead (the garbage), and the adjoint cleans up after
 Bennett: sweep, copy the result, unsweep; then compute ybar back from the copy by the sweep
 of f's inverse (J^-T), cancel ybar with it, and unsweep that. Six passes instead of two,
-with garbage bounded by the drops of one sweep; functions without drops (no float ancilla
-or ZERO anywhere below them) get the two-pass adjoint.
+with garbage bounded by the drops of one sweep (one cell per float ancilla per call);
+functions without float ancillas anywhere below them get the two-pass adjoint.
 
 Refused with a clear error (TransformError): heap memory (EXCH, ALLOC, FREE; PUSH/POP in
 an adjoint's input), which needs shadow cells for every heap cell.
@@ -330,21 +330,19 @@ def _adjoint_rule(code: _Code, ins: Instruction, sh: dict) -> None:
         if g(y) is not None:
             code.emit("SUB.mul", g(y), g(x), x, line=line)
         code.emit("MUL", x, y, line=line)
-    elif op == "ZERO":                # gradient mode drops the shadow; keep it as garbage
+    elif op == "ZERO":
+        # Gradient mode drops x's shadow here. The sweep keeps it: x is zero whatever the
+        # inputs, so what the shadow pulls back through x's history cancels exactly (up to
+        # rounding), and keeping it needs no garbage.
         code.emit("ZERO", *a, line=line)
-        code.emit("PUSH", g(a[0]), line=line)
     else:
         raise TransformError(f"no adjoint rule for {op}")
 
 
 def _drops(program: Program, name: str) -> bool:
-    """Would the sweep of `name` drop a shadow (a float ancilla or a float ZERO)?"""
-    for f in reachable(program, name):
-        fn = program.functions[f]
-        if any(r.cls == isa.FLOAT for r in fn.locals) or \
-                any(ins.op == "ZERO" and _is_float(ins) for ins in fn.code):
-            return True
-    return False
+    """Would the sweep of `name` drop a shadow (a float ancilla's, at its frame's entry)?"""
+    return any(r.cls == isa.FLOAT for f in reachable(program, name)
+               for r in program.functions[f].locals)
 
 
 def sweep_function(program: Program, fn: Function, names: dict, name: str) -> Function:

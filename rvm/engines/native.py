@@ -42,6 +42,7 @@ _REWRITES = [
     (re.compile(r"M\.budget\b"), "TOP[1]"), (re.compile(r"M\.tol\b"), "TOL"),
     (re.compile(r"zero\("), "zero(TOL, "),
     (re.compile(r"\(M, "), "(HI, HF, HG, TOP, "),
+    (re.compile(r"math\.fmod\("), "np.fmod("),          # numba has no math.fmod
 ]
 
 

@@ -19,8 +19,11 @@ import linecache
 import textwrap
 from typing import Any
 
-from ..core.errors import CompileError, MachineError
-from ..core.program import Program
+import attrs
+
+from ..core import isa
+from ..core.errors import CompileError, MachineError, RvmError
+from ..core.program import FuncRef, Instruction, Program
 from ..core.verify import verify
 from .compiler import FunctionCompiler, parse_annotation, sig_of
 from .expressions import Source
@@ -53,8 +56,11 @@ class Session:
         self.params: dict = {}
         self.pending: list = []
         self.used: set[str] = set()
+        self.keep: list = []
 
     def request(self, rf: ReversibleFunction, sig: tuple, node=None, src=None) -> str:
+        if hasattr(rf, "lower"):       # a derivative program (rvm.tangent / rvm.adjoint)
+            return self.merge(rf, sig, node, src)
         sig = rf.check_signature(sig, node, src)
         key = (rf.key, sig)
         if key not in self.names:
@@ -65,6 +71,26 @@ class Session:
             self.used.add(name)
             self.names[key] = name
             self.pending.append((rf, sig, name))
+        return self.names[key]
+
+    def merge(self, transformed, sig: tuple, node, src) -> str:
+        """Bring a transformed function's program in, its functions renamed apart."""
+        key = (id(transformed), sig)
+        if key not in self.names:
+            try:
+                program, entry = transformed.lower(sig)
+            except RvmError as e:
+                raise (src.error(node, str(e)) if node is not None else e) from None
+            k = len(self.names)
+            rename = {name: f"d{k}.{name}" for name in program.functions}
+            for name, fn in program.functions.items():
+                code = tuple(Instruction(i.op, (FuncRef(rename[i.args[0].name]),) + i.args[1:],
+                                         i.line) if i.op in isa.CALLS else i for i in fn.code)
+                self.functions[rename[name]] = attrs.evolve(fn, name=rename[name], code=code)
+                self.used.add(rename[name])
+            self.names[key] = rename[entry]
+            self.params[rename[entry]] = None
+            self.keep.append(transformed)     # ids stay unique while the session lives
         return self.names[key]
 
     def run(self, source: str) -> Program:

@@ -488,7 +488,7 @@ class FunctionCompiler(Lowering):
     def resolve_function(self, f):
         name = self.callee_name(f)
         value = self.env(ast.unparse(f))
-        if value is None or not hasattr(value, "pyfunc"):
+        if value is None or not (hasattr(value, "pyfunc") or hasattr(value, "lower")):
             kind = "an unknown name" if value is None else "an ordinary Python function"
             raise self.error(f, f"{ast.unparse(f)!r} is {kind}, not a reversible function",
                              f"decorate {name} with @rvm.reversible")

@@ -1,0 +1,162 @@
+"""Derivatives as programs: every float instruction's tangent and adjoint against finite
+differences, on every engine; the transformed programs run backwards; the seed papers'
+second-order reference results; inverse and derivative commute."""
+
+import math
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+import rvm
+from rvm.ad.transforms import TransformError
+from rvm.core import isa
+from rvm.engines import native
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "examples"))
+ENGINES = ["interp", "python"] + (["native"] if native.available else [])
+H = 1e-6
+
+# one program per float instruction form: (body, arguments), all parameters float
+UNARY = {"exp": 0.3, "log": 1.7, "sin": 0.4, "cos": 0.4, "tanh": 0.6, "sqrt": 2.3,
+         "abs": -0.8, "sign": 0.5, "trunc": 2.5}
+BINARY = {"mul": (1.3, -0.7), "div": (1.3, -0.7), "mod": (5.3, 1.7), "pow": (1.3, 2.2),
+          "atan2": (0.6, -1.1)}
+FORMS = [("ADD f0, f1", (0.5, 1.5)), ("SUB f0, f1", (0.5, 1.5)), ("NEG f0", (0.7,)),
+         ("SWAP f0, f1", (0.5, 1.5)), ("ROT f0, f1, f2", (0.3, -1.2, 0.7)),
+         ("IROT f0, f1, f2", (0.3, -1.2, 0.7)), ("MUL f0, f1", (1.3, -2.5)),
+         ("DIV f0, f1", (1.3, -2.5)), ("ADD f0, 2.5", (0.5,)), ("ADD.mul f0, f1, 3.0", (0.5, 1.5))]
+FORMS += [(f"{s}.{fam} f0, f1", (0.25, x)) for fam, x in UNARY.items() for s in ("ADD", "SUB")]
+FORMS += [(f"{s}.{fam} f0, f1, f2", (0.25, *xy)) for fam, xy in BINARY.items()
+          for s in ("ADD", "SUB")]
+
+
+def program(body: str, n: int) -> rvm.Program:
+    params = ", ".join(f"f{k}" for k in range(n))
+    return rvm.assemble(f".func t({params})\n    {body}\n.end\n", "t.rasm")
+
+
+def fd_jacobian(fn, args) -> np.ndarray:
+    """Central differences of all final values with respect to all arguments."""
+    cols = []
+    for k in range(len(args)):
+        up, down = list(args), list(args)
+        up[k] += H
+        down[k] -= H
+        cols.append((np.array(fn(*up)) - np.array(fn(*down))) / (2 * H))
+    return np.array(cols).T
+
+
+def test_every_float_instruction_has_a_form_here():
+    covered = {body.split()[0] for body, _ in FORMS}
+    floats = {s.name for s in isa.TABLE if s.forward.get(isa.FLOAT) and s.name != "NOP"
+              and s.group in ("arith", "family") and s.name != "ZERO"}
+    assert floats <= covered, floats - covered
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("body,args", FORMS, ids=[b for b, _ in FORMS])
+def test_tangent_and_adjoint_of_each_instruction_match_finite_differences(engine, body, args):
+    p = program(body, len(args))
+    t = p["t"]
+    jac = fd_jacobian(lambda *a: p.call("t", *a, engine="interp"), args)
+    n = len(args)
+    for k in range(n):                                    # forward mode: one column each
+        dots = [0.0] * n
+        dots[k] = 1.0
+        values, out = rvm.jvp(t, args, dots, engine=engine)
+        assert np.allclose(values, p.call("t", *args)), body
+        assert np.allclose(out, jac[:, k], atol=1e-6), (body, k)
+    ybar = tuple(np.linspace(0.5, 1.5, n))
+    a = rvm.adjoint(t)
+    out = a(*args, *ybar, engine=engine)
+    assert np.allclose(out[:n], args)                     # values come back
+    assert np.allclose(out[n:], jac.T @ np.array(ybar), atol=1e-6), body
+    # both derivative programs run backwards to their inputs
+    assert np.allclose((~a)(*out, engine=engine), (*args, *ybar))
+    tan = rvm.tangent(t)
+    forward = tan(*args, *ybar, engine=engine)
+    assert np.allclose((~tan)(*forward, engine=engine), (*args, *ybar))
+
+
+def test_the_hessian_vector_product_of_the_pearlmutter_siskind_example_three_ways():
+    from hvp import f, hvp_by_reverse_over_reverse
+    assert rvm.hvp(f, (0.0, 3.0, 4.0), (0.0, 7.0, 8.0), loss="out")[1:] == (52.0, 85.0)
+    af = rvm.adjoint(f)
+    _, dots = rvm.jvp(af, (0.0, 3.0, 4.0, 1.0, 0.0, 0.0), (0.0, 7.0, 8.0, 0.0, 0.0, 0.0))
+    assert dots[4:] == (52.0, 85.0)
+    assert hvp_by_reverse_over_reverse(3.0, 4.0, 7.0, 8.0) == (52.0, 85.0)
+    assert np.array_equal(rvm.hessian(f, loss="out", wrt=["x", "y"])(0.0, 3.0, 4.0),
+                          [[4.0, 3.0], [3.0, 8.0]])
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_adjoint_as_a_function(engine):
+    from hvp import f
+    af = rvm.adjoint(f, engine=engine)
+    assert af(0.0, 3.0, 4.0, 1.0, 0.0, 0.0) == (0.0, 3.0, 4.0, 1.0, 24.0, 41.0)
+    assert (~af)(0.0, 3.0, 4.0, 1.0, 24.0, 41.0) == (0.0, 3.0, 4.0, 1.0, 0.0, 0.0)
+
+
+def test_second_derivative_of_the_bessel_function():
+    from besselj import besselj
+    h = rvm.hvp(besselj, (0.0, 2, 1.0), (0.0, None, 1.0), loss="out")
+    assert h[1] is None
+    assert abs(h[2] - 0.13446683844358093) < 1e-8       # NiLang paper's value
+
+
+def test_second_derivative_of_iexp_is_exp():
+    from iexp import iexp
+    assert abs(rvm.hvp(iexp, (0.0, 1.6), (0.0, 1.0), loss="out")[1] - math.exp(1.6)) < 1e-12
+
+
+def test_the_jacobian_column_by_column_in_forward_mode():
+    p = rvm.load(ROOT / "asm" / "poly.rasm")
+    cols = [rvm.jvp(p["f"], (0.0, 1.0, 3.0), (0.0, *e))[1][0] for e in ((1.0, 0.0),
+                                                                       (0.0, 1.0))]
+    assert cols == [660.0, 528.0]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("path,name,args", [
+    ("besselj.rasm", "besselj", (0.0, 2, 1.0)), ("iexp.rasm", "iexp", (0.0, 1.6)),
+    ("givens.rasm", "givens", (1.0, 2.0, -0.5, 3.0)), ("poly.rasm", "f", (0.0, 1.0, 3.0))])
+def test_transforms_of_the_asm_samples_match_finite_differences(engine, path, name, args):
+    p = rvm.load(ROOT / "asm" / path)
+    fn = p[name]
+    floats = [k for k, a in enumerate(args) if isinstance(a, float)]
+
+    def F(*x):
+        full = list(args)
+        for k, v in zip(floats, x):
+            full[k] = v
+        return [p.call(name, *full, engine="interp")[k] for k in floats]
+    jac = fd_jacobian(F, [args[k] for k in floats])
+    for j, k in enumerate(floats):
+        dots = [None if not isinstance(a, float) else 0.0 for a in args]
+        dots[k] = 1.0
+        _, out = rvm.jvp(fn, args, dots, engine=engine)
+        assert np.allclose([out[i] for i in floats], jac[:, j], rtol=1e-5, atol=1e-6)
+    ybar = [0.5 + k for k in range(len(floats))]
+    out = rvm.adjoint(fn)(*args, *ybar, engine=engine)
+    assert np.allclose(out[:len(args)], args)
+    assert np.allclose(out[len(args):], jac.T @ np.array(ybar), rtol=1e-5, atol=1e-6)
+
+
+def test_inverse_and_derivative_commute():
+    p = rvm.assemble(".func h(f0, f1)\n ADD.exp f0, f1\n.end\n", "h.rasm")
+    h = p["h"]
+    e = math.exp(0.5)
+    values, grads = rvm.value_and_grad(~h, loss=0)(5.0, 0.5)
+    assert values == (5.0 - e, 0.5) and grads == (1.0, -e)
+    assert rvm.grad(~h, loss=0)(5.0, 0.5) == (1.0, -e)
+    assert np.allclose(rvm.jacobian(~h, outputs=[0], wrt=[0, 1])(5.0, 0.5), [[1.0, -e]])
+    assert rvm.jvp(~h, (5.0, 0.5), (0.0, 1.0))[1] == (-e, 1.0)
+
+
+def test_heap_programs_are_refused_with_a_clear_error():
+    p = rvm.load(ROOT / "asm" / "arrays.rasm")
+    with pytest.raises(TransformError, match="heap memory"):
+        rvm.adjoint(p["dot"])(np.ones(2), np.ones(2), 0.0, 1.0)
