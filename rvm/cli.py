@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 
 import numpy as np
@@ -29,7 +30,10 @@ def _entry(program: Program, name: str | None) -> str:
         return "main"
     if not program.functions:
         raise RvmError(f"{program.source} defines no function")
-    return next(iter(program.functions))
+    if len(program.functions) == 1:
+        return next(iter(program.functions))
+    raise UsageError(f"{program.source} has several functions and no main: choose one with "
+                     f"--entry ({', '.join(program.functions)})")
 
 
 def _value(text: str):
@@ -120,15 +124,53 @@ def cmd_grad(args) -> None:
     from .ad.gradient import grad
     program = load(args.file)
     entry = _entry(program, args.entry)
-    loss = int(args.loss) if args.loss.isdigit() else args.loss
     values = _arguments(args.args)
-    grads = grad(program[entry], loss=loss, max_steps=args.max_steps,
-                 heap_limit=args.heap_limit, engine=args.engine,
-                 checks=not args.no_checks)(*values)
-    m = Machine(program)
+    grads = grad(program[entry], loss=_loss(args.loss), **_options(args))(*values)
+    _print_values(_names(program, entry, values), grads, args.json, prefix=f"d{args.loss}/d")
+
+
+def _loss(text: str):
+    return int(text) if text.isdigit() else text
+
+
+def _options(args) -> dict:
+    return dict(max_steps=args.max_steps, heap_limit=args.heap_limit, engine=args.engine,
+                checks=not args.no_checks)
+
+
+def _names(program: Program, entry: str, values) -> list[str]:
+    m = Machine(program, engine="interp")
     m.enter(entry, *values)
-    names = [b.name for b in m.bindings]
-    _print_values(names, grads, args.json, prefix=f"d{args.loss}/d")
+    return [b.name for b in m.bindings]
+
+
+def cmd_jvp(args) -> None:
+    from .ad.derivatives import jvp
+    program = load(args.file)
+    entry = _entry(program, args.entry)
+    values = _arguments(args.args)
+    tangents = [None if t.lower() == "none" else _value(t) for t in args.tangents]
+    outs, dots = jvp(program[entry], values, tangents, **_options(args))
+    names = _names(program, entry, values)
+    if args.json:
+        print(json.dumps({"values": dict(zip(names, map(_jsonable, outs))),
+                          "tangents": dict(zip(names, map(_jsonable, dots)))}))
+    else:
+        _print_values(names, outs, False)
+        _print_values(names, dots, False, prefix="tangent ")
+
+
+def cmd_hessian(args) -> None:
+    from .ad.derivatives import hessian
+    program = load(args.file)
+    entry = _entry(program, args.entry)
+    values = _arguments(args.args)
+    wrt = [_loss(w) for w in args.wrt] if args.wrt else None
+    h = hessian(program[entry], loss=_loss(args.loss), wrt=wrt, **_options(args))(*values)
+    if args.json:
+        print(json.dumps(h.tolist()))
+    else:
+        print(np.array2string(h, separator=", "))
 
 
 def cmd_debug(args) -> None:
@@ -148,32 +190,34 @@ def cmd_debug(args) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rvm", description="A reversible virtual machine: "
-                                "run programs forwards and backwards, and differentiate them.")
+    p = argparse.ArgumentParser(prog="rvm", allow_abbrev=False, description=(
+        "A reversible virtual machine: run programs forwards and backwards, and "
+        "differentiate them."))
     p.add_argument("--version", action="version", version="rvm 0.1.0")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    a = sub.add_parser("asm", help="assemble FILE.rasm into bytecode (.rvmb)")
+    a = sub.add_parser("asm", allow_abbrev=False, help="assemble FILE.rasm into bytecode (.rvmb)")
     a.add_argument("file")
     a.add_argument("-o", "--output", help="output file (default: FILE.rvmb)")
     a.set_defaults(run=cmd_asm)
 
-    c = sub.add_parser("compile", help="compile the @rvm.reversible functions of a .py file")
+    c = sub.add_parser("compile", allow_abbrev=False,
+                       help="compile the @rvm.reversible functions of a .py file")
     c.add_argument("file")
     c.add_argument("-o", "--output", help="output file (default: FILE.rvmb)")
     c.add_argument("--emit", choices=["rvmb", "asm"], default="rvmb",
                    help="bytecode (default), or readable assembly with the source lines")
     c.set_defaults(run=cmd_compile)
 
-    d = sub.add_parser("dis", help="disassemble a .rasm or .rvmb file")
+    d = sub.add_parser("dis", allow_abbrev=False, help="disassemble a .rasm or .rvmb file")
     d.add_argument("file")
     d.add_argument("--plain", action="store_true", help="no index/line comments")
     d.set_defaults(run=cmd_dis)
 
     def runner(name: str, help: str):
-        r = sub.add_parser(name, help=help)
+        r = sub.add_parser(name, help=help, allow_abbrev=False)
         r.add_argument("file", help=".rasm, .rvmb, or .py (@rvm.reversible functions)")
-        r.add_argument("--entry", help="function to run (default: main, else the first one)")
+        r.add_argument("--entry", help="function to run (default: main, or the only one)")
         r.add_argument("--args", nargs="*", default=[], metavar="V",
                        help="parameter values, in order")
         r.add_argument("--json", action="store_true", help="print one JSON object")
@@ -198,13 +242,32 @@ def parser() -> argparse.ArgumentParser:
                    help="the loss: a float parameter register (f0) or argument index")
     g.set_defaults(run=cmd_grad)
 
+    j = runner("jvp", "forward mode: the values and J @ tangents (the tangent program)")
+    j.add_argument("--tangents", nargs="*", default=[], metavar="T",
+                   help="one tangent per argument (None for integers)")
+    j.set_defaults(run=cmd_jvp)
+
+    h = runner("hessian", "Hessian of one float parameter (the loss), forward over reverse")
+    h.add_argument("--loss", required=True,
+                   help="the loss: a float parameter register (f0) or argument index")
+    h.add_argument("--wrt", nargs="*", metavar="P",
+                   help="the float parameters (default: all)")
+    h.set_defaults(run=cmd_hessian)
+
     b = runner("debug", "step through a function forwards and backwards (gdb-like)")
     b.add_argument("--batch", metavar="FILE", help="run the commands in FILE, one per line")
     b.set_defaults(run=cmd_debug)
     return p
 
 
+NEGATIVE = re.compile(r"-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|-(inf|nan)")
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # argparse takes "-1e-8" for an option; a leading space makes it a value (and int() and
+    # float() ignore the space)
+    argv = [" " + a if NEGATIVE.fullmatch(a) else a for a in argv]
     args = parser().parse_args(argv)
     try:
         args.run(args)

@@ -128,17 +128,54 @@ def test_grad_json_and_plain():
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["r0"] is None and abs(out["f1"] - 0.2102436) < 1e-7 and out["f0"] == 1.0
-    r = rvm("grad", ASM / "poly.rasm", "--loss", "0", "--args", "0", "1", "3")
+    r = rvm("grad", ASM / "poly.rasm", "--entry", "f", "--loss", "0", "--args", "0", "1", "3")
     assert r.stdout.splitlines() == ["d0/df0 = 1.0", "d0/df1 = 660.0", "d0/df2 = 528.0"]
+
+
+def test_entry_rule_main_or_the_only_function_else_exit_2():
+    r = rvm("grad", ASM / "poly.rasm", "--loss", "0", "--args", "0", "1", "3")
+    assert r.returncode == 2 and "choose one with --entry (f, inner)" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = rvm("run", ASM / "fib.rasm", "--args", "10", "0", "0", "--json")     # the only one
+    assert json.loads(r.stdout) == {"r0": 10, "r1": 55, "r2": 89}
+
+
+def test_jvp_and_hessian_commands():
+    r = rvm("jvp", ASM / "poly.rasm", "--entry", "f", "--args", "0.0", "1.0", "3.0",
+            "--tangents", "0", "1", "0", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["values"]["f0"] == 484.0 and out["tangents"]["f0"] == 660.0
+    r = rvm("hessian", ASM / "poly.rasm", "--entry", "f", "--loss", "f0", "--args", "0.0",
+            "1.0", "3.0", "--wrt", "f1", "f2", "--json")
+    assert r.returncode == 0, r.stderr
+    # ((x+1)(2x+y^2))^2 at (1, 3): d2/dx2 = 2(4x+2+y^2)^2 + 8(x+1)(2x+y^2) ...
+    h = json.loads(r.stdout)
+    x, y = 1.0, 3.0
+    u, ux, uy = (x + 1) * (2 * x + y * y), 4 * x + 2 + y * y, 2 * y * (x + 1)
+    uxx, uxy, uyy = 4.0, 2 * y, 2 * (x + 1)
+    expect = [[2 * (ux * ux + u * uxx), 2 * (ux * uy + u * uxy)],
+              [2 * (ux * uy + u * uxy), 2 * (uy * uy + u * uyy)]]
+    assert h == expect
+
+
+def test_negative_numbers_in_any_notation_and_no_abbreviations():
+    r = rvm("run", ASM / "iexp.rasm", "--entry", "iexp", "--args", "0.0", "-2.5e0", "--json")
+    assert r.returncode == 0, r.stderr
+    assert abs(json.loads(r.stdout)["f0"] - 0.0820849986238988) < 1e-12
+    r = rvm("run", ASM / "fib.rasm", "--arg", "10", "0", "0")
+    assert r.returncode == 2 and "unrecognized arguments: --arg" in r.stderr
 
 
 def test_grad_with_arrays_and_errors():
     r = rvm("grad", ASM / "arrays.rasm", "--entry", "dot", "--loss", "f0",
             "--args", "[1.0,2.0]", "[3.0,4.0]", "0", "--json")
     assert json.loads(r.stdout) == {"r0:r1": [3.0, 4.0], "r2:r3": [1.0, 2.0], "f0": 1.0}
-    r = rvm("grad", ASM / "besselj.rasm", "--loss", "r0", "--args", "0", "2", "1.0")
+    r = rvm("grad", ASM / "besselj.rasm", "--entry", "besselj", "--loss", "r0", "--args", "0", "2",
+            "1.0")
     assert r.returncode == 1 and "integer parameter" in r.stderr
-    r = rvm("grad", ASM / "besselj.rasm", "--loss", "f7", "--args", "0", "2", "1.0")
+    r = rvm("grad", ASM / "besselj.rasm", "--entry", "besselj", "--loss", "f7", "--args", "0", "2",
+            "1.0")
     assert r.returncode == 1 and "unknown loss 'f7'" in r.stderr
     assert rvm("grad", ASM / "besselj.rasm", "--args", "0", "2", "1").returncode == 2
 

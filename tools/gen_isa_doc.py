@@ -10,7 +10,9 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from rvm.ad.transforms import tangent_function
 from rvm.core import isa
+from rvm.core.program import Function, Instruction, Program, Reg
 
 KIND = {"D": "dst", "X": "reg", "S": "src", "V": "value", "C": "count", "M": "[mem]", "L": "label",
         "F": "func, regs..."}
@@ -22,6 +24,26 @@ ADJOINT_NOTE = {  # rows with no float form: what gradient mode does for them
 }
 GROUPS = [("arith", "Arithmetic"), ("family", "Function families (d op= f(args))"),
           ("memory", "Memory"), ("control", "Control flow"), ("call", "Calls")]
+
+
+def tangent_rule(s: isa.OpSpec) -> str:
+    """The tangent rule as the tangent transform emits it, for one float instruction with
+    its operands in registers: x' is the tangent of x, t0, t1, ... zeroed temporaries."""
+    if isa.FLOAT not in s.forward or s.group not in ("arith", "family", "memory") or \
+            s.name in ("NOP", "EXCH"):
+        return "-" if s.name != "EXCH" else "not yet (heap cells have no tangents)"
+    regs = [Reg(isa.FLOAT, k) for k in range(len(s.names))]
+    n = len(regs)
+    ins = Instruction(s.name, tuple(regs))
+    fn = Function("t", tuple(regs), (ins,))
+    code = tangent_function(Program({"t": fn}), fn, {"t": "t"}).code
+    names = {f"f{k}": name for k, name in enumerate(s.names)}
+    names.update({f"f{k + n}": f"{name}'" for k, name in enumerate(s.names)})
+
+    def show(r):
+        text = str(r)
+        return names.get(text, f"t{r.n - 2 * n}" if isinstance(r, Reg) else text)
+    return "<br>".join(f"`{i.op} {', '.join(show(a) for a in i.args)}`" for i in code)
 
 
 def cell(text: str) -> str:
@@ -39,11 +61,14 @@ def render() -> str:
            "also be an operand of the same instruction.", "",
            "Forms: `i` integer registers (int64, wrap-around), `f` float registers "
            "(float64). The forward and adjoint columns are the exact templates the "
-           "interpreter is generated from (see the template language in `rvm/core/isa.py`).", ""]
+           "interpreter is generated from (see the template language in `rvm/core/isa.py`). "
+           "The tangent column is what the tangent transform (`rvm.tangent`) emits for the "
+           "instruction (itself included, to show the order), derived from the row's partial derivatives: `x'` is the tangent "
+           "of `x`, `t0`, `t1`, ... are zeroed temporaries it computes and uncomputes.", ""]
     for group, title in GROUPS:
         out += [f"## {title}", "",
-                "| mnemonic | operands | inverse | forms | meaning | forward | adjoint |",
-                "|---|---|---|---|---|---|---|"]
+                "| mnemonic | operands | inverse | forms | meaning | forward | adjoint "
+                "| tangent |", "|---|---|---|---|---|---|---|---|"]
         for s in isa.TABLE:
             if s.group != group:
                 continue
@@ -52,7 +77,7 @@ def render() -> str:
             fwd = "<br>".join(f"{c}: `{cell(t)}`" for c, t in sorted(s.forward.items()) if t)
             adj = f"`{cell(s.adjoint)}`" if s.adjoint else ADJOINT_NOTE[s.group]
             out.append(f"| `{s.name}` | {ops} | `{s.inverse}` | {forms} | {cell(s.doc)} "
-                       f"| {fwd or '-'} | {adj} |")
+                       f"| {fwd or '-'} | {adj} | {tangent_rule(s)} |")
         out.append("")
     out += ["## Opcode numbers (bytecode)", "",
             " ".join(f"`{i}` {s.name}" for i, s in enumerate(isa.TABLE)), ""]
