@@ -63,8 +63,9 @@ def render() -> str:
            "(float64). The forward and adjoint columns are the exact templates the "
            "interpreter is generated from (see the template language in `rvm/core/isa.py`). "
            "The tangent column is what the tangent transform (`rvm.tangent`) emits for the "
-           "instruction (itself included, to show the order), derived from the row's partial derivatives: `x'` is the tangent "
-           "of `x`, `t0`, `t1`, ... are zeroed temporaries it computes and uncomputes.", ""]
+           "instruction (itself included, to show the order), derived from the row's "
+           "partial derivatives: `x'` is the tangent of `x`, `t0`, `t1`, ... are zeroed "
+           "temporaries it computes and uncomputes.", ""]
     for group, title in GROUPS:
         out += [f"## {title}", "",
                 "| mnemonic | operands | inverse | forms | meaning | forward | adjoint "
