@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 
 import attrs
+import numpy as np
 
 from .core.errors import RvmError
 from .core.program import Program
@@ -98,17 +99,32 @@ def vmap(fn, in_axes=0):
     a gradient function (rvm.grad / value_and_grad / jacobian of one). `in_axes` is 0 (every
     argument batched along its first axis) or a sequence with 0 or None (None: the same
     value for every row). The machine and its compiled code are reused from row to row, so
-    per-call set-up is paid once."""
-    import numpy as np
+    per-call set-up is paid once. An empty batch gives an empty tuple."""
+
+    if not (in_axes is None or _is_zero(in_axes) or (
+            isinstance(in_axes, (list, tuple)) and
+            all(a is None or _is_zero(a) for a in in_axes))):
+        raise ValueError(f"in_axes must be 0, None, or a list of 0 and None (one per "
+                         f"argument; rvm batches along the first axis only), got {in_axes!r}")
 
     def run(*args):
-        axes = [in_axes] * len(args) if in_axes in (0, None) else list(in_axes)
+        axes = [in_axes] * len(args) if not isinstance(in_axes, (list, tuple)) \
+            else list(in_axes)
         if len(axes) != len(args):
-            raise RvmError(f"in_axes has {len(axes)} entries for {len(args)} arguments")
-        sizes = {len(a) for a, ax in zip(args, axes) if ax == 0}
+            raise ValueError(f"in_axes has {len(axes)} entries for {len(args)} arguments")
+        for k, (a, ax) in enumerate(zip(args, axes)):
+            if ax is not None and np.ndim(a) == 0:
+                raise ValueError(f"argument {k} is batched (in_axes 0) but is a scalar; "
+                                 "give it in_axes None or pass an array of rows")
+        sizes = {len(a) for a, ax in zip(args, axes) if ax is not None}
+        if not sizes:
+            raise ValueError("vmap needs at least one batched argument (in_axes 0)")
         if len(sizes) != 1:
-            raise RvmError(f"batched arguments must have the same length, got {sorted(sizes)}")
+            raise ValueError(f"batched arguments must have the same length, got "
+                             f"{sorted(sizes)}")
         n = sizes.pop()
+        if n == 0:
+            return ()                 # an empty batch: nothing to call, an empty result
         rows = []
         for i in range(n):
             row = [a[i] if ax == 0 else a for a, ax in zip(args, axes)]
@@ -117,6 +133,10 @@ def vmap(fn, in_axes=0):
         return _stack(rows)
 
     return run
+
+
+def _is_zero(axis) -> bool:
+    return isinstance(axis, int) and not isinstance(axis, bool) and axis == 0
 
 
 def _stack(rows):

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 
 from .api import load, save
-from .core.errors import RvmError, UsageError
+from .core.errors import MachineError, RvmError, UsageError
 from .core.program import Program
 from .engines.machine import Machine
 from .formats.assembly import disassemble
@@ -275,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rvm: usage error: {e}", file=sys.stderr)
         return 2
     except RvmError as e:
-        print(f"rvm: {e}" if not str(e).startswith(("rvm:",)) else str(e), file=sys.stderr)
+        kind = f"{type(e).__name__}: " if isinstance(e, MachineError) else ""
+        print(f"rvm: {kind}{e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("rvm: interrupted", file=sys.stderr)

@@ -8,6 +8,7 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -271,3 +272,136 @@ def test_cli_usage_errors_exit_2_without_a_traceback(tmp_path):
         "--args", "10", "0", "0", "--heap-limit", "0"], capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "heap_limit must be a positive integer" in r.stderr
+
+
+# ---------------------------------------------------------------- bad input: the frontend
+
+FRONTEND_ERRORS = [
+    ("out: float, x: float", "    out += x < 1\n    out += x < 1 and x > 5", None),
+    ("r: int, x: int, y: int", "    r += x & y\n    r -= x | y\n    r += x ^ y\n"
+     "    r += (x << 3) - (y >> 1)", None),
+    ("r: int, x: int", "    r += x << x", "shift by a constant"),
+    ("r: float, x: Array[float,]", "    r += x[0]", "is not an array type"),
+    ("r: int, x: int", "    r += 99999999999999999999999", "does not fit in int64"),
+    ("r: int, x: int", "    r += [x][0]", "only array variables"),
+    ("r: int, x: int", "    r += x if x else 1", "IfExp is not supported"),
+    ("r: float, x: float", "    r += x & 1", "needs integer operands"),
+]
+
+
+@pytest.mark.parametrize("params,body,error", FRONTEND_ERRORS)
+def test_frontend_sources_compile_or_fail_with_a_located_error(tmp_path, params, body, error):
+    path = tmp_path / "f.py"
+    path.write_text(f"import rvm\nfrom rvm import Array\nX = {{[1]: 2}}\n\n"
+                    f"@rvm.reversible\ndef f({params}):\n{body}\n")
+    if error is None:
+        rvm.load(path)
+        return
+    with pytest.raises(rvm.CompileError, match=error) as e:
+        rvm.load(path)
+    assert e.value.file == str(path) and e.value.line >= 6 and e.value.col >= 1
+
+
+@pytest.mark.parametrize("expr", ["' + '.join(['x'] * 20000)", "'-' * 100000 + 'x'"])
+def test_too_deep_sources_are_a_clear_error(tmp_path, expr):
+    path = tmp_path / "deep.py"
+    path.write_text("import rvm\n\n@rvm.reversible\ndef f(r: int, x: int):\n    r += "
+                    + eval(expr) + "\n")
+    with pytest.raises(rvm.CompileError, match="too deeply nested"):
+        rvm.load(path)
+
+
+def test_comparisons_and_bit_operators_are_integer_values():
+    path = pathlib.Path(__file__).with_name("_bits_fixture.py")
+    path.write_text("""import rvm
+
+@rvm.reversible
+def bits(r: int, x: int, y: int):
+    r += (x & y) + 10 * (x | y) + 100 * (x ^ y) + 1000 * (x < y) + (x << 4) - (x >> 1)
+""")
+    try:
+        p = rvm.load(path)
+        for x, y in [(5, 3), (-7, 12), (0, 0), (-1, -2)]:
+            want = (x & y) + 10 * (x | y) + 100 * (x ^ y) + 1000 * (x < y) + (x << 4) - (x >> 1)
+            out = p.call("bits", 0, x, y)
+            assert out == (want, x, y)
+            assert p.uncall("bits", *out) == (0, x, y)
+    finally:
+        path.unlink()
+
+
+def test_and_or_short_circuit_so_guarded_reads_stay_in_bounds():
+    path = pathlib.Path(__file__).with_name("_guard_fixture.py")
+    path.write_text("""import rvm
+from rvm import Array
+
+@rvm.reversible
+def guard(r: int, n: int, a: Array[int]):
+    if n == 0 or a[n - 1] != 5:
+        r += 1
+    if n > 0 and a[n - 1] == 5:
+        r += 10
+""")
+    try:
+        p = rvm.load(path)
+        arr = np.array([7, 5])
+        for n, want in [(0, 1), (1, 1), (2, 10)]:
+            out = p.call("guard", 0, n, arr.copy())
+            assert out[0] == want
+            assert p.uncall("guard", *out)[0] == 0
+    finally:
+        path.unlink()
+
+
+# ---------------------------------------------------------------- bad input: the debugger
+
+@pytest.mark.parametrize("command,message", [
+    ("p r0 % 0", "division by zero"), ("display r0 % 0", "division by zero"),
+    ("p r0[0]", "not an array"), ("watch r0[0]", "not an array"),
+    ("p 2 ** 99999", "too large"), ("p 2 ** 9999999999", "too large"),
+    ("grad on f0", "loss must be a float"), ("p heap[5]", "not in use"),
+    ("x/4 99", ""), ("frobnicate", "unknown command")])
+def test_a_failing_debugger_command_prints_one_line_and_the_session_goes_on(command, message):
+    from rvm.debugger import Debugger
+    dbg = Debugger(rvm.assemble(MANY_LABELS, "labels.rasm"), "fib", (6, 0, 0))
+    out = dbg.execute(command)
+    assert message in out
+    assert not dbg.m.grad                       # a refused `grad on` changes nothing
+    assert "r0 = 6" in dbg.execute("p r0")      # the session goes on
+    dbg.execute("c")
+    assert "r1 = 8" in dbg.execute("p r1")
+
+
+# ---------------------------------------------------------------- bad input: the API
+
+@pytest.mark.parametrize("call,error,message", [
+    (lambda p: rvm.Machine(p).step(), rvm.MachineError, "no function entered"),
+    (lambda p: rvm.Machine(p).back(), rvm.MachineError, "no function entered"),
+    (lambda p: rvm.Machine(p).results(), rvm.MachineError, "no function entered"),
+    (lambda p: rvm.Machine(None), TypeError, "needs a Program"),
+    (lambda p: rvm.assemble(None), TypeError, "assembly text"),
+    (lambda p: rvm.assemble(b".func f(r0)\n.end"), TypeError, "rvm.loads"),
+    (lambda p: rvm.loads(None), TypeError, ".rvmb bytes"),
+    (lambda p: p.call("fib", 1, 0, 0, foo=1), TypeError, "unknown option 'foo'"),
+    (lambda p: rvm.vmap(p["fib"])(3, np.array([0]), np.array([0])), ValueError, "scalar"),
+    (lambda p: rvm.vmap(p["fib"], in_axes=(None, 1)), ValueError, "in_axes"),
+    (lambda p: rvm.vmap(p["fib"])(np.arange(2), np.arange(3), np.arange(3)), ValueError,
+     "same length"),
+])
+def test_api_misuse_names_the_mistake(call, error, message):
+    p = rvm.assemble(MANY_LABELS, "labels.rasm")
+    with pytest.raises(error, match=message):
+        call(p)
+
+
+def test_an_empty_batch_gives_an_empty_result():
+    p = rvm.assemble(MANY_LABELS, "labels.rasm")
+    empty = np.array([], dtype=np.int64)
+    assert rvm.vmap(p["fib"])(empty, empty, empty) == ()
+
+
+def test_error_messages_name_their_class_once():
+    p = rvm.assemble(MANY_LABELS, "labels.rasm")
+    with pytest.raises(rvm.MachineError) as e:
+        rvm.Machine(p).step()
+    assert "MachineError" not in str(e.value)

@@ -74,7 +74,7 @@ class MachineError(RvmError):
         if line:
             parts.append(f"{file or 'line'}:{line}" if file else f"line {line}")
         head = ", ".join(parts)
-        text = f"{type(self).__name__}: {head + ': ' if head else ''}{message}"
+        text = f"{head + ': ' if head else ''}{message}"
         if self.values:
             text += " (" + ", ".join(f"{k} = {v!r}" for k, v in self.values.items()) + ")"
         super().__init__(text)

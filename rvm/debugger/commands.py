@@ -264,7 +264,6 @@ def _grad(dbg: Debugger, rest: str) -> str:
     if parts[0] == "off":
         dbg.m.set_grad(False)
         return "gradient mode off"
-    dbg.m.set_grad(True)
     if len(parts) > 1:
         name = parts[1]
         fr = dbg.frame()
@@ -272,10 +271,14 @@ def _grad(dbg: Debugger, rest: str) -> str:
         regs = sym.regs if sym is not None else None
         if regs is None and name[:1] == "f" and name[1:].isdigit():
             regs = (Reg(isa.FLOAT, int(name[1:])),)
-        if not regs or len(regs) != 1 or regs[0].cls != isa.FLOAT:
-            raise CommandError(f"the loss must be a float variable or register, got {name}")
+        if not regs or len(regs) != 1 or regs[0].cls != isa.FLOAT or \
+                regs[0] not in fr.fn.registers:
+            raise CommandError(f"the loss must be a float variable or register of "
+                               f"{fr.fn.name}, got {name}")
+        dbg.m.set_grad(True)
         fr.G[fr.fn.slot(regs[0])] = 1.0
         return f"gradient mode on; d{name} = 1 (now step backwards)"
+    dbg.m.set_grad(True)
     return "gradient mode on"
 
 

@@ -26,6 +26,7 @@ BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
           ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
           ast.Pow: operator.pow, ast.BitAnd: operator.and_, ast.BitOr: operator.or_,
           ast.BitXor: operator.xor}
+MAX_BITS = 4096        # integers the expression evaluator will build (bounded time and size)
 COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
            ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge}
 
@@ -160,7 +161,8 @@ class Debugger:
                     return ""
             return ""
         except RvmError as e:
-            return f"stopped by an error (the state is as before the failing step):\n{e}"
+            return ("stopped by an error (the state is as before the failing step):\n"
+                    f"{type(e).__name__}: {e}")
 
     def boundary_message(self, d: int) -> str:
         if d > 0:
@@ -285,11 +287,30 @@ class Debugger:
                 return self.lookup(e.slice.id, shadow=True) if isinstance(
                     e.slice, ast.Name) else None
             arr = self._eval(e.value)
+            if not isinstance(arr, np.ndarray):
+                raise CommandError(f"{ast.unparse(e.value)} is not an array")
             idx = tuple(self._eval(x) for x in e.slice.elts) if isinstance(
                 e.slice, ast.Tuple) else self._eval(e.slice)
-            return arr[idx]
+            try:
+                return arr[idx]
+            except (IndexError, TypeError, ValueError):
+                raise CommandError(f"bad index {ast.unparse(e.slice)} for "
+                                   f"{ast.unparse(e.value)} (shape {arr.shape})") from None
         if isinstance(e, ast.BinOp) and type(e.op) in BINARY:
-            return BINARY[type(e.op)](self._eval(e.left), self._eval(e.right))
+            left, right = self._eval(e.left), self._eval(e.right)
+            if isinstance(e.op, ast.Pow) and isinstance(left, int) and \
+                    isinstance(right, int) and abs(left) > 1 and \
+                    right * left.bit_length() > MAX_BITS:
+                raise CommandError(f"{ast.unparse(e)} is too large to compute")
+            try:
+                value = BINARY[type(e.op)](left, right)
+            except ZeroDivisionError:
+                raise CommandError(f"division by zero in {ast.unparse(e)}") from None
+            except (ArithmeticError, TypeError, ValueError) as exc:
+                raise CommandError(f"{ast.unparse(e)}: {exc}") from None
+            if isinstance(value, int) and value.bit_length() > MAX_BITS:
+                raise CommandError(f"{ast.unparse(e)} is too large to show")
+            return value
         if isinstance(e, ast.UnaryOp):
             v = self._eval(e.operand)
             return -v if isinstance(e.op, ast.USub) else (not v) if isinstance(
@@ -373,6 +394,11 @@ class Debugger:
             return handler(self, rest.strip()) or ""
         except CommandError as e:
             return str(e)
+        except RvmError as e:                   # a run-time error of the program
+            return f"error: {e}"
+        except (ArithmeticError, ValueError, TypeError, IndexError, KeyError) as e:
+            # a command that fails prints one line and the session goes on
+            return f"error: {head}: {e}"
 
     def stop_text(self, message: str) -> str:
         """What a movement command prints: why it stopped, where, and displays."""

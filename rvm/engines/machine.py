@@ -49,6 +49,9 @@ class Machine:
     def __init__(self, program: Program, *, max_steps: int = 100_000_000,
                  heap_limit: int = 1 << 24, tol: float = 1e-8, max_depth: int = 10_000,
                  grad: bool = False, engine: str | None = None, checks: bool = True):
+        if not isinstance(program, Program):
+            raise TypeError("Machine needs a Program (from rvm.load, rvm.assemble or "
+                            f"rvm.loads), got {type(program).__name__}")
         check_limits(max_steps=max_steps, heap_limit=heap_limit, tol=tol, max_depth=max_depth)
         self.program, self.max_steps, self.heap_limit = program, max_steps, heap_limit
         self.budget = max_steps            # steps left in a compiled run (shared by calls)
@@ -293,17 +296,26 @@ class Machine:
             msg += f"\n    at: {i}  {ins}"
         return kind(msg, fr.fn.name, i, ins.line if ins else 0, self.program.source)
 
+    def entered(self) -> None:
+        """Refuse to move or read results before a function is entered."""
+        if not self.stack:
+            raise MachineError("no function entered yet: call enter(name, *args) first "
+                               "(or call(name, *args) to run one)")
+
     def step(self) -> bool:
         """Execute one instruction forwards. False if already at the end."""
+        self.entered()
         return self._move(1, 1) == 1
 
     def back(self) -> bool:
         """Undo one instruction (run its inverse). False if already at the start."""
+        self.entered()
         return self._move(-1, 1) == 1
 
     def run(self, direction: int = 1, max_steps: int | None = None) -> int:
         """Run to the end (direction +1) or back to the start (-1); return steps taken
         (0 when the compiled engine ran the whole pass: it does not count steps)."""
+        self.entered()
         if self.engine != "interp" and self.at_boundary(-direction) and max_steps is None:
             engine = self.tier()
             if self._compiled is None or self._compiled.native != (engine == "native"):
@@ -409,6 +421,7 @@ class Machine:
     def results(self) -> tuple:
         """The final value of each argument: scalars from the root frame's parameters,
         arrays read back from the heap."""
+        self.entered()
         fr = self.stack[0]
         out = []
         for b in self.bindings:
@@ -471,10 +484,17 @@ def recursive(program: Program) -> bool:
     return program.cache["recursive"]
 
 
+OPTIONS = ("engine", "checks", "max_steps", "heap_limit", "tol", "max_depth")
+
+
 def machine_for(program: Program, **options) -> Machine:
     """A machine for program with these options, reused from call to call (entering a
     function resets it), so repeated calls do not pay for setting one up. Not for use by
     two threads at once."""
+    unknown = [k for k in options if k not in OPTIONS]
+    if unknown:
+        raise TypeError(f"unknown option {unknown[0]!r}; the options are "
+                        f"{', '.join(OPTIONS)}")
     key = ("machine", tuple(sorted(options.items())))
     m = program.cache.get(key)
     if m is None or (m.stack and not (m.at_end or m.at_start)):

@@ -235,6 +235,10 @@ class Assembler:
 
 def assemble(text: str, file: str = "<string>") -> Program:
     """Assemble and verify; raises AsmError (file:line:col, the line, a caret, a hint)."""
+    if not isinstance(text, str):
+        raise TypeError(f"rvm.assemble takes assembly text (a str), got "
+                        f"{type(text).__name__}" + ("; .rvmb bytecode is read by rvm.loads"
+                                                     if isinstance(text, bytes) else ""))
     return Assembler(text, file).parse()
 
 

@@ -200,6 +200,11 @@ class _Reader:
 
 def loads(data: bytes, name: str = "<bytes>", check_crc: bool = True) -> Program:
     """.rvmb bytes -> verified Program. Raises FormatError (one line) on any defect."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"rvm.loads takes .rvmb bytes, got {type(data).__name__}"
+                        + ("; assembly text is read by rvm.assemble"
+                           if isinstance(data, str) else ""))
+    data = bytes(data)
     try:
         if len(data) < _HEADER.size:
             raise FormatError("malformed bytecode: file too short for the header")

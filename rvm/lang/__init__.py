@@ -97,10 +97,26 @@ class Session:
         while self.pending:
             rf, sig, name = self.pending.pop(0)
             fc = FunctionCompiler(self, rf.node, rf.source, rf.env, name, sig)
-            fn, names = fc.compile()
+            try:
+                fn, names = fc.compile()
+            except RecursionError:
+                raise rf.source.error(rf.node, "expression too deeply nested to compile",
+                                      "split it into several statements") from None
             self.functions[name] = fn
             self.params[name] = names
         return verify(Program(self.functions, source))
+
+
+def parse(text: str, path: str, offset: int = 0) -> ast.Module:
+    """ast.parse with every failure a CompileError at file:line:col."""
+    try:
+        return ast.parse(text, path)
+    except SyntaxError as e:
+        raise CompileError(f"syntax error: {e.msg}", path, (e.lineno or 1) + offset,
+                           e.offset or 1, (e.text or "").rstrip("\n")) from None
+    except (RecursionError, MemoryError):
+        raise CompileError("expression too deeply nested to parse", path, 1 + offset, 1,
+                           hint="split it into several statements") from None
 
 
 class ReversibleFunction:
@@ -132,7 +148,7 @@ class ReversibleFunction:
         file = inspect.getsourcefile(self.pyfunc) or "<string>"
         text = "".join(lines)
         indent = len(text) - len(text.lstrip(" "))
-        tree = ast.parse(textwrap.dedent(text))
+        tree = parse(textwrap.dedent(text), file, start - 1)
         node = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
         all_lines = linecache.getlines(file) or lines
         self._node = node
@@ -171,8 +187,13 @@ class ReversibleFunction:
 
     def annotations(self) -> list:
         if "annotations" not in self._cache:
-            self._cache["annotations"] = [parse_annotation(a.annotation, self.env)
-                                          for a in self.node.args.args]
+            out = []
+            for a in self.node.args.args:
+                try:
+                    out.append(parse_annotation(a.annotation, self.env))
+                except ValueError as e:
+                    raise self.source.error(a.annotation, str(e)) from None
+            self._cache["annotations"] = out
         return self._cache["annotations"]
 
     def check_signature(self, sig: tuple, node=None, src=None) -> tuple:
@@ -257,18 +278,16 @@ def compile_file(path: str) -> Program:
     import numpy
     with open(path, encoding="utf-8") as f:
         text = f.read()
-    try:
-        tree = ast.parse(text, path)
-    except SyntaxError as e:
-        raise CompileError(f"syntax error: {e.msg}", path, e.lineno or 1, e.offset or 1,
-                           (e.text or "").rstrip("\n")) from None
+    tree = parse(text, path)
     env: dict[str, Any] = {"math": math, "np": numpy, "numpy": numpy}
     source = Source(path, text.splitlines(keepends=True))
     functions = []
     for node in tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
                 isinstance(node.targets[0], ast.Name):
-            with contextlib.suppress(ValueError):
+            # only literal constants are read (the file is not run); others are skipped
+            with contextlib.suppress(ValueError, TypeError, SyntaxError, MemoryError,
+                                     RecursionError):
                 env[node.targets[0].id] = ast.literal_eval(node.value)
         if isinstance(node, ast.FunctionDef) and any(
                 ast.unparse(d).split(".")[-1] == "reversible" for d in node.decorator_list):

@@ -32,17 +32,27 @@ def sig_of(value) -> tuple:
 
 
 def parse_annotation(ann, env: Callable[[str], Any]) -> tuple | None:
-    """float / int / Array[float] / Array[int, 2] -> a signature, or None (infer)."""
+    """float / int / Array[float] / Array[int, 2] (also quoted) -> a signature, or None
+    (infer from the arguments); ValueError for an annotation that is none of these."""
     if ann is None:
         return None
+    if isinstance(ann, ast.Constant) and isinstance(ann.value, str):   # "Array[float]"
+        try:
+            ann = ast.parse(ann.value, mode="eval").body
+        except SyntaxError:
+            raise ValueError(f"cannot read the annotation {ann.value!r}") from None
     text = ast.unparse(ann).replace(" ", "")
     base = text.split(".")[-1]
     if base in ("float", "int"):
         return (base,)
     if "Array[" in text:
         inner = text[text.index("[") + 1:-1].split(",")
-        dtype = FLOAT if inner[0].split(".")[-1] == "float" else INT
-        return ("array", dtype, int(inner[1]) if len(inner) > 1 else 1)
+        dtype = inner[0].split(".")[-1]
+        rank = inner[1] if len(inner) > 1 else "1"
+        if dtype not in ("float", "int") or rank not in ("1", "2") or len(inner) > 2:
+            raise ValueError(f"{text} is not an array type: write Array[float], "
+                             "Array[int], Array[float, 2] or Array[int, 2]")
+        return ("array", FLOAT if dtype == "float" else INT, int(rank))
     return None
 
 

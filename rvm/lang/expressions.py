@@ -14,11 +14,13 @@ import attrs
 from ..core import isa
 from ..core.errors import CompileError
 from ..core.inverse import Code, invert
-from ..core.program import Imm, Instruction, Mem, Reg, Symbol
+from ..core.program import Imm, Instruction, Label, Mem, Reg, Symbol
 
 INT, FLOAT = isa.INT, isa.FLOAT
 BINOPS = {ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "div", ast.Mod: "mod", ast.Pow: "pow"}
 FUNCS = {"exp", "log", "sin", "cos", "tanh", "sqrt", "abs", "atan2", "fmod"}
+BITOPS = {ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<",
+          ast.RShift: ">>"}
 COMPARE = {ast.Eq: "EQ", ast.NotEq: "NE", ast.Lt: "LT", ast.LtE: "LE", ast.Gt: "GT",
            ast.GtE: "GE"}
 
@@ -235,6 +237,8 @@ class Lowering:
         """A register or immediate holding e's value (computed into a temp if compound)."""
         value = self.constant_or_none(e)
         if value is not None:
+            if isinstance(value, int) and not -(1 << 63) <= value < (1 << 63):
+                raise self.error(e, f"the integer {value} does not fit in int64")
             return Imm(float(value) if cls == FLOAT and isinstance(value, bool) else value)
         if isinstance(e, ast.Name):
             var = self.variable(e)
@@ -250,6 +254,8 @@ class Lowering:
             return self.shape(e)
         kind = self.typeof(e)
         t = self.reg(INT if kind == "int" else FLOAT)
+        if self.integer_valued(e, t):
+            return t
         if isinstance(e, ast.Subscript):
             var, mem = self.address(e)
             x = self.reg(var.dtype)
@@ -258,8 +264,38 @@ class Lowering:
             self.emit("EXCH", x, mem)
             self.release(x)
             return t
+        if not (isinstance(e, (ast.BinOp, ast.UnaryOp)) or (
+                isinstance(e, ast.Call) and self.callee_name(e.func) in FUNCS)):
+            raise self.error(e, f"{type(e).__name__} is not supported in expressions")
         self.accumulate(t, 1, e, e)
         return t
+
+    def integer_valued(self, e, t: Reg) -> bool:
+        """Compute a comparison, and/or/not, or a bit operation into the zeroed integer
+        register t; False for anything else. Comparisons are 0 or 1 (as in Janus);
+        & | ^ and shifts by a constant are two's complement on int64 (<< wraps, >>
+        rounds toward minus infinity, as in Python)."""
+        if isinstance(e, (ast.Compare, ast.BoolOp)) or (
+                isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not)):
+            self.boolean(t, e)
+            return True
+        if not (isinstance(e, ast.BinOp) and type(e.op) in BITOPS):
+            return False
+        if isinstance(e.op, (ast.LShift, ast.RShift)):
+            k = self.constant_or_none(e.right)
+            if not isinstance(k, int) or not 0 <= k <= 62:
+                raise self.error(e.right, "shift by a constant from 0 to 62",
+                                 "write x * 2**k or x // 2**k for other amounts")
+            op = "ADD.mul" if isinstance(e.op, ast.LShift) else "ADD.div"
+            self.with_operands([e.left], lambda ops: self.emit(op, t, ops[0], Imm(1 << k)),
+                               INT)
+        elif isinstance(e.op, ast.BitXor):
+            self.with_operands([e.left, e.right], lambda ops: (
+                self.emit("XOR", t, ops[0]), self.emit("XOR", t, ops[1])), INT)
+        else:
+            op = "XOR.and" if isinstance(e.op, ast.BitAnd) else "XOR.or"
+            self.with_operands([e.left, e.right], lambda ops: self.emit(op, t, *ops), INT)
+        return True
 
     def length(self, e) -> Reg:
         if len(e.args) != 1 or not isinstance(e.args[0], ast.Name):
@@ -331,16 +367,20 @@ class Lowering:
                      for (a, b), op in zip(pairs, e.ops)]
             return self.boolean(t, ast.copy_location(ast.BoolOp(op=ast.And(), values=parts), e))
         if isinstance(e, ast.BoolOp):
-            op = "XOR.and" if isinstance(e.op, ast.And) else "XOR.or"
+            # short-circuit, as in Python and Janus: the right side is evaluated only when
+            # the left does not decide (so `n == 0 or A[n - 1] != 5` never reads A[-1])
             first, rest = e.values[0], e.values[1:]
             right = rest[0] if len(rest) == 1 else ast.copy_location(
                 ast.BoolOp(op=e.op, values=rest), e)
-            a, b = self.reg(INT), self.reg(INT)
-            code, _ = self.capture(lambda: (self.boolean(a, first), self.boolean(b, right)))
+            a = self.reg(INT)
+            code, _ = self.capture(lambda: self.boolean(a, first))
             self.code += code
-            self.emit(op, t, a, b)
+            if isinstance(e.op, ast.Or):
+                self.emit("XOR", t, a)                  # t ^= a | b: b only when a == 0
+            self.guarded(a, "EQ" if isinstance(e.op, ast.Or) else "NE",
+                         lambda: self.boolean(t, right))
             self.code += invert(code, self.fresh)
-            self.release(a, b)
+            self.release(a)
             return None
         if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
             self.boolean(t, e.operand)
@@ -349,6 +389,16 @@ class Lowering:
         if self.typeof(e) == "int":
             return self.with_operands([e], lambda ops: self.emit("XOR.ne", t, ops[0], Imm(0)))
         raise self.error(e, "a condition must be a comparison, and/or/not, or an integer")
+
+    def guarded(self, r: Reg, cc: str, body: Callable[[], None]) -> None:
+        """Run body only when `r cc 0`; body must not change r (a reversible if with an
+        empty else, its comefrom asserting the same condition)."""
+        i, j, skip, end = (self.fresh(x) for x in ("if", "then", "else", "fi"))
+        self.emit(f"BR.{isa.NEGATED[cc]}", r, Imm(0), Label(skip), label=i)
+        body()
+        self.emit("JMP", Label(end), label=j)
+        self.emit("CF", Label(i), label=skip)
+        self.emit(f"CF.{cc}", r, Imm(0), Label(j), label=end)
 
     # ------------------------------------------------------------------ names and types
     def variable(self, e) -> Var:
@@ -407,8 +457,11 @@ class Lowering:
                 self.typeof(e.left), self.typeof(e.right)
                 return "float"
             kinds = {self.typeof(e.left), self.typeof(e.right)}
-            if type(e.op) not in (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod,
-                                  ast.BitAnd, ast.BitOr):
+            if type(e.op) in BITOPS:
+                if "float" in kinds:
+                    raise self.error(e, f"{BITOPS[type(e.op)]} needs integer operands")
+                return "int"
+            if type(e.op) not in (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod):
                 raise self.error(e, f"operator {type(e.op).__name__} is not supported")
             return "float" if "float" in kinds else "int"
         if isinstance(e, ast.UnaryOp) and isinstance(e.op, (ast.USub, ast.UAdd)):
@@ -425,7 +478,8 @@ class Lowering:
                 return "float"
             raise self.error(e, f"{name}() cannot be used in an expression",
                              "call reversible functions as statements: f(x, y)")
-        if isinstance(e, (ast.Compare, ast.BoolOp)):
+        if isinstance(e, (ast.Compare, ast.BoolOp)) or (
+                isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not)):
             return "int"
         raise self.error(e, f"{type(e).__name__} is not supported in expressions")
 
