@@ -45,8 +45,11 @@ def _load(path: str) -> Program:
 
 def save(program: Program, path: str | os.PathLike) -> None:
     """Write a program as .rvmb bytecode."""
-    with open(path, "wb") as f:
-        f.write(dumps(program))
+    try:
+        with open(path, "wb") as f:
+            f.write(dumps(program))
+    except OSError as e:
+        raise RvmError(f"{os.fspath(path)}: cannot write: {e.strerror or e}") from None
 
 
 @attrs.frozen

@@ -278,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
         kind = f"{type(e).__name__}: " if isinstance(e, MachineError) else ""
         print(f"rvm: {kind}{e}", file=sys.stderr)
         return 1
+    except OSError as e:                # output the user pointed at (stdout, a file)
+        print(f"rvm: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("rvm: interrupted", file=sys.stderr)
         return 130

@@ -518,7 +518,7 @@ def resolve_engine(engine: str | None) -> str:
     if engine not in ENGINES:
         raise MachineError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     if engine == "native" and not native.available:
-        raise MachineError("the native engine needs numba: pip install 'rvm[fast]' "
+        raise MachineError("the native engine needs numba: pip install numba "
                            "(or use engine='python')")
     return engine
 

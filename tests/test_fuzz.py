@@ -1,0 +1,49 @@
+"""The in-tree fuzzers (tools/fuzz.py): every category of hostile input ends in a clean
+error or a result, never a traceback, a crash, a hang or a wrong answer. A bounded run in
+CI; RVM_SLOW=1 runs many more cases (tools/fuzz.py prints the full table)."""
+
+import os
+import pathlib
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tools"))
+import fuzz
+
+SLOW = os.environ.get("RVM_SLOW") == "1"
+CASES = {"rasm": 300, "rvmb": 80, "frontend": 300, "debugger": 200, "cli": 300,
+         "programs": 60, "programs-native": 10}
+
+
+@pytest.mark.parametrize("category", list(fuzz.CATEGORIES))
+def test_fuzz_category_has_no_tracebacks_crashes_hangs_or_wrong_results(category):
+    n = CASES[category] * (20 if SLOW else 1)
+    details: list = []
+    counts = fuzz.run(category, n, seed=7, details=details)
+    assert sum(counts.values()) == n
+    bad = {k: counts[k] for k in ("traceback", "crash", "hang", "wrong") if counts[k]}
+    assert not bad, f"{category}: {bad}\n" + "\n".join(d[3] or d[2] for d in details[:3])
+    if category == "programs-native" and not fuzz.native_available():
+        pytest.skip("numba is not installed")
+    if category in ("rasm", "rvmb", "frontend"):
+        assert counts["clean"] and counts["ok"]      # the mutations reach both answers
+
+
+def test_the_fuzzer_counts_a_crash_and_a_hang(monkeypatch):
+    """The harness itself: a case that kills its process is a crash, one that never
+    answers is a hang, and the run goes on after both."""
+    import signal
+
+    def case(rng):
+        k = rng.random()
+        if k < 0.2:
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if k < 0.3:
+            import time
+            time.sleep(60)
+        return "ok"
+    monkeypatch.setitem(fuzz.CATEGORIES, "selftest", case)
+    counts = fuzz.run("selftest", 20, seed=1, timeout=2.0)
+    assert counts["crash"] >= 1 and counts["hang"] >= 1
+    assert counts["ok"] + counts["crash"] + counts["hang"] == 20

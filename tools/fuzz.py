@@ -1,0 +1,327 @@
+"""Fuzz rvm the way a hostile user would, and print a table of what happened.
+
+    python tools/fuzz.py [--cases N] [--programs M] [--seed S] [--category C ...]
+
+Categories: mutated .rasm text, mutated .rvmb bytes (loaded programs run on the native
+engine when numba is installed), random valid programs on the python and the native
+engine (agreement with the interpreter, uncall, step/back), mutated frontend sources,
+random debugger command scripts, random CLI arguments. Every case ends in one outcome:
+
+    ok         it worked
+    clean      it failed with rvm's own error (the expected answer to bad input)
+    traceback  any other exception: a bug
+    crash      the process died (a signal): a memory-safety bug
+    hang       no answer within the time limit
+    wrong      an engine disagreed with the interpreter, or a round trip lost state
+
+Each category runs in a child process; a crash or a hang kills only that child, which is
+restarted after the case. tests/test_fuzz.py runs a few hundred cases per category;
+RVM_SLOW=1 runs more.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import math
+import multiprocessing as mp
+import pathlib
+import random
+import sys
+import time
+import traceback
+import zlib
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))          # the random program generator
+OUTCOMES = ("ok", "clean", "traceback", "crash", "hang", "wrong")
+TIMEOUT = 60.0                                   # seconds without progress: a hang
+
+
+def _mutate_bytes(data: bytes, rng: random.Random) -> bytes:
+    b = bytearray(data)
+    for _ in range(rng.randint(1, 4)):
+        pos = rng.randrange(len(b))
+        r = rng.random()
+        if r < 0.6:
+            b[pos] = rng.randrange(256)
+        elif r < 0.8:
+            del b[pos:pos + rng.randint(1, 8)]
+        else:
+            b[pos:pos] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
+    return bytes(b)
+
+
+TOKENS = ["r0", "r9", "f1", "f70000", "[r0 + 1]", "[r1 + r2]", "-1", "9223372036854775807",
+          "-9223372036854775808", "1e308", "nan", "0x7f", "top", "done", ",", ":", ";",
+          "CALL", "UNCALL", "JMP", "CF", "BR.EQ", "ALLOC", "FREE", "EXCH", "PUSH", "POP",
+          "MUL", "DIV", "ADD.exp", "SUB.log", "ROT", ".func", ".end", "(", ")", "\n"]
+
+
+def _mutate_text(text: str, rng: random.Random) -> str:
+    words = text.split(" ")
+    for _ in range(rng.randint(1, 3)):
+        pos = rng.randrange(len(words))
+        r = rng.random()
+        if r < 0.4:
+            words[pos] = rng.choice(TOKENS)
+        elif r < 0.6:
+            del words[pos]
+        elif r < 0.8:
+            words.insert(pos, rng.choice(TOKENS))
+        else:
+            w = words[pos]
+            if w:
+                k = rng.randrange(len(w))
+                words[pos] = w[:k] + chr(rng.randrange(32, 127)) + w[k + 1:]
+    return " ".join(words)
+
+
+def native_available() -> bool:
+    from rvm.engines import native
+    return native.available
+
+
+def _run_all(p, engine: str, max_steps: int = 5000) -> None:
+    import rvm
+    for fn in p.functions.values():
+        args = [3 if r.cls == "i" else 0.5 for r in fn.params]
+        with contextlib.suppress(rvm.RvmError):
+            p.call(fn.name, *args, engine=engine, max_steps=max_steps, heap_limit=4096)
+
+
+# ------------------------------------------------------------------ the categories
+
+
+def case_rasm(rng: random.Random) -> str:
+    import rvm
+    path = rng.choice(sorted((ROOT / "asm").glob("*.rasm")))
+    text = _mutate_text(path.read_text(), rng)
+    try:
+        p = rvm.assemble(text, "fuzz.rasm")
+    except rvm.RvmError:
+        return "clean"
+    _run_all(p, "interp")
+    return "ok"
+
+
+def case_rvmb(rng: random.Random) -> str:
+    import rvm
+    from rvm.engines import native
+    path = rng.choice(sorted((ROOT / "asm").glob("*.rasm")))
+    data = bytearray(_mutate_bytes(rvm.dumps(rvm.load(path)), rng))
+    if len(data) >= 14 and rng.random() < 0.9:      # keep the CRC right, reach the parser
+        data[10:14] = zlib.crc32(bytes(data[14:])).to_bytes(4, "little")
+    try:
+        p = rvm.loads(bytes(data), "fuzz.rvmb")
+    except rvm.RvmError:
+        return "clean"
+    _run_all(p, "native" if native.available else "python")
+    return "ok"
+
+
+def case_program(rng: random.Random, engines=("python",)) -> str:
+    """A random valid program on each engine: results agree with the interpreter, the
+    uncall restores the inputs, N steps forward then N back restore the state."""
+    from progen import program
+
+    import rvm
+    from rvm.engines import native
+    text = program(rng.randrange(2 ** 32))
+    args = tuple(rng.randint(-9, 9) for _ in range(3)) + \
+        tuple(rng.randint(-16, 16) / 8 for _ in range(3))
+    p = rvm.assemble(text, "gen.rasm")
+    outcome = "ok"
+
+    def result(engine):
+        try:
+            return p.call("main", *args, engine=engine)
+        except rvm.RvmError as e:
+            return type(e).__name__
+    ref = result("interp")
+    for engine in engines:
+        if engine == "native" and not native.available:
+            continue
+        got = result(engine)
+        if isinstance(ref, str) or isinstance(got, str):
+            if ref != got:
+                return "wrong"
+            outcome = "clean"
+        elif not _close(ref, got):
+            return "wrong"
+    if isinstance(ref, tuple):
+        if not _close(p.uncall("main", *ref, engine="interp"), args):
+            return "wrong"
+        m = rvm.Machine(p, engine="interp")
+        m.enter("main", *args)
+        start = m.snapshot()
+        n = 0
+        while n < 200 and m.step():
+            n += 1
+        for _ in range(n):
+            m.back()
+        if not _close(m.snapshot()[0][0][3], start[0][0][3]):
+            return "wrong"
+    return outcome
+
+
+def _close(a, b) -> bool:
+    """Integers exactly, floats up to rounding (x - 1 + 1 need not be x)."""
+    return len(a) == len(b) and all(
+        x == y if isinstance(x, int) and isinstance(y, int)
+        else math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-9) for x, y in zip(a, b))
+
+
+def case_frontend(rng: random.Random) -> str:
+    import rvm
+    path = rng.choice(sorted((ROOT / "examples").glob("*.py")))
+    text = _mutate_text(path.read_text(), rng).replace("rvm.reversible", "rvm.reversible")
+    out = pathlib.Path(f"/tmp/rvm_fuzz_{id(rng)}.py")
+    out.write_text(text)
+    try:
+        rvm.load(out)
+    except rvm.RvmError:
+        return "clean"
+    finally:
+        out.unlink()
+    return "ok"
+
+
+DEBUG_WORDS = ["s", "si", "n", "c", "rs", "rsi", "rn", "rc", "finish", "reverse-finish",
+               "b", "tbreak", "delete", "watch", "display", "p", "x/4", "info", "bt", "up",
+               "down", "grad on", "grad off", "list", "disas", "run", "goto", "set",
+               "condition 1", "disable", "enable", "help", "frobnicate"]
+DEBUG_ARGS = ["", "r0", "r1 + 1", "r2 % 0", "2 ** 99999", "heap[3]", "r0[1]", "7", "-3",
+              "fib:*2", "12", "r1 > 3", "grad[f0]", "registers", "breakpoints", "1", "(",
+              "x = 3", "r1 = 5", "fib", "*5", "999999"]
+
+
+def case_debugger(rng: random.Random) -> str:
+    import rvm
+    from rvm.debugger import Debugger
+    dbg = Debugger(rvm.load(ROOT / "asm" / "fib.rasm"), "fib", (rng.randint(0, 12), 0, 0),
+                   max_steps=100_000)
+    for _ in range(rng.randint(1, 12)):
+        dbg.execute(f"{rng.choice(DEBUG_WORDS)} {rng.choice(DEBUG_ARGS)}".strip())
+        if dbg.done:
+            break
+    return "ok"
+
+
+CLI_WORDS = ["run", "grad", "jvp", "hessian", "dis", "asm", "compile", "debug", "--entry",
+             "--args", "--loss", "--json", "--backward", "--engine", "interp", "python",
+             "--max-steps", "--heap-limit", "0", "-1", "1e9", "-1e-8", "[1.0,2.0]", "[1,",
+             "--no-checks", "--trace", "--tangents", "--wrt", "f0", "r0", "fib", "main",
+             "--", "-o", "/nonexistent/dir/x.rvmb", "--plain", "--emit", "asm", "nan"]
+CLI_FILES = ["asm/fib.rasm", "asm/besselj.rasm", "asm/arrays.rasm", "examples/iexp.py",
+             "/nonexistent.rasm", "README.md"]
+
+
+def case_cli(rng: random.Random) -> str:
+    from rvm.cli import main
+    argv = [rng.choice(CLI_WORDS[:8]), str(ROOT / rng.choice(CLI_FILES))]
+    argv += [rng.choice(CLI_WORDS) for _ in range(rng.randint(0, 8))]
+    if rng.random() < 0.2:
+        argv += ["-o", rng.choice(["/nonexistent/dir/x.rvmb", "/proc/x.rvmb", "/tmp"])]
+    if "debug" in argv:
+        argv += ["--batch", "/dev/null"]
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            code = main(argv)
+        except SystemExit as e:           # argparse's usage errors
+            code = e.code
+    return "ok" if code == 0 else "clean"
+
+
+def case_program_native(rng: random.Random) -> str:
+    return case_program(rng, engines=("native",))
+
+
+CATEGORIES = {"rasm": case_rasm, "rvmb": case_rvmb, "frontend": case_frontend,
+              "debugger": case_debugger, "cli": case_cli, "programs": case_program,
+              "programs-native": case_program_native}
+
+
+# ------------------------------------------------------------------ running
+
+
+def _child(category: str, seed: int, start: int, count: int, conn) -> None:
+    import warnings
+    warnings.simplefilter("ignore")
+    case = CATEGORIES[category]
+    for k in range(start, count):
+        rng = random.Random(seed * 1_000_003 + k)
+        try:
+            outcome = case(rng)
+            detail = ""
+        except Exception:
+            outcome, detail = "traceback", traceback.format_exc(limit=6)
+        conn.send((k, outcome, detail))
+    conn.send(None)
+
+
+def run(category: str, count: int, seed: int = 0, timeout: float = TIMEOUT,
+        details: list | None = None) -> dict[str, int]:
+    """Run `count` cases of a category in child processes; outcome counts."""
+    counts = dict.fromkeys(OUTCOMES, 0)
+    ctx = mp.get_context("fork")
+    k = 0
+    while k < count:
+        recv, send = ctx.Pipe(duplex=False)
+        child = ctx.Process(target=_child, args=(category, seed, k, count, send))
+        child.start()
+        send.close()
+        while True:
+            if not recv.poll(timeout):
+                child.kill()
+                child.join()
+                counts["hang"] += 1
+                if details is not None:
+                    details.append((category, k, "hang", ""))
+                k += 1
+                break
+            try:
+                msg = recv.recv()
+            except EOFError:             # the child died: a crash in case k
+                child.join()
+                counts["crash"] += 1
+                if details is not None:
+                    details.append((category, k, f"crash (exit {child.exitcode})", ""))
+                k += 1
+                break
+            if msg is None:
+                child.join()
+                k = count
+                break
+            k, outcome, detail = msg
+            counts[outcome] += 1
+            if outcome in ("traceback", "wrong") and details is not None:
+                details.append((category, k, outcome, detail))
+            k += 1
+        recv.close()
+    return counts
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cases", type=int, default=1000, help="cases per input category")
+    ap.add_argument("--programs", type=int, default=200, help="random programs")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--category", nargs="*", choices=list(CATEGORIES))
+    args = ap.parse_args()
+    details: list = []
+    print(f"| category | cases | {' | '.join(OUTCOMES)} | seconds |")
+    print("|---|---|" + "---|" * (len(OUTCOMES) + 1))
+    for name in args.category or CATEGORIES:
+        n = args.programs if name.startswith("programs") else args.cases
+        t = time.time()
+        counts = run(name, n, args.seed, details=details)
+        print(f"| {name} | {n} | " + " | ".join(str(counts[o]) for o in OUTCOMES) +
+              f" | {time.time() - t:.0f} |", flush=True)
+    for category, k, outcome, detail in details[:20]:
+        print(f"\n{category} case {k}: {outcome}\n{detail}")
+
+
+if __name__ == "__main__":
+    main()
