@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "bench"))
-from programs import leapfrog  # noqa: E402
+from programs import leapfrog
 
-from rvm.engines import native  # noqa: E402
+from rvm.engines import native
 
 
 def best(f, repeat: int = 5) -> float:
