@@ -10,7 +10,7 @@ import os
 import attrs
 import numpy as np
 
-from .core.errors import RvmError
+from .core.errors import RvmError, UsageError
 from .core.program import Program
 from .engines.machine import machine_for, resolve_engine
 from .formats.assembly import assemble
@@ -107,23 +107,23 @@ def vmap(fn, in_axes=0):
     if not (in_axes is None or _is_zero(in_axes) or (
             isinstance(in_axes, (list, tuple)) and
             all(a is None or _is_zero(a) for a in in_axes))):
-        raise ValueError(f"in_axes must be 0, None, or a list of 0 and None (one per "
+        raise UsageError(f"in_axes must be 0, None, or a list of 0 and None (one per "
                          f"argument; rvm batches along the first axis only), got {in_axes!r}")
 
     def run(*args):
         axes = [in_axes] * len(args) if not isinstance(in_axes, (list, tuple)) \
             else list(in_axes)
         if len(axes) != len(args):
-            raise ValueError(f"in_axes has {len(axes)} entries for {len(args)} arguments")
+            raise UsageError(f"in_axes has {len(axes)} entries for {len(args)} arguments")
         for k, (a, ax) in enumerate(zip(args, axes)):
             if ax is not None and np.ndim(a) == 0:
-                raise ValueError(f"argument {k} is batched (in_axes 0) but is a scalar; "
+                raise UsageError(f"argument {k} is batched (in_axes 0) but is a scalar; "
                                  "give it in_axes None or pass an array of rows")
         sizes = {len(a) for a, ax in zip(args, axes) if ax is not None}
         if not sizes:
-            raise ValueError("vmap needs at least one batched argument (in_axes 0)")
+            raise UsageError("vmap needs at least one batched argument (in_axes 0)")
         if len(sizes) != 1:
-            raise ValueError(f"batched arguments must have the same length, got "
+            raise UsageError(f"batched arguments must have the same length, got "
                              f"{sorted(sizes)}")
         n = sizes.pop()
         if n == 0:

@@ -225,3 +225,28 @@ def test_recursive_programs_never_run_natively():
         assert fact.call("fact", 10, 0, engine=engine) == (10, 3628800)
     with pytest.raises(rvm.MachineError, match="call depth"):
         fact.call("fact", -1, 0, engine=engine)
+
+
+@pytest.mark.skipif(not native.available, reason="numba is not installed")
+def test_every_instruction_compiles_natively_in_every_mode():
+    """numba types the generated code of every instruction form: no program falls back to
+    the python engine (forwards, uncall, gradient)."""
+    import warnings
+
+    from test_transforms import FORMS, program
+    ints = ["ADD r0, r1", "SUB.mul r0, r1, 3", "ADD.div r0, r1, 2", "ADD.mod r0, r1, 5",
+            "XOR.and r0, r1, 6", "XOR.or r0, r1, 6", "XOR.lt r0, r1, 2", "ADD.abs r0, r1",
+            "NEG r0", "INC r0", "DEC r0", "SWAP r0, r1"]
+    for body in [b for b, _ in FORMS] + ints:
+        n = 3 if body.startswith(("ROT", "IROT")) or body.count(",") == 2 else 2
+        cls = "r" if body in ints else "f"
+        p = rvm.assemble(f".func t({', '.join(f'{cls}{k}' for k in range(n))})\n"
+                         f"    {body}\n.end\n", "t.rasm")
+        args = [3] * n if cls == "r" else [1.25, 1.5, 0.5][:n]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            out = p.call("t", *args, engine="native")
+            p.uncall("t", *out, engine="native")
+            if cls == "f":
+                rvm.grad(p["t"], loss=0, engine="native")(*args)
+    assert program  # the forms come from the transform tests
