@@ -173,6 +173,18 @@ def cmd_hessian(args) -> None:
         print(np.array2string(h, separator=", "))
 
 
+def cmd_cache(args) -> None:
+    from .engines import cache
+    if args.action == "clear":
+        print(f"removed {cache.clear()} cached program(s)")
+        return
+    where, programs, size = cache.info()
+    if where is None:
+        print("the native code cache is off (RVM_CACHE_DIR is empty)")
+    else:
+        print(f"{where}: {programs} program(s), {size / 1e6:.1f} MB")
+
+
 def cmd_debug(args) -> None:
     from .debugger import Debugger, repl
     program = load(args.file)
@@ -253,6 +265,11 @@ def parser() -> argparse.ArgumentParser:
     h.add_argument("--wrt", nargs="*", metavar="P",
                    help="the float parameters (default: all)")
     h.set_defaults(run=cmd_hessian)
+
+    k = sub.add_parser("cache", allow_abbrev=False,
+                       help="the on-disk cache of native code: where, how big; or clear it")
+    k.add_argument("action", choices=["info", "clear"])
+    k.set_defaults(run=cmd_cache)
 
     b = runner("debug", "step through a function forwards and backwards (gdb-like)")
     b.add_argument("--batch", metavar="FILE", help="run the commands in FILE, one per line")

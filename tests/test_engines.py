@@ -250,3 +250,42 @@ def test_every_instruction_compiles_natively_in_every_mode():
             if cls == "f":
                 rvm.grad(p["t"], loss=0, engine="native")(*args)
     assert program  # the forms come from the transform tests
+
+
+@pytest.mark.skipif(not native.available, reason="numba is not installed")
+def test_native_code_is_cached_on_disk_across_processes(tmp_path):
+    """A second process finds the program's machine code in RVM_CACHE_DIR and does not
+    compile it again; `rvm cache info|clear` show and empty the cache."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, RVM_CACHE_DIR=str(tmp_path / "cache"))
+    script = ("import time, rvm; p = rvm.load('asm/poly.rasm'); t = time.time(); "
+              "print(rvm.grad(p['f'], loss=0, engine='native')(0.0, 1.0, 3.0)[1:]); "
+              "print(time.time() - t)")
+    runs = [subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=600) for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.splitlines()[0] == "(660.0, 528.0)"
+    cached = list((tmp_path / "cache").glob("rvm_native_*.py"))
+    assert len(cached) == 1 and list((tmp_path / "cache" / "__pycache__").glob("*.nbi"))
+    first, second = (float(r.stdout.splitlines()[1]) for r in runs)
+    assert second < first
+    cli = [sys.executable, "-m", "rvm.cli", "cache"]
+    info = subprocess.run(cli + ["info"], env=env, capture_output=True, text=True)
+    assert "1 program(s)" in info.stdout
+    cleared = subprocess.run(cli + ["clear"], env=env, capture_output=True, text=True)
+    assert "removed 1" in cleared.stdout and not list((tmp_path / "cache").glob("rvm_*"))
+
+
+def test_without_a_writable_cache_native_code_compiles_in_memory(monkeypatch, tmp_path):
+    from rvm.engines import cache
+    monkeypatch.setenv("RVM_CACHE_DIR", "")
+    assert cache.directory() is None
+    module = cache.load(lambda cached: f"X = {cached!r}\n")
+    assert module.X is False
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    monkeypatch.setenv("RVM_CACHE_DIR", str(blocked / "sub"))
+    assert cache.load(lambda cached: f"X = {cached!r}\n").X is False

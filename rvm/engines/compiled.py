@@ -30,7 +30,9 @@ from .templates import Fault, Limit, Operands, condition, esc, fault, render, sh
 MODES = {"fw": (False, False), "bw": (True, False), "gfw": (False, True), "gbw": (True, True)}
 
 
-BUDGET_EXHAUSTED = "raise Limit('step budget exhausted (an endless loop?)')"
+# the interpreter re-runs a failed pass and reports which it was, and where
+BUDGET_OR_FINITE = ("raise Limit('step budget exhausted, or a float result not finite "
+                    "(the interpreter tells which)')")
 
 
 def _local(reg: Reg) -> tuple[str, str]:
@@ -93,7 +95,7 @@ class _Writer:
             template = isa.OPS[spec.inverse].adjoint
         else:
             template = spec.forward[ops.cls]
-        for line in render(template, ops):
+        for line in render(template, ops, deferred=True):
             self.emit(depth, line)
 
     def resolve(self, target: int, jumped: bool) -> tuple[list[tuple[int, bool]], int]:
@@ -132,7 +134,7 @@ class _Writer:
             self.emit(depth, f"_n -= {passed}")
         b = self.block_of(path[-1][0])
         if 0 <= b <= k:                 # a back edge: the only way to run for ever
-            self.emit(depth, "if _n < 0: " + BUDGET_EXHAUSTED)
+            self.emit(depth, "if _n < 0 or _fin != 0.0: " + BUDGET_OR_FINITE)
         if b == k and self.inner:
             self.emit(depth, "continue")
             return
@@ -168,6 +170,7 @@ class _Writer:
                 self.emit(2, f"{shadow} = 0.0")
         self.arrive(2, 0, False)
         self.emit(2, "_n = M.budget")
+        self.emit(2, "_fin = 0.0")
         loop = len(leaders) > 1
         if loop:
             self.emit(2, "_b = 0")
@@ -221,7 +224,7 @@ class _Writer:
                 self.emit(2, f"if {test}: " + fault(
                     f"{fn.name}: local {r} = {{{value}!r}} not restored to zero when "
                     "leaving the frame"))
-        self.emit(2, "if _n < 0: " + BUDGET_EXHAUSTED)
+        self.emit(2, "if _n < 0 or _fin != 0.0: " + BUDGET_OR_FINITE)
         self.emit(2, "M.budget = _n")
         self.emit(2, f"return {', '.join(self.params())},")
         return "\n".join(self.lines)
@@ -287,11 +290,14 @@ class Compiled:
         seeds = [f"s{k}" for k, p in enumerate(fn.params) if p.cls == isa.FLOAT]
         outs = [f"o[{k}]" for k in range(len(fn.params))]
         if not heap:
+            # fresh (writable) arrays, not module constants: numba types constant arrays
+            # as read-only, which would compile every function a second time
             return (f"def {self.name(fn.name, 'vgs')}(budget, {', '.join(params + seeds)}):\n"
+                    "    hi = np.zeros(1, np.int64)\n"
                     "    top = np.zeros(2, np.int64)\n"
                     "    top[1] = budget\n"
-                    f"    return {self.name(fn.name, 'vg')}(NO_HI, NO_HF, NO_HG, top, "
-                    f"{', '.join(params + seeds)})\n")
+                    f"    return {self.name(fn.name, 'vg')}(hi, hi.view(np.float64), "
+                    f"np.zeros(1), top, {', '.join(params + seeds)})\n")
         heap = "HI, HF, HG, TOP"
         return (f"def {self.name(fn.name, 'vg')}({heap}, {', '.join(params + seeds)}):\n"
                 "    t0, b0 = TOP[0], TOP[1]\n"

@@ -136,8 +136,12 @@ class _Key:
         return self.key
 
 
-def render(template: str, ops: Operands) -> list[str]:
-    """Python statements for one template (see the template language in rvm.core.isa)."""
+def render(template: str, ops: Operands, deferred: bool = False) -> list[str]:
+    """Python statements for one template (see the template language in rvm.core.isa).
+    deferred: instead of testing each float result for inf/nan, fold it into `_fin`
+    (which stays 0.0 while every result is finite), for a caller that tests `_fin` at loop
+    back edges and at its exit (the compiled engines: a failure re-runs the pass on the
+    interpreter, which finds the instruction)."""
     out = list(ops.prelude) if template.strip() else []
     for line in template.splitlines():
         if not line.strip() or ops.has_missing_shadow(line):
@@ -155,7 +159,9 @@ def render(template: str, ops: Operands) -> list[str]:
                 if ops.cls == isa.INT:
                     out.append(f"{ops.expr(lhs)} = _v if {_INT_BOUNDS} else wrap(_v)")
                     continue
-                if ops.arithmetic:   # inf or nan could not be subtracted back out
+                if ops.arithmetic and deferred:
+                    out.append("_fin += _v - _v")
+                elif ops.arithmetic:   # inf or nan could not be subtracted back out
                     out.append("if _v - _v != 0.0: " + fault(
                         f"{esc(ops.src[target.group(1)])} would become {{_v}}: not finite"))
                 out.append(f"{ops.expr(lhs)} = _v")

@@ -1,0 +1,95 @@
+"""The on-disk cache of native code.
+
+A program's native functions are written as a Python module named by a hash of its text
+(which holds the generated code, so the program's bytecode, and the tolerance) and of the
+versions of rvm, numba and Python. numba compiles each function on its first call and,
+the module being a real file, keeps the machine code beside it (`njit(cache=True)`), so a
+program compiles once per machine instead of once per process.
+
+Where: `$RVM_CACHE_DIR`, else `$XDG_CACHE_HOME/rvm`, else `~/.cache/rvm`. Files are
+written to a temporary name and renamed into place, so processes sharing the directory
+never see half a file (two that race write the same bytes). `RVM_CACHE_DIR=` (empty)
+turns the cache off; so does a directory that cannot be written: code is then compiled in
+memory, as before. `rvm cache info` and `rvm cache clear` show and empty it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import pathlib
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable
+
+VERSION = "1"          # bump when the generated code's conventions change
+
+
+def directory() -> pathlib.Path | None:
+    """The cache directory, or None when the cache is turned off."""
+    configured = os.environ.get("RVM_CACHE_DIR")
+    if configured is not None:
+        return pathlib.Path(configured).expanduser() if configured else None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return pathlib.Path(base) / "rvm"
+
+
+def _key(text: str) -> str:
+    import numba
+    stamp = f"{VERSION}|{numba.__version__}|{sys.version}|{sys.platform}\n"
+    return hashlib.sha256((stamp + text).encode()).hexdigest()[:32]
+
+
+def load(source: Callable[[bool], str]):
+    """The module for `source(cached)` (its text, told whether it lives in a file): from
+    the cache directory, written there first if new; in memory if there is no cache."""
+    where = directory()
+    if where is not None:
+        try:
+            return _from_file(where, source)
+        except OSError:          # not writable: compile in memory instead
+            pass
+    module = type(sys)("rvm_native")
+    exec(compile(source(False), "<rvm native>", "exec"), module.__dict__)
+    return module
+
+
+def _from_file(where: pathlib.Path, source: Callable[[bool], str]):
+    text = source(True)
+    name = f"rvm_native_{_key(text)}"
+    path = where / f"{name}.py"
+    if not path.exists():
+        where.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=where, suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    module = sys.modules.get(name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[name] = module
+    return module
+
+
+def info() -> tuple[pathlib.Path | None, int, int]:
+    """(directory, number of cached programs, bytes on disk)."""
+    where = directory()
+    if where is None or not where.is_dir():
+        return where, 0, 0
+    files = [p for p in where.rglob("*") if p.is_file()]
+    programs = sum(1 for p in where.glob("rvm_native_*.py"))
+    return where, programs, sum(p.stat().st_size for p in files)
+
+
+def clear() -> int:
+    """Remove every cached program; the number removed."""
+    where, programs, _ = info()
+    if where is not None and where.is_dir():
+        for p in where.iterdir():
+            if p.name.startswith("rvm_native_") or p.name == "__pycache__":
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+    return programs

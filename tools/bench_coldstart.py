@@ -1,0 +1,39 @@
+"""Cold start: the first native gradient of the Bessel function in a fresh process, with an
+empty native-code cache and then with the cache warm (each in its own process).
+
+    python tools/bench_coldstart.py
+"""
+
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SCRIPT = """
+import time
+t0 = time.perf_counter()
+import rvm
+from besselj import besselj
+g = rvm.grad(besselj, loss="out", engine="native")
+g(0.0, 2, 1.0)
+print(time.perf_counter() - t0)
+"""
+
+
+def first_call(cache: str) -> float:
+    env = dict(os.environ, RVM_CACHE_DIR=cache, PYTHONPATH=str(ROOT / "examples"))
+    r = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
+                       text=True, check=True)
+    return float(r.stdout.split()[-1])
+
+
+if __name__ == "__main__":
+    with tempfile.TemporaryDirectory() as cache:
+        cold = first_call(cache)
+        warm = min(first_call(cache) for _ in range(3))
+    print("| first native gradient of J_2(1.0), fresh process | seconds |")
+    print("|---|---|")
+    print(f"| empty cache (compiles) | {cold:.2f} |")
+    print(f"| warm cache (best of 3) | {warm:.2f} |")
