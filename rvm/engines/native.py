@@ -49,7 +49,8 @@ def rewrite(line: str) -> str:
 
 
 # Heap helpers, mirroring rvm.engines.machine.Machine (capacity is the arrays' length).
-# They are source for the generated module, compiled with the program's functions.
+# They are source for the generated module, compiled with the program's functions (TOL is
+# the module's tolerance).
 def alloc(HI, TOP, n):
     base = TOP[0]
     if n < 0 or n > HI.shape[0] - base:          # (base + n could overflow)
@@ -62,7 +63,7 @@ def free(HI, HF, HG, TOP, d, n):
     if n < 0 or d != TOP[0] - n:
         raise Fault("FREE of a block that is not the top block")
     for c in range(d, TOP[0]):
-        if HI[c] != 0 and not (2.2250738585072014e-308 <= abs(HF[c]) <= TOL):
+        if HI[c] != 0 and not (2.2250738585072014e-308 <= abs(HF[c]) <= TOL):  # noqa: F821
             raise Fault("FREE of a cell that is not zero")
     for c in range(d, TOP[0]):
         HI[c] = 0
