@@ -160,3 +160,30 @@ def test_heap_programs_are_refused_with_a_clear_error():
     p = rvm.load(ROOT / "asm" / "arrays.rasm")
     with pytest.raises(TransformError, match="heap memory"):
         rvm.adjoint(p["dot"])(np.ones(2), np.ones(2), 0.0, 1.0)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_min_max_saddle_points_by_gradients_inside_gradients(engine):
+    from minmax import coupled, outer1, saddle_bowl, saddle_coupled
+    (s, t), (u, v) = saddle_bowl(engine=engine)
+    assert max(abs(s), abs(t), abs(u), abs(v)) < 1e-10
+    x, y = saddle_coupled(engine=engine)
+    assert abs(x + 1 / 6.5) < 1e-12 and abs(y + 1.5 / 6.5) < 1e-12
+    # the outer gradient goes through the inner step: dL/dx = 6.5 x + 1, by hand
+    g = rvm.grad(outer1, loss="L", engine=engine)(coupled, rvm.adjoint(coupled), 0.0, 2.0,
+                                                   0.0, 0.5)
+    assert g[:2] == (None, None) and g[3] == 14.0
+
+
+def test_a_function_argument_compiles_one_copy_per_function():
+    from minmax import ascend1, coupled
+    a, b = rvm.adjoint(coupled), rvm.tangent(coupled)
+    assert ascend1(a, 0.0, 2.0, 0.0, 0.5) == (a, 3.0, 2.0, 0.0, 0.5)
+    program, name, names = ascend1.specialize((a, 0.0, 2.0, 0.0, 0.5))
+    assert names == ["y1", "x", "y0", "eta"]
+    other, _, _ = ascend1.specialize((rvm.adjoint(coupled), 0.0, 2.0, 0.0, 0.5))
+    assert other is not program                      # another function, another copy
+    # the tangent takes six arguments too: the same code computes a directional derivative
+    assert ascend1(b, 0.0, 2.0, 0.0, 0.5) == (b, 0.0, 2.0, 0.0, 0.5)
+    with pytest.raises(rvm.CompileError, match="takes 3 arguments"):
+        ascend1(coupled, 0.0, 2.0, 0.0, 0.5)

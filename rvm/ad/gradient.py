@@ -229,6 +229,8 @@ def value_and_grad(fn, loss: Loss = 0, **machine_options) -> Callable[..., tuple
     direct = _Direct(runner, loss)
 
     def run(*args) -> tuple[tuple, tuple]:
+        if any(is_function(a) for a in args):        # functions passed as arguments
+            return with_functions(fn, args, loss, machine_options)
         fast = direct(args)
         if fast is not None:
             return fast
@@ -239,6 +241,40 @@ def value_and_grad(fn, loss: Loss = 0, **machine_options) -> Callable[..., tuple
 
     run.__name__ = f"value_and_grad_{runner.name}"
     return run
+
+
+def is_function(value) -> bool:
+    return hasattr(value, "specialize") or hasattr(value, "lower")
+
+
+class _Bound:
+    """fn with its function arguments fixed: the other arguments are the machine's."""
+
+    def __init__(self, fn, args):
+        self.fn, self.args = fn, args
+        self.name, self.backward = getattr(fn, "name", "fn"), getattr(fn, "backward", False)
+
+    def specialize(self, values):
+        it = iter(values)
+        return self.fn.specialize([a if is_function(a) else next(it) for a in self.args])
+
+
+def with_functions(fn, args, loss: Loss, options: dict) -> tuple[tuple, tuple]:
+    """value_and_grad for a call that passes functions: they come back as they are, with
+    None as their gradient; an index `loss` counts every argument."""
+    positions = [k for k, a in enumerate(args) if not is_function(a)]
+    if isinstance(loss, (int, np.integer)) and not isinstance(loss, bool):
+        if loss not in positions:
+            raise MachineError(f"loss index {loss} is not a number argument", fn.name)
+        loss = positions.index(loss)
+    elif isinstance(loss, tuple) and loss and isinstance(loss[0], int):
+        loss = (positions.index(loss[0]), *loss[1:])
+    values, grads = value_and_grad(_Bound(fn, args), loss, **options)(
+        *[args[k] for k in positions])
+    out_v, out_g = list(args), [None] * len(args)
+    for k, v, g in zip(positions, values, grads):
+        out_v[k], out_g[k] = v, g
+    return tuple(out_v), tuple(out_g)
 
 
 def grad(fn, loss: Loss = 0, **machine_options) -> Callable[..., tuple]:

@@ -125,10 +125,14 @@ _jit = numba.njit(cache={cache})
 """
 
 
+# read once, at import, while the file on disk is the one these functions came from
+HELPERS_SOURCE = "\n\n".join(inspect.getsource(f) for f in HELPERS)
+
+
 def module_source(functions_source: str, names: list[str], tol: float, cache: bool) -> str:
     """The text of a module defining the helpers and the generated functions, each
     wrapped by numba.njit (compiled lazily, on a function's first call)."""
-    helpers = "\n\n".join(inspect.getsource(f) for f in HELPERS)
+    helpers = HELPERS_SOURCE
     jits = "\n".join(f"{f.__name__} = _jit({f.__name__})" for f in HELPERS)
     tail = "\n".join(f"{name} = _jit({name})" for name in names)
     return (PRELUDE.format(tol=tol, cache=cache) + helpers + "\n\n" + jits + "\n\n" +

@@ -25,7 +25,8 @@ from ..core import isa
 from ..core.errors import CompileError, MachineError, RvmError
 from ..core.program import FuncRef, Instruction, Program
 from ..core.verify import verify
-from .compiler import FunctionCompiler, parse_annotation, sig_of
+from ..engines.machine import machine_for
+from .compiler import FunctionCompiler, is_function, parse_annotation, sig_of
 from .expressions import Source
 
 
@@ -244,11 +245,14 @@ class ReversibleFunction:
         return session.run(self.source.file)
 
     def __call__(self, *args, **machine_options):
-        from ..engines.machine import machine_for
+        """Run on the arguments; every argument's final value (functions passed as
+        arguments come back as they are)."""
         program, name, names = self.specialize(args)
         m = machine_for(program, **machine_options)
-        m.enter(name, *args, backward=self.backward, names=names)
-        return m.finish()
+        values = [a for a in args if not is_function(a)]
+        m.enter(name, *values, backward=self.backward, names=names)
+        out = iter(m.finish())
+        return tuple(a if is_function(a) else next(out) for a in args)
 
     def __invert__(self) -> ReversibleFunction:
         return ReversibleFunction(self.pyfunc, node=self._node, source=self._source,
@@ -260,6 +264,8 @@ class ReversibleFunction:
 
 
 def _show(sig: tuple) -> str:
+    if sig[0] == "function":
+        return "a function"
     if sig[0] == "array":
         return f"Array[{'float' if sig[1] == 'f' else 'int'}, {sig[2]}]"
     return sig[0]

@@ -19,9 +19,17 @@ from ..core.program import FuncRef, Function, Imm, Label, Reg
 from .expressions import FLOAT, INT, Lowering, Var
 
 
+def is_function(value) -> bool:
+    """A reversible function, or a transformed one (rvm.adjoint / rvm.tangent)?"""
+    return hasattr(value, "specialize") or hasattr(value, "lower")
+
+
 def sig_of(value) -> tuple:
-    """The argument signature of a Python value."""
+    """The argument signature of a Python value; a function argument is part of the
+    signature itself (one compiled copy per function passed)."""
     import numpy as np
+    if is_function(value):
+        return ("function", value)
     if isinstance(value, np.ndarray):
         return ("array", FLOAT if value.dtype.kind == "f" else INT, value.ndim)
     if isinstance(value, (bool, np.bool_)):
@@ -67,6 +75,9 @@ class FunctionCompiler(Lowering):
             raise self.error(self.node, "reversible functions take plain positional "
                              "parameters only (no *args, **kwargs, defaults)")
         for arg, sig in zip(args.args, self.sig):
+            if sig[0] == "function":          # bound at compile time: no register
+                self.function_args[arg.arg] = sig[1]
+                continue
             if sig[0] == "array":
                 regs = (self.reg(INT),) + tuple(self.reg(INT) for _ in range(sig[2]))
                 var = Var(arg.arg, "array", regs, sig[1])
@@ -460,6 +471,10 @@ class FunctionCompiler(Lowering):
         seen: dict[str, Any] = {}
         regs, sig, after = [], [], []
         for a in e.args:
+            value = self.function_value(a)
+            if value is not None:             # a function argument: part of the signature
+                sig.append(("function", value))
+                continue
             if isinstance(a, ast.Name) and self.lookup(a.id):
                 var = self.variable(a)
                 if a.id in seen:
@@ -495,8 +510,20 @@ class FunctionCompiler(Lowering):
             self.code += invert(code, self.fresh)
             self.release(x)
 
+    def function_value(self, e):
+        """The function a name stands for (a function parameter or one in scope), or None."""
+        if not isinstance(e, (ast.Name, ast.Attribute)) or (
+                isinstance(e, ast.Name) and self.lookup(e.id)):
+            return None
+        if isinstance(e, ast.Name) and e.id in self.function_args:
+            return self.function_args[e.id]
+        value = self.env(ast.unparse(e))
+        return value if is_function(value) else None
+
     def resolve_function(self, f):
         name = self.callee_name(f)
+        if isinstance(f, ast.Name) and f.id in self.function_args:
+            return self.function_args[f.id]
         value = self.env(ast.unparse(f))
         if value is None or not (hasattr(value, "pyfunc") or hasattr(value, "lower")):
             kind = "an unknown name" if value is None else "an ordinary Python function"

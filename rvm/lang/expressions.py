@@ -69,6 +69,7 @@ class Lowering:
                  sig: tuple):
         self.session, self.node, self.src, self.env, self.name = session, node, source, env, name
         self.sig = sig
+        self.function_args: dict = {}     # parameter name -> the function passed
         self.code: Code = []
         self.scopes: list[dict[str, Var]] = [{}]
         self.count = {INT: 0, FLOAT: 0}
