@@ -179,7 +179,7 @@ def test_a_function_argument_compiles_one_copy_per_function():
     from minmax import ascend1, coupled
     a, b = rvm.adjoint(coupled), rvm.tangent(coupled)
     assert ascend1(a, 0.0, 2.0, 0.0, 0.5) == (a, 3.0, 2.0, 0.0, 0.5)
-    program, name, names = ascend1.specialize((a, 0.0, 2.0, 0.0, 0.5))
+    program, _, names = ascend1.specialize((a, 0.0, 2.0, 0.0, 0.5))
     assert names == ["y1", "x", "y0", "eta"]
     other, _, _ = ascend1.specialize((rvm.adjoint(coupled), 0.0, 2.0, 0.0, 0.5))
     assert other is not program                      # another function, another copy
