@@ -156,10 +156,31 @@ def test_inverse_and_derivative_commute():
     assert rvm.jvp(~h, (5.0, 0.5), (0.0, 1.0))[1] == (-e, 1.0)
 
 
-def test_heap_programs_are_refused_with_a_clear_error():
+def test_adjoints_of_array_programs_are_refused_with_a_clear_error():
     p = rvm.load(ROOT / "asm" / "arrays.rasm")
-    with pytest.raises(TransformError, match="heap memory"):
+    with pytest.raises(TransformError, match="heap shadows"):
         rvm.adjoint(p["dot"])(np.ones(2), np.ones(2), 0.0, 1.0)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_tangents_hvps_and_hessians_of_array_programs(engine):
+    p = rvm.load(ROOT / "asm" / "arrays.rasm")
+    x, y = np.array([1.0, 2.0, 3.0]), np.array([4.0, 5.0, -6.0])
+    values, dots = rvm.jvp(p["dot"], (x, y, 0.5), (np.array([1.0, 0.0, 2.0]),
+                                                  np.array([0.0, 1.0, 0.0]), 1.0),
+                           engine=engine)
+    assert np.array_equal(values[0], x) and values[2] == 0.5 + x @ y
+    assert dots[2] == 1.0 + 4.0 + 2.0 * -6.0 + 2.0 and np.array_equal(dots[0], [1, 0, 2])
+    t = rvm.tangent(p["dot"])
+    out = t(x, y, 0.0, np.ones(3), np.zeros(3), 0.0, engine=engine)
+    back = (~t)(*out, engine=engine)                 # the tangent program runs backwards
+    assert np.array_equal(back[0], x) and back[2] == 0.0 and np.all(back[3] == 1.0)
+    h = rvm.hvp(p["sumsq"], (x, 0.0), (np.array([1.0, -1.0, 0.5]), 0.0), loss=1,
+                engine=engine)
+    assert np.array_equal(h[0], [2.0, -2.0, 1.0])
+    H = rvm.hessian(p["dot"], loss=2, wrt=[0, 1], engine=engine)(x, y, 0.0)
+    assert np.array_equal(H, np.block([[np.zeros((3, 3)), np.eye(3)],
+                                       [np.eye(3), np.zeros((3, 3))]]))
 
 
 @pytest.mark.parametrize("engine", ENGINES)

@@ -1,6 +1,11 @@
 """Derivatives as functions: `rvm.tangent(f)` and `rvm.adjoint(f)` are reversible functions
 like f (callable, invertible with `~`, differentiable again), and `jvp`, `hvp`, `hessian`
-are built on them. The programs come from rvm.ad.transforms."""
+are built on them. The programs come from rvm.ad.transforms.
+
+Arrays: the tangent program of a function with array arguments works on the interleaved
+heap (each cell followed by its tangent); calls pack each array with its tangent along the
+last axis and unpack the results, so users pass and get arrays of f's shapes.
+"""
 
 from __future__ import annotations
 
@@ -9,35 +14,71 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ..core import isa
-from ..core.errors import MachineError, UsageError
+from ..core.errors import UsageError
 from ..core.program import Program
 from ..engines.arguments import Binding
-from ..engines.machine import machine_for
+from ..engines.machine import Machine, machine_for
 from . import transforms
 from .gradient import find_argument, target, with_inverse
 
 KINDS = {"tangent": (transforms.tangent, "dot"), "adjoint": (transforms.adjoint, "bar")}
 
 
+def _program_of(fn, args):
+    program, name, _ = target(fn, tuple(args))
+    return program.functions[name]
+
+
 def arity(fn, args) -> int:
     """How many of `args` are f's own arguments (the rest: tangents or shadows)."""
     if isinstance(fn, Transformed):
         n = arity(fn.inner, args)
-        program, name, _ = target(fn.inner, args[:n])
-        return n + sum(p.cls == isa.FLOAT for p in program.functions[name].params)
+        return n + len(float_arguments(fn.inner, args[:n]))
     node = getattr(fn, "node", None)
     if node is not None:
         return len(node.args.args)
     program, name = getattr(fn, "program", None), getattr(fn, "name", None)
     if program is None or name not in getattr(program, "functions", {}):
         raise TypeError(f"expected a reversible function or prog['name'], got {fn!r}")
-    return len(program.functions[name].params)
+    params, k, count = program.functions[name].params, 0, 0
+    for a in args:                   # an array fills 1 + ndim parameters
+        if k >= len(params):
+            break
+        k += 1 + (a.ndim if isinstance(a, np.ndarray) else 0)
+        count += 1
+    return count if args else len(params)
+
+
+def float_arguments(fn, args) -> list[int]:
+    """Indices of the float arguments (float scalars and float arrays) among args."""
+    params, k, out = _program_of(fn, args).params, 0, []
+    for i, a in enumerate(args):
+        if isinstance(a, np.ndarray):
+            if a.dtype.kind == "f":
+                out.append(i)
+            k += 1 + a.ndim
+        else:
+            if k < len(params) and params[k].cls == isa.FLOAT:
+                out.append(i)
+            k += 1
+    return out
+
+
+def _interleave(a: np.ndarray, t) -> np.ndarray:
+    out = np.zeros(a.shape[:-1] + (2 * a.shape[-1],), dtype=a.dtype)
+    out[..., 0::2] = a
+    if t is not None:
+        t = np.asarray(t, dtype=a.dtype)
+        if t.shape != a.shape:
+            raise UsageError(f"a tangent of shape {t.shape} for an array of shape {a.shape}")
+        out[..., 1::2] = t
+    return out
 
 
 class Transformed:
     """A derivative of a function, as a reversible function of its own: `rvm.tangent(f)`
-    takes f's arguments then one tangent per float parameter; `rvm.adjoint(f)` f's
-    arguments then one shadow (cotangent) per float parameter. Calling it returns every
+    takes f's arguments then one tangent per float argument; `rvm.adjoint(f)` f's
+    arguments then one shadow (cotangent) per float argument. Calling it returns every
     argument's final value; `~t` is its inverse; it can be transformed again."""
 
     def __init__(self, kind: str, inner, backward: bool = False, engine: str | None = None):
@@ -48,25 +89,78 @@ class Transformed:
         self.kind, self.inner, self.backward, self.engine = kind, inner, backward, engine
         self.name = f"{kind}({getattr(inner, 'name', '?')})"
 
+    def _arrays(self, inner_args) -> dict:
+        """Base parameter index -> rank, for each array argument."""
+        arrays, k = {}, 0
+        for a in inner_args:
+            if isinstance(a, np.ndarray):
+                arrays[k] = a.ndim
+                k += 1 + a.ndim
+            else:
+                k += 1
+        return arrays
+
     def specialize(self, args) -> tuple[Program, str, list[str] | None]:
-        """(program, entry, parameter names) of the derivative program for these arguments."""
+        """(program, entry, parameter names) of the derivative program for these arguments
+        (for arrays: the program takes them packed, see `pack`)."""
         args = tuple(args)
         n = arity(self.inner, args)
         program, name, names = target(self.inner, args[:n])
-        key = (self.kind, name)
+        arrays = self._arrays(args[:n])
+        key = (self.kind, name, tuple(arrays.items()))
         if key not in program.cache:
             build, suffix = KINDS[self.kind]
-            derived, entry = build(program, name)
+            if arrays and self.kind == "adjoint":
+                raise transforms.TransformError(
+                    f"adjoint of {name}: array arguments need heap shadows, which the "
+                    "adjoint program does not have yet; use rvm.grad (gradient mode) or "
+                    "rvm.hvp / rvm.hessian, which go through the tangent program")
+            derived, entry = build(program, name, arrays) if arrays else build(program, name)
             if self.engine is not None:
                 from ..engines.machine import resolve_engine
                 derived = Program(derived.functions, derived.source,
                                   engine=resolve_engine(self.engine))
             fn = program.functions[name]
-            inner_names = list(names) if names else [str(p) for p in fn.params]
-            extra = [f"{n_}_{suffix}" for n_, p in zip(inner_names, fn.params)
-                     if p.cls == isa.FLOAT]
-            program.cache[key] = (derived, entry, inner_names + extra)
+            labels = list(names) if names else [str(p) for p in fn.params]
+            floats = float_arguments(self.inner, args[:n])
+            labels = labels[:n] if names else labels
+            extra = [f"{labels[k]}_{suffix}" for k in floats
+                     if not isinstance(args[k], np.ndarray)]
+            program.cache[key] = (derived, entry, labels + extra)
         return program.cache[key]
+
+    def pack(self, args) -> list:
+        """The program's arguments for a call: arrays interleaved with their tangents,
+        then the scalar tangents."""
+        n = arity(self.inner, args)
+        inner, extra = list(args[:n]), list(args[n:])
+        floats = float_arguments(self.inner, inner)
+        if len(extra) != len(floats):
+            raise UsageError(f"{self.name} takes {n} arguments and {len(floats)} "
+                             f"{KINDS[self.kind][1]}s, got {len(args)} in all")
+        tangent = dict(zip(floats, extra))
+        packed = [_interleave(a, tangent.get(i)) if isinstance(a, np.ndarray) else a
+                  for i, a in enumerate(inner)]
+        return packed + [tangent[i] for i in floats if not isinstance(inner[i], np.ndarray)]
+
+    def unpack(self, args, results) -> tuple:
+        n = arity(self.inner, args)
+        floats = float_arguments(self.inner, args[:n])
+        values = [r[..., 0::2] if isinstance(a, np.ndarray) else r
+                  for a, r in zip(args[:n], results)]
+        scalar = iter(results[n:])
+        dots = [results[i][..., 1::2] if isinstance(args[i], np.ndarray) else next(scalar)
+                for i in floats]
+        return tuple(values) + tuple(dots)
+
+    def __call__(self, *args, **options):
+        program, name, names = self.specialize(args)
+        m = machine_for(program, **options)
+        arrays = any(isinstance(a, np.ndarray) for a in args)
+        m.enter(name, *(self.pack(args) if arrays else args), backward=self.backward,
+                names=names if not arrays else None)
+        out = m.finish()
+        return self.unpack(args, out) if arrays else out
 
     def lower(self, sig: tuple) -> tuple[Program, str]:
         """(program, entry) for a call from reversible code with this signature."""
@@ -78,12 +172,6 @@ class Transformed:
             program, name = with_inverse(program, name)
         return program, name
 
-    def __call__(self, *args, **options):
-        program, name, names = self.specialize(args)
-        m = machine_for(program, **options)
-        m.enter(name, *args, backward=self.backward, names=names)
-        return m.finish()
-
     def __invert__(self) -> Transformed:
         return Transformed(self.kind, self.inner, not self.backward, self.engine)
 
@@ -93,31 +181,28 @@ class Transformed:
 
 def tangent(f, engine: str | None = None) -> Transformed:
     """The forward-mode derivative of f as a reversible function:
-    (x..., xdot...) -> (F(x)..., J xdot...), one tangent per float parameter."""
+    (x..., xdot...) -> (F(x)..., J xdot...), one tangent per float argument."""
     return Transformed("tangent", f, engine=engine)
 
 
 def adjoint(f, engine: str | None = None) -> Transformed:
     """The reverse-mode derivative of f as a reversible function:
-    (x..., ybar...) -> (x..., J^T ybar...), one shadow per float parameter."""
+    (x..., ybar...) -> (x..., J^T ybar...), one shadow per float argument."""
     return Transformed("adjoint", f, engine=engine)
 
 
-def _floats(f, primals) -> tuple[list[int], int]:
-    program, name, _ = target(f, tuple(primals))
-    params = program.functions[name].params
-    if len(params) != len(primals):
-        raise MachineError(f"{name} takes {len(params)} arguments, got {len(primals)}", name)
-    return [k for k, p in enumerate(params) if p.cls == isa.FLOAT], len(params)
-
-
-def _checked_tangents(tangents, floats: list[int], n: int, what: str) -> list[float]:
+def _checked_tangents(tangents, floats: list[int], n: int, what: str) -> list:
     if len(tangents) != n:
         raise UsageError(f"{what}: {len(tangents)} tangents for {n} arguments")
+    out = []
     for k, t in enumerate(tangents):
-        if k not in floats and t is not None and t != 0:
-            raise UsageError(f"{what}: argument {k} is an integer; its tangent must be None")
-    return [float(tangents[k]) if tangents[k] is not None else 0.0 for k in floats]
+        if k not in floats:
+            if t is not None and not (np.ndim(t) == 0 and t == 0):
+                raise UsageError(f"{what}: argument {k} is an integer; its tangent must "
+                                 "be None")
+        else:
+            out.append(0.0 if t is None else t if isinstance(t, np.ndarray) else float(t))
+    return out
 
 
 def _spread(values, floats: list[int], n: int) -> tuple:
@@ -129,54 +214,104 @@ def _spread(values, floats: list[int], n: int) -> tuple:
 
 def jvp(f, primals: Sequence, tangents: Sequence, **options) -> tuple[tuple, tuple]:
     """(values, tangents_out): f's final values and J @ tangents, by running f's tangent
-    program. One entry per argument, None as the tangent of an integer (JAX's jvp)."""
+    program. One entry per argument, None as the tangent of an integer (JAX's jvp);
+    arrays as arrays."""
     primals = tuple(primals)
-    floats, n = _floats(f, primals)
+    floats, n = float_arguments(f, primals), len(primals)
     dots = _checked_tangents(tuple(tangents), floats, n, "jvp")
     out = tangent(f)(*primals, *dots, **options)
     return tuple(out[:n]), _spread(out[n:], floats, n)
 
 
-def _seed(f, primals, loss, floats: list[int], n: int) -> list[float]:
-    """The cotangent that picks out the loss: 1 for its parameter, 0 for the others."""
+def _loss_argument(f, primals, loss) -> int:
+    """The index of the float argument `loss` names (a scalar)."""
     program, name, names = target(f, tuple(primals))
     fn = program.functions[name]
-    bindings = [Binding((k,), (names[k] if names else str(p)), p.cls)
-                for k, p in enumerate(fn.params)]
+    labels = list(names) if names else None
+    bindings, k = [], 0
+    for i, a in enumerate(primals):
+        width = 1 + (a.ndim if isinstance(a, np.ndarray) else 0)
+        label = labels[i] if labels else ":".join(str(p) for p in fn.params[k:k + width])
+        cls = (isa.FLOAT if a.dtype.kind == "f" else isa.INT) if isinstance(a, np.ndarray) \
+            else fn.params[k].cls
+        bindings.append(Binding(tuple(range(k, k + width)), label, cls,
+                                0 if isinstance(a, np.ndarray) else -1,
+                                a.shape if isinstance(a, np.ndarray) else ()))
+        k += width
     b, _ = find_argument(bindings, fn, loss, "loss")
-    return [1.0 if k == b.params[0] else 0.0 for k in floats]
+    return bindings.index(b)
 
 
 def hvp(f, primals: Sequence, tangents: Sequence, loss=0, **options) -> tuple:
-    """The Hessian of `loss` (a float argument's final value) times `tangents`, by
-    forward-over-reverse: the tangent of f's adjoint program (O(1) extra memory). One entry
-    per argument, None for integers."""
+    """The Hessian of `loss` (a float scalar argument's final value) times `tangents`. One
+    entry per argument, None for integers, arrays as arrays. O(1) extra memory: forward
+    over reverse (the tangent of the adjoint program) for register code; for programs
+    with arrays, reverse over forward (gradient mode on the tangent program)."""
     primals = tuple(primals)
-    floats, n = _floats(f, primals)
+    floats, n = float_arguments(f, primals), len(primals)
     dots = _checked_tangents(tuple(tangents), floats, n, "hvp")
-    seed = _seed(f, primals, loss, floats, n)
-    a = adjoint(f)
-    _, out = jvp(a, primals + tuple(seed), _spread(dots, floats, n) + (0.0,) * len(floats),
-                 **options)
+    which = _loss_argument(f, primals, loss)
+    if any(isinstance(a, np.ndarray) for a in primals):
+        return _hvp_arrays(f, primals, dots, floats, which, options)
+    seed = [1.0 if k == which else 0.0 for k in floats]
+    _, out = jvp(adjoint(f), primals + tuple(seed),
+                 _spread(dots, floats, n) + (0.0,) * len(floats), **options)
     return _spread(out[n:], floats, n)     # the tangents of the shadows: H @ tangents
+
+
+def _hvp_arrays(f, primals, dots, floats, which, options) -> tuple:
+    """Gradient mode on the tangent program, seeded on the loss's tangent: the shadows of
+    the values are H @ tangents."""
+    t = tangent(f)
+    args = tuple(primals) + tuple(dots)
+    program, name, _ = t.specialize(args)
+    m = Machine(program, **options)
+    m.enter(name, *t.pack(args))
+    m.run(1)
+    m.check_locals(m.stack[0])
+    m.set_grad(True)
+    fr = m.stack[0]
+    scalars = [k for k in floats if not isinstance(primals[k], np.ndarray)]
+    tangent_param = len(m.bindings) - len(scalars) + scalars.index(which)
+    slot = fr.fn.slot(fr.fn.params[m.bindings[tangent_param].params[0]])
+    fr.G[slot] = 1.0
+    m.run(-1)
+    out: list = [None] * len(primals)
+    for k in floats:
+        b = m.bindings[k]
+        if isinstance(primals[k], np.ndarray):
+            g = np.frombuffer(m.read_cells(b.base, int(np.prod(b.shape)), True),
+                              dtype="<f8").reshape(b.shape)
+            out[k] = g[..., 0::2].copy()
+        else:
+            out[k] = fr.G[fr.fn.slot(fr.fn.params[b.params[0]])]
+    return tuple(out)
 
 
 def hessian(f, loss=0, wrt: Sequence | None = None, **options) -> Callable[..., np.ndarray]:
     """A function returning the Hessian of `loss` with respect to the float arguments named
-    by `wrt` (indices or names; default: all float arguments) as a 2-D array, one
-    Hessian-vector product per column."""
+    by `wrt` (indices or names; default: all float arguments; an array contributes all its
+    elements in order) as a 2-D array, one Hessian-vector product per column."""
     def run(*args) -> np.ndarray:
-        floats, n = _floats(f, args)
+        floats, n = float_arguments(f, args), len(args)
         cols = floats if wrt is None else [_position(f, args, w) for w in wrt]
         for c in cols:
             if c not in floats:
                 raise UsageError(f"hessian: argument {c} is not a float argument")
-        out = np.empty((len(cols), len(cols)))
-        for j, c in enumerate(cols):
-            v = [0.0 if k in floats else None for k in range(n)]
-            v[c] = 1.0
-            h = hvp(f, args, v, loss=loss, **options)
-            out[:, j] = [h[r] for r in cols]
+        sizes = [np.size(args[c]) for c in cols]
+        out = np.empty((sum(sizes), sum(sizes)))
+        j = 0
+        for c, size in zip(cols, sizes):
+            for e in range(size):
+                v = [None if k not in floats else np.zeros_like(args[k])
+                     if isinstance(args[k], np.ndarray) else 0.0 for k in range(n)]
+                if isinstance(args[c], np.ndarray):
+                    v[c].flat[e] = 1.0
+                else:
+                    v[c] = 1.0
+                h = hvp(f, args, v, loss=loss, **options)
+                out[:, j] = np.concatenate([np.ravel(h[r]) for r in cols])
+                j += 1
         return out
     return run
 

@@ -34,7 +34,7 @@ import functools
 from ..core import isa
 from ..core.errors import RvmError
 from ..core.inverse import inverse_function
-from ..core.program import FuncRef, Function, Imm, Instruction, Program, Reg
+from ..core.program import FuncRef, Function, Imm, Instruction, Mem, Program, Reg
 from ..core.verify import verify
 
 
@@ -68,11 +68,12 @@ def partials(family: str) -> tuple[ast.expr, ...]:
 class _Code:
     """Instructions being emitted for one function, with labels and fresh registers."""
 
-    def __init__(self, first_free_float: int):
+    def __init__(self, first_free_float: int, first_free_int: int = 0):
         self.out: list[tuple[list[str], Instruction]] = []
         self.pending: list[str] = []
         self.first_free = self.free = first_free_float
         self.high = first_free_float
+        self.ints = first_free_int
 
     def emit(self, op: str, *args, line: int = 0) -> None:
         self.out.append((self.pending, Instruction(op, tuple(args), line)))
@@ -83,6 +84,10 @@ class _Code:
         self.free += 1
         self.high = max(self.high, self.free)
         return r
+
+    def int_temps(self, k: int) -> list[Reg]:
+        """k integer registers that are zero around each use (the same ones every time)."""
+        return [Reg(isa.INT, self.ints + j) for j in range(k)]
 
     def function(self, name: str, params: tuple) -> Function:
         labels = {label: i for i, (names, _) in enumerate(self.out) for label in names}
@@ -258,9 +263,92 @@ def _tangent_rule(code: _Code, ins: Instruction, tan: dict) -> None:
         raise TransformError(f"no tangent rule for {op}")
 
 
-def tangent_function(program: Program, fn: Function, names: dict) -> Function:
+# ------------------------------------------------------------------ memory, interleaved
+# In a derivative program that uses the heap, heap cell c of f is cell 2c (its value) and
+# cell 2c + 1 (its tangent). Integer registers keep f's addresses; each access computes
+# the doubled address in zeroed integer temporaries, after asserting that f's address
+# lies in 0 .. 2^62 - 1 (so doubling cannot wrap: an address f would refuse is refused).
+LIMIT = 1 << 62
+HALF = 1 << 61
+
+
+def _address(code: _Code, mem, line: int) -> tuple[Reg, list[Instruction]]:
+    """Emit the computation of 2 * (f's address of mem); (register, its uncompute)."""
+    a, a2 = code.int_temps(2)
+    off = mem.off
+    steps = []
+    if isinstance(off, Reg):
+        steps += [Instruction(f"ASSERT.{cc}", (r, Imm(v)), line) for r in (mem.base, off)
+                  for cc, v in (("GE", -HALF), ("LE", HALF))]
+        steps += [Instruction("ADD", (a, mem.base), line), Instruction("ADD", (a, off), line)]
+    else:
+        if abs(off) > HALF:
+            raise TransformError(f"heap offset {off} is too large for a derivative program "
+                                 f"(at most 2^61)")
+        steps += [Instruction("ASSERT.GE", (mem.base, Imm(-off)), line),
+                  Instruction("ASSERT.LE", (mem.base, Imm(LIMIT - 1 - off)), line),
+                  Instruction("ADD", (a, mem.base), line)]
+        if off:
+            steps.append(Instruction("ADD", (a, Imm(off)), line))
+    steps += [Instruction("ASSERT.GE", (a, Imm(0)), line),
+              Instruction("ASSERT.LT", (a, Imm(LIMIT)), line),
+              Instruction("ADD.mul", (a2, a, Imm(2)), line)]
+    for ins in steps:
+        code.emit(ins.op, *ins.args, line=line)
+    undo = [Instruction(isa.OPS[i.op].inverse, i.args, line) for i in reversed(steps)
+            if not i.op.startswith("ASSERT")]
+    return a2, undo
+
+
+def _memory_rule(code: _Code, ins: Instruction, tan: dict) -> None:
+    """A heap instruction of f on the interleaved heap."""
+    op, a, line = ins.op, ins.args, ins.line
+    if op == "EXCH":
+        x, mem = a
+        addr, undo = _address(code, mem, line)
+        code.emit("EXCH", x, Mem(addr), line=line)
+        if x.cls == isa.FLOAT:
+            code.emit("EXCH", tan[x], Mem(addr, 1), line=line)
+        for u in undo:
+            code.emit(u.op, *u.args, line=line)
+    elif op in ("ALLOC", "FREE"):
+        d, n = a
+        t, n2 = code.int_temps(2)
+        size = Imm(2 * n.value) if isinstance(n, Imm) else n2
+        if isinstance(n, Reg):
+            code.emit("ASSERT.LE", n, Imm(HALF), line=line)
+            code.emit("ADD.mul", n2, n, Imm(2), line=line)
+        if op == "ALLOC":                  # 2n cells; d gets f's address, base / 2
+            code.emit("ASSERT.EQ", d, Imm(0), line=line)
+            code.emit("ALLOC", t, size, line=line)
+            code.emit("ADD.div", d, t, Imm(2), line=line)
+            code.emit("SUB.mul", t, d, Imm(2), line=line)
+        else:
+            code.emit("ADD.mul", t, d, Imm(2), line=line)
+            code.emit("SUB.div", d, t, Imm(2), line=line)
+            code.emit("FREE", t, size, line=line)
+        if isinstance(n, Reg):
+            code.emit("SUB.mul", n2, n, Imm(2), line=line)
+    elif op in ("PUSH", "POP"):            # a value cell, then its tangent cell
+        x = a[0]
+        partner = tan[x] if x.cls == isa.FLOAT else code.int_temps(1)[0]
+        pair = [("PUSH", x), ("PUSH", partner)] if op == "PUSH" else \
+            [("POP", partner), ("POP", x)]
+        for o, r in pair:
+            code.emit(o, r, line=line)
+    else:
+        raise TransformError(f"no memory rule for {op}")
+
+
+def uses_heap(program: Program, name: str) -> bool:
+    return any(ins.op in ("EXCH", "ALLOC", "FREE") for f in reachable(program, name)
+               for ins in program.functions[f].code)
+
+
+def tangent_function(program: Program, fn: Function, names: dict,
+                     interleaved: bool = False) -> Function:
     tan, first_free = _shadow_map(fn)
-    code = _Code(first_free)
+    code = _Code(first_free, fn.n_int)
     at = {i: fn.labels_at(i) for i in range(len(fn.code))}
     for i, ins in enumerate(fn.code):
         code.pending = at[i]
@@ -269,7 +357,9 @@ def tangent_function(program: Program, fn: Function, names: dict) -> Function:
             regs = list(ins.args[1:])
             extra = [tan[r] for r, p in zip(regs, callee.params) if p.cls == isa.FLOAT]
             code.emit(ins.op, FuncRef(names[callee.name]), *regs, *extra, line=ins.line)
-        elif _is_float(ins) and ins.op not in ("EXCH",):
+        elif interleaved and ins.spec.group == "memory":
+            _memory_rule(code, ins, tan)
+        elif _is_float(ins):
             _tangent_rule(code, ins, tan)
         else:
             code.emit(ins.op, *ins.args, line=ins.line)
@@ -278,13 +368,42 @@ def tangent_function(program: Program, fn: Function, names: dict) -> Function:
     return Function(out.name, out.params, out.code, out.labels, fn.line, fn.end_line)
 
 
-def tangent(program: Program, name: str) -> tuple[Program, str]:
-    """The tangent program of `name` (and of everything it calls): (program, entry)."""
-    _heap_free(program, name, "tangent", allow_stack=True)
+def tangent(program: Program, name: str, arrays: dict | None = None) -> tuple[Program, str]:
+    """The tangent program of `name` (and of everything it calls): (program, entry).
+
+    A program that uses the heap gets the interleaved heap (each cell followed by its
+    tangent); `arrays` maps the parameter index of each array argument's base to its rank,
+    and the entry then takes each array interleaved along its last axis (its base and
+    last dimension in cells of the interleaved heap) and passes f's units on."""
     todo = reachable(program, name)
+    interleaved = uses_heap(program, name)
     names = {f: f"{f}.tan" for f in todo}
-    funcs = {names[f]: tangent_function(program, program.functions[f], names) for f in todo}
-    return verify(Program(funcs, program.source)), names[name]
+    funcs = {names[f]: tangent_function(program, program.functions[f], names, interleaved)
+             for f in todo}
+    entry = names[name]
+    if arrays:
+        funcs[f"{entry}.entry"] = _array_entry(funcs[entry], arrays)
+        entry = f"{entry}.entry"
+    return verify(Program(funcs, program.source)), entry
+
+
+def _array_entry(fn: Function, arrays: dict) -> Function:
+    """A function taking each array's base and last dimension in interleaved cells and
+    calling fn with them halved (f's units), the other parameters passed through."""
+    code = _Code(0, 1 + max(r.n for r in fn.params if r.cls == isa.INT))
+    halves: dict = {}
+    for base, rank in arrays.items():
+        for k in (base, base + rank):            # the base and the last dimension
+            halves[k] = None
+    for j, k in enumerate(halves):
+        halves[k] = code.int_temps(len(halves))[j]
+    for k, t in halves.items():
+        code.emit("ADD.div", t, fn.params[k], Imm(2))
+    args = [halves.get(k, p) for k, p in enumerate(fn.params)]
+    code.emit("CALL", FuncRef(fn.name), *args)
+    for k, t in reversed(list(halves.items())):
+        code.emit("SUB.div", t, fn.params[k], Imm(2))
+    return code.function(f"{fn.name}.entry", fn.params)
 
 
 # ------------------------------------------------------------------ adjoint
