@@ -208,3 +208,21 @@ def test_a_function_argument_compiles_one_copy_per_function():
     assert ascend1(b, 0.0, 2.0, 0.0, 0.5) == (b, 0.0, 2.0, 0.0, 0.5)
     with pytest.raises(rvm.CompileError, match="takes 3 arguments"):
         ascend1(coupled, 0.0, 2.0, 0.0, 0.5)
+
+
+def test_graph_embedding_by_trust_region_newton_on_hessians():
+    """The Petersen graph in R^5: loss below 1e-10 in about twenty exact Hessians, with
+    non-edges sqrt(2) times as long as edges (the NiLang paper's result)."""
+    from graph_embedding import embedding_loss, petersen, ratio, train
+    x, losses, hessians = train(k=5, engine="python")
+    assert losses[-1] < 1e-10 and hessians <= 30
+    assert abs(ratio(x) - math.sqrt(2)) < 1e-8
+    # the Hessian is exact: a column against finite differences of the gradient
+    l1, l2 = petersen()
+    x0 = np.random.default_rng(3).normal(size=(10, 2))
+    H = rvm.hessian(embedding_loss, loss="out", wrt=["x"], engine="python")(0.0, x0, l1, l2)
+    g = rvm.grad(embedding_loss, loss="out", engine="python")
+    e = np.zeros_like(x0)
+    e[4, 1] = 1e-6
+    fd = (g(0.0, x0 + e, l1, l2)[1] - g(0.0, x0 - e, l1, l2)[1]).ravel() / 2e-6
+    assert np.allclose(H[:, 9], fd, atol=1e-6) and np.allclose(H, H.T, atol=1e-12)
