@@ -405,3 +405,32 @@ def test_error_messages_name_their_class_once():
     with pytest.raises(rvm.MachineError) as e:
         rvm.Machine(p).step()
     assert "MachineError" not in str(e.value)
+
+
+# ---------------------------------------------------------------- JAX habits
+
+def test_argnums_wrt_has_aux_and_keyword_arguments():
+    f = rvm.load(pathlib.Path(__file__).resolve().parent.parent / "asm" / "poly.rasm")["f"]
+    assert rvm.grad(f, loss=0, argnums=1)(0.0, 1.0, 3.0) == 660.0
+    assert rvm.grad(f, loss=0, argnums=(2, 1))(0.0, 1.0, 3.0) == (528.0, 660.0)
+    assert rvm.grad(f, loss="f0", wrt=["f1"])(0.0, 1.0, 3.0) == (660.0,)
+    assert rvm.grad(f, loss=0, has_aux=True)(0.0, 1.0, 3.0) == ((1.0, 660.0, 528.0),
+                                                               (484.0, 1.0, 3.0))
+    assert rvm.value_and_grad(f, loss=0, has_aux=True)(0.0, 1.0, 3.0)[0][0] == 484.0
+    assert rvm.grad(f, loss=0)(0.0, f2=3.0, f1=1.0) == (1.0, 660.0, 528.0)
+    with pytest.raises(TypeError, match="unknown keyword argument 'argnum'"):
+        rvm.grad(f, loss=0, argnum=1)
+    with pytest.raises(TypeError, match="arguments of f are f0, f1, f2"):
+        rvm.grad(f, loss=0)(0.0, f7=1.0)
+    with pytest.raises(rvm.UsageError, match="out of range"):
+        rvm.grad(f, loss=0, argnums=5)(0.0, 1.0, 3.0)
+
+
+def test_arrays_of_other_dtypes_lists_and_0d_arrays_are_converted():
+    p = rvm.load(pathlib.Path(__file__).resolve().parent.parent / "asm" / "arrays.rasm")
+    for x in (np.array([1, 2], dtype=np.float32), [1.0, 2.0], (1.0, 2.0)):
+        out = p.call("sumsq", x, np.array(0.5))
+        assert out[1] == 5.5 and out[0].dtype == np.float64
+    i32 = np.array([3, 4], dtype=np.int32)
+    assert rvm.load(pathlib.Path(__file__).resolve().parent.parent / "asm" /
+                    "reverse.rasm").call("reverse", i32)[0].dtype == np.int64

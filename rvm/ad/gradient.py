@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ..core import isa
-from ..core.errors import MachineError
+from ..core.errors import MachineError, UsageError
 from ..core.inverse import inverse_function
 from ..core.program import Function, Program
 from ..engines.arguments import Binding, read_array
@@ -217,14 +217,122 @@ class _Direct:
         return out, scatter(back)
 
 
-def value_and_grad(fn, loss: Loss = 0, **machine_options) -> Callable[..., tuple]:
-    """A function returning (values, gradients) for the same arguments as fn.
+def value_and_grad(fn, loss: Loss = 0, argnums=None, wrt=None, has_aux: bool = False,
+                   **machine_options) -> Callable[..., tuple]:
+    """A function returning (values, gradients) for the same arguments as fn (positional,
+    or by parameter name).
 
     values: the final value of every argument (arrays as numpy arrays). gradients: one per
     argument, d loss / d (its value on entry): a float for a float scalar, a numpy array for
     a float array, None for integers. `loss` is an argument index, a parameter name like
-    "f0", or (index, element) for an element of an array.
+    "f0", or (index, element) for an element of an array. `argnums` (indices) or `wrt`
+    (names) choose the arguments gradients are returned for, as in JAX: one index or name
+    gives one gradient, a sequence a tuple. With `has_aux`, the result is
+    ((loss value, values), gradients).
     """
+    check_options(machine_options)
+    pick = _selector(fn, argnums, wrt)
+    core = _value_and_grad(fn, loss, machine_options)
+
+    def run(*args, **kwargs) -> tuple:
+        args = positional(fn, args, kwargs)
+        values, grads = core(*args)
+        if has_aux:
+            k, element = _loss_index(fn, args, loss)
+            lv = values[k] if element is None else np.ravel(values[k])[element]
+            return (lv, values), pick(grads)
+        return values, pick(grads)
+
+    run.__name__ = f"value_and_grad_{getattr(fn, 'name', 'fn')}"
+    return run
+
+
+def check_options(options: dict) -> None:
+    from ..engines.machine import OPTIONS
+    unknown = [k for k in options if k not in OPTIONS]
+    if unknown:
+        raise TypeError(f"unknown keyword argument {unknown[0]!r}; the gradient functions "
+                        "take loss, argnums, wrt, has_aux and the machine options "
+                        f"{', '.join(OPTIONS)}")
+
+
+def parameter_names(fn) -> list[str] | None:
+    """The names a function's arguments can be given by (None if unknown)."""
+    node = getattr(fn, "node", None)
+    if node is not None:
+        return [a.arg for a in node.args.args]
+    program, name = getattr(fn, "program", None), getattr(fn, "name", None)
+    if program is not None and name in getattr(program, "functions", {}):
+        f = program.functions[name]
+        return list(f.names) or [str(p) for p in f.params]
+    return None
+
+
+_MISSING = object()
+
+
+def positional(fn, args: tuple, kwargs: dict) -> tuple:
+    """args with keyword arguments put in place by parameter name."""
+    if not kwargs:
+        return args
+    names = parameter_names(fn)
+    if names is None:
+        raise TypeError(f"{getattr(fn, 'name', fn)} takes positional arguments only")
+    full = list(args) + [_MISSING] * (len(names) - len(args))
+    for key, value in kwargs.items():
+        if key not in names:
+            raise TypeError(f"unknown argument {key!r}; the arguments of "
+                            f"{getattr(fn, 'name', 'the function')} are {', '.join(names)}")
+        k = names.index(key)
+        if k < len(args):
+            raise TypeError(f"argument {key!r} given by position and by name")
+        full[k] = value
+    missing = [n for n, v in zip(names, full) if v is _MISSING]
+    if missing:
+        raise TypeError(f"missing argument(s) {', '.join(missing)}")
+    return tuple(full)
+
+
+def _selector(fn, argnums, wrt):
+    """A function picking the requested gradients out of all of them."""
+    if argnums is not None and wrt is not None:
+        raise UsageError("give argnums or wrt, not both")
+    if argnums is None and wrt is None:
+        return lambda grads: grads
+    which = argnums if argnums is not None else wrt
+    single = isinstance(which, (int, str, np.integer))
+    items = [which] if single else list(which)
+    names = parameter_names(fn) or []
+
+    def index(w) -> int:
+        if isinstance(w, str):
+            if w not in names:
+                raise UsageError(f"wrt: unknown argument {w!r} (the arguments are "
+                                 f"{', '.join(names)})")
+            return names.index(w)
+        return int(w)
+
+    def pick(grads):
+        out = []
+        for w in items:
+            k = index(w)
+            if not 0 <= k < len(grads):
+                raise UsageError(f"argnums: {k} is out of range for {len(grads)} arguments")
+            out.append(grads[k])
+        return out[0] if single else tuple(out)
+    return pick
+
+
+def _loss_index(fn, args, loss) -> tuple[int, int | None]:
+    """(argument index, element or None) of the loss."""
+    program, name, names = target(fn, args)
+    m = machine_for(program)
+    m.enter(name, *args, names=names)
+    b, element = find_argument(m.bindings, m.stack[0].fn, loss, "loss")
+    return m.bindings.index(b), element
+
+
+def _value_and_grad(fn, loss: Loss, machine_options: dict) -> Callable[..., tuple]:
     runner = _Pass(fn, machine_options)
     direct = _Direct(runner, loss)
 
@@ -239,7 +347,6 @@ def value_and_grad(fn, loss: Loss = 0, **machine_options) -> Callable[..., tuple
         values = m.results()
         return values, runner.backward(m, target)
 
-    run.__name__ = f"value_and_grad_{runner.name}"
     return run
 
 
@@ -269,7 +376,7 @@ def with_functions(fn, args, loss: Loss, options: dict) -> tuple[tuple, tuple]:
         loss = positions.index(loss)
     elif isinstance(loss, tuple) and loss and isinstance(loss[0], int):
         loss = (positions.index(loss[0]), *loss[1:])
-    values, grads = value_and_grad(_Bound(fn, args), loss, **options)(
+    values, grads = _value_and_grad(_Bound(fn, args), loss, options)(
         *[args[k] for k in positions])
     out_v, out_g = list(args), [None] * len(args)
     for k, v, g in zip(positions, values, grads):
@@ -277,12 +384,15 @@ def with_functions(fn, args, loss: Loss, options: dict) -> tuple[tuple, tuple]:
     return tuple(out_v), tuple(out_g)
 
 
-def grad(fn, loss: Loss = 0, **machine_options) -> Callable[..., tuple]:
-    """A function returning one gradient of `loss` per argument (see value_and_grad)."""
-    vg = value_and_grad(fn, loss, **machine_options)
+def grad(fn, loss: Loss = 0, argnums=None, wrt=None, has_aux: bool = False,
+         **machine_options) -> Callable[..., tuple]:
+    """A function returning one gradient of `loss` per argument (see value_and_grad; with
+    has_aux: (gradients, values))."""
+    vg = value_and_grad(fn, loss, argnums, wrt, **machine_options)
 
-    def run(*args) -> tuple:
-        return vg(*args)[1]
+    def run(*args, **kwargs) -> tuple:
+        values, grads = vg(*args, **kwargs)
+        return (grads, values) if has_aux else grads
 
     run.__name__ = f"grad_{getattr(fn, 'name', 'fn')}"
     return run

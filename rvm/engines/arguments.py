@@ -1,8 +1,10 @@
 """Binding Python arguments to a function's parameter registers.
 
-A scalar binds to one parameter. A numpy array (float64 or int64, 1-D or 2-D) is copied
-onto the heap and binds to 1 + ndim consecutive integer parameters: its base address, then
-its length (1-D) or its rows and columns (2-D). After the call its cells are read back.
+A scalar binds to one parameter. A numpy array (1-D or 2-D) is copied onto the heap and
+binds to 1 + ndim consecutive integer parameters: its base address, then its length (1-D)
+or its rows and columns (2-D). After the call its cells are read back. Other float dtypes
+are converted to float64 and other integer (and boolean) dtypes to int64, Python lists to
+arrays, and 0-d arrays and numpy scalars to scalars; arguments are counted from 0.
 """
 
 from __future__ import annotations
@@ -51,28 +53,45 @@ def coerce(v, reg, fname: str):
     return float(v)
 
 
+def convert(a, n: int, fname: str):
+    """A Python argument as rvm takes it: arrays of float64 or int64, scalars as scalars."""
+    if isinstance(a, (list, tuple)):
+        try:
+            a = np.asarray(a)
+        except ValueError:
+            raise MachineError(f"argument {n} of {fname} is a ragged {type(a).__name__}; "
+                               "pass a rectangular numpy array", fname) from None
+    if isinstance(a, np.generic):
+        a = np.asarray(a)
+    if isinstance(a, np.ndarray):
+        if a.ndim == 0:
+            return a.item()
+        if a.dtype.kind == "f":
+            return a.astype(np.float64, copy=False)
+        if a.dtype.kind in "iub":
+            return a.astype(np.int64, copy=False)
+        raise MachineError(f"argument {n} of {fname} has dtype {a.dtype}; arrays must hold "
+                           "floats or integers", fname)
+    return a
+
+
 def bind(machine, fn, args, names: list[str] | None = None) -> tuple[list, list[Binding]]:
     """Register values for fn's parameters, and one Binding per argument.
 
     Arrays are placed on the machine's heap (allocated LIFO, in argument order)."""
     params, values, bindings, k = fn.params, [], [], 0
     for n, a in enumerate(args):
-        if isinstance(a, (list, tuple)):
-            raise MachineError(f"argument {n + 1} of {fn.name} is a {type(a).__name__}; "
-                               "pass a numpy array (float64 or int64)", fn.name)
+        a = convert(a, n, fn.name)
         if isinstance(a, np.ndarray):
-            dtype = DTYPES.get(a.dtype)
-            if dtype is None:
-                raise MachineError(f"argument {n + 1} of {fn.name} has dtype {a.dtype}; "
-                                   "arrays must be float64 or int64", fn.name)
+            dtype = DTYPES[a.dtype]
             if a.ndim not in (1, 2):
-                raise MachineError(f"argument {n + 1} of {fn.name} has shape {a.shape}; "
+                raise MachineError(f"argument {n} of {fn.name} has shape {a.shape}; "
                                    "arrays must be 1-D or 2-D", fn.name)
             regs = params[k:k + 1 + a.ndim]
             if len(regs) < 1 + a.ndim or any(r.cls != isa.INT for r in regs):
                 dims = "length" if a.ndim == 1 else "rows, cols"
                 raise MachineError(
-                    f"argument {n + 1} of {fn.name} is a {a.ndim}-D array, which takes "
+                    f"argument {n} of {fn.name} is a {a.ndim}-D array, which takes "
                     f"{1 + a.ndim} integer parameters (base, {dims}); "
                     f"the parameters there are {', '.join(map(str, regs)) or 'none'}", fn.name)
             base = machine.alloc(a.size)

@@ -244,9 +244,23 @@ class ReversibleFunction:
         session.request(self, sig)
         return session.run(self.source.file)
 
-    def __call__(self, *args, **machine_options):
-        """Run on the arguments; every argument's final value (functions passed as
-        arguments come back as they are)."""
+    def __call__(self, *args, **kwargs):
+        """Run on the arguments (positional, or by parameter name); every argument's final
+        value (functions passed as arguments come back as they are). Other keywords are
+        machine options (engine, checks, max_steps, heap_limit, tol, max_depth)."""
+        names_ = [a.arg for a in self.node.args.args]
+        by_name = {k: kwargs.pop(k) for k in list(kwargs) if k in names_}
+        machine_options = kwargs
+        if by_name:
+            full = list(args) + [None] * (len(names_) - len(args))
+            for k, v in by_name.items():
+                if names_.index(k) < len(args):
+                    raise TypeError(f"argument {k!r} given by position and by name")
+                full[names_.index(k)] = v
+            missing = [n for n, v in zip(names_, full) if v is None]
+            if missing:
+                raise TypeError(f"{self.name}: missing argument(s) {', '.join(missing)}")
+            args = tuple(full)
         program, name, names = self.specialize(args)
         m = machine_for(program, **machine_options)
         values = [a for a in args if not is_function(a)]

@@ -16,6 +16,7 @@ from typing import Any
 from ..core import isa
 from ..core.inverse import invert, relabel
 from ..core.program import FuncRef, Function, Imm, Label, Reg
+from ..engines.arguments import convert
 from .expressions import FLOAT, INT, Lowering, Var
 
 
@@ -30,6 +31,7 @@ def sig_of(value) -> tuple:
     import numpy as np
     if is_function(value):
         return ("function", value)
+    value = convert(value, 0, "")           # lists, 0-d arrays, other dtypes as rvm takes them
     if isinstance(value, np.ndarray):
         return ("array", FLOAT if value.dtype.kind == "f" else INT, value.ndim)
     if isinstance(value, (bool, np.bool_)):
