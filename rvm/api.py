@@ -10,7 +10,7 @@ import os
 import attrs
 import numpy as np
 
-from .core.errors import RvmError, UsageError
+from .core.errors import RvmError, UsageError, user_facing
 from .core.program import Program
 from .engines.machine import machine_for, resolve_engine
 from .formats.assembly import assemble
@@ -18,6 +18,7 @@ from .formats.bytecode import dumps, loads
 from .lang import compile_file
 
 
+@user_facing
 def load(path: str | os.PathLike, engine: str | None = None) -> Program:
     """Load a program from assembly (.rasm), bytecode (.rvmb), or a Python file of
     @rvm.reversible functions (.py, compiled without running it); verified on load.
@@ -80,12 +81,14 @@ def _getitem(self: Program, name: str) -> FunctionHandle:
     return FunctionHandle(self, name)
 
 
+@user_facing
 def _call(self: Program, name: str, *args, **options):
     """Run `name` forwards on the arguments; return the parameters' final values.
     Options (engine, checks, max_steps, heap_limit, tol) go to the machine."""
     return machine_for(self, **options).call(name, *args)
 
 
+@user_facing
 def _uncall(self: Program, name: str, *args, **options):
     """Run `name` backwards on the arguments; return the parameters' final values."""
     return machine_for(self, **options).uncall(name, *args)

@@ -241,6 +241,9 @@ def parser() -> argparse.ArgumentParser:
                        default=None, help="execution engine (default: auto)")
         r.add_argument("--no-checks", action="store_true",
                        help="skip invertibility checks (for trusted programs)")
+        r.add_argument("--verbose", action="store_true",
+                       help="with an error in a compiled program, also the registers and "
+                       "instruction involved")
         return r
 
     r = runner("run", "run a function forwards (or backwards) and print its parameters")
@@ -294,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     except RvmError as e:
         kind = f"{type(e).__name__}: " if isinstance(e, MachineError) else ""
         print(f"rvm: {kind}{e}", file=sys.stderr)
+        if getattr(args, "verbose", False) and getattr(e, "detail", ""):
+            print(f"  register-level detail: {e.detail}", file=sys.stderr)
         return 1
     except OSError as e:                # output the user pointed at (stdout, a file)
         print(f"rvm: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)

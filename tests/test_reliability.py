@@ -434,3 +434,66 @@ def test_arrays_of_other_dtypes_lists_and_0d_arrays_are_converted():
     i32 = np.array([3, 4], dtype=np.int32)
     assert rvm.load(pathlib.Path(__file__).resolve().parent.parent / "asm" /
                     "reverse.rasm").call("reverse", i32)[0].dtype == np.int64
+
+
+# ---------------------------------------------------------------- errors in the user's terms
+
+ERRS = """import rvm
+from rvm import ancilla
+
+
+@rvm.reversible
+def dirty(out: float, x: float):
+    with ancilla(t=0.0):
+        t += x
+        out += t * 2.0
+        t += 1.0
+
+
+@rvm.reversible
+def broken_if(out: float, x: float):
+    if (x < 1.0, out < 1.0):
+        out += 5.0
+    else:
+        out += 0.5
+"""
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_runtime_errors_name_source_variables_and_constructs(tmp_path, engine):
+    path = tmp_path / "errs.py"
+    path.write_text(ERRS)
+    p = rvm.load(path)
+    with pytest.raises(rvm.InvertibilityError) as e:
+        p.call("dirty", 0.0, 1.0, engine=engine)
+    assert "ancilla `t` is 2.0 when its block ends at line 7; it must be back to 0.0" \
+        in str(e.value)
+    assert "f2" in e.value.detail and "f2" not in str(e.value)
+    with pytest.raises(rvm.InvertibilityError) as e:
+        p.call("broken_if", 0.0, 0.5, engine=engine)
+    assert ("the `if` at line 15: its post-condition `out < 1.0` is false after the "
+            "then-branch, with out = 5.0") in str(e.value)
+    with pytest.raises(rvm.InvertibilityError, match="is true after the else-branch"):
+        p.call("broken_if", 0.0, 3.0, engine=engine)
+    assert str(e.value).count("InvertibilityError") == 0
+
+
+def test_errors_from_python_calls_show_the_users_frame(tmp_path):
+    import traceback
+    path = tmp_path / "errs.py"
+    path.write_text(ERRS)
+    p = rvm.load(path)
+    try:
+        p.call("dirty", 0.0, 1.0)
+    except rvm.InvertibilityError as e:
+        frames = traceback.extract_tb(e.__traceback__)
+    assert len(frames) <= 3 and not any("machine.py" in f.filename for f in frames)
+
+
+def test_verbose_cli_errors_keep_the_register_detail(tmp_path):
+    path = tmp_path / "errs.py"
+    path.write_text(ERRS)
+    r = subprocess.run([sys.executable, "-m", "rvm.cli", "run", str(path), "--entry",
+                        "dirty", "--args", "0.0", "1.0", "--verbose"], capture_output=True,
+                       text=True)
+    assert r.returncode == 1 and "ancilla `t`" in r.stderr and "ZERO     f2" in r.stderr

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ..core import isa
-from ..core.errors import UsageError
+from ..core.errors import UsageError, user_facing
 from ..core.program import Program
 from ..engines.arguments import Binding
 from ..engines.machine import Machine, machine_for
@@ -153,6 +153,7 @@ class Transformed:
                 for i in floats]
         return tuple(values) + tuple(dots)
 
+    @user_facing
     def __call__(self, *args, **options):
         program, name, names = self.specialize(args)
         m = machine_for(program, **options)
@@ -212,6 +213,7 @@ def _spread(values, floats: list[int], n: int) -> tuple:
     return tuple(out)
 
 
+@user_facing
 def jvp(f, primals: Sequence, tangents: Sequence, **options) -> tuple[tuple, tuple]:
     """(values, tangents_out): f's final values and J @ tangents, by running f's tangent
     program. One entry per argument, None as the tangent of an integer (JAX's jvp);
@@ -242,6 +244,7 @@ def _loss_argument(f, primals, loss) -> int:
     return bindings.index(b)
 
 
+@user_facing
 def hvp(f, primals: Sequence, tangents: Sequence, loss=0, **options) -> tuple:
     """The Hessian of `loss` (a float scalar argument's final value) times `tangents`. One
     entry per argument, None for integers, arrays as arrays. O(1) extra memory: forward

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ..core import isa
-from ..core.errors import MachineError, UsageError
+from ..core.errors import MachineError, UsageError, user_facing
 from ..core.inverse import inverse_function
 from ..core.program import Function, Program
 from ..engines.arguments import Binding, read_array
@@ -234,6 +234,7 @@ def value_and_grad(fn, loss: Loss = 0, argnums=None, wrt=None, has_aux: bool = F
     pick = _selector(fn, argnums, wrt)
     core = _value_and_grad(fn, loss, machine_options)
 
+    @user_facing
     def run(*args, **kwargs) -> tuple:
         args = positional(fn, args, kwargs)
         values, grads = core(*args)
@@ -390,6 +391,7 @@ def grad(fn, loss: Loss = 0, argnums=None, wrt=None, has_aux: bool = False,
     has_aux: (gradients, values))."""
     vg = value_and_grad(fn, loss, argnums, wrt, **machine_options)
 
+    @user_facing
     def run(*args, **kwargs) -> tuple:
         values, grads = vg(*args, **kwargs)
         return (grads, values) if has_aux else grads
@@ -407,6 +409,7 @@ def jacobian(fn, outputs: Sequence[Loss], wrt: Sequence[Loss],
     """
     runner = _Pass(fn, machine_options)
 
+    @user_facing
     def run(*args) -> np.ndarray:
         m = runner.forward(args)
         fnobj = m.stack[0].fn

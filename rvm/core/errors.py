@@ -3,9 +3,23 @@ exits 1, never a traceback."""
 
 from __future__ import annotations
 
+import functools
+
 
 class RvmError(Exception):
     """Base of every error caused by the user's program or input."""
+
+
+def user_facing(fn):
+    """Raise rvm's errors from the API call the user made, not from deep inside the
+    compiler or the machine: the traceback shows the user's frame and the message."""
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except RvmError as e:
+            raise e.with_traceback(None) from None
+    return call
 
 
 class SourceError(RvmError):
@@ -66,6 +80,7 @@ class MachineError(RvmError):
                  line: int = 0, file: str = "", values: dict | None = None):
         self.message, self.function, self.index = message, function, index
         self.line, self.file, self.values = line, file, dict(values or {})
+        self.detail = ""           # register-level detail where the message is in source terms
         parts = []
         if function:
             parts.append(f"in {function}")

@@ -17,6 +17,7 @@ from ..core.program import Function, Program
 from . import closures, templates
 from .arguments import bind, read_array
 from .closures import END
+from .explain import explain, explain_locals
 from .templates import Fault, Limit
 
 MIN_NORMAL = 2.2250738585072014e-308
@@ -227,11 +228,14 @@ class Machine:
                 bad[str(r)] = v
         if bad:
             at_end = fr.state != 0
-            raise InvertibilityError(
-                f"local register{'s' if len(bad) > 1 else ''} {', '.join(bad)} not restored "
-                f"to zero when leaving the frame at its {'end' if at_end else 'start'}; "
-                "the values would be lost", fn.name, None,
-                fn.end_line if at_end else fn.line, self.program.source, bad)
+            line = fn.end_line if at_end else fn.line
+            detail = (f"local register{'s' if len(bad) > 1 else ''} {', '.join(bad)} not "
+                      f"restored to zero when leaving the frame at its "
+                      f"{'end' if at_end else 'start'}; the values would be lost")
+            err = InvertibilityError(explain_locals(fn, line, bad) or detail, fn.name, None,
+                                     line, self.program.source, bad)
+            err.detail = detail
+            raise err
         G = fr.G
         for r, k in fn.local_slots:
             R[k] = 0 if r.cls == isa.INT else 0.0
@@ -291,10 +295,14 @@ class Machine:
         fr = self.stack[-1]
         i = fr.index(fr.dir * D)
         ins = fr.fn.code[i] if 0 <= i < len(fr.fn.code) else None
-        msg = f"{prefix}{exc}"
+        detail = f"{prefix}{exc}"
         if ins is not None:
-            msg += f"\n    at: {i}  {ins}"
-        return kind(msg, fr.fn.name, i, ins.line if ins else 0, self.program.source)
+            detail += f"\n    at: {i}  {ins}"
+        line = ins.line if ins else 0
+        msg = explain(fr.fn, ins, line, self.program.source, fr.R, str(exc)) or detail
+        err = kind(msg, fr.fn.name, i, line, self.program.source)
+        err.detail = detail            # the register-level account (rvm run --verbose)
+        return err
 
     def entered(self) -> None:
         """Refuse to move or read results before a function is entered."""

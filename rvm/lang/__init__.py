@@ -22,7 +22,7 @@ from typing import Any
 import attrs
 
 from ..core import isa
-from ..core.errors import CompileError, MachineError, RvmError
+from ..core.errors import CompileError, MachineError, RvmError, user_facing
 from ..core.program import FuncRef, Instruction, Program
 from ..core.verify import verify
 from ..engines.machine import machine_for
@@ -244,6 +244,7 @@ class ReversibleFunction:
         session.request(self, sig)
         return session.run(self.source.file)
 
+    @user_facing
     def __call__(self, *args, **kwargs):
         """Run on the arguments (positional, or by parameter name); every argument's final
         value (functions passed as arguments come back as they are). Other keywords are

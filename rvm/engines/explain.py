@@ -1,0 +1,97 @@
+"""Run-time errors in the user's terms, for programs compiled from source.
+
+A failed check names registers and internal labels (`f2 = 2.0, must be 0 here`,
+`comefrom at then_2`). For a function with debug symbols (the Python frontend's), this
+module says the same thing with the source's names and constructs: "ancilla `t` is 2.0
+when its block ends at line 12; it must be back to 0.0", "the `if` at line 8: its
+post-condition `x < 1.0` is false after the then-branch, with x = 2.0". Assembly programs
+keep the register-level message, which is also kept as the error's `detail`.
+"""
+
+from __future__ import annotations
+
+import ast
+import linecache
+
+from ..core.program import Function, Reg
+
+
+def names_at(fn: Function, line: int) -> dict[Reg, str]:
+    """Registers holding a source variable at `line` (innermost scope last wins)."""
+    out = {}
+    for s in fn.symbols:
+        if len(s.regs) == 1 and s.first <= line <= s.last:
+            out[s.regs[0]] = s.name
+    return out
+
+
+def _statement(path: str, line: int) -> ast.stmt | None:
+    text = linecache.getline(path, line).strip() if path else ""
+    if not text.endswith(":"):
+        return None
+    try:
+        return ast.parse(text + " pass").body[0]
+    except SyntaxError:
+        return None
+
+
+def _values(expr: ast.expr, values: dict[str, object]) -> str:
+    shown = [f"{n} = {values[n]!r}" for n in dict.fromkeys(
+        x.id for x in ast.walk(expr) if isinstance(x, ast.Name)) if n in values]
+    return ", with " + ", ".join(shown) if shown else ""
+
+
+def explain(fn: Function, ins, line: int, path: str, R: list, message: str) -> str | None:
+    """The message in source terms, or None when there is nothing better to say."""
+    if not fn.symbols or ins is None:
+        return None
+    names = names_at(fn, line)
+    values = {name: R[fn.slot(r)] for r, name in names.items()}
+    if ins.op == "ZERO" and ins.args[0] in names:
+        name = names[ins.args[0]]
+        zero = 0.0 if ins.args[0].cls == "f" else 0
+        return (f"ancilla `{name}` is {values[name]!r} when its block ends at line {line}; "
+                f"it must be back to {zero!r}")
+    label = ins.args[-1].name if ins.args and hasattr(ins.args[-1], "name") else ""
+    stmt = _statement(path, line)
+    if stmt is None or not label:
+        return None
+    kind = "if" if isinstance(stmt, ast.If) else "while" if isinstance(stmt, ast.While) \
+        else None
+    if kind is None:
+        return None
+    test = stmt.test
+    pre, post = (test.elts[0], test.elts[1]) if isinstance(test, ast.Tuple) and \
+        len(test.elts) == 2 else (test, test)
+    arrived = "arrived by its jump" in message
+    if kind == "if" and label.startswith("then"):
+        branch = "then" if arrived else "else"
+        truth = "false" if arrived else "true"
+        return (f"the `if` at line {line}: its post-condition `{ast.unparse(post)}` is "
+                f"{truth} after the {branch}-branch{_values(post, values)}")
+    if kind == "while" and label.startswith("back"):
+        when = "after a pass" if arrived else "on entry"
+        truth = "false" if arrived else "true"
+        return (f"the `while` at line {line}: its post-condition `{ast.unparse(post)}` is "
+                f"{truth} {when}; it must be false on entry and true after every pass"
+                f"{_values(post, values)}")
+    if label.startswith(("if", "exit")):      # running backwards: the pre-condition
+        return (f"the `{kind}` at line {line}, run backwards: its condition "
+                f"`{ast.unparse(pre)}` does not match the way it was entered"
+                f"{_values(pre, values)}")
+    return None
+
+
+def explain_locals(fn: Function, line: int, bad: dict) -> str | None:
+    """Ancillas not restored when a frame is left, by their source names."""
+    if not fn.symbols:
+        return None
+    named = {}
+    for s in fn.symbols:
+        if len(s.regs) == 1 and str(s.regs[0]) in bad:
+            named[s.name] = bad[str(s.regs[0])]
+    if len(named) != len(bad):
+        return None
+    listing = ", ".join(f"`{n}` = {v!r}" for n, v in named.items())
+    return (f"{'ancillas' if len(named) > 1 else 'ancilla'} {listing} not back to zero when "
+            f"{fn.name} is left at line {line}; the values would be lost")
