@@ -247,3 +247,83 @@ def test_terminal_ui_through_tmux():
                  "-->       2          ADD      r1, r2", "(rvm)")
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_terminal_history_completion_ctrl_c_and_redraw(tmp_path):
+    """The shell a user meets: Up recalls history (kept in RVM_HISTORY), Tab completes,
+    Ctrl-C stops a long `c` and a long `rc` where they are (with progress shown), and a
+    command that only prints does not redraw the panes."""
+    session = f"rvmterm{time.time_ns() % 10**8}"
+    history = tmp_path / "history"
+    cmd = (f"RVM_HISTORY={history} {sys.executable} -m rvm.cli debug "
+           f"{ROOT / 'asm/fib.rasm'} --args 100000000 0 0 --max-steps 1000000000")
+
+    def screen():
+        return subprocess.run(["tmux", "capture-pane", "-t", session, "-p"],
+                              capture_output=True, text=True).stdout
+
+    def keys(*k):
+        subprocess.run(["tmux", "send-keys", "-t", session, *k], check=True)
+
+    def wait_for(*texts, timeout=20.0):
+        end = time.time() + timeout
+        while time.time() < end:
+            shown = screen()
+            if all(t in shown for t in texts):
+                return shown
+            time.sleep(0.05)
+        raise AssertionError(f"{texts!r} never all appeared:\n{screen()}")
+
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "140", "-y", "45",
+                    cmd], check=True)
+    try:
+        wait_for("(rvm)", "registers")
+        keys("s", "Enter")
+        wait_for("step 1 |")
+        keys("p r0 + 1", "Enter")
+        wait_for("r0 + 1 = 100000001")
+        keys("bt", "Enter")                       # prints only: the panes stay as they were
+        shown = wait_for("#0  fib")
+        assert shown.count("╭─ source") == 1
+        keys("Up", "Up", "Enter")                 # history: p r0 + 1 again
+        wait_for("(rvm) p r0 + 1")
+        keys("reverse-ste", "Tab")                # completion
+        wait_for("(rvm) reverse-step")
+        keys("C-u")
+        keys("c", "Enter")
+        wait_for("running forwards", timeout=30)
+        time.sleep(2.5)                           # so that going back takes a while too
+        keys("C-c")
+        shown = wait_for("interrupted forwards at step", "(rvm)")
+        keys("rc", "Enter")
+        wait_for("running backwards", timeout=30)
+        keys("C-c")
+        wait_for("interrupted backwards at step", "(rvm)")
+        keys("q", "Enter")
+        for _ in range(100):
+            if history.exists():
+                break
+            time.sleep(0.05)
+        assert "p r0 + 1" in history.read_text()
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+def test_up_at_the_outermost_frame_and_hidden_temporaries():
+    dbg = debugger_for(iexp, (0.0, 1.5))
+    assert "already at the outermost frame" in dbg.execute("up")
+    dbg.execute("s")
+    named = dbg.execute("info registers")
+    everything = dbg.execute("info registers all")
+    assert "out" in named and "x" in named
+    assert len(everything.splitlines()) > len(named.splitlines())
+
+
+def test_heap_pane_shows_cells_as_their_type():
+    import numpy as np
+    from rvm.debugger.views import heap_lines
+    dbg = Debugger(rvm.load(ROOT / "asm" / "arrays.rasm"), "dot",
+                   (np.array([1.5, 2.0]), np.array([3.0, -4.0]), 0.0))
+    lines = [text for text, _ in heap_lines(dbg)]
+    assert "1.5" in lines[0] and "-4.0" in lines[3] and "[0]" in lines[0]

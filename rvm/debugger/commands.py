@@ -207,7 +207,8 @@ def _info(dbg: Debugger, rest: str) -> str:
     what = rest.split()[0] if rest else ""
     if what in ("registers", "regs", "r"):
         from .views import registers_lines
-        return "\n".join(text for text, _ in registers_lines(dbg))
+        show_all = rest.split()[1:2] == ["all"]
+        return "\n".join(text for text, _ in registers_lines(dbg, show_all))
     if what in ("breakpoints", "break", "b", "watchpoints", "watch"):
         rows = [f"{b.number}  {'temporary ' if b.temporary else ''}breakpoint at {b.where}"
                 f"{'' if b.enabled else ' (disabled)'}"
@@ -220,7 +221,7 @@ def _info(dbg: Debugger, rest: str) -> str:
         return _display(dbg, "")
     if what == "frame":
         return dbg.where(dbg.frame())
-    raise CommandError("usage: info registers|breakpoints|watchpoints|display|frame")
+    raise CommandError("usage: info registers [all]|breakpoints|watchpoints|display|frame")
 
 
 @command("list", help="list [LINE]: source around the current line (or LINE)")
@@ -246,7 +247,11 @@ def _backtrace(dbg: Debugger, rest: str) -> str:
 def _updown(sign: int):
     def run(dbg: Debugger, rest: str) -> str:
         n = _count(rest)
-        dbg.selected = max(0, min(len(dbg.m.stack) - 1, dbg.selected + sign * n))
+        new = max(0, min(len(dbg.m.stack) - 1, dbg.selected + sign * n))
+        if new == dbg.selected:
+            edge = "outermost" if sign > 0 else "innermost"
+            return f"already at the {edge} frame (#{new}, {dbg.where(dbg.frame())})"
+        dbg.selected = new
         return f"#{dbg.selected}  {dbg.where(dbg.frame())}"
     return run
 

@@ -11,6 +11,7 @@ import ast
 import difflib
 import linecache
 import operator
+import time
 from collections.abc import Callable
 
 import attrs
@@ -26,6 +27,7 @@ BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
           ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
           ast.Pow: operator.pow, ast.BitAnd: operator.and_, ast.BitOr: operator.or_,
           ast.BitXor: operator.xor}
+CHUNK = 20_000         # steps between looks at Ctrl-C and progress in a long move
 MAX_BITS = 4096        # integers the expression evaluator will build (bounded time and size)
 COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
            ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge}
@@ -78,6 +80,8 @@ class Debugger:
 
     # ------------------------------------------------------------------ state
     def restart(self) -> None:
+        self.interrupted = False        # set by Ctrl-C; a move stops at the next look
+        self.progress = None            # progress(steps, direction) during long moves
         self.m = Machine(self.program, max_steps=self.max_steps)
         self.m.enter(self.entry, *[a.copy() if isinstance(a, np.ndarray) else a
                                    for a in self.args], names=self.names)
@@ -139,15 +143,30 @@ class Debugger:
         program's end/start, an error, or `limit` steps. Returns why it stopped."""
         limit = self.max_steps if limit is None else limit
         self.selected = 0
+        self.interrupted = False
         fast = until is None and not self.watches and not any(
             b.enabled for b in self.breakpoints.values())
+        start, began = time.monotonic(), self.m.steps
         try:
-            if fast:
-                taken = self.m._move(d, limit)
-                return self.boundary_message(d) if taken < limit else ""
-            for _ in range(limit):
+            if fast:             # in chunks: between them, Ctrl-C and progress get a look in
+                done = 0
+                while done < limit:
+                    chunk = min(CHUNK, limit - done)
+                    taken = self.m._move(d, chunk)
+                    done += taken
+                    if taken < chunk:
+                        return self.boundary_message(d)
+                    if self.interrupted:
+                        return self.interrupt_message(d)
+                    self.report(d, start, began)
+                return ""
+            for k in range(limit):
                 if not self.move(d):
                     return self.boundary_message(d)
+                if self.interrupted:
+                    return self.interrupt_message(d)
+                if k % CHUNK == CHUNK - 1:
+                    self.report(d, start, began)
                 bp = self.at_breakpoint()
                 if bp is not None:
                     bp.hits += 1
@@ -163,6 +182,16 @@ class Debugger:
         except RvmError as e:
             return ("stopped by an error (the state is as before the failing step):\n"
                     f"{type(e).__name__}: {e}")
+
+    def report(self, d: int, start: float, began: int) -> None:
+        """Tell the progress callback about a move running for over a second."""
+        if self.progress is not None and time.monotonic() - start > 1.0:
+            self.progress(abs(self.m.steps - began), d)
+
+    def interrupt_message(self, d: int) -> str:
+        self.interrupted = False
+        return (f"interrupted {'forwards' if d > 0 else 'backwards'} at step {self.m.steps}, "
+                f"{self.where()}")
 
     def boundary_message(self, d: int) -> str:
         if d > 0:

@@ -4,7 +4,11 @@ and the interactive loop."""
 
 from __future__ import annotations
 
+import cmd
+import contextlib
 import linecache
+import os
+import signal
 import sys
 from typing import TextIO
 
@@ -48,9 +52,10 @@ def disassembly_lines(dbg, around: int = 5) -> Lines:
     return out
 
 
-def registers_lines(dbg) -> Lines:
+def registers_lines(dbg, show_all: bool = False) -> Lines:
     """Registers of the selected frame, named by their source variable where there is one,
-    with gradient shadows in gradient mode; changed ones (since the last command) marked."""
+    with gradient shadows in gradient mode; changed ones (since the last command) marked.
+    In a compiled program, temporaries and array bases are hidden unless show_all."""
     fr = dbg.frame()
     fn = fr.fn
     names = {}
@@ -60,7 +65,9 @@ def registers_lines(dbg) -> Lines:
             names[s.regs[0]] = s.name + ("[]" if len(s.regs) > 1 else "")
     out: Lines = []
     depth = len(dbg.m.stack)
-    for reg in sorted(fn.registers, key=lambda r: (r.cls != isa.INT, r.n)):
+    shown = [r for r in fn.registers if show_all or not fn.symbols or
+             (r in names and not names[r].endswith("[]"))]
+    for reg in sorted(shown, key=lambda r: (r.cls != isa.INT, r.n)):
         slot = fn.slot(reg)
         value = dbg.register_value(dbg.selected, slot)
         text = f"{reg!s:>5} {names.get(reg, ''):<10} {value!r}"
@@ -82,12 +89,23 @@ def stack_lines(dbg) -> Lines:
 
 
 def heap_lines(dbg, limit: int = 12) -> Lines:
+    """Heap cells, each shown as the type the program uses it as: argument arrays by their
+    element type (and name), other cells as integers when they look like one (small
+    integers are subnormal floats), as floats otherwise."""
     top = dbg.m.top
     if not top:
         return [("(empty)", "dim")]
     ints = np.frombuffer(dbg.m.read_cells(0, min(top, limit)), dtype="<i8")
-    out = [(f"[{a:>3}] {int(v):>20}  {float(np.int64(v).view('<f8'))!r}", "")
-           for a, v in enumerate(ints)]
+    kinds = {}
+    for b in getattr(dbg.m, "bindings", ()):
+        if b.is_array:
+            for k in range(int(np.prod(b.shape))):
+                kinds[b.base + k] = (b.cls, f"{b.name}[{k}]")
+    out = []
+    for a, v in enumerate(ints):
+        cls, label = kinds.get(a, (isa.INT if abs(int(v)) < 1 << 53 else isa.FLOAT, ""))
+        shown = repr(int(v)) if cls == isa.INT else repr(float(np.int64(v).view("<f8")))
+        out.append((f"[{a:>3}] {shown:>24}  {label}".rstrip(), ""))
     if top > limit:
         out.append((f"... {top - limit} more cells in use", "dim"))
     return out
@@ -145,14 +163,14 @@ def rich_view(dbg, console, message: str) -> None:
 
 def repl(dbg, stdin: TextIO = sys.stdin, stdout: TextIO = sys.stdout,
          batch: list[str] | None = None) -> None:
-    """The interactive loop: rich panels on a terminal, plain text otherwise."""
-    from rich.console import Console
+    """The interactive loop: on a terminal, a line-editing shell (history, Tab completion,
+    Ctrl-C stops a running move) over rich panels that redraw after moves only; plain text
+    otherwise (pipes, --batch, tests)."""
     terminal = batch is None and stdout.isatty() and stdin.isatty()
-    console = Console(file=stdout) if terminal else None
     if terminal:
-        rich_view(dbg, console, "rvm debugger: 'help' lists commands, 'q' quits")
-    else:
-        print(dbg.stop_text(f"rvm debugger: {dbg.entry}"), file=stdout)
+        Shell(dbg, stdout).run()
+        return
+    print(dbg.stop_text(f"rvm debugger: {dbg.entry}"), file=stdout)
     commands = iter(batch) if batch is not None else None
     while not dbg.done:
         if commands is not None:
@@ -163,16 +181,11 @@ def repl(dbg, stdin: TextIO = sys.stdin, stdout: TextIO = sys.stdout,
                 continue
             print(f"(rvm) {line.rstrip()}", file=stdout)
         else:
-            try:
-                line = input("(rvm) ") if terminal else _read(stdin, stdout)
-            except EOFError:
-                break
+            line = _read(stdin, stdout)
             if line is None:
                 break
         out = dbg.execute(line)
-        if terminal and not dbg.done:
-            rich_view(dbg, console, out)
-        elif out:
+        if out:
             print(out, file=stdout)
 
 
@@ -181,3 +194,113 @@ def _read(stdin: TextIO, stdout: TextIO) -> str | None:
     stdout.flush()
     line = stdin.readline()
     return line if line else None
+
+
+HISTORY = os.path.join(os.path.expanduser("~"), ".rvm_history")
+
+
+class Shell(cmd.Cmd):
+    """gdb's everyday comforts on the standard library's cmd and readline: line editing,
+    persistent history (~/.rvm_history, or $RVM_HISTORY), Tab completion of commands,
+    variables, registers, functions and breakpoint locations; Ctrl-C stops a running move
+    where it is (at the prompt it just clears the line); moves over a second show their
+    progress. Panes redraw after a command that moved or changed the machine; commands
+    that only print (bt, info, p, help, errors) print below them."""
+
+    prompt = "(rvm) "
+
+    def __init__(self, dbg, stdout: TextIO):
+        super().__init__(stdout=stdout)
+        from rich.console import Console
+        self.dbg, self.console = dbg, Console(file=stdout)
+        self.history = os.environ.get("RVM_HISTORY", HISTORY)
+        self.live = None
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> None:
+        try:
+            import readline
+        except ImportError:          # no readline on this platform: plain input()
+            readline = None
+        if readline is not None:
+            readline.set_completer_delims(" \t\n")
+            readline.set_history_length(1000)
+            with contextlib.suppress(OSError):
+                readline.read_history_file(self.history)
+        self.dbg.progress = self.show_progress
+        rich_view(self.dbg, self.console, "rvm debugger: 'help' lists commands, 'q' quits; "
+                                          "Tab completes, Ctrl-C stops a running move")
+        try:
+            while True:
+                try:
+                    self.cmdloop()
+                    break
+                except KeyboardInterrupt:        # Ctrl-C at the prompt: a fresh line
+                    self.stdout.write("^C\n")
+        finally:
+            self.dbg.progress = None
+            if readline is not None:
+                with contextlib.suppress(OSError):
+                    readline.write_history_file(self.history)
+
+    def onecmd(self, line: str) -> bool:
+        if line == "EOF":
+            self.stdout.write("\n")
+            return True
+        dbg = self.dbg
+        before = _state(dbg)
+        previous = signal.signal(signal.SIGINT, self.interrupt)
+        try:
+            out = dbg.execute(line)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+            if self.live is not None:
+                self.live.stop()
+                self.live = None
+        if dbg.done:
+            return True
+        if _state(dbg) != before:
+            rich_view(dbg, self.console, out)
+        elif out:
+            self.console.print(out, markup=False, highlight=False)
+        return False
+
+    def emptyline(self) -> bool:
+        return self.onecmd("")          # Enter repeats the last command, as in gdb
+
+    def interrupt(self, signum, frame) -> None:
+        self.dbg.interrupted = True     # the move stops between two instructions
+
+    def show_progress(self, steps: int, d: int) -> None:
+        from rich.live import Live
+        from rich.text import Text
+        text = Text(f"running {'forwards' if d > 0 else 'backwards'}: {steps:,} steps "
+                    "(Ctrl-C stops)", style="bold")
+        if self.live is None:
+            self.live = Live(text, console=self.console, transient=True,
+                             auto_refresh=False)
+            self.live.start()
+        self.live.update(text, refresh=True)
+
+    # ------------------------------------------------------------------ completion
+    def completenames(self, text: str, *ignored) -> list[str]:
+        from .core import ALIASES, COMMANDS
+        return sorted(n for n in set(COMMANDS) | set(ALIASES) if n.startswith(text))
+
+    def completedefault(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
+        dbg = self.dbg
+        words = {"registers", "breakpoints", "watchpoints", "display", "frame", "all", "on",
+                 "off"}
+        for fn in dbg.program.functions.values():
+            words.add(fn.name)
+            words.update(f"{fn.name}:*{i}" for i in range(len(fn.code)))
+            words.update(s.name for s in fn.symbols)
+            words.update(str(r) for r in fn.registers)
+        return sorted(w for w in words if w.startswith(text))
+
+
+def _state(dbg) -> tuple:
+    """What a redraw depends on: where the machine is and what the panes show."""
+    m = dbg.m
+    return (m.steps, dbg.selected, len(m.stack), m.grad, m.top, len(dbg.watches),
+            len(dbg.displays), len(dbg.breakpoints))
