@@ -322,6 +322,7 @@ def test_up_at_the_outermost_frame_and_hidden_temporaries():
 
 def test_heap_pane_shows_cells_as_their_type():
     import numpy as np
+
     from rvm.debugger.views import heap_lines
     dbg = Debugger(rvm.load(ROOT / "asm" / "arrays.rasm"), "dot",
                    (np.array([1.5, 2.0]), np.array([3.0, -4.0]), 0.0))

@@ -202,7 +202,7 @@ def _x(dbg: Debugger, rest: str) -> str:
                      for k, (i, f) in enumerate(zip(ints, floats)))
 
 
-@command("info", help="info registers|breakpoints|watchpoints|display|frame")
+@command("info", help="info registers [all]|breakpoints|watchpoints|display|frame")
 def _info(dbg: Debugger, rest: str) -> str:
     what = rest.split()[0] if rest else ""
     if what in ("registers", "regs", "r"):
