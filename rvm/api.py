@@ -99,7 +99,7 @@ Program.__getitem__, Program.call, Program.uncall = _getitem, _call, _uncall
 __all__ = ["FunctionHandle", "assemble", "dumps", "load", "loads", "save", "vmap"]
 
 
-def vmap(fn, in_axes=0):
+def vmap(fn, in_axes=0, out_axes=0):
     """Batch a function over rows: `vmap(f)(xs, ys)` calls f(xs[i], ys[i]) for every i and
     stacks each output. `fn` is a function of a loaded program, a reversible function, or
     a gradient function (rvm.grad / value_and_grad / jacobian of one). `in_axes` is 0 (every
@@ -107,6 +107,10 @@ def vmap(fn, in_axes=0):
     value for every row). The machine and its compiled code are reused from row to row, so
     per-call set-up is paid once. An empty batch gives an empty tuple."""
 
+    if not (_is_zero(out_axes) or (isinstance(out_axes, (list, tuple)) and
+                                   all(_is_zero(a) for a in out_axes))):
+        raise UsageError(f"out_axes must be 0 (results are stacked along a new first axis), "
+                         f"got {out_axes!r}")
     if not (in_axes is None or _is_zero(in_axes) or (
             isinstance(in_axes, (list, tuple)) and
             all(a is None or _is_zero(a) for a in in_axes))):

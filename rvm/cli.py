@@ -20,20 +20,21 @@ from .engines.machine import Machine
 from .formats.assembly import disassemble
 
 
-def _entry(program: Program, name: str | None) -> str:
+def _entry(names: list[str], source: str, name: str | None) -> str:
+    """The function to run: --entry, else main, else the only function (exit 2 if there is
+    a choice to make)."""
     if name is not None:
-        if name not in program.functions:
-            raise RvmError(f"no function {name!r} in {program.source} (it has: "
-                           f"{', '.join(program.functions)})")
+        if name not in names:
+            raise RvmError(f"no function {name!r} in {source} (it has: {', '.join(names)})")
         return name
-    if "main" in program.functions:
+    if "main" in names:
         return "main"
-    if not program.functions:
-        raise RvmError(f"{program.source} defines no function")
-    if len(program.functions) == 1:
-        return next(iter(program.functions))
-    raise UsageError(f"{program.source} has several functions and no main: choose one with "
-                     f"--entry ({', '.join(program.functions)})")
+    if not names:
+        raise RvmError(f"{source} defines no function")
+    if len(names) == 1:
+        return names[0]
+    raise UsageError(f"{source} has several functions and no main: choose one with "
+                     f"--entry ({', '.join(names)})")
 
 
 def _value(text: str):
@@ -102,10 +103,20 @@ def cmd_dis(args) -> None:
     print(disassemble(load(args.file), annotate=not args.plain), end="")
 
 
-def cmd_run(args) -> None:
+def _program(args) -> tuple[Program, str, list]:
+    """The program, entry and argument values a command runs on (a .py function without
+    annotations is compiled for the arguments' types)."""
+    from .lang import specialized
     program = load(args.file)
-    entry = _entry(program, args.entry)
+    names = list(program.functions) + list(program.cache.get("unannotated", {}))
     values = _arguments(args.args)
+    entry = _entry(names, program.source, args.entry)
+    program, entry = specialized(program, entry, values)
+    return program, entry, values
+
+
+def cmd_run(args) -> None:
+    program, entry, values = _program(args)
     m = _machine(program, args)
     m.enter(entry, *values, backward=args.backward)
     if args.trace:
@@ -122,9 +133,7 @@ def cmd_run(args) -> None:
 
 def cmd_grad(args) -> None:
     from .ad.gradient import grad
-    program = load(args.file)
-    entry = _entry(program, args.entry)
-    values = _arguments(args.args)
+    program, entry, values = _program(args)
     grads = grad(program[entry], loss=_loss(args.loss), **_options(args))(*values)
     _print_values(_names(program, entry, values), grads, args.json, prefix=f"d{args.loss}/d")
 
@@ -146,9 +155,7 @@ def _names(program: Program, entry: str, values) -> list[str]:
 
 def cmd_jvp(args) -> None:
     from .ad.derivatives import jvp
-    program = load(args.file)
-    entry = _entry(program, args.entry)
-    values = _arguments(args.args)
+    program, entry, values = _program(args)
     tangents = [None if t.lower() == "none" else _value(t) for t in args.tangents]
     outs, dots = jvp(program[entry], values, tangents, **_options(args))
     names = _names(program, entry, values)
@@ -162,9 +169,7 @@ def cmd_jvp(args) -> None:
 
 def cmd_hessian(args) -> None:
     from .ad.derivatives import hessian
-    program = load(args.file)
-    entry = _entry(program, args.entry)
-    values = _arguments(args.args)
+    program, entry, values = _program(args)
     wrt = [_loss(w) for w in args.wrt] if args.wrt else None
     h = hessian(program[entry], loss=_loss(args.loss), wrt=wrt, **_options(args))(*values)
     if args.json:
@@ -187,9 +192,8 @@ def cmd_cache(args) -> None:
 
 def cmd_debug(args) -> None:
     from .debugger import Debugger, repl
-    program = load(args.file)
-    entry = _entry(program, args.entry)
-    dbg = Debugger(program, entry, tuple(_arguments(args.args)), max_steps=args.max_steps)
+    program, entry, values = _program(args)
+    dbg = Debugger(program, entry, tuple(values), max_steps=args.max_steps)
     dbg.m.heap_limit = args.heap_limit
     batch = None
     if args.batch:
@@ -201,6 +205,28 @@ def cmd_debug(args) -> None:
     repl(dbg, batch=batch)
 
 
+EXAMPLES = {
+    "asm": "rvm asm asm/fib.rasm -o fib.rvmb",
+    "compile": "rvm compile examples/besselj.py --emit asm",
+    "dis": "rvm dis asm/fib.rasm",
+    "run": "rvm run asm/fib.rasm --args 10 0 0 --json\n"
+           "  rvm run asm/fib.rasm --args 10 55 89 --backward",
+    "grad": "rvm grad asm/besselj.rasm --entry besselj --loss f0 --args 0 2 1.0",
+    "jvp": "rvm jvp asm/poly.rasm --entry f --args 0.0 1.0 3.0 --tangents 0 1 0",
+    "hessian": "rvm hessian asm/poly.rasm --entry f --loss f0 --args 0.0 1.0 3.0",
+    "debug": "rvm debug asm/fib.rasm --args 10 0 0",
+    "cache": "rvm cache info",
+}
+
+
+def _help(command: str) -> dict:
+    """Options every subcommand parser gets: no abbreviations, and an example."""
+    return dict(allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+                epilog=f"example:\n  {EXAMPLES[command]}\n\nNegative numbers are values "
+                       "(--args 0.0 -1e-8); exit codes: 0 ok, 1 an error in the program "
+                       "or its input, 2 bad usage.")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rvm", allow_abbrev=False, description=(
         "A reversible virtual machine: run programs forwards and backwards, and "
@@ -208,12 +234,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version="rvm 0.1.0")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    a = sub.add_parser("asm", allow_abbrev=False, help="assemble FILE.rasm into bytecode (.rvmb)")
+    a = sub.add_parser("asm", **_help("asm"), help="assemble FILE.rasm into bytecode (.rvmb)")
     a.add_argument("file")
     a.add_argument("-o", "--output", help="output file (default: FILE.rvmb)")
     a.set_defaults(run=cmd_asm)
 
-    c = sub.add_parser("compile", allow_abbrev=False,
+    c = sub.add_parser("compile", **_help("compile"),
                        help="compile the @rvm.reversible functions of a .py file")
     c.add_argument("file")
     c.add_argument("-o", "--output", help="output file (default: FILE.rvmb)")
@@ -221,13 +247,13 @@ def parser() -> argparse.ArgumentParser:
                    help="bytecode (default), or readable assembly with the source lines")
     c.set_defaults(run=cmd_compile)
 
-    d = sub.add_parser("dis", allow_abbrev=False, help="disassemble a .rasm or .rvmb file")
+    d = sub.add_parser("dis", **_help("dis"), help="disassemble a .rasm or .rvmb file")
     d.add_argument("file")
     d.add_argument("--plain", action="store_true", help="no index/line comments")
     d.set_defaults(run=cmd_dis)
 
     def runner(name: str, help: str):
-        r = sub.add_parser(name, help=help, allow_abbrev=False)
+        r = sub.add_parser(name, help=help, **_help(name))
         r.add_argument("file", help=".rasm, .rvmb, or .py (@rvm.reversible functions)")
         r.add_argument("--entry", help="function to run (default: main, or the only one)")
         r.add_argument("--args", nargs="*", default=[], metavar="V",
@@ -269,7 +295,7 @@ def parser() -> argparse.ArgumentParser:
                    help="the float parameters (default: all)")
     h.set_defaults(run=cmd_hessian)
 
-    k = sub.add_parser("cache", allow_abbrev=False,
+    k = sub.add_parser("cache", **_help("cache"),
                        help="the on-disk cache of native code: where, how big; or clear it")
     k.add_argument("action", choices=["info", "clear"])
     k.set_defaults(run=cmd_cache)

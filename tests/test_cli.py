@@ -5,6 +5,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 ASM = pathlib.Path(__file__).resolve().parent.parent / "asm"
 
 
@@ -209,3 +211,31 @@ def test_compile_error_exit_1(tmp_path):
     r = rvm("compile", bad)
     assert r.returncode == 1 and f"{bad}:5:5: error: plain assignment" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_unannotated_functions_take_their_types_from_the_arguments(tmp_path):
+    path = tmp_path / "un.py"
+    path.write_text("import rvm\n\n@rvm.reversible\ndef main(out, x):\n    out += x * x\n")
+    r = rvm("run", path, "--args", "0.0", "3.0", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == {"out": 9.0, "x": 3.0}
+    r = rvm("grad", path, "--loss", "out", "--args", "0.0", "3.0", "--json")
+    assert json.loads(r.stdout)["x"] == 6.0
+
+
+@pytest.mark.parametrize("command", ["asm", "compile", "dis", "run", "grad", "jvp",
+                                     "hessian", "debug", "cache"])
+def test_every_command_help_has_an_example(command):
+    r = rvm(command, "--help")
+    assert r.returncode == 0 and f"example:\n  rvm {command}" in r.stdout
+
+
+def test_quoted_and_future_annotations_read_the_same(tmp_path):
+    for head in ("", "from __future__ import annotations\n"):
+        path = tmp_path / "q.py"
+        path.write_text(head + "import rvm\nfrom rvm import Array\n\n@rvm.reversible\n"
+                        "def main(out: 'float', x: \"Array[float]\"):\n"
+                        "    for i in range(len(x)):\n        out += x[i]\n")
+        r = rvm("run", path, "--args", "0.0", "[1.0,2.5]", "--json")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["out"] == 3.5

@@ -317,12 +317,24 @@ def compile_file(path: str) -> Program:
             functions.append(rf)
     if not functions:
         raise CompileError("no @reversible function in the file", path, 1, 1)
-    session = Session()
+    session, unannotated = Session(), {}
     for rf in functions:
         sig = tuple(rf.annotations())
-        if None in sig:
-            missing = [a.arg for a, s in zip(rf.node.args.args, sig) if s is None]
-            raise source.error(rf.node, f"{rf.name}: annotate parameter(s) "
-                               f"{', '.join(missing)} (float, int, Array[float], ...)")
+        if None in sig:       # typed by the arguments of a call (see `specialized`)
+            unannotated[rf.name] = rf
+            continue
         session.request(rf, sig)
-    return session.run(path)
+    program = session.run(path)
+    program.cache["unannotated"] = unannotated
+    return program
+
+
+def specialized(program: Program, name: str, args) -> tuple[Program, str]:
+    """The program and entry for calling `name` of a compiled file on these arguments:
+    itself, or, for a function whose parameters are not annotated, a program compiled
+    for the arguments' types."""
+    rf = program.cache.get("unannotated", {}).get(name)
+    if rf is None:
+        return program, name
+    compiled, entry, _ = rf.specialize(args)
+    return compiled, entry
