@@ -203,7 +203,10 @@ def test_runtime_invertibility_error_names_the_python_line():
     with pytest.raises(rvm.InvertibilityError) as err:
         bad(1.0)
     line = bad.pyfunc.__code__.co_firstlineno + 2
-    assert f":{line}" in str(err.value) and "comefrom" in str(err.value)
+    assert f":{line}" in str(err.value)
+    assert f"the `if` at line {line}: its post-condition `x > 0.0` is false after the " \
+        "then-branch, with x = -4.0" in str(err.value)
+    assert "comefrom" in err.value.detail
 
 
 def test_argument_type_errors():
