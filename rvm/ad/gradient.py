@@ -18,6 +18,7 @@ from ..core.inverse import inverse_function
 from ..core.program import Function, Program
 from ..engines.arguments import Binding, read_array
 from ..engines.machine import NATIVE_AFTER, Machine, machine_for
+from ..engines.native import compiling
 
 Loss = int | str | tuple
 
@@ -211,7 +212,8 @@ class _Direct:
         if convert is not None:
             args = [c(a) for c, a in zip(convert, args)]
         try:
-            out, back = both(*heap, *args, *seed)
+            with compiling(self.runner.name, both):
+                out, back = both(*heap, *args, *seed)
         except Exception:       # the general path reports it exactly
             return None
         return out, scatter(back)

@@ -340,8 +340,14 @@ class Compiled:
             args += [fr.G[k] for k in floats]
         machine.budget = machine.max_steps
         heap = self.heap(machine) if self.native else (machine,)
+        function = funcs[self.name(fn.name, mode)]
         try:
-            out = funcs[self.name(fn.name, mode)](*heap, *args)
+            if self.native:
+                from .native import compiling
+                with compiling(self.program.source or fn.name, function):
+                    out = function(*heap, *args)
+            else:
+                out = function(*heap, *args)
         except Fault as exc:
             raise InvertibilityError(f"{exc} (compiled engine; use engine='interp' to see "
                                      "the instruction)", fn.name) from None

@@ -10,9 +10,12 @@ interpreter to report the exact instruction (as for the compiled engine).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import inspect
 import re
+import sys
+import threading
 
 from . import cache
 from .templates import Fault, dpow_db, sign
@@ -123,6 +126,31 @@ TOL = {tol!r}
 _jit = numba.njit(cache={cache})
 
 """
+
+
+@contextlib.contextmanager
+def compiling(what: str, dispatcher):
+    """Around a call that may compile `dispatcher` (its first call): if that takes over a
+    second, say so on stderr (a terminal only), so a long compile is never a silent stall."""
+    if getattr(dispatcher, "signatures", True) or not sys.stderr.isatty():
+        yield
+        return
+    status = []
+
+    def show():
+        from rich.console import Console
+        s = Console(stderr=True).status(f"compiling {what} to native code "
+                                        "(once per machine: it is cached)")
+        s.start()
+        status.append(s)
+    timer = threading.Timer(1.0, show)
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        for s in status:
+            s.stop()
 
 
 # read once, at import, while the file on disk is the one these functions came from
