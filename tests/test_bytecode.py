@@ -4,6 +4,7 @@ import os
 import pathlib
 import random
 import struct
+import sys
 import zlib
 
 import pytest
@@ -11,6 +12,9 @@ import pytest
 import rvm
 from rvm.core.errors import FormatError, RvmError
 from rvm.formats import bytecode
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tools"))
+from fuzz import mutate_bytes
 
 ASM = pathlib.Path(__file__).resolve().parent.parent / "asm"
 SAMPLES = sorted(ASM.glob("*.rasm"))
@@ -72,20 +76,6 @@ def test_a_program_failing_verification_is_refused():
         rvm.loads(data)
 
 
-def mutate(data: bytes, rng: random.Random) -> bytes:
-    b = bytearray(data)
-    for _ in range(rng.randint(1, 4)):
-        choice = rng.random()
-        pos = rng.randrange(len(b))
-        if choice < 0.6:
-            b[pos] = rng.randrange(256)
-        elif choice < 0.8:
-            del b[pos:pos + rng.randint(1, 8)]
-        else:
-            b[pos:pos] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
-    return bytes(b)
-
-
 def run_briefly(p: rvm.Program) -> None:
     """A mutated program that still verifies must run or fail cleanly, within a budget."""
     for fn in p.functions.values():
@@ -101,7 +91,7 @@ def test_fuzz_bytecode_mutations_give_clean_errors(path):
     rng = random.Random(path.name)
     data = rvm.dumps(rvm.load(path))
     for _ in range(FUZZ_ROUNDS):
-        m = mutate(data, rng)
+        m = mutate_bytes(data, rng)
         for candidate in (m, with_crc(m) if len(m) >= bytecode._HEADER.size else m):
             try:
                 p = rvm.loads(candidate)
@@ -140,7 +130,7 @@ def test_fuzz_long():
     rng = random.Random(1)
     datas = [rvm.dumps(rvm.load(p)) for p in SAMPLES]
     for _ in range(20000):
-        m = mutate(rng.choice(datas), rng)
+        m = mutate_bytes(rng.choice(datas), rng)
         try:
             run_briefly(rvm.loads(with_crc(m) if len(m) >= 14 else m))
         except FormatError:

@@ -39,7 +39,8 @@ OUTCOMES = ("ok", "clean", "traceback", "crash", "hang", "wrong")
 TIMEOUT = 60.0                                   # seconds without progress: a hang
 
 
-def _mutate_bytes(data: bytes, rng: random.Random) -> bytes:
+def mutate_bytes(data: bytes, rng: random.Random) -> bytes:
+    """A few random byte changes, deletions and insertions."""
     b = bytearray(data)
     for _ in range(rng.randint(1, 4)):
         pos = rng.randrange(len(b))
@@ -110,7 +111,7 @@ def case_rvmb(rng: random.Random) -> str:
     import rvm
     from rvm.engines import native
     path = rng.choice(sorted((ROOT / "asm").glob("*.rasm")))
-    data = bytearray(_mutate_bytes(rvm.dumps(rvm.load(path)), rng))
+    data = bytearray(mutate_bytes(rvm.dumps(rvm.load(path)), rng))
     if len(data) >= 14 and rng.random() < 0.9:      # keep the CRC right, reach the parser
         data[10:14] = zlib.crc32(bytes(data[14:])).to_bytes(4, "little")
     try:

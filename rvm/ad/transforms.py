@@ -207,23 +207,30 @@ def _float_params(fn: Function) -> list[Reg]:
 # ------------------------------------------------------------------ tangent
 
 
+def _partials(code: _Code, ins: Instruction, acc_factor) -> None:
+    """For `d (+|-)= F(args)`: for each argument x, acc (+|-)= factor * dF/dx, where
+    (acc, factor) = acc_factor(x), or nothing where it gives None (no derivative)."""
+    a = ins.args
+    sign, fam = _family(ins.op)
+    low = _Lowering(code, {}, ins.line)
+    if fam is None:
+        pairs = [(a[1], ast.Constant(1.0))]
+    else:
+        low.env = dict(zip(isa.FAMILIES[fam][0], a[1:]))
+        pairs = list(zip(a[1:], partials(fam)))
+    for x, partial in pairs:
+        roles = acc_factor(x)
+        if roles is not None:
+            low.accumulate(roles[0], sign, roles[1], partial)
+
+
 def _tangent_rule(code: _Code, ins: Instruction, tan: dict) -> None:
     """Emit ins and its tangent rule (tan maps float registers to tangent registers)."""
     op, a, line = ins.op, ins.args, ins.line
     t = lambda x: tan.get(x) if isinstance(x, Reg) else None
     if ins.spec.group in ("arith", "family") and op.split(".")[0] in ("ADD", "SUB"):
-        code.emit(op, *a, line=line)
-        sign, fam = _family(op)
-        low = _Lowering(code, {}, line)
-        if fam is None:
-            if t(a[1]) is not None:
-                low.accumulate(t(a[0]), sign, t(a[1]), ast.Constant(1.0))
-            return
-        names = isa.FAMILIES[fam][0]
-        low.env = dict(zip(names, a[1:]))
-        for x, partial in zip(a[1:], partials(fam)):
-            if t(x) is not None:
-                low.accumulate(t(a[0]), sign, t(x), partial)
+        code.emit(op, *a, line=line)             # d' (+|-)= x' * dF/dx
+        _partials(code, ins, lambda x: (t(a[0]), t(x)) if t(x) is not None else None)
     elif op == "NEG":
         code.emit(op, *a, line=line)
         code.emit("NEG", t(a[0]), line=line)
@@ -415,17 +422,8 @@ def _adjoint_rule(code: _Code, ins: Instruction, sh: dict) -> None:
     g = lambda x: sh.get(x) if isinstance(x, Reg) else None
     inv = isa.OPS[op].inverse
     if ins.spec.group in ("arith", "family") and op.split(".")[0] in ("ADD", "SUB"):
-        code.emit(inv, *a, line=line)
-        sign, fam = _family(op)
-        low = _Lowering(code, {}, line)
-        if fam is None:
-            if g(a[1]) is not None:
-                low.accumulate(g(a[1]), sign, g(a[0]), ast.Constant(1.0))
-            return
-        low.env = dict(zip(isa.FAMILIES[fam][0], a[1:]))
-        for x, partial in zip(a[1:], partials(fam)):
-            if g(x) is not None:
-                low.accumulate(g(x), sign, g(a[0]), partial)
+        code.emit(inv, *a, line=line)            # x_bar (+|-)= d_bar * dF/dx
+        _partials(code, ins, lambda x: (g(x), g(a[0])) if g(x) is not None else None)
     elif op in ("NEG", "SWAP"):
         code.emit(op, *a, line=line)
         code.emit(op, *(g(x) for x in a), line=line)
