@@ -10,6 +10,7 @@ import os
 import attrs
 import numpy as np
 
+from .ad.derivatives import adjoint, tangent
 from .core.errors import RvmError, UsageError, user_facing
 from .core.program import Program
 from .engines.machine import machine_for, resolve_engine
@@ -32,7 +33,7 @@ def load(path: str | os.PathLike, engine: str | None = None) -> Program:
 def _load(path: str) -> Program:
     try:
         if path.endswith(".py"):
-            return compile_file(path)
+            return compile_file(path, {"adjoint": adjoint, "tangent": tangent})
         if path.endswith(".rvmb"):
             with open(path, "rb") as f:
                 return loads(f.read(), path)

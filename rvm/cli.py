@@ -84,8 +84,21 @@ def cmd_asm(args) -> None:
           f"{sum(len(f.code) for f in program.functions.values())} instructions)")
 
 
-def cmd_compile(args) -> None:
+def _transformed(args) -> Program:
+    """The file's program, or with --tangent/--adjoint NAME the derivative program of
+    function NAME (and what it calls)."""
     program = load(args.file)
+    kind = "tangent" if args.tangent else "adjoint" if args.adjoint else None
+    if kind is None:
+        return program
+    from .ad import transforms
+    name = _entry(list(program.functions), program.source, args.tangent or args.adjoint)
+    derived, _ = getattr(transforms, kind)(program, name)
+    return derived
+
+
+def cmd_compile(args) -> None:
+    program = _transformed(args)
     if args.emit == "asm":
         text = disassemble(program, annotate=True, source=True)
         if args.output:
@@ -100,7 +113,7 @@ def cmd_compile(args) -> None:
 
 
 def cmd_dis(args) -> None:
-    print(disassemble(load(args.file), annotate=not args.plain), end="")
+    print(disassemble(_transformed(args), annotate=not args.plain), end="")
 
 
 def _program(args) -> tuple[Program, str, list]:
@@ -227,6 +240,14 @@ def _help(command: str) -> dict:
                        "or its input, 2 bad usage.")
 
 
+def _derivatives(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--tangent", metavar="NAME",
+                   help="the tangent program of function NAME instead (forward mode)")
+    g.add_argument("--adjoint", metavar="NAME",
+                   help="the adjoint program of function NAME instead (reverse mode)")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rvm", allow_abbrev=False, description=(
         "A reversible virtual machine: run programs forwards and backwards, and "
@@ -245,11 +266,13 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("-o", "--output", help="output file (default: FILE.rvmb)")
     c.add_argument("--emit", choices=["rvmb", "asm"], default="rvmb",
                    help="bytecode (default), or readable assembly with the source lines")
+    _derivatives(c)
     c.set_defaults(run=cmd_compile)
 
     d = sub.add_parser("dis", **_help("dis"), help="disassemble a .rasm or .rvmb file")
     d.add_argument("file")
     d.add_argument("--plain", action="store_true", help="no index/line comments")
+    _derivatives(d)
     d.set_defaults(run=cmd_dis)
 
     def runner(name: str, help: str):

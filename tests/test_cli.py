@@ -239,3 +239,22 @@ def test_quoted_and_future_annotations_read_the_same(tmp_path):
         r = rvm("run", path, "--args", "0.0", "[1.0,2.5]", "--json")
         assert r.returncode == 0, r.stderr
         assert json.loads(r.stdout)["out"] == 3.5
+
+
+def test_derivative_programs_on_the_command_line(tmp_path):
+    r = rvm("dis", ASM / "poly.rasm", "--adjoint", "f", "--plain")
+    assert r.returncode == 0 and ".func f.adjoint(f0, f1, f2, f4, f5, f6)" in r.stdout
+    r = rvm("compile", EXAMPLES / "iexp.py", "--tangent", "iexp", "--emit", "asm")
+    assert r.returncode == 0 and ".func iexp.tan(" in r.stdout
+    out = tmp_path / "af.rvmb"
+    assert rvm("compile", EXAMPLES / "hvp.py", "--adjoint", "f", "-o", out).returncode == 0
+    r = rvm("run", out, "--entry", "f.adjoint", "--args", "0.0", "3.0", "4.0", "1.0", "0.0",
+            "0.0", "--json")
+    assert json.loads(r.stdout) == {"f0": 0.0, "f1": 3.0, "f2": 4.0, "f4": 1.0, "f5": 24.0,
+                                    "f6": 41.0}
+    # a file that calls an adjoint inside compiles without being run; reverse over reverse
+    r = rvm("grad", EXAMPLES / "hvp.py", "--entry", "v_dot_grad", "--loss", "s", "--args",
+            "0.0", "0.0", "3.0", "4.0", "1.0", "0.0", "0.0", "7.0", "8.0", "--json")
+    assert r.returncode == 0, r.stderr
+    g = json.loads(r.stdout)
+    assert (g["x"], g["y"]) == (52.0, 85.0)

@@ -291,9 +291,11 @@ def reversible(pyfunc) -> ReversibleFunction:
     return ReversibleFunction(pyfunc)
 
 
-def compile_file(path: str) -> Program:
+def compile_file(path: str, transforms: dict | None = None) -> Program:
     """Compile every @reversible function of a Python file (parameters annotated) without
-    running the file: constants come from its literal module-level assignments."""
+    running the file: constants come from its literal module-level assignments, and
+    `name = rvm.adjoint(f)` / `rvm.tangent(f)` of a function above is understood (the
+    caller passes those transforms in `transforms`, by name)."""
     import math
 
     import numpy
@@ -310,6 +312,13 @@ def compile_file(path: str) -> Program:
             with contextlib.suppress(ValueError, TypeError, SyntaxError, MemoryError,
                                      RecursionError):
                 env[node.targets[0].id] = ast.literal_eval(node.value)
+            value = node.value
+            if isinstance(value, ast.Call) and len(value.args) == 1 and not value.keywords \
+                    and isinstance(value.args[0], ast.Name) and \
+                    ast.unparse(value.func).split(".")[-1] in (transforms or {}) and \
+                    isinstance(env.get(value.args[0].id), ReversibleFunction):
+                make = transforms[ast.unparse(value.func).split(".")[-1]]
+                env[node.targets[0].id] = make(env[value.args[0].id])
         if isinstance(node, ast.FunctionDef) and any(
                 ast.unparse(d).split(".")[-1] == "reversible" for d in node.decorator_list):
             rf = ReversibleFunction(node=node, source=source, env=env)
