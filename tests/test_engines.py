@@ -289,3 +289,22 @@ def test_without_a_writable_cache_native_code_compiles_in_memory(monkeypatch, tm
     blocked.write_text("not a directory")
     monkeypatch.setenv("RVM_CACHE_DIR", str(blocked / "sub"))
     assert cache.load(lambda cached: f"X = {cached!r}\n").X is False
+
+
+@pytest.mark.skipif(not native.available, reason="numba is not installed")
+def test_vmap_of_a_gradient_runs_the_batch_in_one_native_call():
+    p = rvm.load(ROOT / "asm" / "iexp.rasm")
+    g = rvm.grad(p["iexp"], loss=0, engine="native")
+    xs = np.linspace(-1.0, 2.0, 50)
+    batched = rvm.vmap(g, in_axes=(None, 0))(0.0, xs)
+    assert batched[0].tolist() == [1.0] * 50
+    assert np.allclose(batched[1], np.exp(xs), rtol=1e-12)
+    rows = [g(0.0, x) for x in xs[:5]]
+    assert np.array_equal(batched[1][:5], [r[1] for r in rows])
+    vg = rvm.value_and_grad(p["iexp"], loss=0, engine="native")
+    values, grads = rvm.vmap(vg, in_axes=(None, 0))(0.0, xs)
+    assert np.allclose(values[0], np.exp(xs), rtol=1e-12) and np.array_equal(values[1], xs)
+    # a row that fails (x = 0 divides by zero in the series) falls back to the row-by-row
+    # path, which reports it
+    with pytest.raises(rvm.RvmError):
+        rvm.vmap(g, in_axes=(None, 0))(0.0, np.array([1.0, 0.0, 2.0]))

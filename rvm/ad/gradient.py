@@ -146,6 +146,33 @@ class _Direct:
 
     def __init__(self, runner: _Pass, loss: Loss):
         self.runner, self.loss, self.plans = runner, loss, {}
+        self.batches: dict = {}      # argument types -> the native batch loop, if any
+
+    def batch(self, columns: list) -> tuple | None:
+        """(values, gradients) for rows of scalar arguments (one array per parameter) in
+        one native call, or None (no native batch loop for these: the caller loops)."""
+        first = tuple(c[0].item() for c in columns)
+        key = tuple(map(type, first))
+        if self.plans.get(key, False) is False and self(first) is None:
+            return None                              # (that planned, and tried a row)
+        plan = self.batches.get(key)
+        if plan is None:
+            return None
+        loop, budget, fn, floats, seed = plan
+        n = len(columns[0])
+        cols = [np.ascontiguousarray(c, dtype=np.int64 if p.cls == isa.INT else np.float64)
+                for c, p in zip(columns, fn.params)]
+        outs = [np.empty(n, c.dtype) for c in cols]
+        grads = [np.empty(n) for _ in floats]
+        try:
+            with compiling(self.runner.name, loop):
+                loop(budget, *cols, *seed, *outs, *grads)
+        except Exception:      # a row failed: the row-by-row path finds and reports it
+            return None
+        spread: list = [None] * len(cols)
+        for k, g in zip(floats, grads):
+            spread[k] = g
+        return tuple(outs), tuple(spread)
 
     def make(self, args):
         from ..engines.compiled import compiled
@@ -162,8 +189,11 @@ class _Direct:
         floats = [k for k, p in enumerate(fn.params) if p.cls == isa.FLOAT]
         seed = tuple(1.0 if k == b.params[0] else 0.0 for k in floats)
         convert = [int if p.cls == isa.INT else float for p in fn.params]
+        self.batches[tuple(map(type, args))] = None
         if comp.native and not comp.uses_heap:      # one native call, scalars only
             both, heap = funcs[comp.name(fn.name, "vgs")], (m.max_steps,)
+            self.batches[tuple(map(type, args))] = (funcs[comp.name(fn.name, "vgsb")],
+                                                    m.max_steps, fn, floats, seed)
         elif comp.native:       # forwards and gradient pass in one native call
             both = funcs[comp.name(fn.name, "vg")]
         else:
@@ -235,6 +265,7 @@ def value_and_grad(fn, loss: Loss = 0, argnums=None, wrt=None, has_aux: bool = F
     check_options(machine_options)
     pick = _selector(fn, argnums, wrt)
     core = _value_and_grad(fn, loss, machine_options)
+    plain = argnums is None and wrt is None and not has_aux
 
     @user_facing
     def run(*args, **kwargs) -> tuple:
@@ -246,6 +277,8 @@ def value_and_grad(fn, loss: Loss = 0, argnums=None, wrt=None, has_aux: bool = F
             return (lv, values), pick(grads)
         return values, pick(grads)
 
+    if plain:                  # rvm.vmap runs a batch in one native call where it can
+        run.batch = core.batch
     run.__name__ = f"value_and_grad_{getattr(fn, 'name', 'fn')}"
     return run
 
@@ -350,6 +383,7 @@ def _value_and_grad(fn, loss: Loss, machine_options: dict) -> Callable[..., tupl
         values = m.results()
         return values, runner.backward(m, target)
 
+    run.batch = direct.batch
     return run
 
 
@@ -397,6 +431,9 @@ def grad(fn, loss: Loss = 0, argnums=None, wrt=None, has_aux: bool = False,
     def run(*args, **kwargs) -> tuple:
         values, grads = vg(*args, **kwargs)
         return (grads, values) if has_aux else grads
+
+    if hasattr(vg, "batch"):
+        run.batch = lambda columns: (lambda r: None if r is None else r[1])(vg.batch(columns))
 
     run.__name__ = f"grad_{getattr(fn, 'name', 'fn')}"
     return run

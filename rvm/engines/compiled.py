@@ -268,9 +268,10 @@ class Compiled:
                 source += "\n".join(fused) + "\n"
                 names = list(self.bodies) + [self.name(f, "vg") for f in self.program.functions]
                 if not self.uses_heap:     # scalars only: no arrays to pass at all
-                    source += "\n".join(self.fused(f, heap=False)
+                    source += "\n".join(self.fused(f, heap=False) + self.batch(f)
                                         for f in self.program.functions.values()) + "\n"
-                    names += [self.name(f, "vgs") for f in self.program.functions]
+                    names += [self.name(f, m) for f in self.program.functions
+                              for m in ("vgs", "vgsb")]
                 self._native[key] = native.build(source, names, *key)
             return self._native[key]
         zero = lambda v: abs(v) <= machine.tol
@@ -308,6 +309,21 @@ class Compiled:
                 f"    g = {self.name(fn.name, 'gbw')}({heap}, {', '.join(outs + seeds)})\n"
                 "    TOP[1] = b0\n"
                 "    return o, g\n")
+
+    def batch(self, fn: Function) -> str:
+        """A native loop over rows of fused value-and-gradient calls (rvm.vmap of a
+        gradient): one call for a whole batch, arguments and results as arrays."""
+        n = len(fn.params)
+        floats = [k for k, p in enumerate(fn.params) if p.cls == isa.FLOAT]
+        a, s = [f"a{k}" for k in range(n)], [f"s{j}" for j in range(len(floats))]
+        o, g = [f"o{k}" for k in range(n)], [f"g{j}" for j in range(len(floats))]
+        body = [f"def {self.name(fn.name, 'vgsb')}(budget, {', '.join(a + s + o + g)}):",
+                "    for i in range(a0.shape[0]):",
+                f"        o, g = {self.name(fn.name, 'vgs')}(budget, "
+                f"{', '.join(x + '[i]' for x in a)}{', ' if s else ''}{', '.join(s)})"]
+        body += [f"        o{k}[i] = o[{k}]" for k in range(n)]
+        body += [f"        g{j}[i] = g[{n + j}]" for j in range(len(floats))]
+        return "\n".join(body) + "\n"
 
     @staticmethod
     def heap(machine) -> tuple:
