@@ -304,7 +304,23 @@ def test_vmap_of_a_gradient_runs_the_batch_in_one_native_call():
     vg = rvm.value_and_grad(p["iexp"], loss=0, engine="native")
     values, grads = rvm.vmap(vg, in_axes=(None, 0))(0.0, xs)
     assert np.allclose(values[0], np.exp(xs), rtol=1e-12) and np.array_equal(values[1], xs)
+    assert np.array_equal(grads[1], batched[1])
     # a row that fails (x = 0 divides by zero in the series) falls back to the row-by-row
     # path, which reports it
     with pytest.raises(rvm.RvmError):
         rvm.vmap(g, in_axes=(None, 0))(0.0, np.array([1.0, 0.0, 2.0]))
+
+
+@pytest.mark.skipif(not native.available, reason="numba is not installed")
+def test_repeated_native_calls_go_straight_to_native_code():
+    """After one call through a frame, calls of the same kind skip the machine; results,
+    uncalls and errors are the same as the general path's."""
+    p = rvm.load(ROOT / "asm" / "poly.rasm", engine="native")
+    m = rvm.Machine(p, engine="native")
+    first = m.call("f", 0.0, 1.0, 3.0)
+    assert m._fast[("f", False, (float, float, float))] is not None
+    assert m.call("f", 0.0, 1.0, 3.0) == first == (484.0, 1.0, 3.0)
+    assert m.uncall("f", *first) == m.uncall("f", *first) == (0.0, 1.0, 3.0)
+    with pytest.raises(rvm.InvertibilityError, match="not finite"):
+        m.call("f", 0.0, 1.0, float("inf"))               # reported by the interpreter
+    assert m.call("f", 0.0, 2.0, 3.0)[0] == ((2 + 1) * (4 + 9)) ** 2

@@ -69,6 +69,7 @@ class Machine:
         self._buf = self._gbuf = bytearray()
         self.hi = self.hf = self.hg = memoryview(self._buf)
         self._codes: dict = {}
+        self._fast: dict = {}            # (function, backward, argument types) -> direct call
         self._grow(min(64, heap_limit))
         if grad:
             self.set_grad(True)
@@ -446,13 +447,49 @@ class Machine:
 
     def call(self, name: str, *args) -> tuple:
         """Run function `name` forwards; return its parameters' final values."""
-        self.enter(name, *args)
-        return self.finish()
+        return self._whole(name, args, False)
 
     def uncall(self, name: str, *args) -> tuple:
         """Run function `name` backwards; return its parameters' final values."""
-        self.enter(name, *args, backward=True)
-        return self.finish()
+        return self._whole(name, args, True)
+
+    def _whole(self, name: str, args: tuple, backward: bool) -> tuple:
+        """A whole call: straight into native code when an earlier call of the same kind
+        ran natively (scalars, no heap), else through a frame on the machine."""
+        key = (name, backward, tuple(map(type, args)))
+        fast = self._fast.get(key)
+        if fast is not None:
+            out = fast(args)
+            if out is not None:
+                return out
+        self.enter(name, *args, backward=backward)
+        out = self.finish()
+        if key not in self._fast:
+            self._fast[key] = self._direct(args, backward)
+        return out
+
+    def _direct(self, args: tuple, backward: bool):
+        """A function calling the native code of the root function directly (the machine
+        and its frames are bypassed: no heap, scalar arguments), or None. Anything unusual
+        returns None, and the call goes the general way, which reports it exactly."""
+        import numpy as np_
+        c, fn = self._compiled, self.stack[0].fn
+        if c is None or not c.native or c.uses_heap or len(args) != len(fn.params) or \
+                any(isinstance(a, np_.ndarray) for a in args):
+            return None
+        function = self._compiled_functions[c.name(fn.name, "bw" if backward else "fw")]
+        hi = np_.zeros(1, np_.int64)
+        heap = (hi, hi.view(np_.float64), np_.zeros(1), np_.zeros(2, np_.int64))
+        kinds = [int if p.cls == isa.INT else float for p in fn.params]
+        budget = self.max_steps
+
+        def direct(values):
+            heap[3][1] = budget
+            try:
+                return tuple(function(*heap, *[k(v) for k, v in zip(kinds, values)]))
+            except Exception:
+                return None
+        return direct
 
     def snapshot(self) -> tuple:
         """The whole machine state (for tests and the debugger), without the step counter."""

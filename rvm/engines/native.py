@@ -132,7 +132,8 @@ _jit = numba.njit(cache={cache})
 def compiling(what: str, dispatcher):
     """Around a call that may compile `dispatcher` (its first call): if that takes over a
     second, say so on stderr (a terminal only), so a long compile is never a silent stall."""
-    if getattr(dispatcher, "signatures", True) or not sys.stderr.isatty():
+    if id(dispatcher) in _COMPILED or not sys.stderr.isatty() or \
+            getattr(dispatcher, "signatures", True):
         yield
         return
     status = []
@@ -151,6 +152,10 @@ def compiling(what: str, dispatcher):
         timer.cancel()
         for s in status:
             s.stop()
+        _COMPILED.add(id(dispatcher))
+
+
+_COMPILED: set[int] = set()          # dispatchers past their first call
 
 
 # read once, at import, while the file on disk is the one these functions came from
