@@ -251,8 +251,10 @@ CATEGORIES = {"rasm": case_rasm, "rvmb": case_rvmb, "frontend": case_frontend,
 
 
 def _child(category: str, seed: int, start: int, count: int, conn) -> None:
+    import os
     import warnings
     warnings.simplefilter("ignore")
+    os.environ["RVM_CACHE_DIR"] = ""      # random programs: nothing worth caching on disk
     case = CATEGORIES[category]
     for k in range(start, count):
         rng = random.Random(seed * 1_000_003 + k)

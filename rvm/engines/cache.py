@@ -8,13 +8,15 @@ program compiles once per machine instead of once per process.
 
 Where: `$RVM_CACHE_DIR`, else `$XDG_CACHE_HOME/rvm`, else `~/.cache/rvm`. Files are
 written to a temporary name and renamed into place, so processes sharing the directory
-never see half a file (two that race write the same bytes). `RVM_CACHE_DIR=` (empty)
-turns the cache off; so does a directory that cannot be written: code is then compiled in
-memory, as before. `rvm cache info` and `rvm cache clear` show and empty it.
+never see half a file (two that race write the same bytes). It keeps the 500 most
+recently compiled programs (`$RVM_CACHE_MAX`). `RVM_CACHE_DIR=` (empty) turns the cache
+off; so does a directory that cannot be written: code is then compiled in memory, as
+before. `rvm cache info` and `rvm cache clear` show and empty it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
@@ -66,6 +68,7 @@ def _from_file(where: pathlib.Path, source: Callable[[bool], str]):
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)
+        _evict(where)
     module = sys.modules.get(name)
     if module is None:
         spec = importlib.util.spec_from_file_location(name, path)
@@ -73,6 +76,16 @@ def _from_file(where: pathlib.Path, source: Callable[[bool], str]):
         spec.loader.exec_module(module)
         sys.modules[name] = module
     return module
+
+
+def _evict(where: pathlib.Path) -> None:
+    """Keep at most $RVM_CACHE_MAX programs (default 500): the least recently written go."""
+    limit = int(os.environ.get("RVM_CACHE_MAX", "500"))
+    programs = sorted(where.glob("rvm_native_*.py"), key=lambda p: p.stat().st_mtime)
+    for old in programs[:max(0, len(programs) - limit)]:
+        for p in [old, *(where / "__pycache__").glob(f"{old.stem}.*")]:
+            with contextlib.suppress(OSError):
+                p.unlink()
 
 
 def info() -> tuple[pathlib.Path | None, int, int]:
