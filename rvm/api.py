@@ -100,13 +100,20 @@ Program.__getitem__, Program.call, Program.uncall = _getitem, _call, _uncall
 __all__ = ["FunctionHandle", "assemble", "dumps", "load", "loads", "save", "vmap"]
 
 
-def vmap(fn, in_axes=0, out_axes=0):
+def vmap(fn, in_axes=0, out_axes=0, backend: str | None = None):
     """Batch a function over rows: `vmap(f)(xs, ys)` calls f(xs[i], ys[i]) for every i and
     stacks each output. `fn` is a function of a loaded program, a reversible function, or
     a gradient function (rvm.grad / value_and_grad / jacobian of one). `in_axes` is 0 (every
     argument batched along its first axis) or a sequence with 0 or None (None: the same
     value for every row). The machine and its compiled code are reused from row to row, so
-    per-call set-up is paid once. An empty batch gives an empty tuple."""
+    per-call set-up is paid once. An empty batch gives an empty tuple.
+
+    backend="dask": the batched arguments may be dask arrays (numpy arrays are split into
+    chunks); each chunk is one batch on a dask worker (a compiled batch where the function
+    allows), and the results are dask arrays, computed when you ask (`.compute()`), on
+    whatever scheduler or cluster is active. Needs the dask extra."""
+    if backend not in (None, "dask"):
+        raise UsageError(f"unknown backend {backend!r}; choose None or 'dask'")
 
     if not (_is_zero(out_axes) or (isinstance(out_axes, (list, tuple)) and
                                    all(_is_zero(a) for a in out_axes))):
@@ -121,6 +128,8 @@ def vmap(fn, in_axes=0, out_axes=0):
     def run(*args):
         axes = [in_axes] * len(args) if not isinstance(in_axes, (list, tuple)) \
             else list(in_axes)
+        if backend == "dask":
+            return _dask_map(fn, args, axes)
         if len(axes) != len(args):
             raise UsageError(f"in_axes has {len(axes)} entries for {len(args)} arguments")
         for k, (a, ax) in enumerate(zip(args, axes)):
@@ -152,6 +161,51 @@ def vmap(fn, in_axes=0, out_axes=0):
         return _stack(rows)
 
     return run
+
+
+def _dask_map(fn, args: tuple, axes: list):
+    """vmap over chunks of dask arrays: one delayed batch per chunk, results assembled as
+    dask arrays (None stays None)."""
+    import operator
+
+    import dask
+    import dask.array as da
+    if len(axes) != len(args):
+        raise UsageError(f"in_axes has {len(axes)} entries for {len(args)} arguments")
+    batched = [k for k, ax in enumerate(axes) if ax is not None]
+    if not batched:
+        raise UsageError("vmap needs at least one batched argument (in_axes 0)")
+    arrays = {k: args[k] if isinstance(args[k], da.Array) else da.from_array(
+        np.asarray(args[k]), chunks=max(1, len(args[k]) // 4)) for k in batched}
+    chunks = arrays[batched[0]].chunks[0]
+    arrays = {k: a.rechunk({0: chunks}) for k, a in arrays.items()}
+    if len({a.shape[0] for a in arrays.values()}) != 1:
+        raise UsageError("batched arguments must have the same length")
+    # the shape of the results, from one row computed here
+    row = [a if k not in arrays else np.asarray(arrays[k][0])
+           for k, a in enumerate(args)]
+    row = [r.item() if isinstance(r, np.ndarray) and r.ndim == 0 else r for r in row]
+    sample = fn(*row)
+    tasks = []
+    for i, n in enumerate(chunks):
+        parts = [arrays[k].blocks[i] if k in arrays else a for k, a in enumerate(args)]
+        tasks.append((dask.delayed(_batch)(fn, axes, *parts), n))
+    single = not isinstance(sample, tuple)
+    out = []
+    for k, v in enumerate([sample] if single else sample):
+        if v is None:
+            out.append(None)
+            continue
+        v = np.asarray(v)
+        pick = (lambda t: t) if single else (lambda t, k=k: dask.delayed(operator.getitem)(t, k))
+        out.append(da.concatenate([da.from_delayed(pick(t), shape=(n, *v.shape),
+                                                   dtype=v.dtype) for t, n in tasks]))
+    return out[0] if single else tuple(out)
+
+
+def _batch(fn, axes, *args):
+    """One chunk on a worker: an ordinary (compiled where it can be) batch."""
+    return vmap(fn, in_axes=axes)(*args)
 
 
 def _is_zero(axis) -> bool:

@@ -324,3 +324,26 @@ def test_repeated_native_calls_go_straight_to_native_code():
     with pytest.raises(rvm.InvertibilityError, match="not finite"):
         m.call("f", 0.0, 1.0, float("inf"))               # reported by the interpreter
     assert m.call("f", 0.0, 2.0, 3.0)[0] == ((2 + 1) * (4 + 9)) ** 2
+
+
+def test_vmap_on_a_dask_cluster():
+    """Each chunk is a batch on one of two workers of a LocalCluster started here; the
+    results are dask arrays equal to the local batch."""
+    distributed = pytest.importorskip("dask.distributed")
+    import dask.array as da
+    from dask_gradients import loss, per_sample_gradients
+    rng = np.random.default_rng(1)
+    xs_np = rng.normal(size=1000)
+    xs = da.from_array(xs_np, chunks=300)                 # four chunks
+    ys = da.tanh(0.7 * xs)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=":0") as cluster, \
+            distributed.Client(cluster):
+        grads = per_sample_gradients(0.5, xs, ys)
+        assert isinstance(grads, da.Array) and grads.numblocks == (4,)
+        got = grads.compute()
+    g = rvm.grad(loss, loss="out")
+    want = [g(0.0, 0.5, x, np.tanh(0.7 * x))[1] for x in xs_np[:20]]
+    assert np.allclose(got[:20], want, rtol=1e-12) and got.shape == (1000,)
+    with pytest.raises(rvm.UsageError, match="unknown backend"):
+        rvm.vmap(g, backend="spark")
