@@ -3,7 +3,7 @@ gradients come from running backwards with every float instruction switched to i
 
 from .ad.derivatives import adjoint, hessian, hvp, jvp, tangent
 from .ad.gradient import grad, jacobian, value_and_grad
-from .api import FunctionHandle, load, save, vmap
+from .api import FunctionHandle, draw, load, save, vmap
 from .core import isa
 from .core.errors import (
                      AsmError,
@@ -25,7 +25,7 @@ __all__ = [
     "Array", "AsmError", "CompileError", "FormatError", "FunctionHandle",
     "InvertibilityError", "Machine", "MachineError", "Program", "RvmError", "UsageError",
     "VerifyError",
-    "adjoint", "ancilla", "assemble", "compute", "disassemble", "dumps", "grad", "hessian",
+    "adjoint", "ancilla", "assemble", "compute", "disassemble", "draw", "dumps", "grad", "hessian",
     "hvp", "inverse", "irot", "isa", "jacobian", "jvp", "load", "loads", "neg", "reversible",
     "rot", "save", "tangent", "value_and_grad",
     "vmap", "zeros",

@@ -208,6 +208,21 @@ def _batch(fn, axes, *args):
     return vmap(fn, in_axes=axes)(*args)
 
 
+def draw(fn, *args, view: str = "circuit", depth: int = 0, inverse: bool = False):
+    """A picture of a function: `view="circuit"` (wires and gates) or `"cfg"` (basic
+    blocks and paired branch/comefrom edges). `fn` is prog["name"], a reversible function
+    (compiled from its annotations, or for `args`), or a transformed one (for `args`).
+    The result renders inline in Jupyter; `.save("f.svg")` writes it."""
+    from .ad.gradient import target
+    from .drawing import draw as picture
+    if hasattr(fn, "compile") and not args:
+        program = fn.compile()
+        name = next(iter(program.functions))
+    else:
+        program, name, _ = target(fn, args)
+    return picture(program, name, view, depth, inverse)
+
+
 def _is_zero(axis) -> bool:
     return isinstance(axis, int) and not isinstance(axis, bool) and axis == 0
 

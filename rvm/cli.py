@@ -191,6 +191,21 @@ def cmd_hessian(args) -> None:
         print(np.array2string(h, separator=", "))
 
 
+def cmd_draw(args) -> None:
+    from .drawing import draw
+    program = _transformed(args)
+    names = list(program.functions)
+    if args.tangent or args.adjoint:
+        entry = f"{args.tangent}.tan" if args.tangent else f"{args.adjoint}.adj"
+    else:
+        entry = _entry(names, program.source, args.entry)
+    picture = draw(program, entry, args.view, args.depth, args.inverse)
+    out = args.output or f"{os.path.splitext(os.path.basename(args.file))[0]}.{entry}." \
+        f"{args.view}.svg"
+    picture.save(out)
+    print(f"wrote {out}")
+
+
 def cmd_cache(args) -> None:
     from .engines import cache
     if args.action == "clear":
@@ -229,6 +244,7 @@ EXAMPLES = {
     "hessian": "rvm hessian asm/poly.rasm --entry f --loss f0 --args 0.0 1.0 3.0",
     "debug": "rvm debug asm/fib.rasm --args 10 0 0",
     "cache": "rvm cache info",
+    "draw": "rvm draw asm/fib.rasm -o fib.svg\n  rvm draw asm/fib.rasm --view cfg -o fib-cfg.svg",
 }
 
 
@@ -317,6 +333,17 @@ def parser() -> argparse.ArgumentParser:
     h.add_argument("--wrt", nargs="*", metavar="P",
                    help="the float parameters (default: all)")
     h.set_defaults(run=cmd_hessian)
+
+    w = sub.add_parser("draw", **_help("draw"),
+                       help="a function as a reversible circuit or a control-flow graph (SVG)")
+    w.add_argument("file")
+    w.add_argument("--entry", help="the function (default: main, or the only one)")
+    w.add_argument("-o", "--output", help="OUT.svg (or .png / .pdf with cairosvg)")
+    w.add_argument("--view", choices=["circuit", "cfg"], default="circuit")
+    w.add_argument("--depth", type=int, default=0, help="expand calls N levels deep")
+    w.add_argument("--inverse", action="store_true", help="the inverse program (the mirror)")
+    _derivatives(w)
+    w.set_defaults(run=cmd_draw)
 
     k = sub.add_parser("cache", **_help("cache"),
                        help="the on-disk cache of native code: where, how big; or clear it")

@@ -1,0 +1,281 @@
+"""A function as a reversible circuit, and as a control-flow graph.
+
+Circuit: one horizontal wire per register (named by its source variable where the program
+has debug symbols), a heap wire when the function touches memory, and one gate per
+instruction in order: the changed wire gets a box with the operation (`+= a*b`, `sin`,
+`*= y`), the wires it reads get dots, SWAP and EXCH are crosses joined by a line, ROT a
+box over both wires, calls boxes over their argument wires (uncalls dashed, the callee
+with a ⁻¹), branches and comefroms thin markers across the wires. `depth` expands calls
+into their callees' gates; `inverse` draws the inverse program (the mirror image). Long
+functions wrap into rows.
+
+Control-flow graph: basic blocks as boxes of instructions, fall-through edges straight
+down, and each branch and the comefrom it is paired with as one curved edge, the branch's
+forward condition at one end and the comefrom's assertion at the other.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ..core import isa
+from ..core.errors import UsageError
+from ..core.inverse import inverse_function
+from ..core.program import FuncRef, Function, Mem, Program, Reg
+from .svg import Canvas
+
+COLUMN, WIRE, LEFT, PER_ROW = 46.0, 26.0, 90.0, 28
+OPS = {"mul": "*", "div": "/", "mod": "%", "pow": "**"}
+
+
+@attrs.frozen
+class Picture:
+    """An SVG picture; shown inline by Jupyter, written by save()."""
+
+    svg: str
+    title: str = ""
+
+    def _repr_svg_(self) -> str:
+        return self.svg
+
+    def save(self, path: str) -> None:
+        """Write .svg (or .png / .pdf with the optional cairosvg package)."""
+        path = str(path)
+        if path.endswith(".svg"):
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(self.svg)
+            return
+        if not path.endswith((".png", ".pdf")):
+            raise UsageError(f"{path}: write .svg, .png or .pdf")
+        try:
+            import cairosvg
+        except ImportError:
+            raise UsageError("PNG and PDF output need cairosvg (pip install cairosvg); "
+                             "SVG output needs nothing") from None
+        convert = cairosvg.svg2png if path.endswith(".png") else cairosvg.svg2pdf
+        convert(bytestring=self.svg.encode(), write_to=path)
+
+
+def draw(program: Program, name: str, view: str = "circuit", depth: int = 0,
+         inverse: bool = False) -> Picture:
+    """The picture of function `name` of a program."""
+    if name not in program.functions:
+        raise UsageError(f"no function {name!r} (the program has "
+                         f"{', '.join(program.functions)})")
+    fn = program.functions[name]
+    if inverse:
+        fn = inverse_function(fn)
+    if view == "circuit":
+        return Picture(circuit(program, fn, depth), f"{name} (circuit)")
+    if view == "cfg":
+        return Picture(cfg(fn), f"{name} (control flow)")
+    raise UsageError(f"unknown view {view!r}: circuit or cfg")
+
+
+# ------------------------------------------------------------------ circuit
+
+
+def _flatten(program: Program, fn: Function, depth: int, rename: dict, prefix: str):
+    """(instruction, register map) for every instruction, calls expanded `depth` deep."""
+    out = []
+    for ins in fn.code:
+        if ins.op in isa.CALLS and depth > 0:
+            callee = program.functions[ins.args[0].name]
+            body = callee if ins.op == "CALL" else inverse_function(callee)
+            inner = {p: rename.get(a, a) for p, a in zip(callee.params, ins.args[1:])}
+            for r in callee.locals:
+                inner[r] = (f"{prefix}{callee.name}.", r)
+            out += _flatten(program, body, depth - 1, inner, f"{prefix}{callee.name}.")
+        else:
+            out.append((ins, rename))
+    return out
+
+
+def _label(fn: Function, reg: Reg) -> str:
+    names = [s.name for s in fn.symbols if s.regs and s.regs[0] == reg and len(s.regs) == 1]
+    return names[0] if names else str(reg)
+
+
+def _gate_text(ins, name) -> str:
+    op, a = ins.op, ins.args
+    head, _, fam = op.partition(".")
+    if head in ("ADD", "SUB") and ins.spec.group in ("arith", "family"):
+        sign = "+=" if head == "ADD" else "-="
+        if not fam:
+            return f"{sign} {name(a[1])}"
+        if fam in OPS:
+            return f"{sign} {name(a[1])}{OPS[fam]}{name(a[2])}"
+        return f"{sign} {fam}"
+    return {"XOR": f"^= {name(a[1])}" if a[1:] else "^=", "NEG": "neg", "INC": "+1",
+            "DEC": "-1", "MUL": f"*= {name(a[1])}" if a[1:] else "*=",
+            "DIV": f"/= {name(a[1])}" if a[1:] else "/=", "ZERO": "=0",
+            "ALLOC": "alloc", "FREE": "free", "PUSH": "push", "POP": "pop"}.get(
+        head, op.lower())
+
+
+def circuit(program: Program, fn: Function, depth: int = 0) -> str:
+    steps = _flatten(program, fn, depth, {}, "")
+    wires: dict = {}
+
+    def wire(reg, rename):
+        key = rename.get(reg, reg)
+        if key not in wires:
+            wires[key] = len(wires)
+        return wires[key]
+    for p in fn.params:
+        wire(p, {})
+    for r in fn.registers:
+        wire(r, {})
+    for ins, rename in steps:                     # the callees' locals, when expanded
+        for a in ins.args:
+            for r in (a,) if isinstance(a, Reg) else a.regs if isinstance(a, Mem) else ():
+                wire(r, rename)
+    memory = any(ins.spec.group == "memory" for ins, _ in steps)
+    labels = {}
+    for key in wires:
+        labels[key] = _label(fn, key) if isinstance(key, Reg) else f"{key[0]}{key[1]}"
+    heap_row = len(wires) if memory else None
+    nwires = len(wires) + (1 if memory else 0)
+    c = Canvas()
+    rows = [steps[k:k + PER_ROW] for k in range(0, len(steps), PER_ROW)] or [[]]
+    row_height = nwires * WIRE + 40
+    for r, chunk in enumerate(rows):
+        top = 20 + r * row_height
+        y = {k: top + 20 + i * WIRE for k, i in wires.items()}
+        if memory:
+            y["heap"] = top + 20 + heap_row * WIRE
+        right = LEFT + len(chunk) * COLUMN + 10
+        for key, yy in y.items():
+            heap = key == "heap"
+            c.line(LEFT - 6, yy, right, yy, stroke="#8a6" if heap else "#999",
+                   width=3 if heap else 1, cls="wire")
+            c.text(LEFT - 10, yy + 4, "heap" if heap else labels[key], anchor="end",
+                   cls="wire-label")
+        for k, (ins, rename) in enumerate(chunk):
+            x = LEFT + k * COLUMN + COLUMN / 2
+            _gate(c, ins, rename, x, y, top, nwires, labels, fn)
+    return c.render()
+
+
+def _gate(c: Canvas, ins, rename, x, y, top, nwires, labels, fn) -> None:
+    spec = ins.spec
+
+    def at(reg):
+        return y[rename.get(reg, reg)]
+
+    def name(a):
+        if isinstance(a, Reg):
+            return labels.get(rename.get(a, a), str(a))
+        return str(a)
+    if spec.group == "control":
+        c.line(x, top + 8, x, top + 20 + (nwires - 1) * WIRE + 6, stroke="#c55", dash="3,3",
+               cls="control")
+        c.text(x, top + 6, f"{ins.op} {ins.args[-1]}", size=8, cls="control-label")
+        return
+    if spec.group == "call":
+        regs = [a for a in ins.args[1:] if isinstance(a, Reg)]
+        ys = [at(r) for r in regs] or [top + 20]
+        dashed = ins.op == "UNCALL"
+        c.rect(x - 20, min(ys) - 10, 40, max(ys) - min(ys) + 20,
+               fill="#eef" if not dashed else "#fee", cls="call" if not dashed else "uncall")
+        callee = ins.args[0].name if isinstance(ins.args[0], FuncRef) else "?"
+        c.text(x, (min(ys) + max(ys)) / 2 + 4, callee + ("⁻¹" if dashed else ""), size=9,
+               cls="call-label")
+        return
+    written = [a for a, k in zip(ins.args, spec.kinds) if k in "DX"]
+    read = [a for a, k in zip(ins.args, spec.kinds) if k in "SVC" and isinstance(a, Reg)]
+    mems = [a for a in ins.args if isinstance(a, Mem)]
+    for m in mems:
+        read += list(m.regs)
+    if ins.op in ("SWAP", "EXCH"):
+        ys = [at(written[0]), at(written[1]) if ins.op == "SWAP" else y["heap"]]
+        c.line(x, min(ys), x, max(ys), cls="swap")
+        for yy in ys:
+            c.line(x - 5, yy - 5, x + 5, yy + 5, width=1.6, cls="cross")
+            c.line(x - 5, yy + 5, x + 5, yy - 5, width=1.6, cls="cross")
+        for reg in read:
+            c.circle(x, at(reg), 3, cls="control-dot")
+        return
+    if ins.op in ("ROT", "IROT"):
+        ys = [at(written[0]), at(written[1])]
+        c.rect(x - 20, min(ys) - 9, 40, max(ys) - min(ys) + 18, fill="#ffe", cls="gate")
+        c.text(x, (ys[0] + ys[1]) / 2 + 4, ins.op.lower(), size=9, cls="gate-label")
+        for reg in read:
+            c.circle(x, at(reg), 3, cls="control-dot")
+        return
+    targets = [at(w) for w in written] or ([y["heap"]] if "heap" in y else [top + 20])
+    if spec.group == "memory" and "heap" in y:
+        targets.append(y["heap"])
+    ys = targets + [at(r) for r in read]
+    if len(ys) > 1:
+        c.line(x, min(ys), x, max(ys), cls="link")
+    for reg in read:
+        c.circle(x, at(reg), 3, cls="control-dot")
+    text = _gate_text(ins, name)
+    width = max(30.0, min(COLUMN - 4, 6.2 * len(text) + 6))
+    for yy in targets:
+        c.rect(x - width / 2, yy - 9, width, 18, cls="gate")
+        c.text(x, yy + 4, text, size=9 if len(text) < 8 else 7, cls="gate-label")
+
+
+# ------------------------------------------------------------------ control-flow graph
+
+
+def _condition(ins) -> str:
+    cc = isa.condition(ins.op)
+    if cc is None:
+        return ""
+    a, b = ins.args[0], ins.args[1]
+    return f"{a} {isa.CONDITIONS[cc]} {b}"
+
+
+def cfg(fn: Function) -> str:
+    code = fn.code
+    n = len(code)
+    leaders = sorted({0} | {i for i, ins in enumerate(code) if ins.op in isa.COMEFROMS}
+                     | {i + 1 for i, ins in enumerate(code) if ins.op in isa.BRANCHES})
+    leaders = [b for b in leaders if b < n] or [0]
+    c = Canvas()
+    x0, width, line_h = 20.0, 300.0, 14.0
+    boxes, yy = {}, 20.0
+    for k, start in enumerate(leaders):
+        end = leaders[k + 1] if k + 1 < len(leaders) else n
+        h = (end - start) * line_h + 10
+        boxes[k] = (start, end, yy, h)
+        c.rect(x0, yy, width, h, fill="#f7f7ff", cls="block")
+        for j, i in enumerate(range(start, end)):
+            labels = " ".join(f"{lab}:" for lab in fn.labels_at(i))
+            c.text(x0 + 6, yy + 14 + j * line_h, f"{i:>3} {labels} {code[i]}".strip(),
+                   size=10, anchor="start", cls="instruction")
+        yy += h + 24
+    block_of = {s: k for k, (s, _, _, _) in boxes.items()}
+
+    def block_at(i):
+        return max(k for k, (s, _, _, _) in boxes.items() if s <= i)
+    for k, (_, end, top, h) in boxes.items():          # fall-through edges
+        if k + 1 in boxes and code[end - 1].op != "JMP":
+            c.line(x0 + width / 2, top + h, x0 + width / 2, boxes[k + 1][2], cls="fall")
+    pair = 0
+    for i, ins in enumerate(code):                     # one edge per branch/comefrom pair
+        if ins.op not in isa.BRANCHES:
+            continue
+        j = fn.labels[ins.args[-1].name]
+        sb, tb = block_at(i), block_of.get(j, block_at(j))
+        s_y = boxes[sb][2] + 10 + (i - boxes[sb][0]) * line_h
+        t_y = boxes[tb][2] + 10 + (j - boxes[tb][0]) * line_h
+        reach = x0 + width + 30 + 26 * pair
+        c.path(f"M {x0 + width} {s_y:.1f} C {reach} {s_y:.1f} {reach} {t_y:.1f} "
+               f"{x0 + width} {t_y:.1f}", stroke="#c55", cls="pair")
+        c.circle(x0 + width + 2, t_y, 3, fill="#c55", cls="pair-end")
+        cond = _condition(ins) or "always"
+        assertion = _condition(code[j])
+        c.text(reach + 4, s_y - 3, f"if {cond}", size=9, anchor="start", fill="#a33",
+               cls="pair-branch")
+        c.text(reach + 4, t_y + 11, f"comefrom: iff {assertion}" if assertion
+               else "comefrom: only by this jump", size=9, anchor="start", fill="#a33",
+               cls="pair-comefrom")
+        c.grow(reach + 200, max(s_y, t_y))
+        pair += 1
+    return c.render()
+
+
