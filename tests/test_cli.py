@@ -258,3 +258,29 @@ def test_derivative_programs_on_the_command_line(tmp_path):
     assert r.returncode == 0, r.stderr
     g = json.loads(r.stdout)
     assert (g["x"], g["y"]) == (52.0, 85.0)
+
+
+def test_long_stepped_runs_show_progress_on_a_terminal_only():
+    import shutil
+    import time
+    args = [str(ASM / "fib.rasm"), "--engine", "interp", "--args", "1000000000", "0", "0",
+            "--max-steps", "25000000"]
+    piped = rvm("run", *args)                 # not a terminal: no progress line
+    assert piped.returncode == 1 and "running" not in piped.stderr
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    session = f"rvmprog{time.time_ns() % 10**8}"
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "12",
+                    f"{sys.executable} -m rvm.cli run {' '.join(args)}; sleep 30"], check=True)
+    try:
+        seen = ""
+        for _ in range(300):
+            seen += subprocess.run(["tmux", "capture-pane", "-t", session, "-p"],
+                                   capture_output=True, text=True).stdout
+            if "step budget of 25000000" in seen:
+                break
+            time.sleep(0.05)
+        assert "running forwards:" in seen and "steps (" in seen and "/s)" in seen
+        assert "step budget of 25000000" in seen
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)

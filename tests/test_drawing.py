@@ -99,3 +99,15 @@ def test_draw_errors():
         rvm.draw(p["fib"], view="tree")
     with pytest.raises(rvm.UsageError, match=r"\.svg, \.png or \.pdf"):
         rvm.draw(p["fib"]).save("x.gif")
+
+
+def test_compute_and_uncompute_blocks_are_shaded_pairs():
+    sys.path.insert(0, str(ROOT / "examples"))
+    from iexp import iexp
+    svg = rvm.draw(iexp, 0.0, 1.5).svg
+    assert count(svg, "compute") > 0 and count(svg, "compute") == count(svg, "uncompute")
+    shade = r'class="{}"[^>]*fill="(#[0-9a-f]+)"'
+    computed = set(re.findall(shade.format("compute"), svg))
+    assert computed and computed == set(re.findall(shade.format("uncompute"), svg))
+    back = rvm.draw(iexp, 0.0, 1.5, inverse=True).svg     # the mirror keeps the pairs
+    assert count(back, "compute") == count(svg, "uncompute")

@@ -47,4 +47,10 @@ def inverse_function(fn: Function) -> Function:
     code = invert(code, lambda s: s + "_")
     labels = {label: i for i, (label, _) in enumerate(code) if label}
     return Function(fn.name, fn.params, tuple(ins for _, ins in code), labels, fn.line,
-                    fn.end_line, fn.names, fn.symbols)
+                    fn.end_line, fn.names, fn.symbols, mirrored(fn.regions, len(fn.code)))
+
+
+def mirrored(regions: tuple, n: int) -> tuple:
+    """Compute/uncompute regions of a function as they sit in its inverse."""
+    swap = {"compute": "uncompute", "uncompute": "compute"}
+    return tuple((name, swap[kind], n - end, n - start) for name, kind, start, end in regions)

@@ -112,6 +112,8 @@ class Function:
     # debug info, not part of a program's identity (and not kept in .rvmb files):
     names: tuple = attrs.field(default=(), eq=False)     # source names of the arguments
     symbols: tuple = attrs.field(default=(), eq=False)   # Symbol per source variable
+    # (block name, "compute" | "uncompute", first index, end index) per compute block
+    regions: tuple = attrs.field(default=(), eq=False)
 
     @functools.cached_property
     def registers(self) -> list[Reg]:

@@ -139,8 +139,14 @@ def circuit(program: Program, fn: Function, depth: int = 0) -> str:
     c = Canvas()
     rows = [steps[k:k + PER_ROW] for k in range(0, len(steps), PER_ROW)] or [[]]
     row_height = nwires * WIRE + 40
+    shades = _shades(fn, depth, len(steps))
     for r, chunk in enumerate(rows):
         top = 20 + r * row_height
+        for k in range(len(chunk)):               # compute/uncompute blocks, shaded pairs
+            shade = shades.get(r * PER_ROW + k)
+            if shade is not None:
+                c.rect(LEFT + k * COLUMN, top + 8, COLUMN, nwires * WIRE + 4, fill=shade[0],
+                       stroke=shade[0], cls=shade[1], rx=0)
         y = {k: top + 20 + i * WIRE for k, i in wires.items()}
         if memory:
             y["heap"] = top + 20 + heap_row * WIRE
@@ -155,6 +161,23 @@ def circuit(program: Program, fn: Function, depth: int = 0) -> str:
             x = LEFT + k * COLUMN + COLUMN / 2
             _gate(c, ins, rename, x, y, top, nwires, labels, fn)
     return c.render()
+
+
+SHADES = ["#e8f4e8", "#e8eef8", "#f8f0e0", "#f4e8f4"]
+
+
+def _shades(fn: Function, depth: int, n: int) -> dict:
+    """Column -> (colour, class) inside compute blocks and their uncomputes (matching
+    colours for a pair). Columns only match instructions when calls are not expanded."""
+    if depth:
+        return {}
+    colours, out = {}, {}
+    for name, kind, start, end in sorted(fn.regions, key=lambda r: r[2] - r[3]):
+        # widest first, so a block nested in another keeps its own colour
+        colour = colours.setdefault(name, SHADES[len(colours) % len(SHADES)])
+        for i in range(start, min(end, n)):
+            out[i] = (colour, kind)
+    return out
 
 
 def _gate(c: Canvas, ins, rename, x, y, top, nwires, labels, fn) -> None:

@@ -10,6 +10,7 @@ so it runs its function backwards while the machine moves forwards.
 from __future__ import annotations
 
 import math
+import time
 
 from ..core import isa
 from ..core.errors import InvertibilityError, MachineError, RvmError, UsageError
@@ -47,6 +48,8 @@ class Machine:
     """Runs one program. `call`/`uncall` run a function to completion; `enter` then
     `step`/`back`/`run` move through it one instruction at a time (the debugger's way)."""
 
+    default_progress = None     # the CLI sets a status line here when stderr is a terminal
+
     def __init__(self, program: Program, *, max_steps: int = 100_000_000,
                  heap_limit: int = 1 << 24, tol: float = 1e-8, max_depth: int = 10_000,
                  grad: bool = False, engine: str | None = None, checks: bool = True):
@@ -70,6 +73,7 @@ class Machine:
         self.hi = self.hf = self.hg = memoryview(self._buf)
         self._codes: dict = {}
         self._fast: dict = {}            # (function, backward, argument types) -> direct call
+        self.progress = Machine.default_progress   # progress(steps, direction), long runs
         self._grow(min(64, heap_limit))
         if grad:
             self.set_grad(True)
@@ -356,7 +360,18 @@ class Machine:
                 self.engine, self._compiled = "python", None
                 return self.run(direction)
         budget = self.max_steps if max_steps is None else max_steps
-        taken = self._move(direction, budget)
+        if self.progress is None:
+            taken = self._move(direction, budget)
+        else:                 # in chunks, telling the progress callback after a second
+            taken, start = 0, time.monotonic()
+            while taken < budget:
+                chunk = min(PROGRESS_CHUNK, budget - taken)
+                moved = self._move(direction, chunk)
+                taken += moved
+                if moved < chunk:
+                    break
+                if time.monotonic() - start > 1.0:
+                    self.progress(taken, direction)
         if taken >= budget and not self.at_boundary(direction):
             raise MachineError(f"step budget of {budget} steps exhausted before the "
                                f"{'end' if direction > 0 else 'start'} (an endless loop?); "
@@ -499,6 +514,7 @@ class Machine:
 
 
 ENGINES = ("interp", "python", "native", "auto")
+PROGRESS_CHUNK = 200_000      # steps between progress reports of a stepped run
 
 
 def check_limits(**limits) -> None:

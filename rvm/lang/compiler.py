@@ -96,7 +96,8 @@ class FunctionCompiler(Lowering):
             code.append(ins)
         end = getattr(self.node, "end_lineno", self.node.lineno) + self.src.first - 1
         fn = Function(self.name, tuple(params), tuple(code), labels, self.node.lineno +
-                      self.src.first - 1, end, tuple(names), tuple(self.symbols))
+                      self.src.first - 1, end, tuple(names), tuple(self.symbols),
+                      tuple(self.regions))
         return fn, names
 
     # ------------------------------------------------------------------ statements
@@ -160,7 +161,9 @@ class FunctionCompiler(Lowering):
             return None     # a docstring
         if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Invert):
             if isinstance(e.operand, ast.Name) and e.operand.id in self.routines:
+                start = len(self.code)
                 self.code += invert(self.routines[e.operand.id], self.fresh)
+                self.regions.append((e.operand.id, "uncompute", start, len(self.code)))
                 return
             if isinstance(e.operand, ast.Call):
                 return self.call(e.operand, inverse=True)
@@ -303,8 +306,10 @@ class FunctionCompiler(Lowering):
                 raise self.error(s, "name the block: with compute() as r: ... then ~r",
                                  "~r inserts the inverse of the block (uncompute)")
             code, _ = self.capture(lambda: self.scoped(s.body))
+            start = len(self.code)
             self.code += code
             self.routines[item.optional_vars.id] = code
+            self.regions.append((item.optional_vars.id, "compute", start, len(self.code)))
             return None
         if kind == "inverse":
             code, _ = self.capture(lambda: self.scoped(s.body))

@@ -70,6 +70,7 @@ class Lowering:
         self.session, self.node, self.src, self.env, self.name = session, node, source, env, name
         self.sig = sig
         self.function_args: dict = {}     # parameter name -> the function passed
+        self.regions: list = []           # (block, "compute" | "uncompute", start, end)
         self.code: Code = []
         self.scopes: list[dict[str, Var]] = [{}]
         self.count = {INT: 0, FLOAT: 0}
