@@ -208,10 +208,13 @@ def _batch(fn, axes, *args):
     return vmap(fn, in_axes=axes)(*args)
 
 
-def draw(fn, *args, view: str = "circuit", depth: int = 0, inverse: bool = False):
+def draw(fn, *args, view: str = "circuit", depth: int = 0, inverse: bool = False,
+         collapse: int = 0):
     """A picture of a function: `view="circuit"` (wires and gates) or `"cfg"` (basic
     blocks and paired branch/comefrom edges). `fn` is prog["name"], a reversible function
     (compiled from its annotations, or for `args`), or a transformed one (for `args`).
+    `depth` expands calls, `inverse` draws the inverse, `collapse=N` draws runs of more
+    than N straight-line instructions as one box.
     The result renders inline in Jupyter; `.save("f.svg")` writes it."""
     from .ad.gradient import target
     from .drawing import draw as picture
@@ -220,7 +223,7 @@ def draw(fn, *args, view: str = "circuit", depth: int = 0, inverse: bool = False
         name = next(iter(program.functions))
     else:
         program, name, _ = target(fn, args)
-    return picture(program, name, view, depth, inverse)
+    return picture(program, name, view, depth, inverse, collapse)
 
 
 def _is_zero(axis) -> bool:

@@ -228,7 +228,7 @@ def cmd_draw(args) -> None:
         entry = f"{args.tangent}.tan" if args.tangent else f"{args.adjoint}.adj"
     else:
         entry = _entry(names, program.source, args.entry)
-    picture = draw(program, entry, args.view, args.depth, args.inverse)
+    picture = draw(program, entry, args.view, args.depth, args.inverse, args.collapse)
     out = args.output or f"{os.path.splitext(os.path.basename(args.file))[0]}.{entry}." \
         f"{args.view}.svg"
     picture.save(out)
@@ -371,6 +371,8 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--view", choices=["circuit", "cfg"], default="circuit")
     w.add_argument("--depth", type=int, default=0, help="expand calls N levels deep")
     w.add_argument("--inverse", action="store_true", help="the inverse program (the mirror)")
+    w.add_argument("--collapse", type=int, default=0, metavar="N",
+                   help="draw runs of more than N straight-line instructions as one box")
     _derivatives(w)
     w.set_defaults(run=cmd_draw)
 

@@ -111,3 +111,15 @@ def test_compute_and_uncompute_blocks_are_shaded_pairs():
     assert computed and computed == set(re.findall(shade.format("uncompute"), svg))
     back = rvm.draw(iexp, 0.0, 1.5, inverse=True).svg     # the mirror keeps the pairs
     assert count(back, "compute") == count(svg, "uncompute")
+
+
+def test_long_straight_runs_collapse_on_request():
+    sys.path.insert(0, str(ROOT / "examples"))
+    from besselj import besselj
+    full = rvm.draw(besselj, 0.0, 2, 1.0).svg
+    short = rvm.draw(besselj, 0.0, 2, 1.0, collapse=4).svg
+    assert count(full, "collapsed") == 0 and count(short, "collapsed") >= 2
+    assert count(short, "gate") < count(full, "gate")
+    assert count(short, "control") == count(full, "control")     # control flow stays
+    boxes = [int(n) for n in re.findall(r'class="collapsed-label"[^>]*>(\d+) ins<', short)]
+    assert all(n > 4 for n in boxes)

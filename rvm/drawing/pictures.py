@@ -57,7 +57,7 @@ class Picture:
 
 
 def draw(program: Program, name: str, view: str = "circuit", depth: int = 0,
-         inverse: bool = False) -> Picture:
+         inverse: bool = False, collapse: int = 0) -> Picture:
     """The picture of function `name` of a program."""
     if name not in program.functions:
         raise UsageError(f"no function {name!r} (the program has "
@@ -66,7 +66,7 @@ def draw(program: Program, name: str, view: str = "circuit", depth: int = 0,
     if inverse:
         fn = inverse_function(fn)
     if view == "circuit":
-        return Picture(circuit(program, fn, depth), f"{name} (circuit)")
+        return Picture(circuit(program, fn, depth, collapse), f"{name} (circuit)")
     if view == "cfg":
         return Picture(cfg(fn), f"{name} (control flow)")
     raise UsageError(f"unknown view {view!r}: circuit or cfg")
@@ -113,7 +113,34 @@ def _gate_text(ins, name) -> str:
         head, op.lower())
 
 
-def circuit(program: Program, fn: Function, depth: int = 0) -> str:
+class Collapsed:
+    """A run of straight-line instructions drawn as one box (collapse=N)."""
+
+    def __init__(self, count: int):
+        self.count = count
+
+
+def _collapse(steps: list, longest: int) -> list:
+    """Runs of more than `longest` instructions without control flow or calls, as one
+    step each (0: nothing collapsed)."""
+    if longest <= 0:
+        return steps
+    out, run = [], []
+
+    def flush():
+        out.extend(run if len(run) <= longest else [(Collapsed(len(run)), {})])
+        run.clear()
+    for step in steps:
+        if step[0].spec.group in ("control", "call"):
+            flush()
+            out.append(step)
+        else:
+            run.append(step)
+    flush()
+    return out
+
+
+def circuit(program: Program, fn: Function, depth: int = 0, collapse: int = 0) -> str:
     steps = _flatten(program, fn, depth, {}, "")
     wires: dict = {}
 
@@ -130,7 +157,10 @@ def circuit(program: Program, fn: Function, depth: int = 0) -> str:
         for a in ins.args:
             for r in (a,) if isinstance(a, Reg) else a.regs if isinstance(a, Mem) else ():
                 wire(r, rename)
-    memory = any(ins.spec.group == "memory" for ins, _ in steps)
+    shades = _shades(fn, depth or collapse, len(steps))
+    steps = _collapse(steps, collapse)
+    memory = any(not isinstance(ins, Collapsed) and ins.spec.group == "memory"
+                 for ins, _ in steps)
     labels = {}
     for key in wires:
         labels[key] = _label(fn, key) if isinstance(key, Reg) else f"{key[0]}{key[1]}"
@@ -139,7 +169,6 @@ def circuit(program: Program, fn: Function, depth: int = 0) -> str:
     c = Canvas()
     rows = [steps[k:k + PER_ROW] for k in range(0, len(steps), PER_ROW)] or [[]]
     row_height = nwires * WIRE + 40
-    shades = _shades(fn, depth, len(steps))
     for r, chunk in enumerate(rows):
         top = 20 + r * row_height
         for k in range(len(chunk)):               # compute/uncompute blocks, shaded pairs
@@ -181,6 +210,12 @@ def _shades(fn: Function, depth: int, n: int) -> dict:
 
 
 def _gate(c: Canvas, ins, rename, x, y, top, nwires, labels, fn) -> None:
+    if isinstance(ins, Collapsed):
+        c.rect(x - 20, top + 12, 40, (nwires - 1) * WIRE + 16, fill="#f4f4f4",
+               cls="collapsed")
+        c.text(x, top + 20 + (nwires - 1) * WIRE / 2, f"{ins.count} ins", size=9,
+               cls="collapsed-label")
+        return
     spec = ins.spec
 
     def at(reg):
