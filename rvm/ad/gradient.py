@@ -147,6 +147,7 @@ class _Direct:
     def __init__(self, runner: _Pass, loss: Loss):
         self.runner, self.loss, self.plans = runner, loss, {}
         self.batches: dict = {}      # argument types -> the native batch loop, if any
+        self.warm: set = set()       # argument types whose plan has run once
 
     def batch(self, columns: list) -> tuple | None:
         """(values, gradients) for rows of scalar arguments (one array per parameter) in
@@ -242,8 +243,12 @@ class _Direct:
         if convert is not None:
             args = [c(a) for c, a in zip(convert, args)]
         try:
-            with compiling(self.runner.name, both):
+            if key in self.warm:
                 out, back = both(*heap, *args, *seed)
+            else:               # the first call may compile: say so if it takes long
+                with compiling(self.runner.name, both):
+                    out, back = both(*heap, *args, *seed)
+                self.warm.add(key)
         except Exception:       # the general path reports it exactly
             return None
         return out, scatter(back)
@@ -373,8 +378,8 @@ def _value_and_grad(fn, loss: Loss, machine_options: dict) -> Callable[..., tupl
     direct = _Direct(runner, loss)
 
     def run(*args) -> tuple[tuple, tuple]:
-        if any(is_function(a) for a in args):        # functions passed as arguments
-            return with_functions(fn, args, loss, machine_options)
+        if not all(type(a) in _PLAIN for a in args) and any(map(is_function, args)):
+            return with_functions(fn, args, loss, machine_options)   # functions passed
         fast = direct(args)
         if fast is not None:
             return fast
@@ -385,6 +390,9 @@ def _value_and_grad(fn, loss: Loss, machine_options: dict) -> Callable[..., tupl
 
     run.batch = direct.batch
     return run
+
+
+_PLAIN = frozenset({int, float, np.ndarray})
 
 
 def is_function(value) -> bool:
