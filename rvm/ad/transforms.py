@@ -31,6 +31,8 @@ from __future__ import annotations
 import ast
 import functools
 
+import attrs
+
 from ..core import isa
 from ..core.errors import RvmError
 from ..core.inverse import inverse_function
@@ -410,7 +412,8 @@ def _array_entry(fn: Function, arrays: dict) -> Function:
     code.emit("CALL", FuncRef(fn.name), *args)
     for k, t in reversed(list(halves.items())):
         code.emit("SUB.div", t, fn.params[k], Imm(2))
-    return code.function(f"{fn.name}.entry", fn.params)
+    out = code.function(f"{fn.name}.entry", fn.params)
+    return attrs.evolve(out, line=fn.line, end_line=fn.end_line)
 
 
 # ------------------------------------------------------------------ adjoint
@@ -521,7 +524,8 @@ def _entry(fn: Function, names: dict, drops: bool) -> Function:
     code.emit("CALL", FuncRef(fn.name), *fn.params, line=fn.line)
     if not drops:
         code.emit("CALL", sweep, *params, line=fn.line)
-        return code.function(f"{fn.name}.adjoint", params)
+        out = code.function(f"{fn.name}.adjoint", params)
+    return attrs.evolve(out, line=fn.line, end_line=fn.end_line)
     copies = [Reg(isa.FLOAT, 2 * n + k) for k in range(len(shadows))]
     code.emit("CALL", sweep, *params, line=fn.line)            # (y, ybar) -> (x, xbar) + G
     for c, s in zip(copies, shadows):
@@ -535,4 +539,5 @@ def _entry(fn: Function, names: dict, drops: bool) -> Function:
     code.emit("UNCALL", cosweep, *fn.params, *copies, line=fn.line)  # (x, c = xbar)
     for c, s in zip(copies, shadows):
         code.emit("SWAP", s, c, line=fn.line)                   # shadows = xbar, c ~ 0
-    return code.function(f"{fn.name}.adjoint", params)
+    out = code.function(f"{fn.name}.adjoint", params)
+    return attrs.evolve(out, line=fn.line, end_line=fn.end_line)
