@@ -522,10 +522,13 @@ def _entry(fn: Function, names: dict, drops: bool) -> Function:
     code = _Code(2 * n)
     sweep, cosweep = FuncRef(names[(fn.name, False)]), FuncRef(names[(fn.name, True)])
     code.emit("CALL", FuncRef(fn.name), *fn.params, line=fn.line)
+
+    def done() -> Function:
+        out = code.function(f"{fn.name}.adjoint", params)
+        return attrs.evolve(out, line=fn.line, end_line=fn.end_line)
     if not drops:
         code.emit("CALL", sweep, *params, line=fn.line)
-        out = code.function(f"{fn.name}.adjoint", params)
-    return attrs.evolve(out, line=fn.line, end_line=fn.end_line)
+        return done()
     copies = [Reg(isa.FLOAT, 2 * n + k) for k in range(len(shadows))]
     code.emit("CALL", sweep, *params, line=fn.line)            # (y, ybar) -> (x, xbar) + G
     for c, s in zip(copies, shadows):
@@ -539,5 +542,4 @@ def _entry(fn: Function, names: dict, drops: bool) -> Function:
     code.emit("UNCALL", cosweep, *fn.params, *copies, line=fn.line)  # (x, c = xbar)
     for c, s in zip(copies, shadows):
         code.emit("SWAP", s, c, line=fn.line)                   # shadows = xbar, c ~ 0
-    out = code.function(f"{fn.name}.adjoint", params)
-    return attrs.evolve(out, line=fn.line, end_line=fn.end_line)
+    return done()
