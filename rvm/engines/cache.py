@@ -17,7 +17,6 @@ before. `rvm cache info` and `rvm cache clear` show and empty it.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib.util
 import os
 import pathlib
@@ -39,6 +38,8 @@ def directory() -> pathlib.Path | None:
 
 
 def _key(text: str) -> str:
+    import hashlib
+
     import numba
     stamp = f"{VERSION}|{numba.__version__}|{sys.version}|{sys.platform}\n"
     return hashlib.sha256((stamp + text).encode()).hexdigest()[:32]

@@ -11,13 +11,11 @@ interpreter to report the exact instruction (as for the compiled engine).
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
-import inspect
 import re
 import sys
-import threading
 
-from . import cache
 from .templates import Fault, dpow_db, sign
 
 # the native engine is optional; numba is imported only when a program is compiled
@@ -144,6 +142,7 @@ def compiling(what: str, dispatcher):
                                         "(once per machine: it is cached)")
         s.start()
         status.append(s)
+    import threading
     timer = threading.Timer(1.0, show)
     timer.start()
     try:
@@ -158,14 +157,17 @@ def compiling(what: str, dispatcher):
 _COMPILED: set[int] = set()          # dispatchers past their first call
 
 
-# read once, at import, while the file on disk is the one these functions came from
-HELPERS_SOURCE = "\n\n".join(inspect.getsource(f) for f in HELPERS)
+@functools.cache
+def helpers_source() -> str:
+    """The helpers' source text (read from this file once, when first needed)."""
+    import inspect
+    return "\n\n".join(inspect.getsource(f) for f in HELPERS)
 
 
 def module_source(functions_source: str, names: list[str], tol: float, cache: bool) -> str:
     """The text of a module defining the helpers and the generated functions, each
     wrapped by numba.njit (compiled lazily, on a function's first call)."""
-    helpers = HELPERS_SOURCE
+    helpers = helpers_source()
     jits = "\n".join(f"{f.__name__} = _jit({f.__name__})" for f in HELPERS)
     tail = "\n".join(f"{name} = _jit({name})" for name in names)
     return (PRELUDE.format(tol=tol, cache=cache) + helpers + "\n\n" + jits + "\n\n" +
@@ -178,5 +180,6 @@ def build(functions_source: str, names: list[str], tol: float) -> dict:
     compiles once per machine; in memory when the cache directory is not writable."""
     if not available:
         raise ImportError("numba is not installed")
+    from . import cache
     module = cache.load(lambda cached: module_source(functions_source, names, tol, cached))
     return {name: getattr(module, name) for name in names}
