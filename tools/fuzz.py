@@ -61,7 +61,26 @@ TOKENS = ["r0", "r9", "f1", "f70000", "[r0 + 1]", "[r1 + r2]", "-1", "9223372036
           "MUL", "DIV", "ADD.exp", "SUB.log", "ROT", ".func", ".end", "(", ")", "\n"]
 
 
+ALPHABET = "rf0123456789,[]+-:;. \n" + "ADDSUBCFJMPBR.EQNE" + "xyz_()#"
+
+
+def mutate_chars(text: str, rng: random.Random) -> str:
+    """A few characters of assembly's alphabet replaced, deleted or inserted."""
+    t = list(text)
+    for _ in range(rng.randint(1, 3)):
+        pos = rng.randrange(len(t))
+        op = rng.random()
+        if op < 0.4:
+            t[pos] = rng.choice(ALPHABET)
+        elif op < 0.7:
+            del t[pos:pos + rng.randint(1, 6)]
+        else:
+            t.insert(pos, rng.choice(ALPHABET))
+    return "".join(t)
+
+
 def _mutate_text(text: str, rng: random.Random) -> str:
+    """A few words replaced by tokens of the language, deleted, inserted or misspelt."""
     words = text.split(" ")
     for _ in range(rng.randint(1, 3)):
         pos = rng.randrange(len(words))
@@ -99,7 +118,8 @@ def _run_all(p, engine: str, max_steps: int = 5000) -> None:
 def case_rasm(rng: random.Random) -> str:
     import rvm
     path = rng.choice(sorted((ROOT / "asm").glob("*.rasm")))
-    text = _mutate_text(path.read_text(), rng)
+    mutate = _mutate_text if rng.random() < 0.5 else mutate_chars
+    text = mutate(path.read_text(), rng)
     try:
         p = rvm.assemble(text, "fuzz.rasm")
     except rvm.RvmError:
