@@ -174,15 +174,16 @@ def _is_float(ins: Instruction) -> bool:
     return bool(written) and written[0].cls == isa.FLOAT
 
 
-def _heap_free(program: Program, name: str, what: str, allow_stack: bool) -> None:
-    banned = {"EXCH", "ALLOC", "FREE"} | (set() if allow_stack else {"PUSH", "POP"})
+def _heap_free(program: Program, name: str) -> None:
+    """Refuse heap instructions (stack ones too) anywhere below `name`, for the adjoint."""
     for fname in reachable(program, name):
         for i, ins in enumerate(program.functions[fname].code):
-            if ins.op in banned:
+            if ins.spec.group == "memory":
                 raise TransformError(
-                    f"{what} of {name}: {fname} uses heap memory ({ins.op} at instruction "
-                    f"{i}); derivative programs support register code only for now "
-                    "(use rvm.grad, which supports the heap, for gradients)")
+                    f"adjoint of {name}: {fname} uses heap memory ({ins.op} at instruction "
+                    f"{i}); adjoint programs support register code only (heap cells "
+                    "would need shadows): rvm.grad, rvm.jacobian, rvm.hvp and rvm.hessian "
+                    "support the heap")
 
 
 def reachable(program: Program, name: str) -> list[str]:
@@ -497,7 +498,7 @@ def sweep_function(program: Program, fn: Function, names: dict, name: str) -> Fu
 
 def adjoint(program: Program, name: str) -> tuple[Program, str]:
     """The adjoint program of `name`: (program, entry)."""
-    _heap_free(program, name, "adjoint", allow_stack=False)
+    _heap_free(program, name)
     base = reachable(program, name)
     names = {(f, uncalled): f"{f}{'.inv' if uncalled else ''}.adj"
              for f in base for uncalled in (False, True)}
