@@ -226,3 +226,13 @@ def test_graph_embedding_by_trust_region_newton_on_hessians():
     e[4, 1] = 1e-6
     fd = (g(0.0, x0 + e, l1, l2)[1] - g(0.0, x0 - e, l1, l2)[1]).ravel() / 2e-6
     assert np.allclose(H[:, 9], fd, atol=1e-6) and np.allclose(H, H.T, atol=1e-12)
+
+
+def test_derivative_programs_speak_in_the_sources_names():
+    from hvp import f
+    tangent_text = rvm.debug(rvm.tangent(f), 0.0, 3.0, 4.0, 0.0, 1.0, 0.0,
+                             commands=["c", "info registers"])
+    assert "out_dot    24.0" in tangent_text and "x_dot      1.0" in tangent_text
+    adjoint_text = rvm.debug(rvm.adjoint(f), 0.0, 3.0, 4.0, 1.0, 0.0, 0.0,
+                             commands=["c", "info registers"])
+    assert "x_bar      24.0" in adjoint_text and "y_bar      41.0" in adjoint_text

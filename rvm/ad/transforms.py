@@ -203,6 +203,14 @@ def _shadow_map(fn: Function) -> tuple[dict, int]:
     return {Reg(isa.FLOAT, k): Reg(isa.FLOAT, k + n) for k in range(n)}, 2 * n
 
 
+def _named(fn: Function, derivative: dict, suffix: str) -> tuple:
+    """The function's debug names, and `x_dot` / `x_bar` for each float variable's
+    derivative register (so the debugger and pictures speak in the source's names)."""
+    extra = tuple(attrs.evolve(s, name=f"{s.name}_{suffix}", regs=(derivative[s.regs[0]],))
+                  for s in fn.symbols if len(s.regs) == 1 and s.regs[0] in derivative)
+    return tuple(fn.symbols) + extra
+
+
 def _float_params(fn: Function) -> list[Reg]:
     return [p for p in fn.params if p.cls == isa.FLOAT]
 
@@ -375,7 +383,8 @@ def tangent_function(program: Program, fn: Function, names: dict,
             code.emit(ins.op, *ins.args, line=ins.line)
     params = fn.params + tuple(tan[p] for p in _float_params(fn))
     out = code.function(names[fn.name], params)
-    return Function(out.name, out.params, out.code, out.labels, fn.line, fn.end_line)
+    return Function(out.name, out.params, out.code, out.labels, fn.line, fn.end_line,
+                    symbols=_named(fn, tan, "dot"))
 
 
 def tangent(program: Program, name: str, arrays: dict | None = None) -> tuple[Program, str]:
@@ -493,7 +502,8 @@ def sweep_function(program: Program, fn: Function, names: dict, name: str) -> Fu
             code.emit("PUSH", sh[r], line=fn.line)
     params = fn.params + tuple(sh[p] for p in _float_params(fn))
     out = code.function(name, params)
-    return Function(name, out.params, out.code, out.labels, fn.line, fn.end_line)
+    return Function(name, out.params, out.code, out.labels, fn.line, fn.end_line,
+                    symbols=_named(fn, sh, "bar"))
 
 
 def adjoint(program: Program, name: str) -> tuple[Program, str]:
@@ -526,7 +536,8 @@ def _entry(fn: Function, names: dict, drops: bool) -> Function:
 
     def done() -> Function:
         out = code.function(f"{fn.name}.adjoint", params)
-        return attrs.evolve(out, line=fn.line, end_line=fn.end_line)
+        return attrs.evolve(out, line=fn.line, end_line=fn.end_line,
+                            symbols=_named(fn, _shadow_map(fn)[0], "bar"))
     if not drops:
         code.emit("CALL", sweep, *params, line=fn.line)
         return done()
