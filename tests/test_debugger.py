@@ -279,13 +279,19 @@ def test_terminal_history_completion_ctrl_c_and_redraw(tmp_path):
                     cmd], check=True)
     try:
         wait_for("(rvm)", "registers")
+        time.sleep(0.3)                           # the shell is reading its first line
         keys("s", "Enter")
         wait_for("step 1 |")
         keys("p r0 + 1", "Enter")
         wait_for("r0 + 1 = 100000001")
         keys("bt", "Enter")                       # prints only: the panes stay as they were
-        shown = wait_for("#0  fib")
-        assert shown.count("╭─ source") == 1
+        for _ in range(200):
+            shown = screen()
+            if "(rvm) bt\n*#0  fib" in shown:      # bt's own output, under its prompt
+                break
+            time.sleep(0.05)
+        assert "(rvm) bt\n*#0  fib" in shown, shown
+        assert shown.count("╭─ source") == 1, shown
         keys("Up", "Up", "Enter")                 # history: p r0 + 1 again
         wait_for("(rvm) p r0 + 1")
         keys("reverse-ste", "Tab")                # completion
