@@ -291,7 +291,9 @@ def test_terminal_history_completion_ctrl_c_and_redraw(tmp_path):
                 break
             time.sleep(0.05)
         assert "(rvm) bt\n*#0  fib" in shown, shown
-        assert shown.count("╭─ source") == 1, shown
+        # no redraw: a redraw clears the screen, and the previous command's output is
+        # still there above bt's
+        assert "r0 + 1 = 100000001\n(rvm) bt" in shown, shown
         keys("Up", "Up", "Enter")                 # history: p r0 + 1 again
         wait_for("(rvm) p r0 + 1")
         keys("reverse-ste", "Tab")                # completion
