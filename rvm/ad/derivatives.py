@@ -16,10 +16,9 @@ import numpy as np
 from ..core import isa
 from ..core.errors import UsageError, user_facing
 from ..core.program import Program
-from ..engines.arguments import Binding
 from ..engines.machine import Machine, machine_for
 from . import transforms
-from .gradient import find_argument, target, with_inverse
+from .gradient import loss_index, target, with_inverse
 
 KINDS = {"tangent": (transforms.tangent, "dot"), "adjoint": (transforms.adjoint, "bar")}
 
@@ -225,25 +224,6 @@ def jvp(f, primals: Sequence, tangents: Sequence, **options) -> tuple[tuple, tup
     return tuple(out[:n]), _spread(out[n:], floats, n)
 
 
-def _loss_argument(f, primals, loss) -> int:
-    """The index of the float argument `loss` names (a scalar)."""
-    program, name, names = target(f, tuple(primals))
-    fn = program.functions[name]
-    labels = list(names) if names else None
-    bindings, k = [], 0
-    for i, a in enumerate(primals):
-        width = 1 + (a.ndim if isinstance(a, np.ndarray) else 0)
-        label = labels[i] if labels else ":".join(str(p) for p in fn.params[k:k + width])
-        cls = (isa.FLOAT if a.dtype.kind == "f" else isa.INT) if isinstance(a, np.ndarray) \
-            else fn.params[k].cls
-        bindings.append(Binding(tuple(range(k, k + width)), label, cls,
-                                0 if isinstance(a, np.ndarray) else -1,
-                                a.shape if isinstance(a, np.ndarray) else ()))
-        k += width
-    b, _ = find_argument(bindings, fn, loss, "loss")
-    return bindings.index(b)
-
-
 @user_facing
 def hvp(f, primals: Sequence, tangents: Sequence, loss=0, **options) -> tuple:
     """The Hessian of `loss` (a float scalar argument's final value) times `tangents`. One
@@ -253,7 +233,9 @@ def hvp(f, primals: Sequence, tangents: Sequence, loss=0, **options) -> tuple:
     primals = tuple(primals)
     floats, n = float_arguments(f, primals), len(primals)
     dots = _checked_tangents(tuple(tangents), floats, n, "hvp")
-    which = _loss_argument(f, primals, loss)
+    which, element = loss_index(f, primals, loss)
+    if element is not None:
+        raise UsageError("hvp: the loss must be a float scalar argument, not an element")
     if any(isinstance(a, np.ndarray) for a in primals):
         return _hvp_arrays(f, primals, dots, floats, which, options)
     seed = [1.0 if k == which else 0.0 for k in floats]

@@ -16,7 +16,7 @@ from ..core import isa
 from ..core.errors import MachineError, UsageError, user_facing
 from ..core.inverse import inverse_function
 from ..core.program import Function, Program
-from ..engines.arguments import Binding, read_array
+from ..engines.arguments import Binding, place_keywords, read_array
 from ..engines.machine import NATIVE_AFTER, Machine, machine_for
 from ..engines.native import compiling
 
@@ -277,7 +277,7 @@ def value_and_grad(fn, loss: Loss = 0, argnums=None, wrt=None, has_aux: bool = F
         args = positional(fn, args, kwargs)
         values, grads = core(*args)
         if has_aux:
-            k, element = _loss_index(fn, args, loss)
+            k, element = loss_index(fn, args, loss)
             lv = values[k] if element is None else np.ravel(values[k])[element]
             return (lv, values), pick(grads)
         return values, pick(grads)
@@ -309,9 +309,6 @@ def parameter_names(fn) -> list[str] | None:
     return None
 
 
-_MISSING = object()
-
-
 def positional(fn, args: tuple, kwargs: dict) -> tuple:
     """args with keyword arguments put in place by parameter name."""
     if not kwargs:
@@ -319,19 +316,7 @@ def positional(fn, args: tuple, kwargs: dict) -> tuple:
     names = parameter_names(fn)
     if names is None:
         raise TypeError(f"{getattr(fn, 'name', fn)} takes positional arguments only")
-    full = list(args) + [_MISSING] * (len(names) - len(args))
-    for key, value in kwargs.items():
-        if key not in names:
-            raise TypeError(f"unknown argument {key!r}; the arguments of "
-                            f"{getattr(fn, 'name', 'the function')} are {', '.join(names)}")
-        k = names.index(key)
-        if k < len(args):
-            raise TypeError(f"argument {key!r} given by position and by name")
-        full[k] = value
-    missing = [n for n, v in zip(names, full) if v is _MISSING]
-    if missing:
-        raise TypeError(f"missing argument(s) {', '.join(missing)}")
-    return tuple(full)
+    return place_keywords(names, args, kwargs, getattr(fn, "name", "the function"))
 
 
 def _selector(fn, argnums, wrt):
@@ -364,7 +349,7 @@ def _selector(fn, argnums, wrt):
     return pick
 
 
-def _loss_index(fn, args, loss) -> tuple[int, int | None]:
+def loss_index(fn, args, loss) -> tuple[int, int | None]:
     """(argument index, element or None) of the loss."""
     program, name, names = target(fn, args)
     m = machine_for(program)

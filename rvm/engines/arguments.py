@@ -53,6 +53,25 @@ def coerce(v, reg, fname: str):
     return float(v)
 
 
+def place_keywords(names: list[str], args: tuple, kwargs: dict, fname: str) -> tuple:
+    """args with the keyword arguments put in place by parameter name; TypeError for an
+    unknown name, one given twice, or a parameter left without a value."""
+    missing_ = object()
+    full = list(args) + [missing_] * (len(names) - len(args))
+    for key, value in kwargs.items():
+        if key not in names:
+            raise TypeError(f"unknown argument {key!r}; the arguments of {fname} are "
+                            f"{', '.join(names)}")
+        k = names.index(key)
+        if k < len(args):
+            raise TypeError(f"argument {key!r} given by position and by name")
+        full[k] = value
+    missing = [n for n, v in zip(names, full) if v is missing_]
+    if missing:
+        raise TypeError(f"{fname}: missing argument(s) {', '.join(missing)}")
+    return tuple(full)
+
+
 def convert(a, n: int, fname: str):
     """A Python argument as rvm takes it: arrays of float64 or int64, scalars as scalars."""
     if isinstance(a, (list, tuple)):

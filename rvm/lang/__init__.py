@@ -25,6 +25,7 @@ from ..core import isa
 from ..core.errors import CompileError, MachineError, RvmError, user_facing
 from ..core.program import FuncRef, Instruction, Program
 from ..core.verify import verify
+from ..engines.arguments import place_keywords
 from ..engines.machine import machine_for
 from .compiler import FunctionCompiler, is_function, parse_annotation, sig_of
 from .expressions import Source
@@ -249,19 +250,11 @@ class ReversibleFunction:
         """Run on the arguments (positional, or by parameter name); every argument's final
         value (functions passed as arguments come back as they are). Other keywords are
         machine options (engine, checks, max_steps, heap_limit, tol, max_depth)."""
-        names_ = [a.arg for a in self.node.args.args]
-        by_name = {k: kwargs.pop(k) for k in list(kwargs) if k in names_}
+        params = [a.arg for a in self.node.args.args]
+        by_name = {k: kwargs.pop(k) for k in list(kwargs) if k in params}
         machine_options = kwargs
         if by_name:
-            full = list(args) + [None] * (len(names_) - len(args))
-            for k, v in by_name.items():
-                if names_.index(k) < len(args):
-                    raise TypeError(f"argument {k!r} given by position and by name")
-                full[names_.index(k)] = v
-            missing = [n for n, v in zip(names_, full) if v is None]
-            if missing:
-                raise TypeError(f"{self.name}: missing argument(s) {', '.join(missing)}")
-            args = tuple(full)
+            args = place_keywords(params, args, by_name, self.name)
         program, name, names = self.specialize(args)
         m = machine_for(program, **machine_options)
         values = [a for a in args if not is_function(a)]
