@@ -67,35 +67,6 @@ def _machine(program: Program, args, **extra) -> Machine:
                    engine=args.engine, checks=not args.no_checks, **extra)
 
 
-class _Progress:
-    """A rich status line on stderr: steps so far, direction and rate."""
-
-    def __init__(self):
-        self.live = None
-        self.start = None
-
-    def __call__(self, steps: int, direction: int) -> None:
-        import time
-
-        from rich.console import Console
-        from rich.live import Live
-        from rich.text import Text
-        now = time.monotonic()
-        if self.live is None:
-            self.start = now
-            self.live = Live(console=Console(stderr=True), transient=True,
-                             auto_refresh=False)
-            self.live.start()
-        rate = steps / max(now - self.start, 1e-9)
-        self.live.update(Text(f"running {'forwards' if direction > 0 else 'backwards'}: "
-                              f"{steps:,} steps ({rate:,.0f}/s)"), refresh=True)
-
-    def stop(self) -> None:
-        if self.live is not None:
-            self.live.stop()
-            self.live = None
-
-
 def _print_values(names: list[str], values, as_json: bool, prefix: str = "") -> None:
     if as_json:
         print(json.dumps({n: _jsonable(v) for n, v in zip(names, values)}))
@@ -396,7 +367,12 @@ def main(argv: list[str] | None = None) -> int:
     # float() ignore the space)
     argv = [" " + a if NEGATIVE.fullmatch(a) else a for a in argv]
     args = parser().parse_args(argv)
-    progress = _Progress() if sys.stderr.isatty() and args.command != "debug" else None
+    progress = None
+    if sys.stderr.isatty() and args.command != "debug":
+        from rich.console import Console
+
+        from .debugger.views import ProgressLine
+        progress = ProgressLine(Console(stderr=True))
     Machine.default_progress = progress  # long stepped runs show where they are
     try:
         args.run(args)

@@ -196,6 +196,35 @@ def _read(stdin: TextIO, stdout: TextIO) -> str | None:
     return line if line else None
 
 
+class ProgressLine:
+    """A transient rich status line for long moves: steps so far, direction, rate.
+    Callable as a machine's or the debugger's progress(steps, direction)."""
+
+    def __init__(self, console, note: str = ""):
+        self.console, self.note = console, note
+        self.live = self.start = None
+
+    def __call__(self, steps: int, direction: int) -> None:
+        import time
+
+        from rich.live import Live
+        from rich.text import Text
+        now = time.monotonic()
+        if self.live is None:
+            self.start = now
+            self.live = Live(console=self.console, transient=True, auto_refresh=False)
+            self.live.start()
+        rate = steps / max(now - self.start, 1e-9)
+        self.live.update(Text(f"running {'forwards' if direction > 0 else 'backwards'}: "
+                              f"{steps:,} steps ({rate:,.0f}/s){self.note}", style="bold"),
+                         refresh=True)
+
+    def stop(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+
+
 HISTORY = os.path.join(os.path.expanduser("~"), ".rvm_history")
 
 
@@ -214,7 +243,7 @@ class Shell(cmd.Cmd):
         from rich.console import Console
         self.dbg, self.console = dbg, Console(file=stdout)
         self.history = os.environ.get("RVM_HISTORY", HISTORY)
-        self.live = None
+        self.progress = ProgressLine(self.console, " (Ctrl-C stops)")
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> None:
@@ -227,7 +256,7 @@ class Shell(cmd.Cmd):
             readline.set_history_length(1000)
             with contextlib.suppress(OSError):
                 readline.read_history_file(self.history)
-        self.dbg.progress = self.show_progress
+        self.dbg.progress = self.progress
         rich_view(self.dbg, self.console, "rvm debugger: 'help' lists commands, 'q' quits; "
                                           "Tab completes, Ctrl-C stops a running move")
         try:
@@ -254,9 +283,7 @@ class Shell(cmd.Cmd):
             out = dbg.execute(line)
         finally:
             signal.signal(signal.SIGINT, previous)
-            if self.live is not None:
-                self.live.stop()
-                self.live = None
+            self.progress.stop()
         if dbg.done:
             return True
         if _state(dbg) != before:
@@ -270,17 +297,6 @@ class Shell(cmd.Cmd):
 
     def interrupt(self, signum, frame) -> None:
         self.dbg.interrupted = True     # the move stops between two instructions
-
-    def show_progress(self, steps: int, d: int) -> None:
-        from rich.live import Live
-        from rich.text import Text
-        text = Text(f"running {'forwards' if d > 0 else 'backwards'}: {steps:,} steps "
-                    "(Ctrl-C stops)", style="bold")
-        if self.live is None:
-            self.live = Live(text, console=self.console, transient=True,
-                             auto_refresh=False)
-            self.live.start()
-        self.live.update(text, refresh=True)
 
     # ------------------------------------------------------------------ completion
     def completenames(self, text: str, *ignored) -> list[str]:
