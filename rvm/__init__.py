@@ -19,13 +19,14 @@ from .core.program import Program
 from .engines.machine import Machine
 from .formats.assembly import assemble, disassemble
 from .formats.bytecode import dumps, loads
-from .lang import Array, ancilla, compute, inverse, irot, neg, reversible, rot, zeros
+from .lang import (Array, ancilla, compute, delocal, from_, inverse, irot, loop, neg,
+                   reversible, rot, zeros)
 
 __all__ = [
     "Array", "AsmError", "CompileError", "FormatError", "FunctionHandle",
     "InvertibilityError", "Machine", "MachineError", "Program", "RvmError", "UsageError",
     "VerifyError",
-    "adjoint", "ancilla", "assemble", "compute", "disassemble", "draw", "dumps", "grad", "hessian",
+    "adjoint", "ancilla", "assemble", "compute", "delocal", "from_", "loop", "disassemble", "draw", "dumps", "grad", "hessian",
     "hvp", "inverse", "irot", "isa", "jacobian", "jvp", "load", "loads", "neg", "reversible",
     "rot", "save", "tangent", "value_and_grad",
     "vmap", "zeros",

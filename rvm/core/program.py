@@ -114,6 +114,9 @@ class Function:
     symbols: tuple = attrs.field(default=(), eq=False)   # Symbol per source variable
     # (block name, "compute" | "uncompute", first index, end index) per compute block
     regions: tuple = attrs.field(default=(), eq=False)
+    # (line, parts) per output statement: the NOP instructions of that source line print
+    # the parts when they run, in either direction (see Machine.output)
+    outputs: tuple = attrs.field(default=(), eq=False)
 
     @functools.cached_property
     def registers(self) -> list[Reg]:

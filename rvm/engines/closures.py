@@ -77,6 +77,9 @@ def _body(fn: Function, i: int, mode: str, layout: dict, fall: bool) -> list[str
                 f"comefrom at {label}: entered by fall-through, but {shows(ops, cc)} holds"),
                 f"return {nxt}"]
         return [f"if {condition(ops, cc)}: return {2 * i + 1}", f"return {back}"]
+    if ins.op == "NOP" and ins.line in dict(fn.outputs):       # an output statement
+        return [f"M.output({output_parts(fn, dict(fn.outputs)[ins.line])!r}, R)",
+                f"return {nxt if forward else back}"]
     # arithmetic and memory: forward template, or the inverse's, or an adjoint
     gradient = mode in ("gfw", "gbw") and ops.cls == isa.FLOAT
     if forward:
@@ -85,6 +88,13 @@ def _body(fn: Function, i: int, mode: str, layout: dict, fall: bool) -> list[str
         op = spec if gradient else isa.OPS[spec.inverse]
     template = op.adjoint if gradient else op.forward[ops.cls]
     return render(template, ops) + [f"return {nxt if forward else back}"]
+
+
+def output_parts(fn: Function, parts: tuple) -> tuple:
+    """An output statement's parts with registers as frame slots: text as it is, values
+    as (kind, slots...) for Machine.output."""
+    return tuple(p if isinstance(p, str) else (p[0], *(fn.slot(r) for r in p[1]))
+                 for p in parts)
 
 
 def source(fn: Function, mode: str) -> str:

@@ -10,6 +10,7 @@ so it runs its function backwards while the machine moves forwards.
 from __future__ import annotations
 
 import math
+import sys
 import time
 
 from ..core import isa
@@ -61,6 +62,13 @@ class Machine:
         self.budget = max_steps            # steps left in a compiled run (shared by calls)
         self.frame_cells = 0               # registers of the live frames (memory, with the heap)
         self.engine = resolve_engine(engine if engine is not None else program.engine)
+        if self.engine != "interp" and printing(program):
+            if self.engine != "auto":
+                raise UsageError(f"{program.source or 'this program'} has output statements "
+                                 "(print, show), which only the interpreter runs: use "
+                                 "engine='interp' (the default picks it)")
+            self.engine = "interp"
+        self.out = None                    # where output statements print (None: stdout)
         self.checks = checks
         self._compiled = None
         self._compiled_functions = None
@@ -442,6 +450,31 @@ class Machine:
             fr.G = [0.0] * len(fr.R)
         return fr
 
+    def output(self, parts: tuple, R: list) -> None:
+        """Run an output statement: its text parts and values (from the frame's registers
+        and the heap) printed as one line, in either direction."""
+        text = "".join(p if isinstance(p, str) else self._shown(p, R) for p in parts)
+        print(text, file=self.out or sys.stdout, flush=True)
+
+    def _shown(self, part: tuple, R: list) -> str:
+        kind, *slots = part
+        if kind in ("int", "float"):
+            return repr(R[slots[0]])
+        base, dims = R[slots[0]], [R[s] for s in slots[1:]]
+        if kind == "size":
+            return "][".join(map(str, dims))
+        view = self.hf if kind == "floats" else self.hi
+        cells = [view[base + k] for k in range(math.prod(dims))]
+        if kind == "stack":            # element 0 is the size, then bottom to top
+            return "nil" if cells[0] == 0 else \
+                "<" + ", ".join(map(str, reversed(cells[1:cells[0] + 1]))) + "]"
+        rows = [cells[k:k + dims[-1]] for k in range(0, len(cells), dims[-1])] \
+            if len(dims) == 2 else [cells]
+        if kind == "janus":
+            shown = ["{" + ", ".join(map(str, r)) + "}" for r in rows]
+            return shown[0] if len(dims) == 1 else "{" + ", ".join(shown) + "}"
+        return repr(rows[0] if len(dims) == 1 else rows)
+
     def results(self) -> tuple:
         """The final value of each argument: scalars from the root frame's parameters,
         arrays read back from the heap."""
@@ -565,6 +598,13 @@ def machine_for(program: Program, **options) -> Machine:
 
 
 NATIVE_AFTER = 3      # runs of a program before engine=None compiles it natively
+
+
+def printing(program: Program) -> bool:
+    """Whether the program has output statements (which only the interpreter runs)."""
+    if "printing" not in program.cache:
+        program.cache["printing"] = any(f.outputs for f in program.functions.values())
+    return program.cache["printing"]
 
 
 def resolve_engine(engine: str | None) -> str:

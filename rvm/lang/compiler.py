@@ -97,7 +97,7 @@ class FunctionCompiler(Lowering):
         end = getattr(self.node, "end_lineno", self.node.lineno) + self.src.first - 1
         fn = Function(self.name, tuple(params), tuple(code), labels, self.node.lineno +
                       self.src.first - 1, end, tuple(names), tuple(self.symbols),
-                      tuple(self.regions))
+                      tuple(self.regions), tuple(self.outputs))
         return fn, names
 
     # ------------------------------------------------------------------ statements
@@ -173,6 +173,12 @@ class FunctionCompiler(Lowering):
             fname = self.callee_name(e.func)
             if fname in ("neg", "rot", "irot"):
                 return self.builtin(e, fname)
+            if fname == "print":
+                return self.output(e)
+            if fname in ("loop", "delocal"):
+                raise self.error(e, f"{fname}() belongs at the end of "
+                                 f"{'a with from_(...)' if fname == 'loop' else 'with ancilla(...)'}"
+                                 " block")
             return self.call(e)
         raise self.error(s, "this expression does nothing; statements must change state",
                          "use +=, -=, a call, or a control structure")
@@ -201,21 +207,97 @@ class FunctionCompiler(Lowering):
         if s.orelse:
             raise self.error(s, "while ... else is not supported")
         pre, post = self.pre_post(s.test, s, allow_single=False)
-        post_code, (pcc, pa, pb) = self.capture(lambda: self.condition(post))
+        # while (pre, post): body  is Janus's  from not post loop body until not pre
+        self.loop(s, post, [], s.body, pre, negated=True)
+
+    def loop(self, s, entry, first: list, then: list, until, negated: bool = False) -> None:
+        """Janus's loop, `from entry do first loop then until until`: entry holds on entry
+        and never after a pass; first runs; the loop ends when until holds, else then runs
+        and the loop goes round. `negated`: entry and until are given negated."""
+        flip = (lambda cc: isa.NEGATED[cc]) if negated else (lambda cc: cc)
+        self.line = entry.lineno
+        entry_code, (ecc, ea, eb) = self.capture(lambda: self.condition(entry))
         top, ex, back, done = (self.fresh(x) for x in ("loop", "exit", "back", "done"))
-        self.code += post_code
-        self.emit(f"CF.{pcc}", pa, pb, Label(back), label=top)
-        self.code += invert(post_code, self.fresh)
-        pre_code, (cc, a, b) = self.capture(lambda: self.condition(pre))
-        self.code += pre_code
-        self.emit(f"BR.{isa.NEGATED[cc]}", a, b, Label(done), label=ex)
-        self.code += invert(pre_code, self.fresh)
-        self.scoped(s.body)
-        self.line = s.lineno
-        self.code += relabel(post_code, self.fresh)
+        self.code += entry_code
+        # entered by the back jump exactly when entry does not hold
+        self.emit(f"CF.{isa.NEGATED[flip(ecc)]}", ea, eb, Label(back), label=top)
+        self.code += invert(entry_code, self.fresh)
+        self.scoped(first)
+        self.line = until.lineno
+        until_code, (ucc, ua, ub) = self.capture(lambda: self.condition(until))
+        self.code += until_code
+        self.emit(f"BR.{flip(ucc)}", ua, ub, Label(done), label=ex)
+        self.code += invert(until_code, self.fresh)
+        self.scoped(then)
+        self.line = entry.lineno
+        self.code += relabel(entry_code, self.fresh)
         self.emit("JMP", Label(top), label=back)
+        self.line = until.lineno
         self.emit("CF", Label(ex), label=done)
-        self.code += invert(relabel(pre_code, self.fresh), self.fresh)
+        self.code += invert(relabel(until_code, self.fresh), self.fresh)
+
+    def from_loop(self, s, call) -> None:
+        """with from_(entry, until=exit): first; loop(); then  (Janus's from-do-loop)."""
+        until = [k.value for k in call.keywords if k.arg == "until"]
+        if len(call.args) != 1 or len(until) != 1 or len(call.keywords) != 1:
+            raise self.error(call, "write with from_(entry, until=exit): ...",
+                             "the entry condition holds on entry and never after a pass; "
+                             "the loop ends when exit holds")
+        cut = [k for k, st in enumerate(s.body) if self.is_marker(st, "loop")]
+        if len(cut) > 1:
+            raise self.error(s.body[cut[1]], "one loop() per from_ block")
+        first, then = (s.body[:cut[0]], s.body[cut[0] + 1:]) if cut else (s.body, [])
+        self.loop(s, call.args[0], first, then, until[0])
+
+    def is_marker(self, st, name: str) -> bool:
+        return isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) and \
+            self.callee_name(st.value.func) == name
+
+    def stmt_Assert(self, s) -> None:
+        """assert cond: checked whenever the statement runs, in either direction."""
+        if isinstance(s.test, ast.Constant):
+            if s.test.value:
+                return
+            t = self.reg(INT)                  # assert False: an error when reached
+            self.emit("ASSERT.NE", t, Imm(0))
+            self.release(t)
+            return
+        code, (cc, a, b) = self.capture(lambda: self.condition(s.test))
+        self.code += code
+        self.emit(f"ASSERT.{cc}", a, b)
+        self.code += invert(code, self.fresh)
+
+    def output(self, e) -> None:
+        """print(...): text and variables, printed whenever the statement runs (in either
+        direction; on the interpreter). Keyword sep as in Python."""
+        sep = " "
+        for k in e.keywords:
+            if k.arg != "sep" or not isinstance(k.value, ast.Constant) or \
+                    not isinstance(k.value.value, str):
+                raise self.error(k.value, "print takes text, variables and sep='...'")
+            sep = k.value.value
+        parts: list = []
+        for a in e.args:
+            if parts and sep:
+                parts.append(sep)
+            if isinstance(a, ast.Constant) and isinstance(a.value, str | int | float):
+                parts.append(str(a.value))
+                continue
+            style = None
+            if isinstance(a, ast.Call) and len(a.args) == 1 and \
+                    self.callee_name(a.func) in ("janus", "stack", "size"):
+                style, a = self.callee_name(a.func), a.args[0]
+            var = self.variable(a)
+            if var.kind == "array":
+                kind = style or ("floats" if var.dtype == FLOAT else "ints")
+            else:
+                kind = var.kind
+            parts.append((kind, var.regs))
+        if self.lineno in dict(self.outputs):
+            raise self.error(e, "one output statement per line",
+                             "put the second print on a line of its own")
+        self.outputs.append((self.lineno, tuple(parts)))
+        self.emit("NOP")
 
     def stmt_For(self, s) -> None:
         it = s.iter
@@ -301,6 +383,8 @@ class FunctionCompiler(Lowering):
         kind = self.callee_name(item.context_expr.func)
         if kind == "ancilla":
             return self.ancilla(s, item.context_expr)
+        if kind == "from_":
+            return self.from_loop(s, item.context_expr)
         if kind == "compute":
             if not isinstance(item.optional_vars, ast.Name):
                 raise self.error(s, "name the block: with compute() as r: ... then ~r",
@@ -323,10 +407,23 @@ class FunctionCompiler(Lowering):
             raise self.error(call, "ancilla takes keyword arguments: ancilla(k=0, t=0.0)")
         scope: dict[str, Var] = {}
         undo: list[Callable[[], None]] = []
+        body, final = list(s.body), {}
+        while body and self.is_marker(body[-1], "delocal"):     # the values at the end
+            mark = body.pop().value
+            for k in mark.keywords:
+                final[k.arg] = (k.value, mark)
+        names = {kw.arg for kw in call.keywords}
+        for name, (value, mark) in final.items():
+            if name not in names:
+                raise self.error(mark, f"delocal names {name!r}, which this block does not "
+                                 f"declare (it declares {', '.join(sorted(names))})")
         for kw in call.keywords:
             value = kw.value
             self.line = s.lineno
             if isinstance(value, ast.Call) and self.callee_name(value.func) == "zeros":
+                if kw.arg in final:
+                    raise self.error(final[kw.arg][1], "an ancilla array ends all zero; "
+                                     "delocal(...) gives the final value of a scalar")
                 var, free = self.new_array(kw.arg, value)
             else:
                 kind = self.typeof(value)
@@ -335,7 +432,14 @@ class FunctionCompiler(Lowering):
                 if init is not None:
                     self.accumulate(var.reg, 1, init, value)
 
-                def free(var=var, init=init, node=value):
+                def free(var=var, init=init, node=value, end=final.get(kw.arg)):
+                    if end is not None:        # delocal(name=value): checked, then cleared
+                        self.line = end[1].lineno
+                        check = ast.Compare(left=ast.Name(var.name, ast.Load()),
+                                            ops=[ast.Eq()], comparators=[end[0]])
+                        self.stmt_Assert(ast.copy_location(ast.Assert(
+                            ast.copy_location(check, end[0])), end[1]))
+                        init, node = (None if self.is_zero(end[0]) else end[0]), end[0]
                     if init is not None:
                         self.accumulate(var.reg, -1, init, node)
                     self.emit("ZERO", var.reg)
@@ -346,11 +450,11 @@ class FunctionCompiler(Lowering):
             self.record(var, s)
             undo.append(free)
         self.scopes.append(scope)
-        self.body(s.body)
-        self.scopes.pop()
+        self.body(body)
         self.line = s.lineno
         for free in reversed(undo):
             free()
+        self.scopes.pop()
 
     def new_array(self, name: str, call) -> tuple[Var, Callable[[], None]]:
         dims = call.args[0] if call.args else None

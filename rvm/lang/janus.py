@@ -1,0 +1,788 @@
+"""Janus, the classic reversible language (Lutz & Derby 1982; Yokoyama & Glück 2007), on rvm.
+
+A small recursive-descent parser reads a `.ja` file into the syntax trees of rvm's Python
+subset, every node placed at its Janus line and column, and the Python subset's compiler
+does the rest: a Janus procedure becomes the same bytecode as the Python function written
+by hand, and errors point into the `.ja` file. The dialect is jana's (see docs/janus.md):
+
+    procedure main()        main's variables are the program's state: they are the
+        int n               parameters of the compiled `main`, start at zero (or at
+        int a[6]            their initialisers) and are printed, sorted by name, when
+        stack s             `rvm run prog.ja` ends
+        ...
+
+A stack is an int64 array: element 0 holds the size, elements 1.. the values, bottom
+first, and every cell above the top is zero (so push and pop are exchanges).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import NamedTuple
+
+import numpy as np
+
+from ..core.errors import CompileError
+from ..core.program import Program
+
+STACK_CAPACITY = 1024       # elements of a stack made by main or by `local stack s = nil`
+KEYWORDS = {"procedure", "int", "stack", "bool", "true", "false", "if", "then", "else", "fi",
+            "from", "do", "loop", "until", "push", "pop", "local", "delocal", "call",
+            "uncall", "error", "skip", "empty", "top", "size", "show", "print", "printf",
+            "nil"}
+UNSUPPORTED = {"iterate": "iterate (a PyJanus extension)", "struct": "structs",
+               "char": "the char type", "string": "strings"}
+_TOKEN = re.compile(r"""
+    (?P<space>[ \t\r\n]+) | (?P<comment>//[^\n]*|/\*.*?\*/) | (?P<open>/\*)
+  | (?P<number>\d+) | (?P<name>[A-Za-z_][A-Za-z0-9_]*) | (?P<string>"(?:[^"\\\n]|\\.)*")
+  | (?P<define>\#define\b) | (?P<op><=>|\+=|-=|\^=|<=|>=|!=|&&|\|\||[-+*/%&|^<>=!()\[\]{},])
+""", re.S | re.X)
+# binary operators by precedence level, loosest first (jana's table: note that & | ^ bind
+# more loosely than comparisons)
+_LEVELS = [("&&", "||"), ("&", "|", "^"), ("<=", "<", ">=", ">", "=", "!="), ("+", "-"),
+           ("*", "/", "%")]
+_BINOPS = {"+": ast.Add, "-": ast.Sub, "*": ast.Mult, "/": ast.FloorDiv, "%": ast.Mod,
+           "&": ast.BitAnd, "|": ast.BitOr, "^": ast.BitXor}
+_COMPARE = {"<=": ast.LtE, "<": ast.Lt, ">=": ast.GtE, ">": ast.Gt, "=": ast.Eq,
+            "!=": ast.NotEq}
+_MODOPS = {"+=": ast.Add, "-=": ast.Sub, "^=": ast.BitXor}
+
+
+class Token(NamedTuple):
+    kind: str
+    text: str
+    line: int
+    col: int            # 0-based, as in Python's ast
+
+
+class Decl(NamedTuple):
+    """A declared variable: type "int", "array" or "stack"; dims of an array (None where
+    the size is not given); an initial value in main (an int or a list), else None."""
+    name: str
+    type: str
+    dims: tuple = ()
+    init: object = None
+    token: Token | None = None
+
+
+def tokenize(text: str, path: str) -> list[Token]:
+    lines = text.splitlines()
+    out, pos, line, start = [], 0, 1, 0
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if m is None or m.lastgroup == "open":
+            what = "an unterminated /* comment" if m else f"unexpected character " \
+                f"{text[pos]!r}"
+            raise CompileError(what, path, line, pos - start + 1, _line(lines, line))
+        if m.lastgroup not in ("space", "comment"):
+            out.append(Token(m.lastgroup, m.group(), line, pos - start))
+        for k in range(m.start(), m.end()):
+            if text[k] == "\n":
+                line, start = line + 1, k + 1
+        pos = m.end()
+    out.append(Token("end", "", line, pos - start))
+    return out
+
+
+def _line(lines: list[str], n: int) -> str:
+    return lines[n - 1] if 0 < n <= len(lines) else ""
+
+
+def _at(node, tok: Token):
+    node.lineno, node.col_offset = tok.line, tok.col
+    node.end_lineno, node.end_col_offset = tok.line, tok.col + max(len(tok.text), 1)
+    return node
+
+
+def _name(name: str, tok: Token) -> ast.Name:
+    return _at(ast.Name(name, ast.Load()), tok)
+
+
+def _call(name: str, args: list, tok: Token, keywords=()) -> ast.Call:
+    return _at(ast.Call(_name(name, tok), args, list(keywords)), tok)
+
+
+def _stmt(node, tok: Token):
+    return _at(node, tok)
+
+
+class Parser:
+    """Janus source -> Python-subset syntax trees (one FunctionDef per procedure)."""
+
+    def __init__(self, text: str, path: str):
+        self.path, self.lines = path, text.splitlines()
+        self.toks, self.k = tokenize(text, path), 0
+        self.defines: dict[str, int] = {}
+        self.scopes: list[dict[str, Decl]] = []
+        self.procedures: dict[str, list[Decl]] = {}
+        self.main: list[Decl] | None = None
+
+    # ------------------------------------------------------------------ tokens
+    @property
+    def tok(self) -> Token:
+        return self.toks[self.k]
+
+    def error(self, message: str, tok: Token | None = None, hint: str = "") -> CompileError:
+        tok = tok or self.tok
+        return CompileError(message, self.path, tok.line, tok.col + 1,
+                            _line(self.lines, tok.line), hint)
+
+    def at(self, *texts: str) -> bool:
+        t = self.tok
+        return t.kind in ("op", "name") and t.text in texts
+
+    def take(self, text: str | None = None, kind: str | None = None) -> Token:
+        t = self.tok
+        if (text is not None and (t.text != text or t.kind not in ("op", "name"))) or \
+                (kind is not None and t.kind != kind):
+            want = repr(text) if text else {"name": "a name", "number": "a number",
+                                             "string": "a string"}.get(kind, kind)
+            got = "the end of the file" if t.kind == "end" else repr(t.text)
+            raise self.error(f"expected {want}, found {got}")
+        self.k += 1
+        return t
+
+    def identifier(self) -> Token:
+        t = self.tok
+        if t.kind == "name" and t.text in UNSUPPORTED:
+            raise self.error(f"{UNSUPPORTED[t.text]} not supported", t,
+                             "see docs/janus.md for the supported language")
+        if t.kind != "name" or t.text in KEYWORDS:
+            got = "the end of the file" if t.kind == "end" else repr(t.text)
+            raise self.error(f"expected a name, found {got}")
+        self.k += 1
+        return t
+
+    # ------------------------------------------------------------------ declarations
+    def program(self) -> list[ast.FunctionDef]:
+        functions = []
+        while self.tok.kind != "end":
+            if self.tok.kind == "define":
+                self.define()
+                continue
+            if self.at(*UNSUPPORTED):
+                raise self.error(f"{UNSUPPORTED[self.tok.text]} not supported",
+                                 hint="see docs/janus.md for the supported language")
+            start = self.take("procedure")
+            name = self.identifier()
+            if name.text in self.procedures or (name.text == "main" and self.main is not None):
+                raise self.error(f"procedure {name.text!r} is defined twice", name)
+            functions.append(self.procedure(start, name))
+        if self.main is None:
+            raise CompileError("no procedure main() in the program", self.path, 1, 1,
+                               _line(self.lines, 1), "a Janus program runs procedure main()")
+        return functions
+
+    def define(self) -> None:
+        self.take(kind="define")
+        name = self.identifier()
+        neg = self.tok.text == "-" and self.take("-") is not None
+        value = int(self.take(kind="number").text)
+        self.defines[name.text] = -value if neg else value
+
+    def procedure(self, start: Token, name: Token) -> ast.FunctionDef:
+        self.take("(")
+        params: list[Decl] = []
+        is_main = name.text == "main"
+        if not self.at(")"):
+            if is_main:
+                raise self.error("main takes no parameters; declare its variables in its "
+                                 "body")
+            params.append(self.declaration(param=True))
+            while self.at(","):
+                self.take(",")
+                params.append(self.declaration(param=True))
+        self.take(")")
+        if is_main:
+            while self.at("int", "stack"):
+                params.append(self.declaration(param=False))
+            self.main = params
+        else:
+            self.procedures[name.text] = params
+        seen: set[str] = set()
+        for d in params:
+            if d.name in seen:
+                raise self.error(f"{d.name!r} is declared twice", d.token)
+            seen.add(d.name)
+        self.scopes = [{d.name: d for d in params}]
+        body = self.statements(("procedure", "#define"))
+        args = [_at(ast.arg(d.name, self.annotation(d)), d.token) for d in params]
+        fn = ast.FunctionDef(name=name.text, args=ast.arguments(
+            posonlyargs=[], args=args, vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None,
+            defaults=[]), body=body or [_stmt(ast.Pass(), name)], decorator_list=[],
+            returns=None, type_comment=None)
+        _at(fn, start)
+        last = self.toks[self.k - 1]
+        fn.end_lineno = last.line
+        return fn
+
+    def annotation(self, d: Decl):
+        text = "int" if d.type == "int" else "Array[int, 2]" if len(d.dims) == 2 \
+            else "Array[int]"
+        return _at(ast.Constant(text), d.token)
+
+    def declaration(self, param: bool) -> Decl:
+        t = self.tok
+        if not self.at("int", "stack"):
+            raise self.error("expected a declaration: int x, int a[n] or stack s")
+        kind = self.take().text
+        name = self.identifier()
+        dims: list = []
+        while kind == "int" and self.at("["):
+            self.take("[")
+            dims.append(None if self.at("]") else self.size())
+            self.take("]")
+        if len(dims) > 2:
+            raise self.error("arrays have one or two dimensions", name)
+        if not param and any(d is None for d in dims):
+            raise self.error(f"give the size of {name.text}: int {name.text}[n]", name)
+        init = None
+        if not param and self.at("="):           # main's initialisers (an extension)
+            self.take("=")
+            init = self.initialiser(dims)
+        typ = "stack" if kind == "stack" else "array" if dims else "int"
+        return Decl(name.text, typ, tuple(dims), init, t if param else name)
+
+    def size(self) -> int:
+        t = self.tok
+        if t.kind == "name" and t.text in self.defines:
+            self.k += 1
+            value = self.defines[t.text]
+        else:
+            value = int(self.take(kind="number").text)
+        if value < 1:
+            raise self.error("an array has at least one element", t)
+        return value
+
+    def initialiser(self, dims: list):
+        if not dims:
+            neg = self.at("-") and self.take("-") is not None
+            value = self.constant_value()
+            return -value if neg else value
+        self.take("{")
+        items = [self.initialiser(dims[1:]) if len(dims) > 1 else self.initialiser([])]
+        while self.at(","):
+            self.take(",")
+            items.append(self.initialiser(dims[1:]) if len(dims) > 1 else self.initialiser([]))
+        close = self.take("}")
+        if len(items) != dims[0]:
+            raise self.error(f"{len(items)} values for {dims[0]} elements", close)
+        return items
+
+    def constant_value(self) -> int:
+        t = self.tok
+        if t.kind == "name" and t.text in self.defines:
+            self.k += 1
+            return self.defines[t.text]
+        return int(self.take(kind="number").text)
+
+    # ------------------------------------------------------------------ statements
+    def lookup(self, tok: Token) -> Decl:
+        for scope in reversed(self.scopes):
+            if tok.text in scope:
+                return scope[tok.text]
+        raise self.error(f"variable {tok.text!r} is not declared", tok)
+
+    def statements(self, stop: tuple) -> list:
+        out = []
+        while not self.at(*stop) and self.tok.kind not in ("end", "define"):
+            out += self.statement()
+        return out
+
+    def statement(self) -> list:
+        t = self.tok
+        if t.kind != "name":
+            raise self.error(f"expected a statement, found {t.text!r}")
+        method = getattr(self, "stmt_" + t.text, None) if t.text in KEYWORDS else None
+        if method is not None:
+            return method()
+        if t.text in UNSUPPORTED:
+            raise self.error(f"{UNSUPPORTED[t.text]} not supported", t,
+                             "see docs/janus.md for the supported language")
+        if t.text in KEYWORDS:
+            raise self.error(f"expected a statement, found {t.text!r}")
+        target = self.lvalue()
+        op = self.tok
+        if op.text == "<=>":
+            self.take()
+            t2 = self.tok
+            other = self.lvalue()
+            for side, tok in ((target, t), (other, t2)):
+                if isinstance(side, ast.Name) and self.lookup(tok).type != "int":
+                    raise self.error(f"swapping {self.lookup(tok).type}s is not supported",
+                                     tok, "swap their elements")
+            swap = ast.Assign([_at(ast.Tuple([target, other], ast.Store()), t)],
+                              _at(ast.Tuple([other, target], ast.Load()), t))
+            return [_stmt(swap, op)]
+        if op.text not in _MODOPS:
+            raise self.error(f"expected +=, -=, ^= or <=>, found {op.text!r}", op,
+                             "Janus updates a variable with +=, -= or ^=, or swaps with <=>")
+        self.take()
+        value = self.expression()
+        return [_stmt(ast.AugAssign(target, _MODOPS[op.text](), value), op)]
+
+    def lvalue(self):
+        name = self.identifier()
+        decl = self.lookup(name)
+        if self.at("["):
+            if decl.type != "array":
+                raise self.error(f"{name.text} is {_a(decl.type)}, not an array", name)
+            index = self.indices(name, decl)
+            return _at(ast.Subscript(_name(name.text, name), index, ast.Store()), name)
+        if decl.type != "int" and not self.at("<=>"):
+            raise self.error(f"{name.text} is {_a(decl.type)}; update "
+                             f"{'its elements' if decl.type == 'array' else 'it with push/pop'}",
+                             name)
+        return _at(ast.Name(name.text, ast.Store()), name)
+
+    def indices(self, name: Token, decl: Decl):
+        idx = []
+        while self.at("["):
+            self.take("[")
+            idx.append(self.expression())
+            self.take("]")
+        if len(idx) != len(decl.dims):
+            raise self.error(f"{name.text} has {len(decl.dims)} dimension"
+                             f"{'s' if len(decl.dims) > 1 else ''}, indexed with {len(idx)}",
+                             name)
+        return idx[0] if len(idx) == 1 else _at(ast.Tuple(idx, ast.Load()), name)
+
+    def stmt_skip(self) -> list:
+        self.take("skip")
+        return []
+
+    def stmt_if(self) -> list:
+        t = self.take("if")
+        entry = self.expression()
+        self.take("then")
+        body = self.statements(("else", "fi"))
+        orelse = []
+        if self.at("else"):
+            self.take("else")
+            orelse = self.statements(("fi",))
+        self.take("fi")
+        exit_ = self.expression()
+        test = _at(ast.Tuple([entry, exit_], ast.Load()), t)
+        return [_stmt(ast.If(test, body or [_stmt(ast.Pass(), t)], orelse), t)]
+
+    def stmt_from(self) -> list:
+        t = self.take("from")
+        entry = self.expression()
+        first, then = [], []
+        if self.at("do"):
+            self.take("do")
+            first = self.statements(("loop", "until"))
+        if self.at("loop"):
+            cut = self.take("loop")
+            then = [_stmt(ast.Expr(_call("loop", [], cut)), cut)] + \
+                self.statements(("until",))
+        self.take("until")
+        exit_ = self.expression()
+        block = _call("from_", [entry], t, [ast.keyword("until", exit_)])
+        return [_stmt(ast.With([ast.withitem(block, None)], first + then or
+                               [_stmt(ast.Pass(), t)]), t)]
+
+    def stmt_local(self) -> list:
+        t = self.take("local")
+        kind = self.tok
+        if not self.at("int", "stack"):
+            raise self.error("expected int or stack after local")
+        self.take()
+        name = self.identifier()
+        if any(name.text in s for s in self.scopes):
+            raise self.error(f"{name.text!r} is already declared here", name)
+        if self.at("["):
+            raise self.error("local arrays are not supported", name,
+                             "declare the array in main and pass it")
+        self.take("=")
+        decl = Decl(name.text, "stack" if kind.text == "stack" else "int", token=name)
+        if decl.type == "stack":
+            self.take("nil")
+            init = _call("zeros", [_at(ast.Constant(STACK_CAPACITY + 1), name),
+                                   _name("int", name)], name)
+        else:
+            init = self.expression()
+        self.scopes.append({name.text: decl})
+        body = self.statements(("delocal",))
+        end = self.take("delocal")
+        kind2 = self.tok
+        if not self.at("int", "stack"):
+            raise self.error("expected int or stack after delocal")
+        self.take()
+        name2 = self.identifier()
+        if name2.text != name.text:
+            raise self.error(f"delocal {name2.text} does not match local {name.text} "
+                             f"(line {name.line})", name2)
+        if kind2.text != kind.text:
+            raise self.error(f"delocal {kind2.text} {name2.text}: {name.text} was declared "
+                             f"{kind.text} (line {name.line})", kind2)
+        self.take("=")
+        if decl.type == "stack":
+            self.take("nil")             # the block's FREE checks that every cell is zero
+        else:
+            final = self.expression()
+            body.append(_stmt(ast.Expr(_call("delocal", [], end,
+                                             [ast.keyword(name.text, final)])), end))
+        self.scopes.pop()
+        block = _call("ancilla", [], t, [ast.keyword(name.text, init)])
+        return [_stmt(ast.With([ast.withitem(block, None)], body or [_stmt(ast.Pass(), t)]),
+                      t)]
+
+    def _call_stmt(self, inverse: bool) -> list:
+        t = self.take()
+        name = self.identifier()
+        if name.text == "main":
+            raise self.error("main cannot be called", name)
+        self.take("(")
+        args = []
+        while not self.at(")"):
+            if args:
+                self.take(",")
+            a = self.identifier()
+            decl = self.lookup(a)
+            if self.at("["):
+                args.append(_at(ast.Subscript(_name(a.text, a), self.indices(a, decl),
+                                              ast.Load()), a))
+            else:
+                args.append(_name(a.text, a))
+        self.take(")")
+        call = _call(name.text, args, name)
+        if inverse:
+            call = _at(ast.UnaryOp(ast.Invert(), call), t)
+        return [_stmt(ast.Expr(call), t)]
+
+    def stmt_call(self) -> list:
+        return self._call_stmt(False)
+
+    def stmt_uncall(self) -> list:
+        return self._call_stmt(True)
+
+    def _stack_args(self) -> tuple[Token, ast.Name, Token, ast.Name]:
+        self.take("(")
+        x = self.identifier()
+        if self.lookup(x).type != "int":
+            raise self.error(f"{x.text} is {_a(self.lookup(x).type)}; push and pop move an "
+                             "int", x)
+        self.take(",")
+        s = self.identifier()
+        if self.lookup(s).type != "stack":
+            raise self.error(f"{s.text} is {_a(self.lookup(s).type)}, not a stack", s)
+        self.take(")")
+        return x, _name(x.text, x), s, _name(s.text, s)
+
+    def stmt_push(self) -> list:
+        t = self.take("push")
+        x, xn, s, sn = self._stack_args()
+        return _stack_moves(t, x, s, push=True)
+
+    def stmt_pop(self) -> list:
+        t = self.take("pop")
+        x, xn, s, sn = self._stack_args()
+        return _stack_moves(t, x, s, push=False)
+
+    def stmt_error(self) -> list:
+        t = self.take("error")
+        self.take("(")
+        self.take(kind="string")
+        self.take(")")
+        return [_stmt(ast.Assert(_at(ast.Constant(False), t)), t)]
+
+    def stmt_print(self) -> list:
+        t = self.take("print")
+        self.take("(")
+        text = _unquote(self.take(kind="string").text)
+        self.take(")")
+        return [self.output(t, [text])]
+
+    def stmt_printf(self) -> list:
+        t = self.take("printf")
+        self.take("(")
+        fmt = self.take(kind="string")
+        names = []
+        while self.at(","):
+            self.take(",")
+            names.append(self.identifier())
+        self.take(")")
+        parts, text, k = [], _unquote(fmt.text), 0
+        pieces = re.split(r"(%.)", text)
+        for piece in pieces:
+            if piece == "%%":
+                parts.append("%")
+            elif len(piece) == 2 and piece[0] == "%":
+                want = {"d": "int", "a": "array", "t": "stack"}.get(piece[1])
+                if want is None:
+                    raise self.error(f"printf: unknown format {piece!r} (use %d, %a, %t, "
+                                     "%%)", fmt)
+                if k >= len(names):
+                    raise self.error("printf: more formats than variables", fmt)
+                decl = self.lookup(names[k])
+                if decl.type != want:
+                    raise self.error(f"printf: {piece} wants {_a(want)}, but "
+                                     f"{names[k].text} is {_a(decl.type)}", names[k])
+                parts.append(_shown(names[k], decl))
+                k += 1
+            elif piece:
+                parts.append(piece)
+        if k < len(names):
+            raise self.error("printf: more variables than formats", names[k])
+        return [self.output(t, parts)]
+
+    def stmt_show(self) -> list:
+        t = self.take("show")
+        self.take("(")
+        parts: list = []
+        while True:
+            name = self.identifier()
+            decl = self.lookup(name)
+            if parts:
+                parts.append(", ")
+            if decl.type == "array":
+                parts += [f"{name.text}[", _call("size", [_name(name.text, name)], name),
+                          "] = "]
+            else:
+                parts.append(f"{name.text} = ")
+            parts.append(_shown(name, decl))
+            if not self.at(","):
+                break
+            self.take(",")
+        self.take(")")
+        return [self.output(t, parts)]
+
+    def output(self, t: Token, parts: list):
+        args = [p if isinstance(p, ast.AST) else _at(ast.Constant(p), t) for p in parts]
+        return _stmt(ast.Expr(_call("print", args, t, [ast.keyword(
+            "sep", _at(ast.Constant(""), t))])), t)
+
+    # ------------------------------------------------------------------ expressions
+    def expression(self, level: int = 0):
+        if level == len(_LEVELS):
+            return self.unary()
+        left = self.expression(level + 1)
+        while self.tok.kind == "op" and self.tok.text in _LEVELS[level]:
+            op = self.take()
+            right = self.expression(level + 1)
+            if op.text in ("&&", "||"):
+                node = ast.BoolOp(ast.And() if op.text == "&&" else ast.Or(), [left, right])
+            elif op.text in _COMPARE:
+                node = ast.Compare(left, [_COMPARE[op.text]()], [right])
+            else:
+                node = ast.BinOp(left, _BINOPS[op.text](), right)
+            left = _at(node, op)
+            left.lineno, left.col_offset = left_pos(node)
+        return left
+
+    def unary(self):
+        t = self.tok
+        if self.at("!"):
+            self.take()
+            return _at(ast.UnaryOp(ast.Not(), self.unary()), t)
+        if self.at("-"):
+            self.take()
+            return _at(ast.UnaryOp(ast.USub(), self.unary()), t)
+        if self.at("("):
+            self.take("(")
+            e = self.expression()
+            self.take(")")
+            return e
+        if t.kind == "number":
+            self.k += 1
+            return _at(ast.Constant(int(t.text)), t)
+        if self.at("true", "false"):
+            self.k += 1
+            return _at(ast.Constant(int(t.text == "true")), t)
+        if self.at("nil"):
+            raise self.error("nil is only the value of an empty stack in local/delocal "
+                             "stack s = nil; test a stack with empty(s)")
+        if self.at("empty", "top", "size"):
+            self.k += 1
+            self.take("(")
+            name = self.identifier()
+            decl = self.lookup(name)
+            self.take(")")
+            s = _name(name.text, name)
+            if t.text == "size":
+                if decl.type == "int":
+                    raise self.error(f"{name.text} is an int; size() takes an array or a "
+                                     "stack", name)
+                if decl.type == "stack":
+                    return _at(ast.Subscript(s, _at(ast.Constant(0), name), ast.Load()), t)
+                return _call("len", [s], t)
+            if decl.type != "stack":
+                raise self.error(f"{name.text} is {_a(decl.type)}, not a stack", name)
+            size = _at(ast.Subscript(s, _at(ast.Constant(0), name), ast.Load()), t)
+            if t.text == "empty":
+                return _at(ast.Compare(size, [ast.Eq()], [_at(ast.Constant(0), t)]), t)
+            return _at(ast.Subscript(_name(name.text, name), size, ast.Load()), t)
+        if t.kind == "name" and t.text in self.defines and t.text not in \
+                {n for s in self.scopes for n in s}:
+            self.k += 1
+            return _at(ast.Constant(self.defines[t.text]), t)
+        name = self.identifier()
+        decl = self.lookup(name)
+        if self.at("["):
+            if decl.type != "array":
+                raise self.error(f"{name.text} is {_a(decl.type)}, not an array", name)
+            return _at(ast.Subscript(_name(name.text, name), self.indices(name, decl),
+                                     ast.Load()), name)
+        if decl.type != "int":
+            raise self.error(f"{name.text} is {_a(decl.type)}; an expression needs an int",
+                             name, "index an array (a[i]); use top(s), size(s), empty(s)")
+        return _name(name.text, name)
+
+
+def left_pos(node) -> tuple[int, int]:
+    """Where a binary expression starts: at its left operand (errors point there)."""
+    first = node.values[0] if isinstance(node, ast.BoolOp) else node.left
+    return first.lineno, first.col_offset
+
+
+def _a(typ: str) -> str:
+    return {"int": "an int", "array": "an array", "stack": "a stack"}.get(typ, typ)
+
+
+def _unquote(text: str) -> str:
+    return ast.literal_eval(text)
+
+
+def _shown(tok: Token, decl: Decl):
+    """A value to print, Janus-style: ints as they are, arrays {1, 2}, stacks <2, 1]."""
+    name = _name(tok.text, tok)
+    if decl.type == "int":
+        return name
+    return _call("janus" if decl.type == "array" else "stack", [name], tok)
+
+
+def _stack_moves(t: Token, x: Token, s: Token, push: bool) -> list:
+    """push(x, s) / pop(x, s) on the stack layout (size in s[0], values from s[1]; cells
+    above the top are zero). Every check holds trivially in one direction and is the
+    other operation's check in the other, so uncalling a push is a checked pop."""
+    def name(tok):
+        return _name(tok.text, tok)
+
+    def num(v):
+        return _at(ast.Constant(v), t)
+
+    def size():
+        return _at(ast.Subscript(name(s), num(0), ast.Load()), t)
+
+    def cell():
+        index = _at(ast.BinOp(size(), ast.Add(), num(1)), t)
+        return _at(ast.Subscript(name(s), index, ast.Store()), t)
+
+    def check(left, op, right):
+        return _stmt(ast.Assert(_at(ast.Compare(left, [op], [right]), t)), t)
+
+    not_full = check(size(), ast.Lt(), _at(ast.BinOp(_call("len", [name(s)], t), ast.Sub(),
+                                                     num(1)), t))
+    x_zero = check(name(x), ast.Eq(), num(0))
+    not_empty = check(size(), ast.Gt(), num(0))
+    exchange = _stmt(ast.Assign([_at(ast.Tuple([name(x), cell()], ast.Store()), t)],
+                                _at(ast.Tuple([cell(), name(x)], ast.Load()), t)), t)
+    grow = _stmt(ast.AugAssign(_at(ast.Subscript(name(s), num(0), ast.Store()), t),
+                               ast.Add() if push else ast.Sub(), num(1)), t)
+    if push:
+        return [not_full, exchange, grow, not_empty, x_zero]
+    return [x_zero, not_empty, grow, exchange, not_full]
+
+
+# ---------------------------------------------------------------------- programs
+
+
+def compile_janus(path: str, text: str | None = None) -> Program:
+    """Compile a Janus file: one rvm function per procedure (main's variables are its
+    parameters); the program remembers main's declarations (program.cache["janus"])."""
+    from . import ReversibleFunction, Session
+    from .expressions import Source
+    if text is None:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    parser = Parser(text, path)
+    try:
+        functions = parser.program()
+    except RecursionError:
+        raise CompileError("expression too deeply nested to parse", path, 1, 1) from None
+    source = Source(path, text.splitlines(keepends=True))
+    env: dict = {}
+    session = Session()
+    for node in functions:
+        rf = ReversibleFunction(node=node, source=source, env=env)
+        env[node.name] = rf
+    for node in functions:
+        sig = tuple(env[node.name].annotations())
+        session.request(env[node.name], sig)
+    program = session.run(path)
+    program.cache["janus"] = {"main": parser.main, "procedures": parser.procedures}
+    return program
+
+
+def main_arguments(program: Program) -> list:
+    """main's variables at the start: zero, empty, or their initialisers."""
+    out = []
+    for d in program.cache["janus"]["main"]:
+        if d.type == "int":
+            out.append(int(d.init or 0))
+        elif d.type == "stack":
+            out.append(np.zeros(STACK_CAPACITY + 1, np.int64))
+        else:
+            out.append(np.array(d.init, np.int64) if d.init is not None
+                       else np.zeros(d.dims, np.int64))
+    return out
+
+
+def to_machine(program: Program, name: str, args: tuple) -> tuple:
+    """Python arguments for a Janus procedure: stacks given as lists (top last, as pushed)
+    become the stack layout."""
+    decls = _decls(program, name)
+    if decls is None:
+        return args
+    out = []
+    for d, a in zip(decls, args):
+        if d.type == "stack" and isinstance(a, list | tuple):
+            buf = np.zeros(max(STACK_CAPACITY, 2 * len(a)) + 1, np.int64)
+            buf[0], buf[1:len(a) + 1] = len(a), a
+            a = buf
+        out.append(a)
+    return tuple(out) + tuple(args[len(out):])
+
+
+def from_machine(program: Program, name: str, results: tuple) -> tuple:
+    """Results of a Janus procedure with stacks as lists (bottom first, top last)."""
+    decls = _decls(program, name)
+    if decls is None:
+        return results
+    return tuple([int(v) for v in r[1:r[0] + 1]] if d.type == "stack" else r
+                 for d, r in zip(decls, results))
+
+
+def _decls(program: Program, name: str):
+    info = program.cache.get("janus")
+    if info is None:
+        return None
+    return info["main"] if name == "main" else info["procedures"].get(name)
+
+
+def show_store(program: Program, values: tuple) -> str:
+    """main's final state as jana prints it: `name = value` sorted by name; arrays
+    `a[3] = {1, 2, 3}`; stacks `s = <3, 2, 1]` (top first) or `s = nil`."""
+    lines = []
+    for d, v in sorted(zip(program.cache["janus"]["main"], values), key=lambda p: p[0].name):
+        if d.type == "int":
+            lines.append(f"{d.name} = {v}")
+        elif d.type == "stack":
+            items = [int(x) for x in v[1:v[0] + 1]][::-1]
+            lines.append(f"{d.name} = " + ("<" + ", ".join(map(str, items)) + "]"
+                                           if items else "nil"))
+        else:
+            lines.append(f"{d.name}[{len(v)}] = {_braces(v)}")
+    return "\n".join(lines)
+
+
+def _braces(v) -> str:
+    if getattr(v, "ndim", 1) == 2:
+        return "{" + ", ".join(_braces(row) for row in v) + "}"
+    return "{" + ", ".join(str(int(x)) for x in v) + "}"
+
+
+__all__ = ["compile_janus", "from_machine", "main_arguments", "show_store",
+           "to_machine"]
