@@ -16,13 +16,14 @@ from .core.program import Program
 from .engines.machine import machine_for, resolve_engine
 from .formats.assembly import assemble
 from .formats.bytecode import dumps, loads
-from .lang import compile_file
+from .lang import compile_file, janus
 
 
 @user_facing
 def load(path: str | os.PathLike, engine: str | None = None) -> Program:
-    """Load a program from assembly (.rasm), bytecode (.rvmb), or a Python file of
-    @rvm.reversible functions (.py, compiled without running it); verified on load.
+    """Load a program from assembly (.rasm), bytecode (.rvmb), a Python file of
+    @rvm.reversible functions (.py, compiled without running it) or a Janus program
+    (.ja, one function per procedure); verified on load.
     `engine` ('interp', 'python'; None = fastest) is the default for its calls."""
     program = _load(os.fspath(path))
     if engine is not None:
@@ -34,6 +35,8 @@ def _load(path: str) -> Program:
     try:
         if path.endswith(".py"):
             return compile_file(path, {"adjoint": adjoint, "tangent": tangent})
+        if path.endswith(".ja"):
+            return janus.compile_janus(path)
         if path.endswith(".rvmb"):
             with open(path, "rb") as f:
                 return loads(f.read(), path)
@@ -86,13 +89,15 @@ def _getitem(self: Program, name: str) -> FunctionHandle:
 def _call(self: Program, name: str, *args, **options):
     """Run `name` forwards on the arguments; return the parameters' final values.
     Options (engine, checks, max_steps, heap_limit, tol) go to the machine."""
-    return machine_for(self, **options).call(name, *args)
+    args = janus.to_machine(self, name, args)
+    return janus.from_machine(self, name, machine_for(self, **options).call(name, *args))
 
 
 @user_facing
 def _uncall(self: Program, name: str, *args, **options):
     """Run `name` backwards on the arguments; return the parameters' final values."""
-    return machine_for(self, **options).uncall(name, *args)
+    args = janus.to_machine(self, name, args)
+    return janus.from_machine(self, name, machine_for(self, **options).uncall(name, *args))
 
 
 Program.__getitem__, Program.call, Program.uncall = _getitem, _call, _uncall

@@ -124,6 +124,11 @@ def _program(args) -> tuple[Program, str, list]:
     names = list(program.functions) + list(program.cache.get("unannotated", {}))
     values = _arguments(args.args)
     entry = _entry(names, program.source, args.entry)
+    if "janus" in program.cache:
+        from .lang import janus
+        if entry == "main" and not values:        # main's variables, as declared
+            values = janus.main_arguments(program)
+        values = list(janus.to_machine(program, entry, values))
     program, entry = specialized(program, entry, values)
     return program, entry, values
 
@@ -141,6 +146,12 @@ def cmd_run(args) -> None:
         results = m.results()
     else:
         results = m.finish()
+    if "janus" in program.cache:
+        from .lang import janus
+        if entry == "main" and not args.json:
+            print(janus.show_store(program, results))
+            return
+        results = janus.from_machine(program, entry, results)
     _print_values([b.name for b in m.bindings], results, args.json)
 
 
@@ -293,7 +304,8 @@ def parser() -> argparse.ArgumentParser:
 
     def runner(name: str, help: str):
         r = sub.add_parser(name, help=help, **_help(name))
-        r.add_argument("file", help=".rasm, .rvmb, or .py (@rvm.reversible functions)")
+        r.add_argument("file", help=".rasm, .rvmb, .py (@rvm.reversible functions) "
+                       "or .ja (Janus)")
         r.add_argument("--entry", help="function to run (default: main, or the only one)")
         r.add_argument("--args", nargs="*", default=[], metavar="V",
                        help="parameter values, in order")

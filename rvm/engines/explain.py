@@ -41,10 +41,19 @@ def _values(expr: ast.expr, values: dict[str, object]) -> str:
     return ", with " + ", ".join(shown) if shown else ""
 
 
+# other frontends' explainers by file suffix (the Janus frontend adds ".ja" when loaded)
+EXPLAINERS: dict = {}
+
+
 def explain(fn: Function, ins, line: int, path: str, R: list, message: str) -> str | None:
     """The message in source terms, or None when there is nothing better to say."""
     if not fn.symbols or ins is None:
         return None
+    for suffix, other in EXPLAINERS.items():
+        if path.endswith(suffix):
+            return other(fn, ins, line, path, R, message)
+    if ins.op.startswith("ASSERT"):
+        return _assertion(fn, line, path, R)
     names = names_at(fn, line)
     values = {name: R[fn.slot(r)] for r, name in names.items()}
     if ins.op == "ZERO" and ins.args[0] in names:
@@ -80,6 +89,20 @@ def explain(fn: Function, ins, line: int, path: str, R: list, message: str) -> s
                 f"`{ast.unparse(pre)}` does not match the way it was entered"
                 f"{_values(pre, values)}")
     return None
+
+
+def _assertion(fn: Function, line: int, path: str, R: list) -> str | None:
+    text = linecache.getline(path, line).strip() if path else ""
+    try:
+        stmt = ast.parse(text).body[0]
+    except (SyntaxError, IndexError):
+        return None
+    if not isinstance(stmt, ast.Assert):
+        return None
+    values = {name: R[fn.slot(r)] for r, name in names_at(fn, line).items()}
+    said = f": {ast.literal_eval(stmt.msg)}" if isinstance(stmt.msg, ast.Constant) else ""
+    return (f"assertion `{ast.unparse(stmt.test)}` failed at line {line}{said}"
+            f"{_values(stmt.test, values)}")
 
 
 def explain_locals(fn: Function, line: int, bad: dict) -> str | None:

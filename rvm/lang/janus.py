@@ -24,7 +24,9 @@ from typing import NamedTuple
 import numpy as np
 
 from ..core.errors import CompileError
-from ..core.program import Program
+from ..core.program import Program, Reg
+from ..engines import explain as _explain
+from ..engines.explain import names_at
 
 STACK_CAPACITY = 1024       # elements of a stack made by main or by `local stack s = nil`
 KEYWORDS = {"procedure", "int", "stack", "bool", "true", "false", "if", "then", "else", "fi",
@@ -117,6 +119,17 @@ class Parser:
         self.scopes: list[dict[str, Decl]] = []
         self.procedures: dict[str, list[Decl]] = {}
         self.main: list[Decl] | None = None
+        self.notes: dict[int, list[tuple]] = {}     # line -> what its statements check
+
+    def note(self, tok: Token, *what) -> None:
+        self.notes.setdefault(tok.line, []).append(what)
+
+    def text(self, start: int) -> str:
+        """The source text of tokens start..k-1 (an expression, for messages)."""
+        first, last = self.toks[start], self.toks[self.k - 1]
+        if first.line == last.line:
+            return _line(self.lines, first.line)[first.col:last.col + len(last.text)]
+        return " ".join(t.text for t in self.toks[start:self.k])
 
     # ------------------------------------------------------------------ tokens
     @property
@@ -354,21 +367,27 @@ class Parser:
 
     def stmt_if(self) -> list:
         t = self.take("if")
+        k = self.k
         entry = self.expression()
+        entry_text = self.text(k)
         self.take("then")
         body = self.statements(("else", "fi"))
         orelse = []
         if self.at("else"):
             self.take("else")
             orelse = self.statements(("fi",))
-        self.take("fi")
+        fi = self.take("fi")
+        k = self.k
         exit_ = self.expression()
+        self.note(t, "if", entry_text, self.text(k), fi.line)
         test = _at(ast.Tuple([entry, exit_], ast.Load()), t)
         return [_stmt(ast.If(test, body or [_stmt(ast.Pass(), t)], orelse), t)]
 
     def stmt_from(self) -> list:
         t = self.take("from")
+        k = self.k
         entry = self.expression()
+        entry_text = self.text(k)
         first, then = [], []
         if self.at("do"):
             self.take("do")
@@ -377,8 +396,12 @@ class Parser:
             cut = self.take("loop")
             then = [_stmt(ast.Expr(_call("loop", [], cut)), cut)] + \
                 self.statements(("until",))
-        self.take("until")
+        until = self.take("until")
+        k = self.k
         exit_ = self.expression()
+        self.note(t, "from", entry_text, self.text(k), until.line)
+        if until.line != t.line:
+            self.note(until, "from", entry_text, self.text(k), until.line)
         block = _call("from_", [entry], t, [ast.keyword("until", exit_)])
         return [_stmt(ast.With([ast.withitem(block, None)], first + then or
                                [_stmt(ast.Pass(), t)]), t)]
@@ -420,8 +443,11 @@ class Parser:
         self.take("=")
         if decl.type == "stack":
             self.take("nil")             # the block's FREE checks that every cell is zero
+            self.note(end, "delocal", name.text, "nil")
         else:
+            k = self.k
             final = self.expression()
+            self.note(end, "delocal", name.text, self.text(k))
             body.append(_stmt(ast.Expr(_call("delocal", [], end,
                                              [ast.keyword(name.text, final)])), end))
         self.scopes.pop()
@@ -474,17 +500,19 @@ class Parser:
     def stmt_push(self) -> list:
         t = self.take("push")
         x, xn, s, sn = self._stack_args()
+        self.note(t, "push", x.text, s.text)
         return _stack_moves(t, x, s, push=True)
 
     def stmt_pop(self) -> list:
         t = self.take("pop")
         x, xn, s, sn = self._stack_args()
+        self.note(t, "pop", x.text, s.text)
         return _stack_moves(t, x, s, push=False)
 
     def stmt_error(self) -> list:
         t = self.take("error")
         self.take("(")
-        self.take(kind="string")
+        self.note(t, "error", _unquote(self.take(kind="string").text))
         self.take(")")
         return [_stmt(ast.Assert(_at(ast.Constant(False), t)), t)]
 
@@ -631,6 +659,61 @@ class Parser:
         return _name(name.text, name)
 
 
+def explain(fn, ins, line: int, path: str, R: list, message: str) -> str | None:
+    """A run-time failure in Janus terms: the statement at the line, what it checks, the
+    values involved (registered with the machine's error explanations for .ja files)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            parser = Parser(f.read(), path)
+        parser.program()
+    except (OSError, UnicodeDecodeError, CompileError, RecursionError):
+        return None
+    names = names_at(fn, line)
+    values = {name: R[fn.slot(r)] for r, name in names.items()}
+
+    def value(arg):
+        return arg.value if not isinstance(arg, Reg) else R[fn.slot(arg)]
+
+    def shown(text: str) -> str:
+        used = [n for n in re.findall(r"[A-Za-z_]\w*", text) if n in values]
+        return "" if not used else " (" + ", ".join(
+            f"{n} = {values[n]}" for n in dict.fromkeys(used)) + ")"
+
+    arrived = "arrived by its jump" in message
+    label = ins.args[-1].name if ins.args and hasattr(ins.args[-1], "name") else ""
+    for what in parser.notes.get(line, []):
+        kind = what[0]
+        if kind == "error" and ins.op.startswith("ASSERT"):
+            return f"error: {what[1]}"
+        if kind in ("push", "pop") and ins.op.startswith("ASSERT"):
+            x, s = what[1], what[2]
+            if ins.op == "ASSERT.EQ":
+                return f"{kind}({x}, {s}): {x} = {values.get(x)}; pop needs {x} = 0"
+            if ins.op == "ASSERT.GT":
+                return f"{kind}({x}, {s}): pop from the empty stack {s}"
+            return f"{kind}({x}, {s}): the stack {s} is full ({STACK_CAPACITY} elements)"
+        if kind == "delocal" and (ins.op.startswith("ASSERT") or ins.op == "FREE"):
+            if what[2] == "nil":
+                return f"delocal stack {what[1]} = nil: {what[1]} is not empty"
+            return (f"delocal int {what[1]} = {what[2]}: {what[1]} is "
+                    f"{value(ins.args[0])}, not {value(ins.args[1])}")
+        if kind == "if" and label.startswith("then"):
+            branch, truth = ("then", "false") if arrived else ("else", "true")
+            return (f"the fi assertion `{what[2]}` (line {what[3]}) is {truth} after the "
+                    f"{branch}-branch of the if at line {line}{shown(what[2])}")
+        if kind == "if":
+            return (f"running backwards, the if's condition `{what[1]}` (line {line}) does "
+                    f"not match the branch that ran{shown(what[1])}")
+        if kind == "from" and label.startswith("back"):
+            when = "is true on a later iteration" if arrived else "is false on entry"
+            return (f"the from assertion `{what[1]}` of the loop at line {line} {when}; it "
+                    f"must hold on entry and never after{shown(what[1])}")
+        if kind == "from":
+            return (f"running backwards, the until condition `{what[2]}` (line {what[3]}) "
+                    f"does not match{shown(what[2])}")
+    return None
+
+
 def left_pos(node) -> tuple[int, int]:
     """Where a binary expression starts: at its left operand (errors point there)."""
     first = node.values[0] if isinstance(node, ast.BoolOp) else node.left
@@ -764,13 +847,14 @@ def _decls(program: Program, name: str):
 
 def show_store(program: Program, values: tuple) -> str:
     """main's final state as jana prints it: `name = value` sorted by name; arrays
-    `a[3] = {1, 2, 3}`; stacks `s = <3, 2, 1]` (top first) or `s = nil`."""
+    `a[3] = {1, 2, 3}`; stacks `s = <3, 2, 1]` (top first) or `s = nil`. Stacks may be
+    given in the machine's layout or as lists (bottom first, as prog.call returns them)."""
     lines = []
     for d, v in sorted(zip(program.cache["janus"]["main"], values), key=lambda p: p[0].name):
         if d.type == "int":
             lines.append(f"{d.name} = {v}")
         elif d.type == "stack":
-            items = [int(x) for x in v[1:v[0] + 1]][::-1]
+            items = [int(x) for x in (v if isinstance(v, list) else v[1:v[0] + 1])][::-1]
             lines.append(f"{d.name} = " + ("<" + ", ".join(map(str, items)) + "]"
                                            if items else "nil"))
         else:
@@ -786,3 +870,5 @@ def _braces(v) -> str:
 
 __all__ = ["compile_janus", "from_machine", "main_arguments", "show_store",
            "to_machine"]
+
+_explain.EXPLAINERS[".ja"] = explain

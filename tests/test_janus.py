@@ -1,0 +1,340 @@
+"""The Janus frontend: jana's language, output format and errors, on rvm's engines."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import rvm
+from rvm.lang.janus import compile_janus, main_arguments, show_store
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def janus(tmp_path, text: str, name: str = "prog.ja"):
+    path = tmp_path / name
+    path.write_text(text)
+    return rvm.load(path), path
+
+
+def run_main(prog):
+    return show_store(prog, prog.call("main", *main_arguments(prog)))
+
+
+def cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "rvm.cli", *map(str, args)], capture_output=True,
+                          text=True, cwd=cwd)
+
+
+FIB = """
+// Fibonacci pairs by recursion
+procedure fib(int x1, int x2, int n)
+    if n = 0 then
+        x1 += 1
+        x2 += 1
+    else
+        n -= 1
+        call fib(x1, x2, n)
+        x1 += x2
+        x1 <=> x2
+    fi x1 = x2
+
+procedure main()
+    int x1
+    int x2
+    int n
+    n += 4
+    call fib(x1, x2, n)
+"""
+
+
+def test_fib_prints_the_store_sorted_like_jana(tmp_path):
+    prog, path = janus(tmp_path, FIB)
+    assert run_main(prog) == "n = 0\nx1 = 5\nx2 = 8"
+    out = cli("run", path)
+    assert out.returncode == 0 and out.stdout == "n = 0\nx1 = 5\nx2 = 8\n"
+
+
+def test_procedures_from_python_call_and_uncall(tmp_path):
+    prog, _ = janus(tmp_path, FIB)
+    assert prog.call("fib", 0, 0, 10) == (89, 144, 0)
+    assert prog.uncall("fib", 89, 144, 0) == (0, 0, 10)
+
+
+def test_agrees_with_the_hand_written_python_subset(tmp_path):
+    prog, _ = janus(tmp_path, FIB)
+
+    @rvm.reversible
+    def fib(x1: int, x2: int, n: int):
+        if (n == 0, x1 == x2):
+            x1 += 1
+            x2 += 1
+        else:
+            n -= 1
+            fib(x1, x2, n)
+            x1 += x2
+            x1, x2 = x2, x1
+    for n in range(8):
+        assert prog.call("fib", 0, 0, n) == fib(0, 0, n)
+
+
+PERM = (ROOT / "examples/janus/perm_to_code.ja").read_text()
+
+
+@pytest.mark.parametrize("engine", ["interp", "python", "native"])
+def test_perm_to_code_on_every_engine(engine):
+    pytest.importorskip("numba") if engine == "native" else None
+    prog = rvm.load(ROOT / "examples/janus/perm_to_code.ja")
+    (code,) = prog.call("perm_to_code", np.array([2, 0, 3, 1, 5, 4]), engine=engine)
+    assert code.tolist() == [0, 0, 2, 1, 4, 4]
+    (back,) = prog.uncall("perm_to_code", code, engine=engine)
+    assert back.tolist() == [2, 0, 3, 1, 5, 4]
+
+
+def test_loops_with_every_combination_of_do_and_loop_parts(tmp_path):
+    prog, _ = janus(tmp_path, """
+procedure both(int i, int s)        // from e1 do s1 loop s2 until e2
+    from i = 0 do
+        i += 1
+    loop
+        s += i
+    until i = 5
+procedure doonly(int i, int s)
+    from i = 0 do
+        i += 1
+        s += i
+    until i = 5
+procedure looponly(int i, int s)
+    from i = 0 loop
+        i += 1
+        s += i
+    until i = 5
+procedure neither(int i)
+    from i = 0 until i = 0
+procedure main()
+    int i
+    skip
+""")
+    assert prog.call("both", 0, 0) == (5, 1 + 2 + 3 + 4)     # s2 runs only when going on
+    assert prog.call("doonly", 0, 0) == (5, 15)
+    assert prog.call("looponly", 0, 0) == (5, 15)
+    assert prog.call("neither", 0) == (0,)
+    for name, args in (("both", (5, 10)), ("doonly", (5, 15)), ("looponly", (5, 15))):
+        assert prog.uncall(name, *args) == (0, 0)
+
+
+OPERATORS = """
+#define K 7
+procedure ops(int a, int b, int r[])
+    r[0] += a + b * 2 - 1
+    r[1] += a / b           // jana: division rounds toward minus infinity
+    r[2] += a % b           // and the remainder has the sign of b
+    r[3] += (a & b) + (a | b) * 10 + (a ^ b) * 100
+    r[4] += (a < b) + (a <= b) * 2 + (a > b) * 4 + (a >= b) * 8 + (a = b) * 16 + (a != b) * 32
+    r[5] += !(a = 0) && b != 0 || 0
+    r[6] += -a + K
+    r[7] ^= 5
+procedure main()
+    int r[8]
+    skip
+"""
+
+
+@pytest.mark.parametrize("a,b", [(7, 3), (-7, 3), (7, -3), (-7, -3), (5, 5), (0, 4)])
+def test_integer_operators_have_janus_semantics(tmp_path, a, b):
+    prog, _ = janus(tmp_path, OPERATORS)
+    _, _, r = prog.call("ops", a, b, np.zeros(8, np.int64))
+    want = [a + 2 * b - 1, a // b, a % b, (a & b) + (a | b) * 10 + (a ^ b) * 100,
+            (a < b) + (a <= b) * 2 + (a > b) * 4 + (a >= b) * 8 + (a == b) * 16 +
+            (a != b) * 32, int(a != 0 and b != 0), -a + 7, 5]
+    assert r.tolist() == want
+    assert prog.uncall("ops", a, b, r)[2].tolist() == [0] * 8
+
+
+def test_short_circuit_guards_an_out_of_bounds_read(tmp_path):
+    prog, _ = janus(tmp_path, """
+procedure f(int n, int a[], int hits)
+    if n != 0 && a[n - 1] = 5 then
+        hits += 1
+    fi hits = 1
+procedure main()
+    int a[3]
+    skip
+""")
+    assert prog.call("f", 0, np.array([5, 0, 0]), 0)[2] == 0     # a[-1] never read
+    assert prog.call("f", 1, np.array([5, 0, 0]), 0)[2] == 1
+
+
+STACKS = """
+procedure move(stack src, stack dst, int n)
+    local int m = 0
+    from m = 0 loop
+        local int x = 0
+        pop(x, src)
+        push(x, dst)
+        delocal int x = 0
+        m += 1
+    until m = n
+    delocal int m = n
+
+procedure reverse(stack s)
+    if !empty(s) then
+        local int x = 0
+        local int n = size(s) - 1
+        pop(x, s)
+        call reverse(s)
+        local stack t = nil
+        call move(s, t, n)
+        push(x, s)
+        call move(t, s, n)
+        delocal stack t = nil
+        delocal int n = size(s) - 1
+        delocal int x = 0
+    fi !empty(s)
+
+procedure main()
+    stack s
+    int x
+    int t
+    x += 1
+    push(x, s)
+    x += 2
+    push(x, s)
+    x += 3
+    push(x, s)
+    t += top(s)
+    call reverse(s)
+"""
+
+
+def test_stacks_push_pop_top_size_empty_and_nil(tmp_path):
+    prog, _ = janus(tmp_path, STACKS)
+    assert run_main(prog) == "s = <1, 2, 3]\nt = 3\nx = 0"
+    assert prog.call("reverse", [1, 2, 3, 4]) == ([4, 3, 2, 1],)     # lists, top last
+    assert prog.uncall("reverse", [4, 3, 2, 1]) == ([1, 2, 3, 4],)
+    assert prog.call("move", [1, 2, 3], [], 2) == ([1], [3, 2], 2)
+    empty = janus(tmp_path, "procedure main()\n    stack s\n    skip\n", "e.ja")[0]
+    assert run_main(empty) == "s = nil"
+
+
+def test_main_initialisers_arrays_2d_and_show(tmp_path, capsys):
+    prog, _ = janus(tmp_path, """
+#define N 3
+procedure main()
+    int a[N] = {4, 5, 6}
+    int m[2][2] = {{1, 2}, {3, 4}}
+    int k = -2
+    stack s
+    a[1] += m[1][0] * k
+    m[0][1] <=> m[1][0]
+    push(k, s)
+    show(a, k, s)
+    printf("m is %a, a[1] is %d%%", m, k)
+    print("done")
+""")
+    assert run_main(prog) == "a[3] = {4, -1, 6}\nk = 0\nm[2] = {{1, 3}, {2, 4}}\ns = <-2]"
+    assert capsys.readouterr().out.splitlines() == [
+        "a[3] = {4, -1, 6}, k = 0, s = <-2]", "m is {{1, 3}, {2, 4}}, a[1] is 0%", "done"]
+
+
+def test_output_statements_print_in_both_directions(tmp_path, capsys):
+    prog, _ = janus(tmp_path, """
+procedure f(int x)
+    x += 1
+    show(x)
+procedure main()
+    int x
+    call f(x)
+""")
+    prog.call("f", 1)
+    prog.uncall("f", 2)
+    assert capsys.readouterr().out == "x = 2\nx = 2\n"
+    with pytest.raises(rvm.UsageError, match="only the interpreter"):
+        prog.call("f", 1, engine="python")
+
+
+def test_error_messages_name_the_janus_line_and_values(tmp_path):
+    cases = {
+        "fi": ("procedure main()\n    int x\n    if x = 0 then\n        x += 1\n    fi x = 5\n",
+               "prog.ja:3: the fi assertion `x = 5` (line 5) is false after the then-branch "
+               "of the if at line 3 (x = 1)"),
+        "from": ("procedure main()\n    int i\n    from i = 0 loop\n        i -= 1\n"
+                 "        i += 1\n    until i = 3\n",
+                 "the from assertion `i = 0` of the loop at line 3 is true on a later "
+                 "iteration"),
+        "delocal": ("procedure main()\n    int y\n    local int x = 2\n        y += x\n"
+                    "    delocal int x = 3\n", "prog.ja:5: delocal int x = 3: x is 2, not 3"),
+        "pop": ("procedure main()\n    int x\n    stack s\n    push(x, s)\n    x += 5\n"
+                "    pop(x, s)\n", "prog.ja:6: pop(x, s): x = 5; pop needs x = 0"),
+        "empty": ("procedure main()\n    int x\n    stack s\n    pop(x, s)\n",
+                  "pop(x, s): pop from the empty stack s"),
+        "error": ("procedure main()\n    int x\n    error(\"no way back\")\n",
+                  "prog.ja:3: error: no way back"),
+    }
+    for name, (text, message) in cases.items():
+        (tmp_path / "prog.ja").write_text(text)
+        out = cli("run", "prog.ja", cwd=tmp_path)
+        assert out.returncode == 1, name
+        assert message in out.stderr, (name, out.stderr)
+        assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("text,message", [
+    ("procedure main()\n    int x\n    x += y\n", "3:10: error: variable 'y' is not declared"),
+    ("procedure main()\n    int x\n    x = 1\n", "3:7: error: expected +=, -=, ^= or <=>"),
+    ("procedure f(int x)\n    x += 1\n", "no procedure main()"),
+    ("procedure main()\n    int x\n    local int t = 0\n        x += t\n    delocal int u = 0\n",
+     "delocal u does not match local t"),
+    ("procedure main()\n    int x\n    /* open\n", "unterminated /* comment"),
+    ("procedure main()\n    int a[2]\n    a += 1\n", "a is an array; update its elements"),
+    ("procedure main()\n    int x\n    iterate int i = 0 to 3\n", "iterate (a PyJanus "
+     "extension) not supported"),
+    ("procedure main(int x)\n    skip\n", "main takes no parameters"),
+    ("procedure main()\n    int x\n    x += x + 1\n", "3:"),
+])
+def test_compile_errors_have_file_line_col_and_caret(tmp_path, text, message):
+    (tmp_path / "prog.ja").write_text(text)
+    out = cli("run", "prog.ja", cwd=tmp_path)
+    assert out.returncode == 1
+    assert message in out.stderr and "prog.ja:" in out.stderr and "^" in out.stderr \
+        and "Traceback" not in out.stderr, out.stderr
+
+
+def test_compile_dis_and_debugger(tmp_path):
+    path = tmp_path / "fib.ja"
+    path.write_text(FIB)
+    out = cli("compile", path, "--emit", "asm")
+    assert out.returncode == 0 and "call fib(x1, x2, n)" in out.stdout
+    assert cli("dis", path).returncode == 0
+    out = cli("compile", path, "-o", tmp_path / "fib.rvmb")
+    assert out.returncode == 0
+    assert rvm.load(tmp_path / "fib.rvmb").call("fib", 0, 0, 4) == (5, 8, 0)
+    transcript = rvm.debug(rvm.load(path)["fib"], 0, 0, 2,
+                           commands=["break 11", "continue", "info locals", "back", "where"])
+    assert "fib.ja:11" in transcript and "x1" in transcript
+
+
+def test_python_subset_do_loop_delocal_assert_and_print(capsys):
+    @rvm.reversible
+    def tri(n: int, s: int):
+        with rvm.ancilla(i=0):
+            with rvm.from_(i == 0, until=i == n):
+                i += 1
+                rvm.loop()
+                s += i
+            rvm.delocal(i=n)
+        assert s >= 0
+        print("s is", s)
+
+    assert tri(4, 0) == (4, 6)
+    assert (~tri)(4, 6) == (4, 0)
+    assert capsys.readouterr().out == "s is 6\ns is 6\n"
+    with pytest.raises(rvm.InvertibilityError, match="assertion `s >= 0` failed"):
+        tri(4, -20)
+
+
+def test_compile_janus_is_the_loader():
+    prog = compile_janus(str(ROOT / "examples/janus/perm_to_code.ja"))
+    assert "perm_to_code" in prog.functions and "main" in prog.functions
