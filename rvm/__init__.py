@@ -6,28 +6,41 @@ from .ad.gradient import grad, jacobian, value_and_grad
 from .api import FunctionHandle, draw, load, save, vmap
 from .core import isa
 from .core.errors import (
-                     AsmError,
-                     CompileError,
-                     FormatError,
-                     InvertibilityError,
-                     MachineError,
-                     RvmError,
+    AsmError,
+    CompileError,
+    FormatError,
+    InvertibilityError,
+    MachineError,
+    RvmError,
     UsageError,
-                     VerifyError,
+    VerifyError,
 )
 from .core.program import Program
 from .engines.machine import Machine
 from .formats.assembly import assemble, disassemble
 from .formats.bytecode import dumps, loads
-from .lang import (Array, ancilla, compute, delocal, from_, inverse, irot, loop, neg,
-                   reversible, rot, zeros)
+from .lang import (
+    Array,
+    ancilla,
+    compute,
+    delocal,
+    from_,
+    inverse,
+    irot,
+    loop,
+    neg,
+    reversible,
+    rot,
+    zeros,
+)
 
 __all__ = [
     "Array", "AsmError", "CompileError", "FormatError", "FunctionHandle",
     "InvertibilityError", "Machine", "MachineError", "Program", "RvmError", "UsageError",
     "VerifyError",
-    "adjoint", "ancilla", "assemble", "compute", "delocal", "from_", "loop", "disassemble", "draw", "dumps", "grad", "hessian",
-    "hvp", "inverse", "irot", "isa", "jacobian", "jvp", "load", "loads", "neg", "reversible",
+    "adjoint", "ancilla", "assemble", "compute", "delocal", "disassemble", "draw", "dumps",
+    "from_", "grad", "hessian", "hvp", "inverse", "irot", "isa", "jacobian", "jvp", "load",
+    "loads", "loop", "neg", "reversible",
     "rot", "save", "tangent", "value_and_grad",
     "vmap", "zeros",
 ]

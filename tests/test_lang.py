@@ -172,7 +172,7 @@ ERRORS = {   # body, message, hint; the error points at the body's last line but
     "both sides": ("y += y * x", "y occurs on both sides", "use a temporary"),
     "return": ("return y", "return is not reversible", ""),
     "break": ("while (x > 0, x < 0):\n        break", "break is not reversible", ""),
-    "python function": ("print(y)", "'print' is an ordinary Python function", "@rvm.reversible"),
+    "python function": ("input(y)", "'input' is an ordinary Python function", "@rvm.reversible"),
     "unknown name": ("y += zz", "unknown variable 'zz'", "ancilla"),
     "int target float expr": ("n += x", "integer target cannot absorb a float", "//"),
     "while needs pre/post": ("while x > 0:\n        x -= 1.0", "needs (precondition",

@@ -176,9 +176,8 @@ class FunctionCompiler(Lowering):
             if fname == "print":
                 return self.output(e)
             if fname in ("loop", "delocal"):
-                raise self.error(e, f"{fname}() belongs at the end of "
-                                 f"{'a with from_(...)' if fname == 'loop' else 'with ancilla(...)'}"
-                                 " block")
+                block = "with from_(...)" if fname == "loop" else "with ancilla(...)"
+                raise self.error(e, f"{fname}() belongs at the end of a {block} block")
             return self.call(e)
         raise self.error(s, "this expression does nothing; statements must change state",
                          "use +=, -=, a call, or a control structure")
@@ -413,7 +412,7 @@ class FunctionCompiler(Lowering):
             for k in mark.keywords:
                 final[k.arg] = (k.value, mark)
         names = {kw.arg for kw in call.keywords}
-        for name, (value, mark) in final.items():
+        for name, (_, mark) in final.items():
             if name not in names:
                 raise self.error(mark, f"delocal names {name!r}, which this block does not "
                                  f"declare (it declares {', '.join(sorted(names))})")
@@ -432,7 +431,9 @@ class FunctionCompiler(Lowering):
                 if init is not None:
                     self.accumulate(var.reg, 1, init, value)
 
-                def free(var=var, init=init, node=value, end=final.get(kw.arg)):
+                end = final.get(kw.arg)
+
+                def free(var=var, init=init, node=value, end=end):
                     if end is not None:        # delocal(name=value): checked, then cleared
                         self.line = end[1].lineno
                         check = ast.Compare(left=ast.Name(var.name, ast.Load()),

@@ -484,7 +484,7 @@ class Parser:
     def stmt_uncall(self) -> list:
         return self._call_stmt(True)
 
-    def _stack_args(self) -> tuple[Token, ast.Name, Token, ast.Name]:
+    def _stack_args(self) -> tuple[Token, Token]:
         self.take("(")
         x = self.identifier()
         if self.lookup(x).type != "int":
@@ -495,17 +495,17 @@ class Parser:
         if self.lookup(s).type != "stack":
             raise self.error(f"{s.text} is {_a(self.lookup(s).type)}, not a stack", s)
         self.take(")")
-        return x, _name(x.text, x), s, _name(s.text, s)
+        return x, s
 
     def stmt_push(self) -> list:
         t = self.take("push")
-        x, xn, s, sn = self._stack_args()
+        x, s = self._stack_args()
         self.note(t, "push", x.text, s.text)
         return _stack_moves(t, x, s, push=True)
 
     def stmt_pop(self) -> list:
         t = self.take("pop")
-        x, xn, s, sn = self._stack_args()
+        x, s = self._stack_args()
         self.note(t, "pop", x.text, s.text)
         return _stack_moves(t, x, s, push=False)
 
