@@ -338,3 +338,33 @@ def test_python_subset_do_loop_delocal_assert_and_print(capsys):
 def test_compile_janus_is_the_loader():
     prog = compile_janus(str(ROOT / "examples/janus/perm_to_code.ja"))
     assert "perm_to_code" in prog.functions and "main" in prog.functions
+
+
+def test_same_bytecode_as_the_python_subset(tmp_path):
+    """A Janus procedure and the same procedure in the Python subset compile alike."""
+    prog, _ = janus(tmp_path, PERM)
+    path = tmp_path / "perm.py"
+    path.write_text('''
+import rvm
+from rvm import ancilla, delocal, from_, loop, Array
+
+@rvm.reversible
+def perm_to_code(x: Array[int]):
+    with ancilla(k=len(x)):
+        with from_(k == len(x), until=k == 0):
+            loop()
+            k -= 1
+            with ancilla(j=0):
+                with from_(j == 0, until=j == k):
+                    loop()
+                    if (x[j] > x[k], x[j] >= x[k]):
+                        x[j] -= 1
+                    j += 1
+                delocal(j=k)
+        delocal(k=0)
+''')
+    py = rvm.load(path)
+
+    def ops(p):
+        return [(i.op, i.args) for i in p.functions["perm_to_code"].code]
+    assert ops(prog) == ops(py)
