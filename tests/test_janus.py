@@ -293,6 +293,17 @@ def test_error_messages_name_the_janus_line_and_values(tmp_path):
      "extension) not supported"),
     ("procedure main(int x)\n    skip\n", "main takes no parameters"),
     ("procedure main()\n    int x\n    x += x + 1\n", "3:"),
+    ("procedure main()\n    int a[2]\n    stack s\n    push(a, s)\n",
+     "4:10: error: a is an array; push and pop move an int"),
+    ("procedure main()\n    int x\n    call g(x)\n", "procedure 'g' is not defined"),
+    ("procedure f(int a[])\n    a[0] += 1\nprocedure main()\n    int x\n    call f(x)\n",
+     "5:12: error: argument a of f is an array, but x is an int"),
+    ("procedure f(int a)\n    a += 1\nprocedure main()\n    int x\n    call f(x, x)\n",
+     "f takes 1 argument, given 2"),
+    ("procedure main()\n    int x\n    local int t = 0\n        x += t\n"
+     "    delocal stack t = nil\n", "delocal stack t: t was declared int"),
+    ("procedure main()\n    stack s\n    int x\n    x += s\n",
+     "s is a stack; an expression needs an int"),
 ])
 def test_compile_errors_have_file_line_col_and_caret(tmp_path, text, message):
     (tmp_path / "prog.ja").write_text(text)

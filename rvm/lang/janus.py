@@ -120,6 +120,8 @@ class Parser:
         self.procedures: dict[str, list[Decl]] = {}
         self.main: list[Decl] | None = None
         self.notes: dict[int, list[tuple]] = {}     # line -> what its statements check
+        self.calls: list[tuple[Token, list[tuple[Token, str]]]] = []    # checked at the end
+        self.arg_decls: dict[Token, Decl] = {}
 
     def note(self, tok: Token, *what) -> None:
         self.notes.setdefault(tok.line, []).append(what)
@@ -185,7 +187,28 @@ class Parser:
         if self.main is None:
             raise CompileError("no procedure main() in the program", self.path, 1, 1,
                                _line(self.lines, 1), "a Janus program runs procedure main()")
+        self.check_calls()
         return functions
+
+    def check_calls(self) -> None:
+        """Every call names a procedure and passes what its parameters declare."""
+        for name, args in self.calls:
+            params = self.procedures.get(name.text)
+            if params is None:
+                raise self.error(f"procedure {name.text!r} is not defined", name)
+            if len(args) != len(params):
+                raise self.error(f"{name.text} takes {len(params)} argument"
+                                 f"{'s' if len(params) != 1 else ''}, given {len(args)}", name)
+            for (tok, typ), p in zip(args, params):
+                if typ != p.type or (typ == "array" and len(self.lookup_any(tok).dims)
+                                     != len(p.dims)):
+                    want = f"{len(p.dims)}-D array" if p.type == "array" and \
+                        len(p.dims) == 2 else p.type
+                    raise self.error(f"argument {p.name} of {name.text} is {_a(want)}, but "
+                                     f"{tok.text} is {_a(typ)}", tok)
+
+    def lookup_any(self, tok: Token) -> Decl:
+        return self.arg_decls[tok]
 
     def define(self) -> None:
         self.take(kind="define")
@@ -461,18 +484,22 @@ class Parser:
         if name.text == "main":
             raise self.error("main cannot be called", name)
         self.take("(")
-        args = []
+        args, typed = [], []
         while not self.at(")"):
             if args:
                 self.take(",")
             a = self.identifier()
             decl = self.lookup(a)
+            self.arg_decls[a] = decl
             if self.at("["):
                 args.append(_at(ast.Subscript(_name(a.text, a), self.indices(a, decl),
                                               ast.Load()), a))
+                typed.append((a, "int"))
             else:
                 args.append(_name(a.text, a))
+                typed.append((a, decl.type))
         self.take(")")
+        self.calls.append((name, typed))
         call = _call(name.text, args, name)
         if inverse:
             call = _at(ast.UnaryOp(ast.Invert(), call), t)
