@@ -4,8 +4,9 @@
 
 Categories: mutated .rasm text, mutated .rvmb bytes (loaded programs run on the native
 engine when numba is installed), random valid programs on the python and the native
-engine (agreement with the interpreter, uncall, step/back), mutated frontend sources,
-random debugger command scripts, random CLI arguments. Every case ends in one outcome:
+engine (agreement with the interpreter, uncall, step/back), mutated frontend sources
+(Python and Janus), random debugger command scripts, random CLI arguments. Every case
+ends in one outcome:
 
     ok         it worked
     clean      it failed with rvm's own error (the expected answer to bad input)
@@ -214,6 +215,26 @@ def case_frontend(rng: random.Random) -> str:
     return "ok"
 
 
+def case_janus(rng: random.Random) -> str:
+    """A mutated Janus program (examples and the tests' programs): compiled, then main
+    run with bounded steps and heap; output statements go nowhere."""
+    import rvm
+    from rvm.lang import janus
+    path = rng.choice(sorted((ROOT / "examples" / "janus").glob("*.ja")))
+    mutate = _mutate_text if rng.random() < 0.5 else mutate_chars
+    out = pathlib.Path(f"/tmp/rvm_fuzz_{id(rng)}.ja")
+    out.write_text(mutate(path.read_text(), rng))
+    try:
+        p = rvm.load(out)
+        with contextlib.redirect_stdout(io.StringIO()):
+            p.call("main", *janus.main_arguments(p), max_steps=20_000, heap_limit=1 << 16)
+    except rvm.RvmError:
+        return "clean"
+    finally:
+        out.unlink()
+    return "ok"
+
+
 DEBUG_WORDS = ["s", "si", "n", "c", "rs", "rsi", "rn", "rc", "finish", "reverse-finish",
                "b", "tbreak", "delete", "watch", "display", "p", "x/4", "info", "bt", "up",
                "down", "grad on", "grad off", "list", "disas", "run", "goto", "set",
@@ -265,6 +286,7 @@ def case_program_native(rng: random.Random) -> str:
 
 
 CATEGORIES = {"rasm": case_rasm, "rvmb": case_rvmb, "frontend": case_frontend,
+              "janus": case_janus,
               "debugger": case_debugger, "cli": case_cli, "programs": case_program,
               "programs-native": case_program_native}
 
