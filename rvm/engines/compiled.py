@@ -262,8 +262,9 @@ class Compiled:
             key = (machine.tol,)
             if key not in self._native:
                 from . import native
-                source = "\n".join(native.rewrite(line[4:]) for body in self.bodies.values()
-                                   for line in body.split("\n")) + "\n"
+                source = native.defer_checks("\n".join(
+                    native.rewrite(line[4:]) for body in self.bodies.values()
+                    for line in body.split("\n"))) + "\n"
                 fused = [self.fused(f) for f in self.program.functions.values()]
                 source += "\n".join(fused) + "\n"
                 names = list(self.bodies) + [self.name(f, "vg") for f in self.program.functions]
@@ -332,6 +333,9 @@ class Compiled:
         import numpy as np
         cached = machine.__dict__.get("_native_heap")
         if cached is None or cached[0] is not machine._buf:
+            if len(machine._buf) < 8:   # never: native code masks bad addresses to cell 0
+                raise MachineError("the native engine needs a heap of at least one cell",
+                                   "")
             hi = np.frombuffer(machine._buf, dtype=np.int64)
             cached = (machine._buf, hi, hi.view(np.float64),
                       np.frombuffer(machine._gbuf, dtype=np.float64), np.zeros(2, np.int64))

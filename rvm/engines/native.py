@@ -49,6 +49,112 @@ def rewrite(line: str) -> str:
     return line
 
 
+_FAULT = re.compile(r"^(\s*)if (not \((.*)\)|(.*)): raise Fault\('invertibility check "
+                    r"failed'\)$")
+_LEAVES = ("if ", "while ", "_b = ", "break", "return", "TOP[1] = ")
+
+
+def _bitwise(cond: str) -> str:
+    """A condition without short-circuit jumps: `and`/`or` and chained comparisons become
+    `&`/`|` of the parts (all side-effect free register arithmetic)."""
+    import ast
+
+    class Flat(ast.NodeTransformer):
+        def visit_BoolOp(self, node):
+            self.generic_visit(node)
+            op = ast.BitAnd() if isinstance(node.op, ast.And) else ast.BitOr()
+            out = node.values[0]
+            for v in node.values[1:]:
+                out = ast.BinOp(out, op, v)
+            return out
+
+        def visit_Compare(self, node):
+            self.generic_visit(node)
+            if len(node.ops) == 1:
+                return node
+            lefts = [node.left, *node.comparators]
+            parts = [ast.Compare(a, [o], [b]) for a, o, b in zip(lefts, node.ops, lefts[1:])]
+            out = parts[0]
+            for part in parts[1:]:
+                out = ast.BinOp(out, ast.BitAnd(), part)
+            return out
+    return ast.unparse(Flat().visit(ast.parse(cond, mode="eval")))
+
+
+def _direct(lines: list[str]) -> list[str]:
+    """`_v = e` [`_fin += _v - _v`] `x = _v`  ->  `x = e` [`_fin += x - x`]: half the
+    definitions for numba's dataflow analyses."""
+    out: list[str] = []
+    k = 0
+    while k < len(lines):
+        line = lines[k]
+        stripped = line.lstrip()
+        ind = line[:len(line) - len(stripped)]
+        if stripped.startswith("_v = ") and k + 1 < len(lines):
+            fin = lines[k + 1].strip() == "_fin += _v - _v"
+            nxt = lines[k + 2 if fin else k + 1].strip()
+            m = re.fullmatch(r"([rf]\d+) = _v", nxt)
+            if m and "_v" not in stripped[5:]:
+                x = m.group(1)
+                out.append(f"{ind}{x} = {stripped[5:]}")
+                if fin:
+                    out.append(f"{ind}_fin += {x} - {x}")
+                k += 3 if fin else 2
+                continue
+        out.append(line)
+        k += 1
+    return out
+
+
+def defer_checks(source: str) -> str:
+    """The generated functions with their invertibility checks folded into one flag.
+
+    Each check (`if not (c): raise Fault(...)`) becomes `_ok &= c`, with no branch, and
+    the flag is tested once before control leaves a straight run of code (a branch, a
+    block change, a call, a return). A memory access whose address check fails reads
+    and writes cell 0 instead (the address is multiplied by the check), so nothing
+    outside the heap is touched. A failed check only ever ends the run in an error,
+    which the machine answers by re-running the pass on the interpreter from the saved
+    state, so the checks may be late. numba's analyses are quadratic in a function's
+    basic blocks, and every check was two of them: this makes large programs compile
+    several times faster.
+    """
+    out: list[str] = []
+    lines = _direct(source.split("\n"))
+    dirty = mask = False
+    for k, line in enumerate(lines):
+        stripped = line.lstrip()
+        ind = line[:len(line) - len(stripped)]
+        m = _FAULT.match(line)
+        if m:
+            cond = _bitwise(m.group(3)) if m.group(3) is not None \
+                else f"not ({_bitwise(m.group(4))})"
+            if not re.search(r"[A-Za-z_]", cond.replace("not", "")) and \
+                    eval(cond, {"__builtins__": {}}):   # holds on constants: nothing to do
+                continue
+            if k + 1 < len(lines) and lines[k + 1].lstrip().startswith("_a = "):
+                out.append(f"{ind}_m = {cond}")
+                out.append(f"{ind}_ok &= _m")
+                mask = True
+            else:
+                out.append(f"{ind}_ok &= {cond}")
+            dirty = True
+            continue
+        if stripped.startswith("_a = "):
+            if mask:
+                line = f"{ind}_a = ({stripped[5:]}) * _m"
+        elif dirty and (stripped.startswith(_LEAVES) or re.match(r"[\w, ]+= F\d+_", stripped)):
+            out.append(f"{ind}if not _ok: raise Fault('invertibility check failed')")
+            dirty = False
+        mask = False
+        if stripped.startswith("def "):
+            out += [line, f"{ind}    _ok = True", f"{ind}    _m = True"]
+            dirty = False
+            continue
+        out.append(line)
+    return "\n".join(out)
+
+
 # Heap helpers, mirroring rvm.engines.machine.Machine (capacity is the arrays' length).
 # They are source for the generated module, compiled with the program's functions (TOL is
 # the module's tolerance).
