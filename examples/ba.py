@@ -1,0 +1,120 @@
+"""ADBench bundle adjustment: reprojection and weight residuals, and their sparse Jacobian,
+from one small reversible function per observation (after the NiLang paper's ADBench
+experiment, Liu & Zhao).
+
+`residual` takes one observation's camera (rotation r, centre C, focal length f,
+principal point x0, radial distortion k), its point X, weight w and feature, all scalars,
+and accumulates the two reprojection residuals w (projection - feature) into e0, e1. Its
+gradients (one pass per residual, the batch over observations run as one native loop by
+rvm.vmap) are the two Jacobian rows of each observation; the weight rows are -2 w. The rows
+are assembled into ADBench's CSR layout: two rows per observation, then one per weight;
+columns cameras (11 each), points (3 each), weights.
+
+    python examples/ba.py [FILE]      # default: ba1 (49 cameras, 7776 points, 31843 obs.)
+"""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import rvm
+from rvm import ancilla, compute
+
+DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "adbench"
+CAMERA = 11
+
+
+@rvm.reversible
+def residual(e0: float, e1: float, r0: float, r1: float, r2: float, c0: float, c1: float,
+             c2: float, f: float, u0: float, v0: float, k0: float, k1: float, x0: float,
+             x1: float, x2: float, w: float, m0: float, m1: float):
+    """e += w (projection of X by the camera - the feature (m0, m1))."""
+    with ancilla(d0=0.0, d1=0.0, d2=0.0, y0=0.0, y1=0.0, y2=0.0, theta=0.0, p0=0.0,
+                 p1=0.0, s=0.0, g=0.0):
+        with compute() as project:
+            d0 += x0 - c0
+            d1 += x1 - c1
+            d2 += x2 - c2
+            theta += sqrt(r0 * r0 + r1 * r1 + r2 * r2)
+            if theta != 0.0:        # Rodrigues: d cos t + (w x d) sin t + w (w.d)(1 - cos t)
+                with ancilla(ct=0.0, st=0.0, wd=0.0):
+                    with compute() as trig:
+                        ct += cos(theta)
+                        st += sin(theta) / theta
+                        wd += (r0 * d0 + r1 * d1 + r2 * d2) * (1.0 - ct) / (theta * theta)
+                    y0 += d0 * ct + (r1 * d2 - r2 * d1) * st + r0 * wd
+                    y1 += d1 * ct + (r2 * d0 - r0 * d2) * st + r1 * wd
+                    y2 += d2 * ct + (r0 * d1 - r1 * d0) * st + r2 * wd
+                    ~trig
+            else:                   # theta = 0: d + r x d
+                y0 += d0 + r1 * d2 - r2 * d1
+                y1 += d1 + r2 * d0 - r0 * d2
+                y2 += d2 + r0 * d1 - r1 * d0
+            p0 += y0 / y2
+            p1 += y1 / y2
+            s += p0 * p0 + p1 * p1
+            g += f * (1.0 + k0 * s + k1 * s * s)
+        e0 += w * (p0 * g + u0 - m0)
+        e1 += w * (p1 * g + v0 - m1)
+        ~project
+
+
+def load(path) -> dict:
+    """An ADBench BA file, replicated as ADBench does: n cameras, m points, p
+    observations (observation i: camera i mod n, point i mod m)."""
+    words = Path(path).read_text().split()
+    n, m, p = (int(v) for v in words[:3])
+    nums = np.array(words[3:3 + CAMERA + 3 + 1 + 2], dtype=np.float64)
+    cam, x, w, feat = nums[:11], nums[11:14], nums[14], nums[15:17]
+    obs = np.arange(p)
+    return dict(cams=np.tile(cam, (n, 1)), x=np.tile(x, (m, 1)), w=np.full(p, w),
+                feats=np.tile(feat, (p, 1)), obs=np.stack([obs % n, obs % m], axis=1))
+
+
+def _rows(data: dict) -> list[np.ndarray]:
+    """residual's 19 arguments, one row per observation."""
+    cams = data["cams"][data["obs"][:, 0]]
+    xs = data["x"][data["obs"][:, 1]]
+    p = len(data["w"])
+    return [np.zeros(p), np.zeros(p), *cams.T, *xs.T, data["w"], *data["feats"].T]
+
+
+def residuals(data: dict, engine=None) -> tuple[np.ndarray, np.ndarray]:
+    """(reproj_err, 2 per observation, in order; w_err, 1 - w^2 per observation)."""
+    out = rvm.vmap(lambda *a: residual(*a, engine=engine))(*_rows(data))
+    return np.stack([out[0], out[1]], axis=1).ravel(), 1.0 - data["w"] ** 2
+
+
+def jacobian(data: dict, engine=None) -> dict:
+    """The Jacobian of all residuals in ADBench's CSR layout (nrows, ncols, rows = the
+    row pointer, cols, vals), with the residuals (reproj_err, w_err)."""
+    n, m, p = len(data["cams"]), len(data["x"]), len(data["w"])
+    rows = _rows(data)
+    grads, values = [], None
+    for loss in ("e0", "e1"):
+        vg = rvm.vmap(rvm.value_and_grad(residual, loss=loss, engine=engine))
+        values, g = vg(*rows)
+        grads.append(np.stack(g[2:17], axis=1))         # d e / d (camera, point, weight)
+    reproj = np.stack([values[0], values[1]], axis=1).ravel()
+    cam, pt = data["obs"][:, 0], data["obs"][:, 1]
+    obs_cols = np.concatenate([cam[:, None] * CAMERA + np.arange(CAMERA),
+                               n * CAMERA + pt[:, None] * 3 + np.arange(3),
+                               (n * CAMERA + 3 * m + np.arange(p))[:, None]], axis=1)
+    reproj_vals = np.stack(grads, axis=1).reshape(2 * p, 15)
+    cols = np.concatenate([np.repeat(obs_cols, 2, axis=0).ravel(),
+                           n * CAMERA + 3 * m + np.arange(p)])
+    vals = np.concatenate([reproj_vals.ravel(), -2.0 * data["w"]])
+    indptr = np.concatenate([np.arange(0, 30 * p + 1, 15), 30 * p + 1 + np.arange(p)])
+    return {"reproj_err": reproj, "w_err": 1.0 - data["w"] ** 2,
+            "J": {"nrows": 3 * p, "ncols": CAMERA * n + 3 * m + p, "rows": indptr,
+                  "cols": cols, "vals": vals}}
+
+
+if __name__ == "__main__":
+    path = sys.argv[1] if len(sys.argv) > 1 else next((DATA / "ba").glob("ba1_*.txt"))
+    data = load(path)
+    out = jacobian(data)
+    print(f"{Path(path).name}: {len(data['w'])} observations, Jacobian "
+          f"{out['J']['nrows']} x {out['J']['ncols']} with {len(out['J']['vals'])} "
+          f"non-zeros; |reproj_err| = {np.linalg.norm(out['reproj_err']):.6g}")
