@@ -318,9 +318,16 @@ class Compiled:
         floats = [k for k, p in enumerate(fn.params) if p.cls == isa.FLOAT]
         a, s = [f"a{k}" for k in range(n)], [f"s{j}" for j in range(len(floats))]
         o, g = [f"o{k}" for k in range(n)], [f"g{j}" for j in range(len(floats))]
+        # the (unused) heap arrays are made once per batch, not once per row
         body = [f"def {self.name(fn.name, 'vgsb')}(budget, {', '.join(a + s + o + g)}):",
+                "    hi = np.zeros(1, np.int64)",
+                "    hf = hi.view(np.float64)",
+                "    hg = np.zeros(1)",
+                "    top = np.zeros(2, np.int64)",
                 "    for i in range(a0.shape[0]):",
-                f"        o, g = {self.name(fn.name, 'vgs')}(budget, "
+                "        top[0] = 0",
+                "        top[1] = budget",
+                f"        o, g = {self.name(fn.name, 'vg')}(hi, hf, hg, top, "
                 f"{', '.join(x + '[i]' for x in a)}{', ' if s else ''}{', '.join(s)})"]
         body += [f"        o{k}[i] = o[{k}]" for k in range(n)]
         body += [f"        g{j}[i] = g[{n + j}]" for j in range(len(floats))]

@@ -51,6 +51,12 @@ def rewrite(line: str) -> str:
 
 _FAULT = re.compile(r"^(\s*)if (not \((.*)\)|(.*)): raise Fault\('invertibility check "
                     r"failed'\)$")
+# finiteness: a float register's non-finite value sticks through the arithmetic that
+# updates it (x = x + ..., x * y, ...), so within a straight run of register arithmetic
+# one check per register, after its last update, sees what a check after every update
+# would; pending checks are added before anything else (memory, calls, control flow)
+_FIN = re.compile(r"_fin \+= (g?f\d+) - \1")
+_PURE = re.compile(r"g?[rf]\d+ = [^\[]*|_n -= \d+|_ok &= [^\[]*|_m = [^\[]*")
 _LEAVES = ("if ", "while ", "_b = ", "break", "return", "TOP[1] = ")
 
 
@@ -122,9 +128,24 @@ def defer_checks(source: str) -> str:
     out: list[str] = []
     lines = _direct(source.split("\n"))
     dirty = mask = False
+    pending: dict[str, None] = {}       # registers whose finiteness is still to be added
+    pending_ind = ""
     for k, line in enumerate(lines):
         stripped = line.lstrip()
         ind = line[:len(line) - len(stripped)]
+        fin = _FIN.fullmatch(stripped)
+        if fin and (not pending or ind == pending_ind):
+            pending.pop(fin.group(1), None)
+            pending[fin.group(1)] = None
+            pending_ind = ind
+            continue
+        if pending and (ind != pending_ind or not _PURE.fullmatch(stripped)):
+            out.append(pending_ind + "_fin += " + " + ".join(f"({x} - {x})" for x in pending))
+            pending = {}
+            if fin:
+                pending[fin.group(1)] = None
+                pending_ind = ind
+                continue
         m = _FAULT.match(line)
         if m:
             cond = _bitwise(m.group(3)) if m.group(3) is not None \
@@ -228,6 +249,7 @@ from rvm.engines.templates import Fault
 
 TOL = {tol!r}
 _jit = numba.njit(cache={cache})
+_jit_nogil = numba.njit(cache={cache}, nogil=True)     # batch loops, run on several threads
 
 """
 
@@ -275,7 +297,8 @@ def module_source(functions_source: str, names: list[str], tol: float, cache: bo
     wrapped by numba.njit (compiled lazily, on a function's first call)."""
     helpers = helpers_source()
     jits = "\n".join(f"{f.__name__} = _jit({f.__name__})" for f in HELPERS)
-    tail = "\n".join(f"{name} = _jit({name})" for name in names)
+    tail = "\n".join(f"{name} = _jit{'_nogil' if name.endswith('vgsb') else ''}({name})"
+                     for name in names)
     return (PRELUDE.format(tol=tol, cache=cache) + helpers + "\n\n" + jits + "\n\n" +
             functions_source + "\n" + tail + "\n")
 

@@ -1,0 +1,188 @@
+"""ADBench GMM and bundle adjustment, side by side: rvm (native engine) against JAX (jit),
+PyTorch and a numpy/scipy objective, on the ADBench input files.
+
+    python tools/bench_adbench.py gmm [--files 1k/gmm_d2_K5.txt ...] [--repeat 3]
+    python tools/bench_adbench.py ba [--files ba1 ba2 ...]
+
+Times are the best of --repeat runs after a first (compiling) call, in seconds. rvm's
+native code is compiled once per machine and cached; the first call's time is printed
+separately. JAX runs with 64-bit floats.
+"""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "examples"), str(ROOT / "tools")]
+
+import adbench
+import ba
+import gmm
+
+DATA = gmm.DATA
+
+
+def best(fn, repeat: int) -> float:
+    out = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        out = min(out, time.perf_counter() - t)
+    return out
+
+
+# ---------------------------------------------------------------------- GMM peers
+
+
+def _tril(d: int):
+    rows, cols = np.tril_indices(d, -1)
+    order = np.lexsort((rows, cols))
+    return rows[order], cols[order]
+
+
+def jax_gmm(data: dict):
+    import jax
+    import jax.numpy as jnp
+    from jax.scipy.special import logsumexp
+    jax.config.update("jax_enable_x64", True)
+    x, gamma, m = jnp.asarray(data["x"]), data["gamma"], data["m"]
+    n, d = data["x"].shape
+    rows, cols = _tril(d)
+    c = gmm.constant(d, len(data["alphas"]), n, gamma, m)
+
+    def objective(alphas, means, icf):
+        q = icf[:, :d]
+        Q = jnp.zeros((len(alphas), d, d)).at[:, np.arange(d), np.arange(d)].set(jnp.exp(q))
+        Q = Q.at[:, rows, cols].set(icf[:, d:])
+        qx = jnp.einsum("krc,nkc->nkr", Q, x[:, None, :] - means[None])
+        main = alphas[None] + q.sum(1)[None] - 0.5 * (qx ** 2).sum(-1)
+        return (logsumexp(main, axis=1).sum() - n * logsumexp(alphas) +
+                (0.5 * gamma ** 2 * ((jnp.exp(q) ** 2).sum() + (icf[:, d:] ** 2).sum())
+                 - m * q.sum()) + c)
+    f = jax.jit(objective)
+    g = jax.jit(jax.grad(objective, argnums=(0, 1, 2)))
+    args = tuple(jnp.asarray(data[k]) for k in ("alphas", "means", "icf"))
+    return (lambda: f(*args).block_until_ready(),
+            lambda: jax.block_until_ready(g(*args)))
+
+
+def torch_gmm(data: dict):
+    import torch
+    x = torch.tensor(data["x"])
+    n, d = data["x"].shape
+    rows, cols = (torch.tensor(v) for v in _tril(d))
+    c = gmm.constant(d, len(data["alphas"]), n, data["gamma"], data["m"])
+    gamma, m = data["gamma"], data["m"]
+
+    def objective(alphas, means, icf):
+        q = icf[:, :d]
+        Q = torch.diag_embed(torch.exp(q))
+        Q = Q.index_put((torch.arange(len(alphas))[:, None], rows[None], cols[None]),
+                        icf[:, d:], accumulate=True)
+        qx = torch.einsum("krc,nkc->nkr", Q, x[:, None, :] - means[None])
+        main = alphas[None] + q.sum(1)[None] - 0.5 * (qx ** 2).sum(-1)
+        return (torch.logsumexp(main, 1).sum() - n * torch.logsumexp(alphas, 0) +
+                (0.5 * gamma ** 2 * ((torch.exp(q) ** 2).sum() + (icf[:, d:] ** 2).sum())
+                 - m * q.sum()) + c)
+    args = [torch.tensor(data[k], requires_grad=True) for k in ("alphas", "means", "icf")]
+
+    def grad():
+        for a in args:
+            a.grad = None
+        objective(*args).backward()
+    return (lambda: objective(*args), grad)
+
+
+def bench_gmm(files: list[str], repeat: int) -> None:
+    print("| file | numpy obj | JAX obj | JAX grad | PyTorch grad | rvm obj | rvm grad | "
+          "rvm grad/obj | rvm grad / JAX grad | rvm grad / PyTorch grad | rvm first grad |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for name in files:
+        data = gmm.load(DATA / "gmm" / name)
+        args = [data[k] for k in ("alphas", "means", "icf", "x", "gamma", "m")]
+        t_np = best(lambda args=args: adbench.gmm_objective_numpy(*args), repeat)
+        jf, jg = jax_gmm(data)
+        jf(), jg()
+        _, tg = torch_gmm(data)
+        t_jf, t_jg, t_tg = best(jf, repeat), best(jg, repeat), best(tg, repeat)
+        t = time.perf_counter()
+        gmm.gradient(data, engine="native")
+        first = time.perf_counter() - t
+        gmm.objective(data, engine="native")
+        t_rf = best(lambda data=data: gmm.objective(data, engine="native"), repeat)
+        t_rg = best(lambda data=data: gmm.gradient(data, engine="native"), repeat)
+        print(f"| {name} | {t_np:.4f} | {t_jf:.5f} | {t_jg:.5f} | {t_tg:.5f} | {t_rf:.4f} | "
+              f"{t_rg:.4f} | {t_rg / t_rf:.2f} | {t_rg / t_jg:.1f} | {t_rg / t_tg:.1f} | "
+              f"{first:.1f} |", flush=True)
+
+
+# ---------------------------------------------------------------------- BA peers
+
+
+def jax_ba(data: dict):
+    import jax
+    import jax.numpy as jnp
+    jax.config.update("jax_enable_x64", True)
+
+    def residual(cam, x, w, feat):
+        r, d = cam[:3], x - cam[3:6]
+        theta = jnp.sqrt(r @ r)
+        safe = jnp.where(theta == 0, 1.0, theta)
+        u = r / safe
+        rot = d * jnp.cos(theta) + jnp.cross(u, d) * jnp.sin(theta) + u * (u @ d) * (
+            1 - jnp.cos(theta))
+        y = jnp.where(theta == 0, d + jnp.cross(r, d), rot)
+        p = y[:2] / y[2]
+        s = p @ p
+        return w * (cam[6] * p * (1 + cam[9] * s + cam[10] * s * s) + cam[7:9] - feat)
+    jac = jax.jit(jax.vmap(jax.jacfwd(residual, argnums=(0, 1, 2))))
+    cams = jnp.asarray(data["cams"][data["obs"][:, 0]])
+    xs = jnp.asarray(data["x"][data["obs"][:, 1]])
+    w, feats = jnp.asarray(data["w"]), jnp.asarray(data["feats"])
+
+    def run():
+        jc, jx, jw = jac(cams, xs, w, feats)
+        blocks = np.concatenate([np.asarray(jc), np.asarray(jx), np.asarray(jw)[..., None]],
+                                axis=2)               # p x 2 x 15, then the same CSR
+        return blocks.reshape(-1)
+    return run
+
+
+def bench_ba(files: list[str], repeat: int) -> None:
+    print("| file | observations | rvm J | rvm first J | JAX jacfwd+vmap J | rvm / JAX |")
+    print("|---|---|---|---|---|---|")
+    for stem in files:
+        path = next((DATA / "ba").glob(f"{stem}_*.txt"))
+        data = ba.load(path)
+        t = time.perf_counter()
+        ba.jacobian(data, engine="native")
+        first = time.perf_counter() - t
+        t_r = best(lambda data=data: ba.jacobian(data, engine="native"), repeat)
+        jrun = jax_ba(data)
+        jrun()
+        t_j = best(jrun, repeat)
+        print(f"| {stem} | {len(data['w'])} | {t_r:.3f} | {first:.1f} | {t_j:.3f} | "
+              f"{t_r / t_j:.2f} |", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("problem", choices=["gmm", "ba"])
+    ap.add_argument("--files", nargs="*")
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    if args.problem == "gmm":
+        files = args.files or [f"{s}/gmm_d{d}_K{k}.txt" for s, ds in (("1k", (2, 10, 20)),
+                                                                    ("10k", (2, 10)))
+                               for d in ds for k in (5, 10, 25, 50, 100, 200)]
+        bench_gmm(files, args.repeat)
+    else:
+        bench_ba(args.files or [f"ba{k}" for k in range(1, 6)], args.repeat)
+
+
+if __name__ == "__main__":
+    main()
