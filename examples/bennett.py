@@ -1,4 +1,5 @@
-"""Bennett's time-space trade-off for reverse computing (after seed 001, appendix A).
+"""Bennett's time-space trade-off for reverse computing (after the NiLang
+paper, Liu & Zhao).
 
 A program of N = k^n unit steps (here: state[i + 1] += 2 * state[i]) is split into k
 sectors, run forwards (P), and every intermediate state but the last of each sector is

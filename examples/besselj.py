@@ -1,4 +1,5 @@
-"""The Bessel function of the first kind J_nu(z), after NiLang's ibesselj (seed 002).
+"""The Bessel function of the first kind J_nu(z), after NiLang's ibesselj
+(Liu & Zhao).
 
 J_nu(z) = sum_k (-1)^k (z/2)^(2k+nu) / (k! (k+nu)!). Each term comes from the previous
 one through an approximate reversible multiplier (imul: the result goes into a dirty

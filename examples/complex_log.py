@@ -1,4 +1,5 @@
-"""The complex logarithm y += log(x) on (re, im) pairs (after seed 001, Listings 5 and 6):
+"""The complex logarithm y += log(x) on (re, im) pairs (after the NiLang paper's
+example, Liu & Zhao):
 log x = log |x| + i arg x. The modulus goes into an ancilla that is computed, used and
 uncomputed (compute-copy-uncompute).
 """

@@ -1,4 +1,4 @@
-"""Fibonacci, recursively and reversibly (after seed 001, Listing 11).
+"""Fibonacci, recursively and reversibly (after the NiLang paper, Liu & Zhao).
 
 rrfib(out, n) adds F(n + 1) to out (F(1) = F(2) = 1). A counter steps down from n by 2,
 making one recursive call per step; the while loop's post-condition (counter != n) is false

@@ -1,4 +1,5 @@
-"""exp(x) by its Taylor series in constant memory (after seed 000's iexp).
+"""exp(x) by its Taylor series in constant memory (after iexp in Liu & Zhao,
+*Instruction level automatic differentiation on a reversible Turing machine*).
 
 The term s_n = s_{n-1} * x / n is updated in place with the reversible pair *= and /=
 (so s_{n-1} is uncomputed arithmetically instead of being stored), and the series is

@@ -1,5 +1,5 @@
-"""The dot product of two sparse matrices, sum_ij A_ij B_ij (seed 001, Listing 22's
-operation), on compressed sparse column (CSC) arrays: column pointers, row indices, values.
+"""The dot product of two sparse matrices, sum_ij A_ij B_ij (the NiLang paper's sparse
+matrix example), on compressed sparse column (CSC) arrays: column pointers, row indices, values.
 
 Per column, B's values are scattered into a dense work vector, A's nonzeros read from it,
 and the scatter is uncomputed. This takes O(nnz) time, needs no branch-keeping, and works

@@ -1,5 +1,6 @@
 """A unitary (orthogonal) matrix applied to a vector as a sequence of Givens rotations
-(after seed 000, section V.D). Each rot(a, b, t) is exactly invertible (irot), so the
+(after Liu & Zhao, *Instruction level automatic differentiation on a reversible
+Turing machine*). Each rot(a, b, t) is exactly invertible (irot), so the
 whole transformation runs backwards, and its gradient with respect to the angles comes
 from the ROT adjoint.
 """
