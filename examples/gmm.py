@@ -125,14 +125,17 @@ def arguments(data: dict) -> tuple:
             data["m"], c)
 
 
+STEPS = 10 ** 13       # the machine's step budget: the full-size inputs run 10^9 and more
+
+
 def objective(data: dict, engine=None) -> float:
-    return gmm_objective(*arguments(data), engine=engine)[0]
+    return gmm_objective(*arguments(data), engine=engine, max_steps=STEPS)[0]
 
 
 def gradient(data: dict, engine=None) -> tuple[float, np.ndarray]:
     """(objective, gradient ordered alpha, mu row by row, icf row by row)."""
     value, grads = rvm.value_and_grad(gmm_objective, loss="out", argnums=(1, 2, 3),
-                                      engine=engine)(*arguments(data))
+                                      engine=engine, max_steps=STEPS)(*arguments(data))
     return value[0], np.concatenate([g.ravel() for g in grads])
 
 

@@ -157,3 +157,13 @@ def test_sparse_dot_1000_by_1000():
     assert grads[1] is None and grads[0] == 1.0
     back = (~sparse_dot)(*values)
     assert back[0] == pytest.approx(0.25, abs=1e-9)
+
+
+def test_graph_embedding_by_adam_across_dimensions():
+    """Adam on rvm.grad: the loss stays far above zero below k = 5 and reaches zero at
+    k = 5, with non-edges sqrt(2) times as long as edges."""
+    pytest.importorskip("numba")
+    from graph_embedding import sweep
+    (k3, loss3, _), (k5, loss5, ratio5) = sweep(ks=(3, 5), engine="native")
+    assert loss3 > 0.05
+    assert loss5 < 1e-10 and abs(ratio5 - math.sqrt(2)) < 1e-6
