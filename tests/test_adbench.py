@@ -72,29 +72,43 @@ def test_gmm_on_the_adbench_layout_and_reversed(tmp_path):
         np.testing.assert_array_equal(a, b)
 
 
-def test_gmm_matches_jax_where_installed(tmp_path):
-    jax = pytest.importorskip("jax")
-    jax.config.update("jax_enable_x64", True)
-    import jax.numpy as jnp
-    from jax.scipy.special import logsumexp
-    data = gmm.load(gmm_file(tmp_path, 3, 4))
-    d = 3
-    rows, cols = np.tril_indices(d, -1)
-    order = np.lexsort((rows, cols))
+JAX_GMM = """
+import json, sys
+import numpy as np
+import jax
+jax.config.update("jax_enable_x64", True)
+import jax.numpy as jnp
+from jax.scipy.special import logsumexp
+sys.path.insert(0, sys.argv[2])
+import gmm
+data = gmm.load(sys.argv[1])
+d = data["means"].shape[1]
+rows, cols = np.tril_indices(d, -1)
+order = np.lexsort((rows, cols))
 
-    def objective(alphas, means, icf):
-        q = icf[:, :d]
-        Q = jnp.zeros((len(alphas), d, d)).at[:, np.arange(d), np.arange(d)].set(jnp.exp(q))
-        Q = Q.at[:, rows[order], cols[order]].set(icf[:, d:])
-        qx = jnp.einsum("krc,nkc->nkr", Q, data["x"][:, None, :] - means[None])
-        main = alphas[None] + q.sum(1)[None] - 0.5 * (qx ** 2).sum(-1)
-        return logsumexp(main, axis=1).sum() - len(data["x"]) * logsumexp(alphas) + (
-            0.5 * data["gamma"] ** 2 * ((jnp.exp(q) ** 2).sum() + (icf[:, d:] ** 2).sum())
-            - data["m"] * q.sum())
-    want = jax.grad(objective, argnums=(0, 1, 2))(data["alphas"], data["means"], data["icf"])
-    _, got = gmm.gradient(data, engine="python")
-    np.testing.assert_allclose(got, np.concatenate([np.ravel(w) for w in want]), rtol=1e-9,
-                               atol=1e-9)
+def objective(alphas, means, icf):
+    q = icf[:, :d]
+    Q = jnp.zeros((len(alphas), d, d)).at[:, np.arange(d), np.arange(d)].set(jnp.exp(q))
+    Q = Q.at[:, rows[order], cols[order]].set(icf[:, d:])
+    qx = jnp.einsum("krc,nkc->nkr", Q, data["x"][:, None, :] - means[None])
+    main = alphas[None] + q.sum(1)[None] - 0.5 * (qx ** 2).sum(-1)
+    return logsumexp(main, axis=1).sum() - len(data["x"]) * logsumexp(alphas) + (
+        0.5 * data["gamma"] ** 2 * ((jnp.exp(q) ** 2).sum() + (icf[:, d:] ** 2).sum())
+        - data["m"] * q.sum())
+g = jax.grad(objective, argnums=(0, 1, 2))(data["alphas"], data["means"], data["icf"])
+print(json.dumps(np.concatenate([np.ravel(w) for w in g]).tolist()))
+"""
+
+
+def test_gmm_matches_jax_where_installed(tmp_path):
+    """Against jax.grad (in a child process: JAX's threads and the fuzz tests' fork()
+    do not mix)."""
+    pytest.importorskip("jax")
+    path = gmm_file(tmp_path, 3, 4)
+    out = subprocess.run([sys.executable, "-c", JAX_GMM, str(path), str(ROOT / "examples")],
+                         capture_output=True, text=True, check=True)
+    _, got = gmm.gradient(gmm.load(path), engine="python")
+    np.testing.assert_allclose(got, json.loads(out.stdout), rtol=1e-9, atol=1e-9)
 
 
 def ba_instance(n=3, m=4, p=7, seed=0) -> dict:

@@ -165,5 +165,6 @@ def test_graph_embedding_by_adam_across_dimensions():
     pytest.importorskip("numba")
     from graph_embedding import sweep
     (k3, loss3, _), (k5, loss5, ratio5) = sweep(ks=(3, 5), engine="native")
+    assert (k3, k5) == (3, 5)
     assert loss3 > 0.05
     assert loss5 < 1e-10 and abs(ratio5 - math.sqrt(2)) < 1e-6

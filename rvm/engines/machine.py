@@ -346,27 +346,34 @@ class Machine:
                 self._compiled_functions = None
             top, cells = self.top, bytes(self._buf[:8 * self.top])
             shadows = bytes(self._gbuf[:8 * self.top]) if self.grad else b""
-            try:
-                self._compiled.run(self, direction)
-                return 0
-            except RvmError:
-                # undo the heap writes and let the reference engine find and report the
-                # failing instruction, leaving the state exactly where it would stop
-                self.top = top
-                self._buf[:] = bytes(len(self._buf))
-                self._buf[:len(cells)] = cells
-                self._gbuf[:] = bytes(len(self._gbuf))
-                self._gbuf[:len(shadows)] = shadows
-            except Exception as exc:    # numba could not compile this program
-                if not self._compiled.native:
-                    raise
-                import warnings
-                what = self.program.source or "this program"
-                warnings.warn(f"the native engine could not compile {what} "
-                              f"({type(exc).__name__}); using the python engine", stacklevel=2)
-                self.program.cache["native_failed"] = True
-                self.engine, self._compiled = "python", None
-                return self.run(direction)
+            while True:
+                try:
+                    self._compiled.run(self, direction)
+                    return 0
+                except RvmError as e:
+                    # undo the heap writes; then either grow a heap the compiled code ran
+                    # out of and run again, or let the reference engine find and report
+                    # the failing instruction, leaving the state exactly where it stops
+                    self.top = top
+                    self._buf[:] = bytes(len(self._buf))
+                    self._buf[:len(cells)] = cells
+                    self._gbuf[:] = bytes(len(self._gbuf))
+                    self._gbuf[:len(shadows)] = shadows
+                    if "heap capacity exceeded" in str(e) and self.cap < self.heap_limit:
+                        self._grow(min(2 * self.cap, self.heap_limit - self.frame_cells))
+                        continue
+                    break
+                except Exception as exc:    # numba could not compile this program
+                    if not self._compiled.native:
+                        raise
+                    import warnings
+                    what = self.program.source or "this program"
+                    warnings.warn(f"the native engine could not compile {what} "
+                                  f"({type(exc).__name__}); using the python engine",
+                                  stacklevel=2)
+                    self.program.cache["native_failed"] = True
+                    self.engine, self._compiled = "python", None
+                    return self.run(direction)
         budget = self.max_steps if max_steps is None else max_steps
         if self.progress is None:
             taken = self._move(direction, budget)
