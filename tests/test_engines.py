@@ -347,3 +347,22 @@ def test_vmap_on_a_dask_cluster():
     assert np.allclose(got[:20], want, rtol=1e-12) and got.shape == (1000,)
     with pytest.raises(rvm.UsageError, match="unknown backend"):
         rvm.vmap(g, backend="spark")
+
+
+def test_native_runs_grow_the_heap_instead_of_falling_back():
+    """A native run that needs more heap than the machine has grows it and runs natively
+    again (the interpreter, which counts steps, is not used)."""
+    pytest.importorskip("numba")
+    text = """
+.func f(f0, r0)
+        ALLOC r1, r0
+        EXCH f0, [r1 + 4000]
+        EXCH f0, [r1 + 4000]
+        FREE r1, r0
+.end
+"""
+    prog = rvm.assemble(text, "grow.rasm")
+    m = rvm.Machine(prog, engine="native")
+    m.enter("f", 1.5, 5000)
+    assert m.run() == 0            # ran natively: the interpreter would return its steps
+    assert m.results() == (1.5, 5000) and m.cap >= 5000
