@@ -17,22 +17,18 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "examples"), str(ROOT / "tools")]
+sys.path[:0] = [str(ROOT / "examples"), str(ROOT / "tools"), str(ROOT / "tools" / "bench")]
 
 import adbench
 import ba
 import gmm
+from worker import best_of
 
 DATA = gmm.DATA
 
 
 def best(fn, repeat: int) -> float:
-    out = float("inf")
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        out = min(out, time.perf_counter() - t)
-    return out
+    return best_of(fn, repeat)
 
 
 # ---------------------------------------------------------------------- GMM peers

@@ -15,7 +15,9 @@ import sys
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "tools" / "bench")]
+
+from worker import best_of
 
 import rvm
 
@@ -48,13 +50,7 @@ def rate(machine, name, args, direction):
 
 
 def seconds(f, repeat=3):
-    f()
-    best = float("inf")
-    for _ in range(repeat):
-        t = time.perf_counter()
-        f()
-        best = min(best, time.perf_counter() - t)
-    return best
+    return best_of(f, repeat, warm=True)
 
 
 def main():

@@ -429,13 +429,15 @@ class Parser:
         return [_stmt(ast.With([ast.withitem(block, None)], first + then or
                                [_stmt(ast.Pass(), t)]), t)]
 
+    def typed_name(self, keyword: str) -> tuple[Token, Token]:
+        """`local`/`delocal` then `int NAME` or `stack NAME`: (type token, name token)."""
+        if not self.at("int", "stack"):
+            raise self.error(f"expected int or stack after {keyword}")
+        return self.take(), self.identifier()
+
     def stmt_local(self) -> list:
         t = self.take("local")
-        kind = self.tok
-        if not self.at("int", "stack"):
-            raise self.error("expected int or stack after local")
-        self.take()
-        name = self.identifier()
+        kind, name = self.typed_name("local")
         if any(name.text in s for s in self.scopes):
             raise self.error(f"{name.text!r} is already declared here", name)
         if self.at("["):
@@ -452,11 +454,7 @@ class Parser:
         self.scopes.append({name.text: decl})
         body = self.statements(("delocal",))
         end = self.take("delocal")
-        kind2 = self.tok
-        if not self.at("int", "stack"):
-            raise self.error("expected int or stack after delocal")
-        self.take()
-        name2 = self.identifier()
+        kind2, name2 = self.typed_name("delocal")
         if name2.text != name.text:
             raise self.error(f"delocal {name2.text} does not match local {name.text} "
                              f"(line {name.line})", name2)

@@ -20,6 +20,18 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(ROOT / "tools" / "bench")]
 
 
+def best_of(f, repeat: int = 3, warm: bool = False) -> float:
+    """The best of `repeat` timed calls of f, in seconds (after one untimed call if warm)."""
+    if warm:
+        f()
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        f()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
 def per_call(f, budget=1.0):
     """Seconds per call: best of 5 batches sized to take about budget/5 seconds."""
     f()
