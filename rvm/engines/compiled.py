@@ -19,6 +19,7 @@ that both give the same results.
 from __future__ import annotations
 
 import math
+import re
 
 from ..core import isa
 from ..core.errors import InvertibilityError, MachineError
@@ -243,8 +244,13 @@ class Compiled:
             for mode, (backward, gradient) in MODES.items():
                 writer = _Writer(self, inverse if backward else fn, gradient)
                 body = writer.source(self.name(fname, mode))
-                parts.append(body)
                 self.bodies[self.name(fname, mode)] = body
+                # generated Python: direct assignments, finiteness once per straight run,
+                # math functions as local names
+                parts.append(re.sub(r"\bmath\.(\w+)\(", r"_math_\1(",
+                                    "\n".join(templates.straighten(body.split("\n")))))
+        used = sorted(set(re.findall(r"\b_math_(\w+)\(", "\n".join(parts))))
+        parts[1:1] = [f"    _math_{name} = math.{name}" for name in used]
         parts.append("    return {" + ", ".join(
             f"'{self.name(f, m)}': {self.name(f, m)}" for f in program.functions
             for m in MODES) + "}")

@@ -16,7 +16,7 @@ import importlib.util
 import re
 import sys
 
-from .templates import Fault, dpow_db, sign
+from .templates import Fault, dpow_db, sign, straighten
 
 # the native engine is optional; numba is imported only when a program is compiled
 available = importlib.util.find_spec("numba") is not None
@@ -51,12 +51,6 @@ def rewrite(line: str) -> str:
 
 _FAULT = re.compile(r"^(\s*)if (not \((.*)\)|(.*)): raise Fault\('invertibility check "
                     r"failed'\)$")
-# finiteness: a float register's non-finite value sticks through the arithmetic that
-# updates it (x = x + ..., x * y, ...), so within a straight run of register arithmetic
-# one check per register, after its last update, sees what a check after every update
-# would; pending checks are added before anything else (memory, calls, control flow)
-_FIN = re.compile(r"_fin \+= (g?f\d+) - \1")
-_PURE = re.compile(r"g?[rf]\d+ = [^\[]*|_n -= \d+|_ok &= [^\[]*|_m = [^\[]*")
 _LEAVES = ("if ", "while ", "_b = ", "break", "return", "TOP[1] = ")
 
 
@@ -87,31 +81,6 @@ def _bitwise(cond: str) -> str:
     return ast.unparse(Flat().visit(ast.parse(cond, mode="eval")))
 
 
-def _direct(lines: list[str]) -> list[str]:
-    """`_v = e` [`_fin += _v - _v`] `x = _v`  ->  `x = e` [`_fin += x - x`]: half the
-    definitions for numba's dataflow analyses."""
-    out: list[str] = []
-    k = 0
-    while k < len(lines):
-        line = lines[k]
-        stripped = line.lstrip()
-        ind = line[:len(line) - len(stripped)]
-        if stripped.startswith("_v = ") and k + 1 < len(lines):
-            fin = lines[k + 1].strip() == "_fin += _v - _v"
-            nxt = lines[k + 2 if fin else k + 1].strip()
-            m = re.fullmatch(r"([rf]\d+) = _v", nxt)
-            if m and "_v" not in stripped[5:]:
-                x = m.group(1)
-                out.append(f"{ind}{x} = {stripped[5:]}")
-                if fin:
-                    out.append(f"{ind}_fin += {x} - {x}")
-                k += 3 if fin else 2
-                continue
-        out.append(line)
-        k += 1
-    return out
-
-
 def defer_checks(source: str) -> str:
     """The generated functions with their invertibility checks folded into one flag.
 
@@ -126,26 +95,11 @@ def defer_checks(source: str) -> str:
     several times faster.
     """
     out: list[str] = []
-    lines = _direct(source.split("\n"))
+    lines = straighten(source.split("\n"))
     dirty = mask = False
-    pending: dict[str, None] = {}       # registers whose finiteness is still to be added
-    pending_ind = ""
     for k, line in enumerate(lines):
         stripped = line.lstrip()
         ind = line[:len(line) - len(stripped)]
-        fin = _FIN.fullmatch(stripped)
-        if fin and (not pending or ind == pending_ind):
-            pending.pop(fin.group(1), None)
-            pending[fin.group(1)] = None
-            pending_ind = ind
-            continue
-        if pending and (ind != pending_ind or not _PURE.fullmatch(stripped)):
-            out.append(pending_ind + "_fin += " + " + ".join(f"({x} - {x})" for x in pending))
-            pending = {}
-            if fin:
-                pending[fin.group(1)] = None
-                pending_ind = ind
-                continue
         m = _FAULT.match(line)
         if m:
             cond = _bitwise(m.group(3)) if m.group(3) is not None \

@@ -182,3 +182,55 @@ def shows(ops: Operands, cc: str) -> str:
     return f"{a} {isa.CONDITIONS[cc]} {b}" + (f" ({vals})" if vals else "")
 
 
+
+
+# Straight runs of generated code. A float register's non-finite value sticks through the
+# arithmetic that updates it (x = x + ..., x * y, ...), so within a straight run of
+# register arithmetic one finiteness check per register, after its last update, sees
+# what a check after every update would; the pending checks are added before anything
+# else (memory, calls, control flow, the test of _fin itself).
+_FIN = re.compile(r"_fin \+= (g?f\d+) - \1")
+_PURE = re.compile(r"g?[rf]\d+ = [^\[]*|_n -= \d+|_ok &= [^\[]*|_m = [^\[]*"
+                   r"|if [^\[]*: raise \w+\(.*")
+
+
+def straighten(lines: list[str]) -> list[str]:
+    """Generated code with `_v = e` [`_fin += _v - _v`] `x = _v` written `x = e`, and the
+    finiteness of each float register added once per straight run (see above)."""
+    direct: list[str] = []
+    k = 0
+    while k < len(lines):
+        line = lines[k]
+        stripped = line.lstrip()
+        ind = line[:len(line) - len(stripped)]
+        if stripped.startswith("_v = ") and "_v" not in stripped[5:] and k + 1 < len(lines):
+            fin = lines[k + 1].strip() == "_fin += _v - _v"
+            nxt = lines[k + 2].strip() if fin and k + 2 < len(lines) else \
+                lines[k + 1].strip()
+            m = re.fullmatch(r"([rf]\d+) = _v", nxt)
+            if m:
+                direct.append(f"{ind}{m.group(1)} = {stripped[5:]}")
+                if fin:
+                    direct.append(f"{ind}_fin += {m.group(1)} - {m.group(1)}")
+                k += 3 if fin else 2
+                continue
+        direct.append(line)
+        k += 1
+    out: list[str] = []
+    pending: dict[str, None] = {}
+    pending_ind = ""
+    for line in direct:
+        stripped = line.lstrip()
+        ind = line[:len(line) - len(stripped)]
+        fin = _FIN.fullmatch(stripped)
+        pure = _PURE.fullmatch(stripped) and "_fin" not in stripped
+        if pending and (ind != pending_ind or not (pure or fin)):
+            out.append(pending_ind + "_fin += " + " + ".join(f"({x} - {x})" for x in pending))
+            pending = {}
+        if fin:
+            pending.pop(fin.group(1), None)
+            pending[fin.group(1)] = None
+            pending_ind = ind
+            continue
+        out.append(line)
+    return out
