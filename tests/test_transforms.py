@@ -236,3 +236,13 @@ def test_derivative_programs_speak_in_the_sources_names():
     adjoint_text = rvm.debug(rvm.adjoint(f), 0.0, 3.0, 4.0, 1.0, 0.0, 0.0,
                              commands=["c", "info registers"])
     assert "x_bar      24.0" in adjoint_text and "y_bar      41.0" in adjoint_text
+
+
+def test_hvp_repeated_calls_take_the_planned_path_and_stay_exact():
+    """Later calls with the same argument types reuse the first call's machine (straight
+    into compiled code): the values must still follow the arguments."""
+    from hvp import f  # 2x^2 + 3xy + 4y^2: H = [[4, 3], [3, 8]]
+    for engine in ENGINES:
+        for x, y, v in [(3.0, 4.0, (7.0, 8.0)), (1.0, -2.0, (1.0, 0.0)), (0.5, 0.5, (0.0, 2.0))]:
+            got = rvm.hvp(f, (0.0, x, y), (0.0, *v), loss="out", engine=engine)
+            assert got == (0.0, 4 * v[0] + 3 * v[1], 3 * v[0] + 8 * v[1]), (engine, got)

@@ -154,13 +154,13 @@ class Transformed:
 
     @user_facing
     def __call__(self, *args, **options):
-        program, name, names = self.specialize(args)
+        program, name, _ = self.specialize(args)
         m = machine_for(program, **options)
         arrays = any(isinstance(a, np.ndarray) for a in args)
-        m.enter(name, *(self.pack(args) if arrays else args), backward=self.backward,
-                names=names if not arrays else None)
-        out = m.finish()
-        return self.unpack(args, out) if arrays else out
+        if not arrays:       # the machine's call: straight to native code once it has run
+            return (m.uncall if self.backward else m.call)(name, *args)
+        m.enter(name, *self.pack(args), backward=self.backward)
+        return self.unpack(args, m.finish())
 
     def lower(self, sig: tuple) -> tuple[Program, str]:
         """(program, entry) for a call from reversible code with this signature."""
@@ -230,18 +230,39 @@ def hvp(f, primals: Sequence, tangents: Sequence, loss=0, **options) -> tuple:
     entry per argument, None for integers, arrays as arrays. O(1) extra memory: forward
     over reverse (the tangent of the adjoint program) for register code; for programs
     with arrays, reverse over forward (gradient mode on the tangent program)."""
-    primals = tuple(primals)
+    primals, tangents = tuple(primals), tuple(tangents)
+    try:          # a plan for these argument types: the machine and entry of an earlier call
+        key = (f, tuple(map(type, primals)), tuple(t is None for t in tangents), loss,
+               tuple(sorted(options.items())))
+        plan = _HVP_PLANS.get(key)
+    except TypeError:                         # something unhashable: no plan
+        key = plan = None
+    if plan is not None and all(type(t) in (float, int) for t in tangents if t is not None):
+        m, name, floats, n, seed = plan
+        out = m.call(name, *primals, *seed, *[tangents[k] for k in floats],
+                     *[0.0] * len(floats))
+        return _spread(out[n + 2 * len(floats):], floats, n)
     floats, n = float_arguments(f, primals), len(primals)
-    dots = _checked_tangents(tuple(tangents), floats, n, "hvp")
+    dots = _checked_tangents(tangents, floats, n, "hvp")
     which, element = loss_index(f, primals, loss)
     if element is not None:
         raise UsageError("hvp: the loss must be a float scalar argument, not an element")
     if any(isinstance(a, np.ndarray) for a in primals):
         return _hvp_arrays(f, primals, dots, floats, which, options)
     seed = [1.0 if k == which else 0.0 for k in floats]
-    _, out = jvp(adjoint(f), primals + tuple(seed),
-                 _spread(dots, floats, n) + (0.0,) * len(floats), **options)
-    return _spread(out[n:], floats, n)     # the tangents of the shadows: H @ tangents
+    inner = tangent(adjoint(f))
+    args = primals + tuple(seed) + _spread(dots, floats, n) + (0.0,) * len(floats)
+    args = tuple(a for a in args if a is not None)
+    out = inner(*args, **options)
+    if key is not None:
+        program, name, _ = inner.specialize(args)
+        _HVP_PLANS[key] = (machine_for(program, **options), name, floats, n, seed)
+    # the tangent program's results: the adjoint's arguments (n primals, then the shadows),
+    # then one tangent per float among them; the shadows' tangents are H @ tangents
+    return _spread(out[n + 2 * len(floats):], floats, n)
+
+
+_HVP_PLANS: dict = {}         # (f, argument types, ...) -> (machine, entry, floats, n, seed)
 
 
 def _hvp_arrays(f, primals, dots, floats, which, options) -> tuple:

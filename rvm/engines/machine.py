@@ -529,21 +529,29 @@ class Machine:
         returns None, and the call goes the general way, which reports it exactly."""
         import numpy as np_
         c, fn = self._compiled, self.stack[0].fn
-        if c is None or not c.native or c.uses_heap or len(args) != len(fn.params) or \
+        if c is None or not c.native or len(args) != len(fn.params) or \
                 any(isinstance(a, np_.ndarray) for a in args):
             return None
         function = self._compiled_functions[c.name(fn.name, "bw" if backward else "fw")]
-        hi = np_.zeros(1, np_.int64)
-        heap = (hi, hi.view(np_.float64), np_.zeros(1), np_.zeros(2, np_.int64))
+        # a private heap: programs that only push and pop scalars (as derivative programs
+        # do) run on it; one that needs more, or leaves cells in use, goes the general way
+        cells = min(DIRECT_HEAP, self.heap_limit) if c.uses_heap else 1
+        hi = np_.zeros(cells, np_.int64)
+        heap = (hi, hi.view(np_.float64), np_.zeros(cells), np_.zeros(2, np_.int64))
         kinds = [int if p.cls == isa.INT else float for p in fn.params]
         budget = self.max_steps
 
         def direct(values):
-            heap[3][1] = budget
+            heap[3][0], heap[3][1] = 0, budget
             try:
-                return tuple(function(*heap, *[k(v) for k, v in zip(kinds, values)]))
+                out = tuple(function(*heap, *[k(v) for k, v in zip(kinds, values)]))
             except Exception:
+                out = None
+            if heap[3][0] != 0 or out is None:
+                heap[0][:] = 0
+                heap[2][:] = 0
                 return None
+            return out
         return direct
 
     def snapshot(self) -> tuple:
@@ -554,6 +562,7 @@ class Machine:
 
 
 ENGINES = ("interp", "python", "native", "auto")
+DIRECT_HEAP = 4096            # cells of the private heap of a direct native call
 PROGRESS_CHUNK = 200_000      # steps between progress reports of a stepped run
 
 
