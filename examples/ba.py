@@ -74,10 +74,11 @@ def load(path) -> dict:
 
 def _rows(data: dict) -> list[np.ndarray]:
     """residual's 19 arguments, one row per observation."""
-    cams = data["cams"][data["obs"][:, 0]]
-    xs = data["x"][data["obs"][:, 1]]
+    cams = np.ascontiguousarray(data["cams"][data["obs"][:, 0]].T)    # one row per parameter
+    xs = np.ascontiguousarray(data["x"][data["obs"][:, 1]].T)
+    feats = np.ascontiguousarray(data["feats"].T)
     p = len(data["w"])
-    return [np.zeros(p), np.zeros(p), *cams.T, *xs.T, data["w"], *data["feats"].T]
+    return [np.zeros(p), np.zeros(p), *cams, *xs, np.ascontiguousarray(data["w"]), *feats]
 
 
 def residuals(data: dict, engine=None) -> tuple[np.ndarray, np.ndarray]:
