@@ -246,3 +246,62 @@ def test_hvp_repeated_calls_take_the_planned_path_and_stay_exact():
         for x, y, v in [(3.0, 4.0, (7.0, 8.0)), (1.0, -2.0, (1.0, 0.0)), (0.5, 0.5, (0.0, 2.0))]:
             got = rvm.hvp(f, (0.0, x, y), (0.0, *v), loss="out", engine=engine)
             assert got == (0.0, 4 * v[0] + 3 * v[1], 3 * v[0] + 8 * v[1]), (engine, got)
+
+
+def _example_cases():
+    """(name, function, arguments) for the examples' reversible functions."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    import ba
+    from besselj import besselj_inplace
+    from complex_log import complex_log
+    from hvp import f as pearlmutter
+    from iexp import iexp
+    from unitary import givens
+    rng = np.random.default_rng(5)
+    cam = [0.1, -0.2, 0.05, 0.1, -0.2, 0.3, 2.0, 0.5, -0.5, 0.01, 0.001]
+    return [("besselj_inplace", besselj_inplace, (0.0, 2, 1.0)),
+            ("iexp", iexp, (0.0, 1.6)),
+            ("complex_log", complex_log, (0.5, -0.25, -1.5, 2.0)),
+            ("pearlmutter", pearlmutter, (0.0, 3.0, 4.0)),
+            ("ba.residual", ba.residual, (0.0, 0.0, *cam, 1.0, 2.0, 5.0, 0.8, 0.3, 0.4)),
+            ("givens", givens, (rng.normal(size=4), rng.normal(size=6)))]
+
+
+EXAMPLES = _example_cases()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("case", EXAMPLES, ids=[c[0] for c in EXAMPLES])
+def test_transforms_of_the_examples_match_finite_differences(engine, case):
+    """rvm.jvp (every example) and rvm.adjoint (the scalar ones) of the examples' functions
+    against central differences of the plain function, on every engine."""
+    _, fn, args = case
+    floats = [k for k, a in enumerate(args) if not isinstance(a, int)]
+    sizes = [np.size(args[k]) for k in floats]
+
+    def unflatten(x):
+        full, at = list(args), 0
+        for k, n in zip(floats, sizes):
+            part = x[at:at + n]
+            full[k] = part.reshape(np.shape(args[k])) if np.ndim(args[k]) else float(part[0])
+            at += n
+        return full
+
+    def flat(values):
+        return np.concatenate([np.ravel(values[k]) for k in floats])
+    x0 = flat(args)
+    eps = 1e-6
+    jac = np.stack([(flat(fn(*unflatten(x0 + eps * e), engine="interp")) -
+                     flat(fn(*unflatten(x0 - eps * e), engine="interp"))) / (2 * eps)
+                    for e in np.eye(len(x0))], axis=1)
+    rng = np.random.default_rng(1)
+    v = rng.normal(size=len(x0))
+    dots = unflatten(v)
+    dots = [None if isinstance(a, int) else d for a, d in zip(args, dots)]
+    _, out = rvm.jvp(fn, args, dots, engine=engine)
+    assert np.allclose(flat(out), jac @ v, rtol=1e-5, atol=1e-6)
+    if all(np.ndim(a) == 0 for a in args):        # the adjoint program takes scalars
+        ybar = rng.normal(size=len(x0))
+        res = rvm.adjoint(fn)(*args, *ybar, engine=engine)
+        assert np.allclose(res[:len(args)], args, rtol=1e-9, atol=1e-9)
+        assert np.allclose(res[len(args):], jac.T @ ybar, rtol=1e-5, atol=1e-6)
