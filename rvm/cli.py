@@ -288,7 +288,7 @@ def parser() -> argparse.ArgumentParser:
     a.set_defaults(run=cmd_asm)
 
     c = sub.add_parser("compile", **_help("compile"),
-                       help="compile the @rvm.reversible functions of a .py file")
+                       help="compile a .py file (its @rvm.reversible functions) or a .ja file")
     c.add_argument("file")
     c.add_argument("-o", "--output", help="output file (default: FILE.rvmb)")
     c.add_argument("--emit", choices=["rvmb", "asm"], default="rvmb",
@@ -296,7 +296,7 @@ def parser() -> argparse.ArgumentParser:
     _derivatives(c)
     c.set_defaults(run=cmd_compile)
 
-    d = sub.add_parser("dis", **_help("dis"), help="disassemble a .rasm or .rvmb file")
+    d = sub.add_parser("dis", **_help("dis"), help="disassemble a .rasm, .rvmb, .py or .ja file")
     d.add_argument("file")
     d.add_argument("--plain", action="store_true", help="no index/line comments")
     _derivatives(d)
