@@ -313,8 +313,9 @@ def _child(category: str, seed: int, start: int, count: int, conn) -> None:
 
 
 def run(category: str, count: int, seed: int = 0, timeout: float = TIMEOUT,
-        details: list | None = None) -> dict[str, int]:
-    """Run `count` cases of a category in child processes; outcome counts."""
+        details: list | None = None, progress=None) -> dict[str, int]:
+    """Run `count` cases of a category in child processes; outcome counts. `progress`
+    (a file) gets a line with the counts so far after each child's batch of cases."""
     counts = dict.fromkeys(OUTCOMES, 0)
     ctx = mp.get_context("fork")
     k = 0
@@ -350,6 +351,8 @@ def run(category: str, count: int, seed: int = 0, timeout: float = TIMEOUT,
                 details.append((category, k, outcome, detail))
             k += 1
         recv.close()
+        if progress is not None:
+            print(f"{category}: {k} of {count} cases: {counts}", file=progress, flush=True)
     return counts
 
 
@@ -366,7 +369,7 @@ def main() -> None:
     for name in args.category or CATEGORIES:
         n = args.programs if name.startswith("programs") else args.cases
         t = time.time()
-        counts = run(name, n, args.seed, details=details)
+        counts = run(name, n, args.seed, details=details, progress=sys.stderr)
         print(f"| {name} | {n} | " + " | ".join(str(counts[o]) for o in OUTCOMES) +
               f" | {time.time() - t:.0f} |", flush=True)
     for category, k, outcome, detail in details[:20]:
