@@ -16,7 +16,7 @@ import numpy as np
 from ..core import isa
 from ..core.errors import UsageError, user_facing
 from ..core.program import Program
-from ..engines.machine import Machine, machine_for
+from ..engines.machine import machine_for
 from . import transforms
 from .gradient import loss_index, target, with_inverse
 
@@ -271,7 +271,7 @@ def _hvp_arrays(f, primals, dots, floats, which, options) -> tuple:
     t = tangent(f)
     args = tuple(primals) + tuple(dots)
     program, name, _ = t.specialize(args)
-    m = Machine(program, **options)
+    m = machine_for(program, **options)     # reused from call to call
     m.enter(name, *t.pack(args))
     m.run(1)
     m.check_locals(m.stack[0])
