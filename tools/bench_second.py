@@ -22,7 +22,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "examples"), str(ROOT / "tools" / "bench")]
 
-from worker import per_call
+from worker import bessel_jax, bessel_torch, per_call
 
 # ---------------------------------------------------------------------- Bessel
 
@@ -42,25 +42,12 @@ def bessel() -> None:
     g(0.0, 2, 1.0)
     value = h()
 
-    def f(z):
-        def body(k, carry):
-            term, total = carry
-            term = term * -(z / 2) ** 2 / (k * (k + 2))
-            return term, total + term
-        term = (z / 2) ** 2 / 2.0
-        return jax.lax.fori_loop(1, 21, body, (term, term))[1]
-    jh = jax.jit(lambda z: jax.jvp(jax.grad(f), (z,), (1.0,))[1])
+    jh = jax.jit(lambda z: jax.jvp(jax.grad(bessel_jax()), (z,), (1.0,))[1])
     z = jax.numpy.float64(1.0)
 
     def th():
         x = torch.tensor(1.0, dtype=torch.float64, requires_grad=True)
-        term = (x / 2) ** 2 / 2.0
-        total, k = term, 0
-        while abs(term.item()) > 1e-17:
-            k += 1
-            term = term * -(x / 2) ** 2 / (k * (k + 2))
-            total = total + term
-        (d,) = torch.autograd.grad(total, x, create_graph=True)
+        (d,) = torch.autograd.grad(bessel_torch(x), x, create_graph=True)
         (d2,) = torch.autograd.grad(d, x)
         return d2.item()
     t_g, t_h = per_call(lambda: g(0.0, 2, 1.0)), per_call(h)
@@ -155,23 +142,15 @@ if tool == "rvm":
     rvm.hvp(leapfrog, (q0, 0.0, 10, dt), (1.0, 0.0, None, 0.0), loss="q", **opts)
 elif tool == "jax":
     import jax
-    jax.config.update("jax_enable_x64", True)
-    def f(q):
-        def body(_, c):
-            q, p = c
-            p = p - dt * jax.numpy.sin(q)
-            return q + dt * p, p
-        return jax.lax.fori_loop(0, n, body, (q, 0.0))[0]
-    h = jax.jit(jax.grad(jax.grad(f)))
+    from worker import leapfrog_jax
+    h = jax.jit(jax.grad(jax.grad(leapfrog_jax(n, dt))))
     run = lambda: float(h(q0))   # compiled for this N on the first (measured) call
 else:
     import torch
+    from worker import leapfrog_torch
     def run():
         q = torch.tensor(q0, dtype=torch.float64, requires_grad=True)
-        x, p = q, torch.tensor(0.0, dtype=torch.float64)
-        for _ in range(n):
-            p = p - dt * torch.sin(x)
-            x = x + dt * p
+        x = leapfrog_torch(q, n, dt)
         (d,) = torch.autograd.grad(x, q, create_graph=True)
         (d2,) = torch.autograd.grad(d, q)
         return d2.item()

@@ -110,31 +110,42 @@ def bessel(tool):
 
         def g():
             z = torch.tensor(1.0, dtype=torch.float64, requires_grad=True)
-            term = (z / 2) ** 2 / 2.0
-            total, k = term, 0
-            while abs(term.item()) > 1e-17:
-                k += 1
-                term = term * -(z / 2) ** 2 / (k * (k + 2))
-                total = total + term
-            total.backward()
+            bessel_torch(z).backward()
             return z.grad.item()
         return g(), per_call(g)
     if tool == "jax":
         import jax
-        jax.config.update("jax_enable_x64", True)
         import jax.numpy as jnp
-
-        def f(z):           # JAX needs a fixed trip count: 20 terms
-            def body(k, carry):
-                term, total = carry
-                term = term * -(z / 2) ** 2 / (k * (k + 2))
-                return term, total + term
-            term = (z / 2) ** 2 / 2.0
-            return jax.lax.fori_loop(1, 21, body, (term, term))[1]
-        g = jax.jit(jax.grad(f))
+        g = jax.jit(jax.grad(bessel_jax()))
         z = jnp.float64(1.0)
         return float(g(z)), per_call(lambda: g(z).block_until_ready())
     raise SystemExit(f"unknown tool {tool}")
+
+
+def bessel_jax():
+    """J_2 in JAX (64-bit): a fixed trip count of 20 terms, as JAX's loops need."""
+    import jax
+    jax.config.update("jax_enable_x64", True)
+
+    def f(z):
+        def body(k, carry):
+            term, total = carry
+            term = term * -(z / 2) ** 2 / (k * (k + 2))
+            return term, total + term
+        term = (z / 2) ** 2 / 2.0
+        return jax.lax.fori_loop(1, 21, body, (term, term))[1]
+    return f
+
+
+def bessel_torch(z):
+    """J_2 of the tensor z in PyTorch: terms until one falls below 1e-17."""
+    term = (z / 2) ** 2 / 2.0
+    total, k = term, 0
+    while abs(term.item()) > 1e-17:
+        k += 1
+        term = term * -(z / 2) ** 2 / (k * (k + 2))
+        total = total + term
+    return total
 
 
 # ---------------------------------------------------------------- leapfrog
@@ -164,26 +175,38 @@ def leapfrog(tool, n):
 
         def run():
             q = torch.tensor(q0, dtype=torch.float64, requires_grad=True)
-            x, p = q, torch.tensor(0.0, dtype=torch.float64)
-            for _ in range(n):
-                p = p - dt * torch.sin(x)
-                x = x + dt * p
-            x.backward()
+            leapfrog_torch(q, n, dt).backward()
             return q.grad.item()
         return run
     if tool == "jax":
         import jax
-        jax.config.update("jax_enable_x64", True)
-
-        def f(q):
-            def body(_, c):
-                q, p = c
-                p = p - dt * jax.numpy.sin(q)
-                return q + dt * p, p
-            return jax.lax.fori_loop(0, n, body, (q, 0.0))[0]
-        g = jax.jit(jax.grad(f))        # compiled for this n on the first call
+        g = jax.jit(jax.grad(leapfrog_jax(n, dt)))   # compiled for this n on the first call
         return lambda: float(g(q0))
     raise SystemExit(f"unknown tool {tool}")
+
+
+def leapfrog_jax(n, dt):
+    """q_N as a function of q_0 in JAX (64-bit)."""
+    import jax
+    jax.config.update("jax_enable_x64", True)
+
+    def f(q):
+        def body(_, c):
+            q, p = c
+            p = p - dt * jax.numpy.sin(q)
+            return q + dt * p, p
+        return jax.lax.fori_loop(0, n, body, (q, 0.0))[0]
+    return f
+
+
+def leapfrog_torch(q, n, dt):
+    """q_N from the tensor q_0 in PyTorch (the graph records every step)."""
+    import torch
+    x, p = q, torch.tensor(0.0, dtype=torch.float64)
+    for _ in range(n):
+        p = p - dt * torch.sin(x)
+        x = x + dt * p
+    return x
 
 
 # ---------------------------------------------------------------- graph embedding
