@@ -38,8 +38,8 @@ def _entry(names: list[str], source: str, name: str | None) -> str:
 
 
 def _value(text: str):
-    """A CLI argument: an integer, a float, or an array literal like [1.0,2.5] (float64;
-    [1,2] is int64)."""
+    """A CLI argument: an integer, a float, a complex number like 1+2j, or an array literal
+    like [1.0,2.5] (float64; [1,2] is int64)."""
     try:
         if text.startswith("["):
             items = json.loads(text)
@@ -49,7 +49,7 @@ def _value(text: str):
     except (ValueError, TypeError, json.JSONDecodeError):
         pass
     try:
-        return float(text)
+        return float(text) if not text.rstrip().endswith("j") else complex(text)
     except ValueError:
         raise RvmError(f"argument {text!r} is not a number or an array like [1.0,2.0]") from None
 
@@ -59,6 +59,11 @@ def _arguments(texts: list[str]) -> list:
 
 
 def _jsonable(v):
+    """JSON for a result; a complex number is the pair [real, imag]."""
+    if isinstance(v, np.ndarray) and v.dtype.kind == "c":
+        v = v.view(np.float64).reshape(*v.shape, 2)
+    if isinstance(v, complex):
+        return [v.real, v.imag]
     return v.tolist() if isinstance(v, np.ndarray) else v
 
 

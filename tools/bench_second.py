@@ -3,6 +3,7 @@ derivative of a long time integration, rvm against JAX and PyTorch.
 
     python tools/bench_second.py bessel            # HVP of J2 at 1.0 (and HVP / gradient)
     python tools/bench_second.py embedding [K...]  # HVP and Hessian of the graph embedding
+    python tools/bench_second.py embedding-times [K...]  # its objective and gradient per k
     python tools/bench_second.py leapfrog [N...]   # d^2 q_N / d q_0^2, time and peak memory
 
 rvm runs on the native engine (forward over reverse for register code; reverse over
@@ -64,23 +65,18 @@ def bessel() -> None:
 # ---------------------------------------------------------------------- graph embedding
 
 
-def embedding(ks) -> None:
+def embedding_peers(l1, l2):
+    """The graph-embedding loss in JAX and in PyTorch (the same formula as the example)."""
     import jax
     import jax.numpy as jnp
     import torch
-    from graph_embedding import embedding_loss, petersen
-
-    import rvm
     jax.config.update("jax_enable_x64", True)
-    l1, l2 = petersen()
 
     def jloss(x):
         d1 = jnp.sqrt(((x[l1[:, 0]] - x[l1[:, 1]]) ** 2).sum(1))
         d2 = jnp.sqrt(((x[l2[:, 0]] - x[l2[:, 1]]) ** 2).sum(1))
         gap = d1.mean() - d2.mean() + 0.1
         return d1.var() + d2.var() + jnp.where(gap > 0, jnp.exp(gap) - 1, 0.0)
-    jhvp = jax.jit(lambda x, v: jax.jvp(jax.grad(jloss), (x,), (v,))[1])
-    jhess = jax.jit(jax.hessian(jloss))
     t1, t2 = torch.tensor(l1), torch.tensor(l2)
 
     def tloss(x):
@@ -89,6 +85,19 @@ def embedding(ks) -> None:
         gap = d1.mean() - d2.mean() + 0.1
         return d1.var(unbiased=False) + d2.var(unbiased=False) + \
             torch.where(gap > 0, torch.exp(gap) - 1, torch.zeros(()))
+    return jloss, tloss
+
+
+def embedding(ks) -> None:
+    import jax
+    import torch
+    from graph_embedding import embedding_loss, petersen
+
+    import rvm
+    l1, l2 = petersen()
+    jloss, tloss = embedding_peers(l1, l2)
+    jhvp = jax.jit(lambda x, v: jax.jvp(jax.grad(jloss), (x,), (v,))[1])
+    jhess = jax.jit(jax.hessian(jloss))
 
     def thvp(x, v):
         x = torch.tensor(x, requires_grad=True)
@@ -120,6 +129,55 @@ def embedding(ks) -> None:
         print(f"| {k} | {t_g * 1e6:.0f} | {t_h * 1e6:.0f} | {t_h / t_g:.2f} | "
               f"{t_jh * 1e6:.0f} | {t_th * 1e6:.0f} | {t_h / t_jh:.1f} | {t_H * 1e3:.2f} | "
               f"{t_jH * 1e3:.3f} | {t_H / t_jH:.0f} |", flush=True)
+
+
+# NiLang paper (Liu & Zhao), Table 3: seconds on the authors' machine, for context only
+TABLE3 = {"k": (2, 4, 6, 8, 10),
+          "NiLang-O": (7.173e-06, 7.783e-06, 8.558e-06, 9.212e-06, 1.002e-05),
+          "NiLang-G": (1.509e-05, 1.690e-05, 1.872e-05, 2.076e-05, 2.266e-05),
+          "(NiLang+F)-H": (4.528e-04, 1.025e-03, 1.740e-03, 2.577e-03, 3.558e-03)}
+
+
+def embedding_times(ks) -> None:
+    """Objective and gradient per call for each k: rvm, JAX, PyTorch, and Table 3."""
+    import jax
+    import torch
+    from graph_embedding import embedding_loss, petersen
+
+    import rvm
+    l1, l2 = petersen()
+    jloss, tloss = embedding_peers(l1, l2)
+    jobj, jgrad = jax.jit(jloss), jax.jit(jax.grad(jloss))
+    grad = rvm.grad(embedding_loss, loss="out", engine="native")
+
+    def tgrad(x):
+        x = torch.tensor(x, requires_grad=True)
+        tloss(x).backward()
+        return x.grad
+    print("| k | rvm objective us | rvm gradient us | G / O | JAX O us | JAX G us | "
+          "PyTorch O us | PyTorch G us | NiLang-O us | NiLang-G us | NiLang G / O |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for k in ks:
+        x = np.random.default_rng(k).normal(size=(10, k))
+        value = embedding_loss(0.0, x, l1, l2, engine="native")[0]
+        assert np.isclose(value, float(jobj(x)), rtol=1e-12), (k, value)
+        assert np.allclose(grad(0.0, x, l1, l2)[1], np.asarray(jgrad(x)), rtol=1e-8,
+                           atol=1e-12)
+        t_o = per_call(lambda x=x: embedding_loss(0.0, x, l1, l2, engine="native"))
+        t_g = per_call(lambda x=x: grad(0.0, x, l1, l2))
+        t_jo = per_call(lambda x=x: jobj(x).block_until_ready())
+        t_jg = per_call(lambda x=x: jgrad(x).block_until_ready())
+        xt = torch.tensor(x)
+        t_to = per_call(lambda xt=xt: tloss(xt))
+        t_tg = per_call(lambda x=x: tgrad(x))
+        ctx = "| | |"
+        if k in TABLE3["k"]:
+            j = TABLE3["k"].index(k)
+            o, g = TABLE3["NiLang-O"][j], TABLE3["NiLang-G"][j]
+            ctx = f"| {o * 1e6:.1f} | {g * 1e6:.1f} | {g / o:.2f} |"
+        print(f"| {k} | {t_o * 1e6:.0f} | {t_g * 1e6:.0f} | {t_g / t_o:.2f} | "
+              f"{t_jo * 1e6:.1f} | {t_jg * 1e6:.1f} | {t_to * 1e6:.0f} | {t_tg * 1e6:.0f} "
+              + ctx, flush=True)
 
 
 # ---------------------------------------------------------------------- leapfrog
@@ -192,6 +250,8 @@ if __name__ == "__main__":
         bessel()
     elif what == "embedding":
         embedding(rest or range(2, 11))
+    elif what == "embedding-times":
+        embedding_times(rest or range(1, 11))
     elif what == "leapfrog":
         leapfrog(rest or [10 ** 4, 10 ** 5, 10 ** 6])
     else:

@@ -53,9 +53,16 @@ def float_arguments(fn, args) -> list[int]:
     params, k, out = _program_of(fn, args).params, 0, []
     for i, a in enumerate(args):
         if isinstance(a, np.ndarray):
+            if a.dtype.kind == "c":
+                raise UsageError(f"argument {i} is a complex array; the derivative "
+                                 "transforms take real arrays and complex scalars (rvm.grad "
+                                 "takes complex arrays)")
             if a.dtype.kind == "f":
                 out.append(i)
             k += 1 + a.ndim
+        elif isinstance(a, complex):        # two float parameters, one complex tangent
+            out.append(i)
+            k += 2
         else:
             if k < len(params) and params[k].cls == isa.FLOAT:
                 out.append(i)
@@ -201,8 +208,16 @@ def _checked_tangents(tangents, floats: list[int], n: int, what: str) -> list:
                 raise UsageError(f"{what}: argument {k} is an integer; its tangent must "
                                  "be None")
         else:
-            out.append(0.0 if t is None else t if isinstance(t, np.ndarray) else float(t))
+            out.append(0.0 if t is None else t if isinstance(t, (np.ndarray, complex))
+                       else float(t))
     return out
+
+
+def _real_only(primals, what: str) -> None:
+    if any(isinstance(a, complex) or (isinstance(a, np.ndarray) and a.dtype.kind == "c")
+           for a in primals):
+        raise UsageError(f"{what} takes real arguments: pass a complex value as two floats "
+                         "(its real and imaginary parts)")
 
 
 def _spread(values, floats: list[int], n: int) -> tuple:
@@ -217,9 +232,10 @@ def jvp(f, primals: Sequence, tangents: Sequence, **options) -> tuple[tuple, tup
     """(values, tangents_out): f's final values and J @ tangents, by running f's tangent
     program. One entry per argument, None as the tangent of an integer (JAX's jvp);
     arrays as arrays."""
-    primals = tuple(primals)
+    primals = tuple(a.item() if isinstance(a, np.generic) else a for a in primals)
     floats, n = float_arguments(f, primals), len(primals)
     dots = _checked_tangents(tuple(tangents), floats, n, "jvp")
+    dots = [complex(t) if isinstance(primals[k], complex) else t for k, t in zip(floats, dots)]
     out = tangent(f)(*primals, *dots, **options)
     return tuple(out[:n]), _spread(out[n:], floats, n)
 
@@ -231,6 +247,7 @@ def hvp(f, primals: Sequence, tangents: Sequence, loss=0, **options) -> tuple:
     over reverse (the tangent of the adjoint program) for register code; for programs
     with arrays, reverse over forward (gradient mode on the tangent program)."""
     primals, tangents = tuple(primals), tuple(tangents)
+    _real_only(primals, "hvp")
     try:          # a plan for these argument types: the machine and entry of an earlier call
         key = (f, tuple(map(type, primals)), tuple(t is None for t in tangents), loss,
                tuple(sorted(options.items())))
@@ -299,6 +316,7 @@ def hessian(f, loss=0, wrt: Sequence | None = None, **options) -> Callable[..., 
     by `wrt` (indices or names; default: all float arguments; an array contributes all its
     elements in order) as a 2-D array, one Hessian-vector product per column."""
     def run(*args) -> np.ndarray:
+        _real_only(args, "hessian")
         floats, n = float_arguments(f, args), len(args)
         cols = floats if wrt is None else [_position(f, args, w) for w in wrt]
         for c in cols:

@@ -16,7 +16,7 @@ from ..core import isa
 from ..core.errors import MachineError, UsageError, user_facing
 from ..core.inverse import inverse_function
 from ..core.program import Function, Program
-from ..engines.arguments import Binding, place_keywords, read_array
+from ..engines.arguments import Binding, place_keywords, read_array, scalar
 from ..engines.machine import NATIVE_AFTER, Machine, machine_for
 from ..engines.native import compiling
 
@@ -77,6 +77,11 @@ def find_argument(bindings: list[Binding], fn, which: Loss, what: str,
     if b.cls != isa.FLOAT:
         raise MachineError(f"{what} {b.name} is an integer parameter; integers carry no "
                            "gradient: choose a float parameter", fn.name)
+    if b.complex:
+        raise MachineError(f"{what} {b.name} is complex; a {what} must be real: accumulate "
+                           "a real quantity (abs(z), z.real, ...) into a float parameter and "
+                           "name that (rvm.grad gives complex arguments their gradients)",
+                           fn.name)
     if b.is_array and element is None and not whole_arrays:
         raise MachineError(f"{what} {b.name} is an array; name one element as "
                            f"({which!r}, index)", fn.name)
@@ -129,7 +134,7 @@ class _Pass:
             elif b.is_array:
                 grads.append(read_array(m, b, shadows=True))
             else:
-                grads.append(fr.G[fr.fn.slot(fr.fn.params[b.params[0]])])
+                grads.append(scalar(fr, b, fr.G))
         m.set_grad(False)
         return tuple(grads)
 

@@ -274,6 +274,9 @@ class Debugger:
                 return self.cells(base, int(np.prod(dims)), sym.dtype or isa.FLOAT,
                                   shadow).reshape(dims)
             return self.register_value(self.selected, fr.fn.slot(sym.regs[0]), shadow)
+        if self.symbol(name + ".real", fr) is not None:      # a complex scalar
+            return complex(self.lookup(name + ".real", shadow),
+                           self.lookup(name + ".imag", shadow))
         if len(name) > 1 and name[0] in "rf" and name[1:].isdigit():
             reg = Reg(isa.INT if name[0] == "r" else isa.FLOAT, int(name[1:]))
             if reg in fr.fn.registers:
@@ -308,6 +311,9 @@ class Debugger:
             return e.value
         if isinstance(e, ast.Name):
             return self.lookup(e.id)
+        if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and \
+                e.attr in ("real", "imag"):             # a part of a complex variable
+            return self.lookup(f"{e.value.id}.{e.attr}")
         if isinstance(e, ast.Subscript):
             if isinstance(e.value, ast.Name) and e.value.id == "heap":
                 addr = self._eval(e.slice)

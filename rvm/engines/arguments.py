@@ -5,6 +5,10 @@ binds to 1 + ndim consecutive integer parameters: its base address, then its len
 or its rows and columns (2-D). After the call its cells are read back. Other float dtypes
 are converted to float64 and other integer (and boolean) dtypes to int64, Python lists to
 arrays, and 0-d arrays and numpy scalars to scalars; arguments are counted from 0.
+
+A complex number binds to two consecutive float parameters (real part, imaginary part);
+a 1-D complex array of length n is placed as an n x 2 float array (each row a real and
+an imaginary part, numpy's own complex128 layout) and comes back as complex128.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ class Binding:
     name: str                      # e.g. "f0", or "r0:r1" for an array's registers
     cls: str                       # isa.INT / isa.FLOAT (for arrays: the element class)
     base: int = -1                 # heap address of an array's first cell
-    shape: tuple[int, ...] = ()    # () for scalars
+    shape: tuple[int, ...] = ()    # () for scalars; a complex array's float layout (n, 2)
+    complex: bool = False          # a complex scalar (two float parameters) or array
 
     @property
     def is_array(self) -> bool:
@@ -89,9 +94,20 @@ def convert(a, n: int, fname: str):
             return a.astype(np.float64, copy=False)
         if a.dtype.kind in "iub":
             return a.astype(np.int64, copy=False)
+        if a.dtype.kind == "c":
+            if a.ndim != 1:
+                raise MachineError(f"argument {n} of {fname} is a {a.ndim}-D complex array; "
+                                   "complex arrays must be 1-D", fname)
+            return a.astype(np.complex128, copy=False)
         raise MachineError(f"argument {n} of {fname} has dtype {a.dtype}; arrays must hold "
-                           "floats or integers", fname)
+                           "floats, integers or complex numbers", fname)
     return a
+
+
+def as_floats(a: np.ndarray) -> np.ndarray:
+    """A 1-D complex array as its n x 2 float layout (a copy: the caller's array is
+    never written)."""
+    return np.ascontiguousarray(a).view(np.float64).reshape(len(a), 2).copy()
 
 
 def bind(machine, fn, args, names: list[str] | None = None) -> tuple[list, list[Binding]]:
@@ -101,6 +117,22 @@ def bind(machine, fn, args, names: list[str] | None = None) -> tuple[list, list[
     params, values, bindings, k = fn.params, [], [], 0
     for n, a in enumerate(args):
         a = convert(a, n, fn.name)
+        is_complex = isinstance(a, complex) or (isinstance(a, np.ndarray) and
+                                                a.dtype.kind == "c")
+        if isinstance(a, complex):
+            regs = params[k:k + 2]
+            if len(regs) < 2 or any(r.cls != isa.FLOAT for r in regs):
+                raise MachineError(
+                    f"argument {n} of {fn.name} is complex, which takes two float parameters "
+                    f"(real, imaginary); the parameters there are "
+                    f"{', '.join(map(str, regs)) or 'none'}", fn.name)
+            values += [a.real, a.imag]
+            bindings.append(Binding((k, k + 1), names[n] if names else f"{regs[0]}:{regs[1]}",
+                                    isa.FLOAT, complex=True))
+            k += 2
+            continue
+        if is_complex:
+            a = as_floats(a)
         if isinstance(a, np.ndarray):
             dtype = DTYPES[a.dtype]
             if a.ndim not in (1, 2):
@@ -118,7 +150,7 @@ def bind(machine, fn, args, names: list[str] | None = None) -> tuple[list, list[
             values += [base, *a.shape]
             bindings.append(Binding(tuple(range(k, k + 1 + a.ndim)),
                                     names[n] if names else ":".join(map(str, regs)), dtype,
-                                    base, a.shape))
+                                    base, a.shape, is_complex))
             k += 1 + a.ndim
         else:
             if k >= len(params):
@@ -129,7 +161,8 @@ def bind(machine, fn, args, names: list[str] | None = None) -> tuple[list, list[
     if k != len(params) or len(bindings) != len(args):
         raise MachineError(f"{fn.name} takes {len(params)} parameter registers "
                            f"({', '.join(map(str, params))}); the {len(args)} arguments given "
-                           f"fill {k} (an array fills 1 + ndim integer parameters)", fn.name)
+                           f"fill {k} (an array fills 1 + ndim integer parameters, a complex "
+                           "number two float parameters: write 2+0j for a complex 2)", fn.name)
     return values, bindings
 
 
@@ -137,4 +170,12 @@ def read_array(machine, b: Binding, shadows: bool = False) -> np.ndarray:
     """An array argument's cells (or their gradient shadows), as a fresh numpy array."""
     dtype = np.dtype(np.float64 if shadows or b.cls == isa.FLOAT else np.int64)
     raw = machine.read_cells(b.base, int(np.prod(b.shape)), shadows)
-    return np.frombuffer(raw, dtype=dtype.newbyteorder("<")).reshape(b.shape).astype(dtype)
+    out = np.frombuffer(raw, dtype=dtype.newbyteorder("<")).reshape(b.shape).astype(dtype)
+    return out.view(np.complex128).reshape(b.shape[:-1]) if b.complex else out
+
+
+def scalar(fr, b: Binding, cells: list) -> float | int | complex:
+    """A scalar argument's value (or shadow) from the root frame's registers (R or G)."""
+    fn = fr.fn
+    v = cells[fn.slot(fn.params[b.params[0]])]
+    return complex(v, cells[fn.slot(fn.params[b.params[1]])]) if b.complex else v

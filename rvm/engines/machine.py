@@ -17,7 +17,7 @@ from ..core import isa
 from ..core.errors import InvertibilityError, MachineError, RvmError, UsageError
 from ..core.program import Function, Program
 from . import closures, templates
-from .arguments import bind, read_array
+from .arguments import bind, read_array, scalar
 from .closures import END
 from .explain import explain, explain_locals
 from .templates import Fault, Limit
@@ -467,6 +467,8 @@ class Machine:
         kind, *slots = part
         if kind in ("int", "float"):
             return repr(R[slots[0]])
+        if kind == "complex":
+            return repr(complex(R[slots[0]], R[slots[1]]))
         base, dims = R[slots[0]], [R[s] for s in slots[1:]]
         if kind == "size":
             return "][".join(map(str, dims))
@@ -489,8 +491,7 @@ class Machine:
         fr = self.stack[0]
         out = []
         for b in self.bindings:
-            out.append(read_array(self, b) if b.is_array
-                       else fr.R[fr.fn.slot(fr.fn.params[b.params[0]])])
+            out.append(read_array(self, b) if b.is_array else scalar(fr, b, fr.R))
         return tuple(out)
 
     def finish(self, direction: int = 1) -> tuple:

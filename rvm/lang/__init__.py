@@ -276,7 +276,7 @@ def _show(sig: tuple) -> str:
     if sig[0] == "function":
         return "a function"
     if sig[0] == "array":
-        return f"Array[{'float' if sig[1] == 'f' else 'int'}, {sig[2]}]"
+        return f"Array[{ {'f': 'float', 'c': 'complex'}.get(sig[1], 'int')}, {sig[2]}]"
     return sig[0]
 
 

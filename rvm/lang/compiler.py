@@ -17,6 +17,7 @@ from ..core import isa
 from ..core.inverse import invert, relabel
 from ..core.program import FuncRef, Function, Imm, Label, Reg
 from ..engines.arguments import convert
+from .complexes import Complexes
 from .expressions import FLOAT, INT, Lowering, Var
 
 
@@ -33,7 +34,10 @@ def sig_of(value) -> tuple:
         return ("function", value)
     value = convert(value, 0, "")           # lists, 0-d arrays, other dtypes as rvm takes them
     if isinstance(value, np.ndarray):
-        return ("array", FLOAT if value.dtype.kind == "f" else INT, value.ndim)
+        kind = value.dtype.kind
+        return ("array", FLOAT if kind == "f" else "c" if kind == "c" else INT, value.ndim)
+    if isinstance(value, complex):
+        return ("complex",)
     if isinstance(value, (bool, np.bool_)):
         return ("int",)
     if isinstance(value, (int, np.integer)):
@@ -53,20 +57,21 @@ def parse_annotation(ann, env: Callable[[str], Any]) -> tuple | None:
             raise ValueError(f"cannot read the annotation {ann.value!r}") from None
     text = ast.unparse(ann).replace(" ", "")
     base = text.split(".")[-1]
-    if base in ("float", "int"):
+    if base in ("float", "int", "complex"):
         return (base,)
     if "Array[" in text:
         inner = text[text.index("[") + 1:-1].split(",")
         dtype = inner[0].split(".")[-1]
         rank = inner[1] if len(inner) > 1 else "1"
-        if dtype not in ("float", "int") or rank not in ("1", "2") or len(inner) > 2:
+        if dtype not in ("float", "int", "complex") or rank not in ("1", "2") or \
+                len(inner) > 2 or (dtype == "complex" and rank != "1"):
             raise ValueError(f"{text} is not an array type: write Array[float], "
-                             "Array[int], Array[float, 2] or Array[int, 2]")
-        return ("array", FLOAT if dtype == "float" else INT, int(rank))
+                             "Array[int], Array[float, 2], Array[int, 2] or Array[complex]")
+        return ("array", {"float": FLOAT, "int": INT, "complex": "c"}[dtype], int(rank))
     return None
 
 
-class FunctionCompiler(Lowering):
+class FunctionCompiler(Complexes, Lowering):
     """Compiles one Python function (an ast.FunctionDef) for one argument signature."""
 
     # ------------------------------------------------------------------ entry
@@ -80,9 +85,17 @@ class FunctionCompiler(Lowering):
             if sig[0] == "function":          # bound at compile time: no register
                 self.function_args[arg.arg] = sig[1]
                 continue
-            if sig[0] == "array":
+            if sig == ("array", "c", 1):       # n x 2 floats
+                var = Var(arg.arg, "array", tuple(self.reg(INT) for _ in range(3)), FLOAT,
+                          complex=True)
+            elif sig[0] == "array":
+                if sig[1] == "c":
+                    raise self.error(arg, f"{arg.arg} is a {sig[2]}-D complex array; complex "
+                                     "arrays must be 1-D")
                 regs = (self.reg(INT),) + tuple(self.reg(INT) for _ in range(sig[2]))
                 var = Var(arg.arg, "array", regs, sig[1])
+            elif sig[0] == "complex":
+                var = Var(arg.arg, "complex", (self.reg(FLOAT), self.reg(FLOAT)))
             else:
                 var = Var(arg.arg, sig[0], (self.reg(INT if sig[0] == "int" else FLOAT),))
             self.declare(arg, arg.arg, var)
@@ -107,6 +120,9 @@ class FunctionCompiler(Lowering):
             self.statement(s)
 
     def statement(self, s) -> None:
+        s = self.complex_statement(s)       # complex values become their real parts
+        if s is None:
+            return
         method = getattr(self, "stmt_" + type(s).__name__, None)
         if method is None:
             what = {"Return": "return", "Break": "break", "Continue": "continue",
@@ -289,6 +305,9 @@ class FunctionCompiler(Lowering):
             var = self.variable(a)
             if var.kind == "array":
                 kind = style or ("floats" if var.dtype == FLOAT else "ints")
+                if var.complex:
+                    raise self.error(a, "print shows real values; print the parts of a "
+                                     "complex array's elements")
             else:
                 kind = var.kind
             parts.append((kind, var.regs))
@@ -424,6 +443,11 @@ class FunctionCompiler(Lowering):
                     raise self.error(final[kw.arg][1], "an ancilla array ends all zero; "
                                      "delocal(...) gives the final value of a scalar")
                 var, free = self.new_array(kw.arg, value)
+            elif self.is_complex(value):
+                if kw.arg in final:
+                    raise self.error(final[kw.arg][1], "delocal(...) takes real variables; "
+                                     "end a complex ancilla at its initial value")
+                var, free = self.complex_ancilla(kw.arg, value)
             else:
                 kind = self.typeof(value)
                 var = Var(kw.arg, kind, (self.reg(INT if kind == "int" else FLOAT),))
@@ -447,8 +471,9 @@ class FunctionCompiler(Lowering):
                     self.release(var.reg)
             if kw.arg in scope or self.lookup(kw.arg):
                 raise self.error(value, f"{kw.arg!r} is already a variable here")
-            scope[kw.arg] = var
-            self.record(var, s)
+            for v in self.entries(var).values():
+                scope[v.name] = v
+                self.record(v, s)
             undo.append(free)
         self.scopes.append(scope)
         self.body(body)
@@ -462,9 +487,15 @@ class FunctionCompiler(Lowering):
         dims = list(dims.elts) if isinstance(dims, ast.Tuple) else [dims]
         dtype = FLOAT
         for extra in list(call.args[1:]) + [k.value for k in call.keywords]:
-            dtype = INT if ast.unparse(extra).split(".")[-1] in ("int", "int64") else FLOAT
+            word = ast.unparse(extra).split(".")[-1]
+            dtype = INT if word in ("int", "int64") else "c" if word in (
+                "complex", "complex128") else FLOAT
         if not 1 <= len(dims) <= 2 or dims[0] is None:
             raise self.error(call, "zeros(n) or zeros((rows, cols)) makes a 1-D or 2-D array")
+        if dtype == "c":                    # n x 2 floats
+            if len(dims) != 1:
+                raise self.error(call, "complex arrays are 1-D: zeros(n, complex)")
+            dims.append(ast.copy_location(ast.Constant(2), call))
         base = self.reg(INT)
         regs = [self.reg(INT) for _ in dims]
         dim_code, _ = self.capture(lambda: [self.accumulate(r, 1, d, d)
@@ -484,6 +515,8 @@ class FunctionCompiler(Lowering):
                 self.release(size)
             self.code += invert(dim_code, self.fresh)
             self.release(base, *regs)
+        if dtype == "c":
+            return Var(name, "array", (base, *regs), FLOAT, complex=True), free
         return Var(name, "array", (base, *regs), dtype), free
 
     def size(self, dims: list[Reg]):
@@ -596,6 +629,23 @@ class FunctionCompiler(Lowering):
                 seen[a.id] = a
                 regs += var.regs
                 sig.append(var.sig)
+            elif self.is_complex(a):        # an element or an expression: two floats
+                for p in self.parts(a) if self.complex_array(a) else ():
+                    code, (var, mem) = self.capture(lambda p=p: self.address(p))
+                    self.code += code
+                    x = self.reg(FLOAT)
+                    self.emit("EXCH", x, mem)
+                    regs.append(x)
+                    after.append((x, mem, code))
+                if not self.complex_array(a):
+                    ts = (self.reg(FLOAT), self.reg(FLOAT))
+                    code, _ = self.capture(lambda a=a, ts=ts: [
+                        self.accumulate(t, 1, p, a) for t, p in zip(ts, self.parts(a))
+                        if p is not None])
+                    self.code += code
+                    regs += ts
+                    after += [(ts[0], None, []), (ts[1], None, code)]
+                sig.append(("complex",))
             elif isinstance(a, ast.Subscript):
                 code, (var, mem) = self.capture(lambda a=a: self.address(a))
                 self.code += code

@@ -44,9 +44,11 @@ class Source:
 @attrs.define
 class Var:
     name: str
-    kind: str                   # "int" | "float" | "array"
-    regs: tuple                 # scalar: (reg,); array: (base, n) or (base, rows, cols)
+    kind: str                   # "int" | "float" | "complex" | "array"
+    regs: tuple                 # scalar: (reg,); complex: (re, im); array: (base, n) or
+                                # (base, rows, cols)
     dtype: str = ""             # arrays: INT or FLOAT
+    complex: bool = False       # a complex array: n x 2 floats (see complexes.py)
 
     @property
     def reg(self) -> Reg:
@@ -54,11 +56,13 @@ class Var:
 
     @property
     def cls(self) -> str:
-        return INT if self.kind == "int" else FLOAT if self.kind == "float" else self.dtype
+        return INT if self.kind == "int" else self.dtype if self.kind == "array" else FLOAT
 
     @property
     def sig(self) -> tuple:
-        return ("array", self.dtype, len(self.regs) - 1) if self.kind == "array" else (self.kind,)
+        if self.kind != "array":
+            return (self.kind,)
+        return ("array", "c", 1) if self.complex else ("array", self.dtype, len(self.regs) - 1)
 
 
 class Lowering:
@@ -125,11 +129,23 @@ class Lowering:
         if self.lookup(name) is not None:
             raise self.error(node, f"{name!r} is already a variable here",
                              "choose another name for the ancilla")
-        self.scopes[-1][name] = var
-        self.record(var, self.node)
+        for v in self.entries(var).values():
+            self.scopes[-1][v.name] = v
+            self.record(v, self.node)
+
+    @staticmethod
+    def entries(var: Var) -> dict[str, Var]:
+        """A variable's scope entries: itself, and a complex scalar's two parts."""
+        if var.kind != "complex":
+            return {var.name: var}
+        return {var.name: var, **{f"{var.name}.{p}": Var(f"{var.name}.{p}", "float", (r,))
+                                  for p, r in zip(("real", "imag"), var.regs)}}
 
     def record(self, var: Var, scope_node) -> None:
-        """Debug info: var's registers, in scope over scope_node's lines."""
+        """Debug info: var's registers, in scope over scope_node's lines (a complex
+        scalar is shown as its two parts)."""
+        if var.kind == "complex":
+            return
         first = scope_node.lineno + self.src.first - 1
         last = getattr(scope_node, "end_lineno", scope_node.lineno) + self.src.first - 1
         self.symbols.append(Symbol(var.name, var.regs, first, last, var.dtype))
@@ -244,10 +260,7 @@ class Lowering:
                 raise self.error(e, f"the integer {value} does not fit in int64")
             return Imm(float(value) if cls == FLOAT and isinstance(value, bool) else value)
         if isinstance(e, ast.Name):
-            var = self.variable(e)
-            if var.kind == "array":
-                raise self.error(e, f"{var.name} is an array; use an element {var.name}[i]")
-            return var.reg
+            return self.scalar(e).reg
         if isinstance(e, ast.Call) and self.callee_name(e.func) == "len":
             return self.length(e)
         if isinstance(e, ast.Attribute) and e.attr == "shape":
@@ -414,6 +427,17 @@ class Lowering:
             raise self.error(e, f"unknown variable {e.id!r}", hint)
         return var
 
+    def scalar(self, e) -> Var:
+        """The variable a name used as a real scalar stands for."""
+        var = self.variable(e)
+        if var.kind == "array":
+            raise self.error(e, f"{var.name} is an array; use an element {var.name}[i]")
+        if var.kind == "complex":
+            raise self.error(e, f"{var.name} is complex here",
+                             f"take {var.name}.real, {var.name}.imag or abs({var.name}), or "
+                             "accumulate into a complex variable")
+        return var
+
     def constant(self, e):
         value = self.constant_or_none(e)
         if value is None:
@@ -444,16 +468,17 @@ class Lowering:
         if value is not None:
             return "int" if isinstance(value, int) else "float"
         if isinstance(e, ast.Name):
-            var = self.variable(e)
-            if var.kind == "array":
-                raise self.error(e, f"{var.name} is an array; use an element {var.name}[i]")
-            return var.kind
+            return self.scalar(e).kind
         if isinstance(e, ast.Subscript):
             if isinstance(e.value, ast.Attribute) and e.value.attr == "shape":
                 return "int"
             var = self.variable(e.value) if isinstance(e.value, ast.Name) else None
             if var is None or var.kind != "array":
                 raise self.error(e, "only array variables can be indexed")
+            if var.complex and not isinstance(e.slice, ast.Tuple):
+                raise self.error(e, f"{ast.unparse(e)} is complex here",
+                                 "take .real, .imag or abs(...), or accumulate into a "
+                                 "complex variable")
             return "int" if var.dtype == INT else "float"
         if isinstance(e, ast.BinOp):
             if isinstance(e.op, (ast.Div, ast.Pow)):
