@@ -94,7 +94,23 @@ class Lowering:
         return f"{stem.split('_')[0]}_{self.labels}"
 
     def emit(self, op: str, *args, label: str | None = None) -> None:
+        if label is None and self.no_op(op, args):
+            return
         self.code.append((label, Instruction(op, tuple(args), self.lineno)))
+
+    @staticmethod
+    def no_op(op: str, args: tuple) -> bool:
+        """Adding zero, and a check of two constants that holds: nothing to run (array
+        accesses and loops produce them: A[i, 0], range(0, n))."""
+        imms = [a.value for a in args if isinstance(a, Imm)]
+        if op in ("ADD", "SUB", "XOR") and len(args) == 2 and imms == [0] and \
+                isinstance(args[1], Imm) and not isinstance(args[1].value, bool):
+            return True
+        if op.startswith("ASSERT.") and len(imms) == 2:
+            a, b = imms
+            return {"EQ": a == b, "NE": a != b, "LT": a < b, "LE": a <= b, "GT": a > b,
+                    "GE": a >= b}[op.split(".")[1]]
+        return False
 
     @property
     def lineno(self) -> int:
