@@ -81,13 +81,14 @@ def test_tangent_and_adjoint_of_each_instruction_match_finite_differences(engine
     assert np.allclose((~tan)(*forward, engine=engine), (*args, *ybar))
 
 
-def test_the_hessian_vector_product_of_the_pearlmutter_siskind_example_three_ways():
-    from hvp import f, hvp_by_reverse_over_reverse
+def test_the_hessian_vector_product_of_the_pearlmutter_siskind_example_four_ways():
+    from hvp import f, hvp_by_adjoint_of_adjoint, hvp_by_reverse_over_reverse
     assert rvm.hvp(f, (0.0, 3.0, 4.0), (0.0, 7.0, 8.0), loss="out")[1:] == (52.0, 85.0)
     af = rvm.adjoint(f)
     _, dots = rvm.jvp(af, (0.0, 3.0, 4.0, 1.0, 0.0, 0.0), (0.0, 7.0, 8.0, 0.0, 0.0, 0.0))
     assert dots[4:] == (52.0, 85.0)
     assert hvp_by_reverse_over_reverse(3.0, 4.0, 7.0, 8.0) == (52.0, 85.0)
+    assert hvp_by_adjoint_of_adjoint(3.0, 4.0, 7.0, 8.0) == (52.0, 85.0)
     assert np.array_equal(rvm.hessian(f, loss="out", wrt=["x", "y"])(0.0, 3.0, 4.0),
                           [[4.0, 3.0], [3.0, 8.0]])
 
@@ -305,3 +306,51 @@ def test_transforms_of_the_examples_match_finite_differences(engine, case):
         res = rvm.adjoint(fn)(*args, *ybar, engine=engine)
         assert np.allclose(res[:len(args)], args, rtol=1e-9, atol=1e-9)
         assert np.allclose(res[len(args):], jac.T @ ybar, rtol=1e-5, atol=1e-6)
+
+
+@rvm.reversible
+def with_ancilla(out: float, x: float, y: float):
+    with rvm.ancilla(t=0.0):
+        t += x * sin(y)
+        out += t * t + exp(x) * y
+        t -= x * sin(y)
+
+
+adjoint_with_ancilla = rvm.adjoint(with_ancilla)
+
+
+@rvm.reversible
+def v_dot_grad_with_ancilla(s: float, out: float, x: float, y: float, gout: float,
+                            gx: float, gy: float, v1: float, v2: float):
+    adjoint_with_ancilla(out, x, y, gout, gx, gy)
+    s += v1 * gx + v2 * gy
+    ~adjoint_with_ancilla(out, x, y, gout, gx, gy)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_adjoint_through_an_adjoint_that_drops_shadows(engine):
+    """rvm.adjoint of a function calling rvm.adjoint(g), g with a float ancilla (its
+    adjoint keeps garbage on the heap stack): the nested adjoint is swept as one
+    operation, and reverse over reverse agrees with forward over reverse and with
+    finite differences of the gradient."""
+    x, y, v = 0.7, 1.3, (0.4, -0.9)
+    args = (0.0, 0.0, x, y, 1.0, 0.0, 0.0, *v)
+    outer = rvm.adjoint(v_dot_grad_with_ancilla, engine=engine)
+    out = outer(*args, 1.0, *[0.0] * 8)
+    assert out[:9] == pytest.approx(args, abs=1e-14)
+    hv = rvm.hvp(with_ancilla, (0.0, x, y), (0.0, *v), loss="out", engine=engine)
+    assert out[11:13] == pytest.approx(hv[1:], abs=1e-12)
+
+    def grad_at(x, y):
+        return np.array(rvm.grad(with_ancilla, loss="out")(0.0, x, y)[1:])
+    fd = (grad_at(x + H * v[0], y + H * v[1]) - grad_at(x - H * v[0], y - H * v[1])) / (2 * H)
+    assert out[11:13] == pytest.approx(fd, abs=1e-7)
+    assert out[9:] == pytest.approx(rvm.grad(v_dot_grad_with_ancilla, loss="s",
+                                             engine=engine)(*args), abs=1e-12)
+    back = (~outer)(*out)
+    assert back == pytest.approx(args + (1.0,) + (0.0,) * 8, abs=1e-12)
+    # the adjoint of an adjoint: its shadows of g's inputs are H v, of its shadows J v
+    twice = rvm.adjoint(adjoint_with_ancilla, engine=engine)(
+        0.0, x, y, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, *v)
+    assert twice[7:9] == pytest.approx(hv[1:], abs=1e-12)
+    assert twice[9] == pytest.approx(float(np.dot(grad_at(x, y), v)), abs=1e-12)

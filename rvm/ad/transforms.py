@@ -22,8 +22,13 @@ of f's inverse (J^-T), cancel ybar with it, and unsweep that. Six passes instead
 with garbage bounded by the drops of one sweep (one cell per float ancilla per call);
 functions without float ancillas anywhere below them get the two-pass adjoint.
 
+A call of an adjoint program inside f (rvm.adjoint(g) called from reversible code) is not
+swept instruction by instruction: its garbage stack would share the heap top with f's.
+The adjoint is linear in its shadows, so its own adjoint comes from tangent programs
+(`_adjoint_sweeps`).
+
 Refused with a clear error (TransformError): heap memory (EXCH, ALLOC, FREE; PUSH/POP in
-an adjoint's input), which needs shadow cells for every heap cell.
+the adjoint's input outside such calls), which needs shadow cells for every heap cell.
 """
 
 from __future__ import annotations
@@ -174,9 +179,10 @@ def _is_float(ins: Instruction) -> bool:
     return bool(written) and written[0].cls == isa.FLOAT
 
 
-def _heap_free(program: Program, name: str) -> None:
-    """Refuse heap instructions (stack ones too) anywhere below `name`, for the adjoint."""
-    for fname in reachable(program, name):
+def _heap_free(program: Program, name: str, functions: list[str]) -> None:
+    """Refuse heap instructions (stack ones too) in `functions` (those the adjoint of
+    `name` sweeps)."""
+    for fname in functions:
         for i, ins in enumerate(program.functions[fname].code):
             if ins.spec.group == "memory":
                 raise TransformError(
@@ -186,11 +192,15 @@ def _heap_free(program: Program, name: str) -> None:
                     "support the heap")
 
 
-def reachable(program: Program, name: str) -> list[str]:
-    """name and every function it calls or uncalls, transitively, in a stable order."""
+def reachable(program: Program, name: str, leaf=lambda f: False) -> list[str]:
+    """name and every function it calls or uncalls, transitively, in a stable order (not
+    looking inside the functions for which `leaf` holds)."""
     seen, todo = [name], [name]
     while todo:
-        for ins in program.functions[todo.pop()].code:
+        f = todo.pop()
+        if leaf(f):
+            continue
+        for ins in program.functions[f].code:
             if ins.op in isa.CALLS and ins.args[0].name not in seen:
                 seen.append(ins.args[0].name)
                 todo.append(ins.args[0].name)
@@ -469,10 +479,48 @@ def _adjoint_rule(code: _Code, ins: Instruction, sh: dict) -> None:
         raise TransformError(f"no adjoint rule for {op}")
 
 
-def _drops(program: Program, name: str) -> bool:
-    """Would the sweep of `name` drop a shadow (a float ancilla's, at its frame's entry)?"""
-    return any(r.cls == isa.FLOAT for f in reachable(program, name)
-               for r in program.functions[f].locals)
+def _drops(program: Program, swept: list[str]) -> bool:
+    """Would the sweep drop a shadow (a float ancilla's, at its frame's entry)?"""
+    return any(r.cls == isa.FLOAT for f in swept for r in program.functions[f].locals)
+
+
+def _adjoint_sweeps(program: Program, a: str, names: dict) -> dict[str, Function]:
+    """The sweeps across a call and an uncall of A = adjoint(g), which is linear in its
+    shadows: (x, s) -> (x, J(x)^T s), J the Jacobian of g. Pulling shadows (xb, sb) back
+    across it needs no shadows of A's own code (whose garbage stack would share the heap
+    top with the caller's sweep), only tangent programs, which drop nothing:
+
+        UNCALL A (x, s)                        s back to its value before the call
+        xb += H_s sb                           the tangent of A along x-tangent sb,
+                                               H_s the Hessian of <s, g(x)> (symmetric)
+        sb = J sb                              the tangent of g, then g uncalled
+
+    The sweep across an uncall of A is the inverse of this (xb -= ..., sb = J^-1 sb)."""
+    fa = program.functions[a]
+    g = program.functions[fa.adjoint_of]
+    t_prog, t_entry = tangent(program, a)
+    g_prog, g_entry = tangent(program, g.name)
+    params = fa.params
+    s = params[len(g.params):]                      # the shadows of g's float parameters
+    first = 1 + max((r.n for r in params if r.cls == isa.FLOAT), default=-1)
+    fresh = [Reg(isa.FLOAT, first + k) for k in range(3 * len(s))]
+    xbar, sbar, tmp = fresh[:len(s)], fresh[len(s):2 * len(s)], fresh[2 * len(s):]
+    line = fa.line
+    code = _Code(first + 3 * len(s), fa.n_int)
+    code.emit("UNCALL", FuncRef(a), *params, line=line)
+    code.emit("CALL", FuncRef(t_entry), *params, *sbar, *tmp, line=line)
+    for xb, t in zip(xbar, tmp):
+        code.emit("ADD", xb, t, line=line)
+    code.emit("UNCALL", FuncRef(t_entry), *params, *sbar, *tmp, line=line)
+    code.emit("CALL", FuncRef(g_entry), *g.params, *sbar, line=line)
+    code.emit("UNCALL", FuncRef(g.name), *g.params, line=line)
+    sweep = code.function(names[(a, False)], params + tuple(xbar) + tuple(sbar))
+    sweep = attrs.evolve(sweep, line=line, end_line=fa.end_line)
+    back = inverse_function(sweep)
+    out = {**t_prog.functions, **g_prog.functions, sweep.name: sweep}
+    out[names[(a, True)]] = Function(names[(a, True)], back.params, back.code, back.labels,
+                                     line, fa.end_line)
+    return out
 
 
 def sweep_function(program: Program, fn: Function, names: dict, name: str) -> Function:
@@ -507,19 +555,27 @@ def sweep_function(program: Program, fn: Function, names: dict, name: str) -> Fu
 
 
 def adjoint(program: Program, name: str) -> tuple[Program, str]:
-    """The adjoint program of `name`: (program, entry)."""
-    _heap_free(program, name)
-    base = reachable(program, name)
+    """The adjoint program of `name`: (program, entry). Adjoint programs called inside
+    (rvm.adjoint(g) called from reversible code) are not swept instruction by instruction
+    but as one operation (`_adjoint_sweeps`)."""
+    primitive = lambda f: bool(program.functions[f].adjoint_of)  # noqa: E731
+    base = reachable(program, name, primitive)
+    swept = [f for f in base if not primitive(f)]
+    _heap_free(program, name, swept)
     names = {(f, uncalled): f"{f}{'.inv' if uncalled else ''}.adj"
              for f in base for uncalled in (False, True)}
     funcs: dict[str, Function] = dict(program.functions)   # the entry runs f forwards
     for f in base:
         fn = program.functions[f]
+        if primitive(f):
+            funcs.update(_adjoint_sweeps(program, f, names))
+            continue
         funcs[names[(f, False)]] = sweep_function(program, fn, names, names[(f, False)])
         funcs[names[(f, True)]] = sweep_function(program, inverse_function(fn), names,
                                                  names[(f, True)])
     entry = f"{name}.adjoint"
-    funcs[entry] = _entry(program.functions[name], names, _drops(program, name))
+    funcs[entry] = attrs.evolve(_entry(program.functions[name], names,
+                                       _drops(program, swept)), adjoint_of=name)
     used = reachable(Program(funcs), entry)
     return verify(Program({f: funcs[f] for f in used}, program.source)), entry
 

@@ -117,6 +117,9 @@ class Function:
     # (line, parts) per output statement: the NOP instructions of that source line print
     # the parts when they run, in either direction (see Machine.output)
     outputs: tuple = attrs.field(default=(), eq=False)
+    # for the entry of an adjoint program (rvm.adjoint(g)): g's name, so that transforms
+    # of a caller can treat it as one operation with a known derivative
+    adjoint_of: str = attrs.field(default="", eq=False)
 
     @functools.cached_property
     def registers(self) -> list[Reg]:

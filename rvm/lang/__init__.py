@@ -89,7 +89,9 @@ class Session:
             for name, fn in program.functions.items():
                 code = tuple(Instruction(i.op, (FuncRef(rename[i.args[0].name]),) + i.args[1:],
                                          i.line) if i.op in isa.CALLS else i for i in fn.code)
-                self.functions[rename[name]] = attrs.evolve(fn, name=rename[name], code=code)
+                self.functions[rename[name]] = attrs.evolve(
+                    fn, name=rename[name], code=code,
+                    adjoint_of=rename[fn.adjoint_of] if fn.adjoint_of else "")
                 self.used.add(rename[name])
             self.names[key] = rename[entry]
             self.params[rename[entry]] = None
