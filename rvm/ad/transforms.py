@@ -558,7 +558,7 @@ def adjoint(program: Program, name: str) -> tuple[Program, str]:
     """The adjoint program of `name`: (program, entry). Adjoint programs called inside
     (rvm.adjoint(g) called from reversible code) are not swept instruction by instruction
     but as one operation (`_adjoint_sweeps`)."""
-    primitive = lambda f: bool(program.functions[f].adjoint_of)  # noqa: E731
+    primitive = lambda f: bool(program.functions[f].adjoint_of)
     base = reachable(program, name, primitive)
     swept = [f for f in base if not primitive(f)]
     _heap_free(program, name, swept)
