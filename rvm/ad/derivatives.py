@@ -111,16 +111,15 @@ class Transformed:
         (for arrays: the program takes them packed, see `pack`)."""
         args = tuple(args)
         n = arity(self.inner, args)
-        program, name, names = target(self.inner, args[:n])
         arrays = self._arrays(args[:n])
+        if arrays and isinstance(self.inner, Transformed):
+            raise transforms.TransformError(
+                f"{self.name}: a derivative of a derivative takes scalar arguments; for "
+                "arrays, rvm.hvp and rvm.hessian give second derivatives")
+        program, name, names = target(self.inner, args[:n])
         key = (self.kind, name, tuple(arrays.items()))
         if key not in program.cache:
             build, suffix = KINDS[self.kind]
-            if arrays and self.kind == "adjoint":
-                raise transforms.TransformError(
-                    f"adjoint of {name}: array arguments need heap shadows, which the "
-                    "adjoint program does not have yet; use rvm.grad (gradient mode) or "
-                    "rvm.hvp / rvm.hessian, which go through the tangent program")
             derived, entry = build(program, name, arrays) if arrays else build(program, name)
             if self.engine is not None:
                 from ..engines.machine import resolve_engine

@@ -27,8 +27,11 @@ swept instruction by instruction: its garbage stack would share the heap top wit
 The adjoint is linear in its shadows, so its own adjoint comes from tangent programs
 (`_adjoint_sweeps`).
 
-Refused with a clear error (TransformError): heap memory (EXCH, ALLOC, FREE; PUSH/POP in
-the adjoint's input outside such calls), which needs shadow cells for every heap cell.
+Arrays: both transforms run on an interleaved heap (each cell of f followed by its tangent
+or its shadow); the adjoint's clean-up copies array shadows into private heap blocks.
+Refused with a clear error (TransformError): allocation and the stack (ALLOC, FREE,
+PUSH, POP) in an adjoint's input outside calls of adjoints, whose freed cells would drop
+their shadows.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ import attrs
 from ..core import isa
 from ..core.errors import RvmError
 from ..core.inverse import inverse_function
-from ..core.program import FuncRef, Function, Imm, Instruction, Mem, Program, Reg
+from ..core.program import FuncRef, Function, Imm, Instruction, Label, Mem, Program, Reg
 from ..core.verify import verify
 
 
@@ -180,16 +183,16 @@ def _is_float(ins: Instruction) -> bool:
 
 
 def _heap_free(program: Program, name: str, functions: list[str]) -> None:
-    """Refuse heap instructions (stack ones too) in `functions` (those the adjoint of
-    `name` sweeps)."""
+    """Refuse heap instructions other than EXCH in `functions` (those the adjoint of
+    `name` sweeps): allocation and the stack would drop shadows of heap cells."""
     for fname in functions:
         for i, ins in enumerate(program.functions[fname].code):
-            if ins.spec.group == "memory":
+            if ins.spec.group == "memory" and ins.op != "EXCH":
                 raise TransformError(
-                    f"adjoint of {name}: {fname} uses heap memory ({ins.op} at instruction "
-                    f"{i}); adjoint programs support register code only (heap cells "
-                    "would need shadows): rvm.grad, rvm.jacobian, rvm.hvp and rvm.hessian "
-                    "support the heap")
+                    f"adjoint of {name}: {fname} uses {ins.op} (instruction {i}); adjoint "
+                    "programs read and write the caller's arrays (EXCH) but do not allocate "
+                    "or use the stack, whose freed cells would drop their shadows: "
+                    "rvm.grad, rvm.jacobian, rvm.hvp and rvm.hessian support the whole heap")
 
 
 def reachable(program: Program, name: str, leaf=lambda f: False) -> list[str]:
@@ -479,6 +482,28 @@ def _adjoint_rule(code: _Code, ins: Instruction, sh: dict) -> None:
         raise TransformError(f"no adjoint rule for {op}")
 
 
+def interleaved_function(fn: Function, name: str, names: dict) -> Function:
+    """fn itself on the interleaved heap: exchanges at doubled addresses (the shadow
+    cells stay where they are), calls to the interleaved versions (names[(g, None)])."""
+    code = _Code(fn.n_float, fn.n_int)
+    at = {i: fn.labels_at(i) for i in range(len(fn.code))}
+    for i, ins in enumerate(fn.code):
+        code.pending = at[i]
+        if ins.op == "EXCH":
+            x, mem = ins.args
+            addr, undo = _address(code, mem, ins.line)
+            code.emit("EXCH", x, Mem(addr), line=ins.line)
+            for u in undo:
+                code.emit(u.op, *u.args, line=ins.line)
+        elif ins.op in isa.CALLS:
+            code.emit(ins.op, FuncRef(names[(ins.args[0].name, None)]), *ins.args[1:],
+                      line=ins.line)
+        else:
+            code.emit(ins.op, *ins.args, line=ins.line)
+    out = code.function(name, fn.params)
+    return attrs.evolve(out, line=fn.line, end_line=fn.end_line, symbols=fn.symbols)
+
+
 def _drops(program: Program, swept: list[str]) -> bool:
     """Would the sweep drop a shadow (a float ancilla's, at its frame's entry)?"""
     return any(r.cls == isa.FLOAT for f in swept for r in program.functions[f].locals)
@@ -523,14 +548,16 @@ def _adjoint_sweeps(program: Program, a: str, names: dict) -> dict[str, Function
     return out
 
 
-def sweep_function(program: Program, fn: Function, names: dict, name: str) -> Function:
+def sweep_function(program: Program, fn: Function, names: dict, name: str,
+                   interleaved: bool = False) -> Function:
     """The reverse sweep of fn: its bytecode inverse with every float instruction replaced
     by its adjoint; params: fn's, then a shadow per float parameter. Shadows of float
     locals, which gradient mode drops when the sweep reaches fn's entry, are pushed.
     names[(g, uncalled)] is the sweep to call for a call of g in fn (of g's inverse when
-    fn uncalls g)."""
+    fn uncalls g). On the interleaved heap (each cell followed by its shadow) an exchange
+    moves the shadow with the value."""
     sh, first_free = _shadow_map(fn)
-    code = _Code(first_free)
+    code = _Code(first_free, fn.n_int)
     inv = inverse_function(fn)
     for i, ins in enumerate(inv.code):
         code.pending = inv.labels_at(i)
@@ -540,6 +567,8 @@ def sweep_function(program: Program, fn: Function, names: dict, name: str) -> Fu
             regs = list(ins.args[1:])
             extra = [sh[r] for r, p in zip(regs, callee.params) if p.cls == isa.FLOAT]
             code.emit("CALL", FuncRef(target), *regs, *extra, line=ins.line)
+        elif ins.op == "EXCH" and interleaved:          # the value and its shadow
+            _memory_rule(code, ins, sh)
         elif _is_float(ins):
             _adjoint_rule(code, Instruction(isa.OPS[ins.op].inverse, ins.args, ins.line), sh)
         else:
@@ -554,7 +583,7 @@ def sweep_function(program: Program, fn: Function, names: dict, name: str) -> Fu
                     symbols=_named(fn, sh, "bar"))
 
 
-def adjoint(program: Program, name: str) -> tuple[Program, str]:
+def adjoint(program: Program, name: str, arrays: dict | None = None) -> tuple[Program, str]:
     """The adjoint program of `name`: (program, entry). Adjoint programs called inside
     (rvm.adjoint(g) called from reversible code) are not swept instruction by instruction
     but as one operation (`_adjoint_sweeps`)."""
@@ -564,31 +593,109 @@ def adjoint(program: Program, name: str) -> tuple[Program, str]:
     _heap_free(program, name, swept)
     names = {(f, uncalled): f"{f}{'.inv' if uncalled else ''}.adj"
              for f in base for uncalled in (False, True)}
+    interleaved = any(ins.op == "EXCH" for f in swept for ins in program.functions[f].code)
+    if interleaved and any(primitive(f) for f in base):
+        raise TransformError(f"adjoint of {name}: a program with arrays that calls an "
+                             "adjoint program is not supported; use rvm.grad")
     funcs: dict[str, Function] = dict(program.functions)   # the entry runs f forwards
     for f in base:
         fn = program.functions[f]
         if primitive(f):
             funcs.update(_adjoint_sweeps(program, f, names))
             continue
-        funcs[names[(f, False)]] = sweep_function(program, fn, names, names[(f, False)])
+        funcs[names[(f, False)]] = sweep_function(program, fn, names, names[(f, False)],
+                                                  interleaved)
         funcs[names[(f, True)]] = sweep_function(program, inverse_function(fn), names,
-                                                 names[(f, True)])
+                                                 names[(f, True)], interleaved)
+        if interleaved:
+            names[(f, None)] = f"{f}.heap2"
+    forward = name
+    if interleaved:                          # f itself, on the interleaved heap
+        for f in swept:
+            funcs[names[(f, None)]] = interleaved_function(program.functions[f],
+                                                           names[(f, None)], names)
+        forward = names[(name, None)]
     entry = f"{name}.adjoint"
     funcs[entry] = attrs.evolve(_entry(program.functions[name], names,
-                                       _drops(program, swept)), adjoint_of=name)
+                                       _drops(program, swept), forward, arrays),
+                                adjoint_of="" if interleaved else name)
+    if arrays:
+        funcs[f"{entry}.entry"] = _array_entry(funcs[entry], arrays)
+        entry = f"{entry}.entry"
     used = reachable(Program(funcs), entry)
     return verify(Program({f: funcs[f] for f in used}, program.source)), entry
 
 
-def _entry(fn: Function, names: dict, drops: bool) -> Function:
-    """adjoint(f)(x, ybar): f forwards, then its sweep; with dropped shadows, Bennett's
-    clean-up leaves only J^T ybar in the shadows (see the module docstring)."""
+class _Cells:
+    """Loops over the cells of the arrays an adjoint's entry is given, on the interleaved
+    heap: each array's shadows (cell 2 (base + i) + 1) against a private block."""
+
+    def __init__(self, code: _Code, fn: Function, arrays: dict, first_int: int, t, u):
+        self.code, self.line, self.t, self.u = code, fn.line, t, u
+        self.arrays = [(fn.params[b], fn.params[b + 1:b + 1 + rank])
+                       for b, rank in sorted(arrays.items())]
+        k = first_int
+        self.blocks = [Reg(isa.INT, k + j) for j in range(len(self.arrays))]
+        k += len(self.arrays)
+        self.sizes = [dims[0] if len(dims) == 1 else Reg(isa.INT, k + j)
+                      for j, (_, dims) in enumerate(self.arrays)]
+        k += len(self.arrays)
+        self.i, self.a, self.a2 = Reg(isa.INT, k), Reg(isa.INT, k + 1), Reg(isa.INT, k + 2)
+        self.labels = 0
+
+    def _sizes(self, sign: int) -> None:
+        for size, (_, dims) in zip(self.sizes, self.arrays):
+            if len(dims) == 2:
+                self.code.emit("ADD.mul" if sign > 0 else "SUB.mul", size, *dims,
+                               line=self.line)
+
+    def alloc(self) -> None:
+        self._sizes(1)
+        for block, size in zip(self.blocks, self.sizes):
+            self.code.emit("ALLOC", block, size, line=self.line)
+
+    def free(self) -> None:
+        for block, size in reversed(list(zip(self.blocks, self.sizes))):
+            self.code.emit("FREE", block, size, line=self.line)
+        self._sizes(-1)
+
+    def each(self, body) -> None:
+        """body(shadow cell, block cell) for every cell of every array."""
+        code, i, a, a2, line = self.code, self.i, self.a, self.a2, self.line
+        for (base, _), block, size in zip(self.arrays, self.blocks, self.sizes):
+            self.labels += 1
+            e, top, again, skip = (f"cells{self.labels}_{x}" for x in "etas")
+            code.pending = [e]
+            code.emit("BR.EQ", size, Imm(0), Label(skip), line=line)
+            code.pending = [top]
+            code.emit("CF.NE", i, Imm(0), Label(again), line=line)
+            code.emit("ADD", a, base, line=line)            # a2 = 2 (base + i)
+            code.emit("ADD", a, i, line=line)
+            code.emit("ADD.mul", a2, a, Imm(2), line=line)
+            body(Mem(a2, 1), Mem(block, i))
+            code.emit("SUB.mul", a2, a, Imm(2), line=line)
+            code.emit("SUB", a, i, line=line)
+            code.emit("SUB", a, base, line=line)
+            code.emit("ADD", i, Imm(1), line=line)
+            code.pending = [again]
+            code.emit("BR.NE", i, size, Label(top), line=line)
+            code.emit("SUB", i, size, line=line)
+            code.pending = [skip]
+            code.emit("CF.EQ", size, Imm(0), Label(e), line=line)
+
+
+def _entry(fn: Function, names: dict, drops: bool, forward: str,
+           arrays: dict | None = None) -> Function:
+    """adjoint(f)(x, ybar): f forwards (the function `forward`), then its sweep; with
+    dropped shadows, Bennett's clean-up leaves only J^T ybar in the shadows (see the
+    module docstring). The shadows of arrays (`arrays`: base parameter -> rank) are the
+    odd cells of the interleaved heap, copied to and from private blocks."""
     n = fn.n_float
     params = fn.params + tuple(Reg(isa.FLOAT, p.n + n) for p in _float_params(fn))
     shadows = list(params[len(fn.params):])
     code = _Code(2 * n)
     sweep, cosweep = FuncRef(names[(fn.name, False)]), FuncRef(names[(fn.name, True)])
-    code.emit("CALL", FuncRef(fn.name), *fn.params, line=fn.line)
+    code.emit("CALL", FuncRef(forward), *fn.params, line=fn.line)
 
     def done() -> Function:
         out = code.function(f"{fn.name}.adjoint", params)
@@ -598,16 +705,32 @@ def _entry(fn: Function, names: dict, drops: bool) -> Function:
         code.emit("CALL", sweep, *params, line=fn.line)
         return done()
     copies = [Reg(isa.FLOAT, 2 * n + k) for k in range(len(shadows))]
-    code.emit("CALL", sweep, *params, line=fn.line)            # (y, ybar) -> (x, xbar) + G
+    t, u = Reg(isa.FLOAT, 2 * n + len(shadows)), Reg(isa.FLOAT, 2 * n + len(shadows) + 1)
+    cells = _Cells(code, fn, arrays or {}, fn.n_int, t, u)
+    line = fn.line
+
+    def add_into(into):                 # into(block cell) += shadow cell
+        def body(slot, cell, sign=into):
+            for op in (("EXCH", t, slot), ("EXCH", u, cell), (sign, u, t),
+                       ("EXCH", u, cell), ("EXCH", t, slot)):
+                code.emit(*op, line=line)
+        return body
+    cells.alloc()
+    code.emit("CALL", sweep, *params, line=line)               # (y, ybar) -> (x, xbar) + G
     for c, s in zip(copies, shadows):
-        code.emit("ADD", c, s, line=fn.line)                    # c = xbar
-    code.emit("UNCALL", sweep, *params, line=fn.line)          # back to (y, ybar)
-    code.emit("UNCALL", FuncRef(fn.name), *fn.params, line=fn.line)   # values x
+        code.emit("ADD", c, s, line=line)                       # c = xbar
+    cells.each(add_into("ADD"))
+    code.emit("UNCALL", sweep, *params, line=line)             # back to (y, ybar)
+    code.emit("UNCALL", FuncRef(forward), *fn.params, line=line)   # values x
+    cells.each(lambda slot, cell: [code.emit("EXCH", t, x, line=line)   # array shadows
+                                   for x in (slot, cell, slot)])        # = xbar, blocks ybar
     # the sweep of f's inverse maps (x, c = xbar) to (y, J^-T xbar = ybar)
-    code.emit("CALL", cosweep, *fn.params, *copies, line=fn.line)
+    code.emit("CALL", cosweep, *fn.params, *copies, line=line)
     for c, s in zip(copies, shadows):
-        code.emit("SUB", s, c, line=fn.line)                    # ybar = 0 (up to rounding)
-    code.emit("UNCALL", cosweep, *fn.params, *copies, line=fn.line)  # (x, c = xbar)
+        code.emit("SUB", s, c, line=line)                       # ybar = 0 (up to rounding)
+    cells.each(add_into("SUB"))
+    code.emit("UNCALL", cosweep, *fn.params, *copies, line=line)   # (x, c = xbar)
     for c, s in zip(copies, shadows):
-        code.emit("SWAP", s, c, line=fn.line)                   # shadows = xbar, c ~ 0
+        code.emit("SWAP", s, c, line=line)                      # shadows = xbar, c ~ 0
+    cells.free()                                                # blocks ~ 0
     return done()
