@@ -302,3 +302,12 @@ def test_second_derivative_helpers_refuse_complex_clearly():
         rvm.hessian(loss_of, loss="out")(0.0, Z, W, 0.3)
     with pytest.raises(rvm.RvmError, match="complex array"):
         rvm.jvp(cdot, (0j, np.ones(2, complex), np.ones(2, complex)), (0j, None, None))
+
+
+def test_a_loaded_program_takes_complex_or_register_values():
+    prog = rvm.load(ROOT / "examples" / "complex_numbers.py")
+    y, x = prog.call("complex_log", 0j, 1 + 2j)
+    assert y == pytest.approx(cmath.log(1 + 2j)) and x == 1 + 2j
+    # one float per register (real, imaginary, real, imaginary) works too
+    out = prog.call("complex_log", 0.0, 0.0, 1.0, 2.0)
+    assert out == pytest.approx((cmath.log(1 + 2j).real, cmath.log(1 + 2j).imag, 1.0, 2.0))

@@ -115,6 +115,8 @@ def bind(machine, fn, args, names: list[str] | None = None) -> tuple[list, list[
 
     Arrays are placed on the machine's heap (allocated LIFO, in argument order)."""
     params, values, bindings, k = fn.params, [], [], 0
+    if names is not None and len(names) != len(args):     # register by register
+        names = None
     for n, a in enumerate(args):
         a = convert(a, n, fn.name)
         is_complex = isinstance(a, complex) or (isinstance(a, np.ndarray) and
