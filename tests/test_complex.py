@@ -5,6 +5,7 @@ differences in both real directions on every engine, the errors, the CLI, the ex
 import cmath
 import json
 import pathlib
+import random
 import subprocess
 import sys
 
@@ -311,3 +312,63 @@ def test_a_loaded_program_takes_complex_or_register_values():
     # one float per register (real, imaginary, real, imaginary) works too
     out = prog.call("complex_log", 0.0, 0.0, 1.0, 2.0)
     assert out == pytest.approx((cmath.log(1 + 2j).real, cmath.log(1 + 2j).imag, 1.0, 2.0))
+
+
+def random_expression(rng, depth: int) -> str:
+    """A random complex expression over a, b (complex) and t (real)."""
+    if depth == 0 or rng.random() < 0.2:
+        return rng.choice(["a", "b", "t", "(0.5 - 1.5j)", "2j", "1.25", "a.real", "abs(b)"])
+    kind = rng.randrange(6)
+    x, y = random_expression(rng, depth - 1), random_expression(rng, depth - 1)
+    if kind == 0:
+        return f"({x} {rng.choice('+-*')} {y})"
+    if kind == 1:
+        return f"({x} / (1.5 + 0.5j + {y} * 0.1))"
+    if kind == 2:
+        return f"conj({x})"
+    if kind == 3:
+        return f"exp({x} * 0.1)"
+    if kind == 4:
+        return f"log(2.0 + {x} * 0.1)"
+    return f"-{x}"
+
+
+def test_random_complex_expressions_match_python_and_finite_differences(tmp_path):
+    rng = random.Random(7)
+    lines, exprs = ["import rvm", "from rvm import *", ""], []
+    for k in range(24):
+        e = random_expression(rng, 3)
+        exprs.append(e)
+        lines += ["@rvm.reversible",
+                  f"def f{k}(y: complex, a: complex, b: complex, t: float):",
+                  f"    y += {e}", ""]
+        for part in ("real", "imag"):       # a real loss: one part of the result
+            lines += ["@rvm.reversible",
+                      f"def g{k}_{part}(out: float, a: complex, b: complex, t: float):",
+                      "    with ancilla(y=0j):",
+                      f"        f{k}(y, a, b, t)",
+                      f"        out += y.{part}",
+                      f"        ~f{k}(y, a, b, t)", ""]
+    path = tmp_path / "exprs.py"
+    path.write_text("\n".join(lines))
+    prog = rvm.load(path)
+    env = {"conj": np.conj, "exp": cmath.exp, "log": cmath.log, "abs": abs}
+    a, b, t = 0.3 - 0.8j, -1.1 + 0.6j, 0.7
+    for k, e in enumerate(exprs):
+        want = complex(eval(e, env, {"a": a, "b": b, "t": t}))
+        y, *_ = prog.call(f"f{k}", 0.25j, a, b, t, engine="interp")
+        assert y == pytest.approx(0.25j + want, rel=1e-12, abs=1e-12), e
+        back = prog.uncall(f"f{k}", y, a, b, t, engine="interp")
+        assert back[0] == pytest.approx(0.25j, abs=1e-12), e
+        # the gradient of Re(y) and of Im(y) with respect to a, against central differences
+        for part in ("real", "imag"):
+            g = rvm.grad(prog[f"g{k}_{part}"], loss=0, engine="interp")(0.0, a, b, t)
+
+            def f(a, b, t, e=e, part=part):
+                return getattr(complex(eval(e, env, {"a": a, "b": b, "t": t})), part)
+            for j in (1, 2):
+                assert g[j] == pytest.approx(fd(f, (a, b, t), j - 1), rel=1e-6, abs=1e-6), \
+                    (e, part, j)
+            h = 1e-6
+            assert g[3] == pytest.approx((f(a, b, t + h) - f(a, b, t - h)) / (2 * h),
+                                         rel=1e-6, abs=1e-6), (e, part)
