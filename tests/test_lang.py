@@ -220,3 +220,46 @@ def test_markers_outside_reversible_code():
     with pytest.raises(RuntimeError, match="only meaningful inside"):
         ancilla(x=0)
     assert neg and rot and irot and compute and inverse
+
+
+@rvm.reversible
+def sum_own_range(out: float, a: Array[float]):
+    for i in range(len(a)):
+        out += a[i]
+
+
+@rvm.reversible
+def sum_given_range(out: float, a: Array[float], n: int):
+    for i in range(n):
+        out += a[i]
+
+
+@rvm.reversible
+def bump(k: int):
+    k += 5
+
+
+@rvm.reversible
+def sum_counter_passed(out: float, a: Array[float]):
+    for i in range(len(a)):
+        bump(i)
+        out += a[i]
+        ~bump(i)
+
+
+def _checks(f, *args) -> int:
+    program, name, _ = f.specialize(args)
+    return sum(ins.op.startswith("ASSERT") for ins in program.functions[name].code)
+
+
+def test_loops_over_an_arrays_own_range_skip_its_bounds_checks():
+    a = np.array([1.0, 2.0, 3.0])
+    assert _checks(sum_own_range, 0.0, a) == 0
+    assert sum_own_range(0.0, a)[0] == 6.0
+    # a bound from elsewhere, or a counter a call could move, keeps the checks
+    assert _checks(sum_given_range, 0.0, a, 3) == 4
+    with pytest.raises(rvm.RvmError, match="ASSERT"):
+        sum_given_range(0.0, a, 4)
+    assert _checks(sum_counter_passed, 0.0, a) == 4
+    with pytest.raises(rvm.RvmError, match="ASSERT"):
+        sum_counter_passed(0.0, a)

@@ -353,7 +353,11 @@ class FunctionCompiler(Complexes, Lowering):
         self.emit("CF.NE", i, a, Label(again), label=top)
         self.scopes.append({s.target.id: Var(s.target.id, "int", (i,))})
         self.record(self.scopes[-1][s.target.id], s)
+        dim = self.dimension_bound(s, start, stop, step)
+        if dim is not None:
+            self.in_range[i] = dim
         self.body(s.body)
+        self.in_range.pop(i, None)
         self.scopes.pop()
         self.line = s.lineno
         self.emit("ADD", i, Imm(step))
@@ -372,6 +376,31 @@ class FunctionCompiler(Complexes, Lowering):
             if isinstance(bound, Reg):
                 self.emit("ZERO", bound)    # fails if the body changed a bound variable
                 self.release(bound)
+
+    def dimension_bound(self, s, start, stop, step: int) -> Reg | None:
+        """The array dimension register a loop counter stays within, if the loop is
+        `for i in range(c, len(A))` or `range(c, A.shape[k])` with a constant c >= 0 and a
+        positive step, and nothing in the body can change i (it is not passed to a call):
+        A[i] then needs no bounds check."""
+        c = self.constant_or_none(start)
+        if step < 0 or not isinstance(c, int) or c < 0:
+            return None
+        for n in ast.walk(ast.Module(body=s.body, type_ignores=[])):
+            if isinstance(n, ast.Call) and any(
+                    isinstance(a, ast.Name) and a.id == s.target.id for a in n.args) and \
+                    self.callee_name(n.func) not in ("len",):
+                return None
+        if isinstance(stop, ast.Call) and self.callee_name(stop.func) == "len" and \
+                len(stop.args) == 1 and isinstance(stop.args[0], ast.Name):
+            var = self.lookup(stop.args[0].id)
+            return var.regs[1] if var is not None and var.kind == "array" else None
+        if isinstance(stop, ast.Subscript) and isinstance(stop.value, ast.Attribute) and \
+                stop.value.attr == "shape" and isinstance(stop.value.value, ast.Name):
+            var, k = self.lookup(stop.value.value.id), self.constant_or_none(stop.slice)
+            if var is not None and var.kind == "array" and isinstance(k, int) and \
+                    0 <= k < len(var.regs) - 1:
+                return var.regs[1 + k]
+        return None
 
     def copy(self, e):
         """A constant, or a fresh temporary holding e's value."""

@@ -82,6 +82,7 @@ class Lowering:
         self.free: dict[str, list[int]] = {INT: [], FLOAT: []}
         self.labels = 0
         self.routines: dict[str, Code] = {}
+        self.in_range: dict[Reg, Reg] = {}  # loop counter -> an array dimension it stays below
         self.symbols: list[Symbol] = []
         self.line = node.lineno
 
@@ -182,8 +183,9 @@ class Lowering:
             if isinstance(e, ast.Slice) or self.typeof(e) != "int":
                 raise self.error(e, "array indices must be integers (no slices)")
             op = self.operand(e, INT)
-            self.emit("ASSERT.GE", op, Imm(0))
-            self.emit("ASSERT.LT", op, dim)
+            if self.in_range.get(op) != dim:    # (a loop over range(len(A)) needs none)
+                self.emit("ASSERT.GE", op, Imm(0))
+                self.emit("ASSERT.LT", op, dim)
             ops.append(op)
         if len(ops) == 1:
             off = ops[0]
