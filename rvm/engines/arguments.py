@@ -13,6 +13,7 @@ an imaginary part, numpy's own complex128 layout) and comes back as complex128.
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import attrs
@@ -148,7 +149,7 @@ def bind(machine, fn, args, names: list[str] | None = None) -> tuple[list, list[
                     f"{1 + a.ndim} integer parameters (base, {dims}); "
                     f"the parameters there are {', '.join(map(str, regs)) or 'none'}", fn.name)
             base = machine.alloc(a.size)
-            machine.write_cells(base, a.astype(a.dtype.newbyteorder("<")).tobytes())
+            machine.cells(base, a.size, "<i8" if dtype == isa.INT else "<f8")[:] = a.ravel()
             values += [base, *a.shape]
             bindings.append(Binding(tuple(range(k, k + 1 + a.ndim)),
                                     names[n] if names else ":".join(map(str, regs)), dtype,
@@ -170,9 +171,9 @@ def bind(machine, fn, args, names: list[str] | None = None) -> tuple[list, list[
 
 def read_array(machine, b: Binding, shadows: bool = False) -> np.ndarray:
     """An array argument's cells (or their gradient shadows), as a fresh numpy array."""
-    dtype = np.dtype(np.float64 if shadows or b.cls == isa.FLOAT else np.int64)
-    raw = machine.read_cells(b.base, int(np.prod(b.shape)), shadows)
-    out = np.frombuffer(raw, dtype=dtype.newbyteorder("<")).reshape(b.shape).astype(dtype)
+    floats = shadows or b.cls == isa.FLOAT
+    cells = machine.cells(b.base, math.prod(b.shape), "<f8" if floats else "<i8", shadows)
+    out = cells.astype(np.float64 if floats else np.int64).reshape(b.shape)   # a copy
     return out.view(np.complex128).reshape(b.shape[:-1]) if b.complex else out
 
 

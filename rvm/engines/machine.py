@@ -165,6 +165,13 @@ class Machine:
         buf = self._gbuf if shadows else self._buf
         return bytes(buf[8 * base:8 * (base + n)])
 
+    def cells(self, base: int, n: int, dtype: str, shadows: bool = False):
+        """A numpy view (little-endian int64 '<i8' or float64 '<f8') of n heap cells (or
+        their shadows): valid until the heap grows."""
+        import numpy as np
+        return np.frombuffer(self._gbuf if shadows else self._buf, dtype=dtype, count=n,
+                             offset=8 * base)
+
     def clear_shadows(self) -> None:
         """Zero every gradient shadow (registers of all frames and heap cells)."""
         self._gbuf[:] = bytes(len(self._gbuf))
