@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from progen import program as random_program
 
 import rvm
+from rvm import Array, ancilla
 from rvm.engines import native
 from rvm.engines.machine import resolve_engine
 
@@ -324,6 +325,52 @@ def test_repeated_native_calls_go_straight_to_native_code():
     with pytest.raises(rvm.InvertibilityError, match="not finite"):
         m.call("f", 0.0, 1.0, float("inf"))               # reported by the interpreter
     assert m.call("f", 0.0, 2.0, 3.0)[0] == ((2 + 1) * (4 + 9)) ** 2
+
+
+@rvm.reversible
+def scatter_add(out: Array[float], idx: Array[int], vals: Array[float], total: float):
+    """out[idx[k]] += vals[k] (idx from data: a bad index fails at run time); the int
+    array is rotated by one place, so int arrays are written too."""
+    for k in range(len(vals)):
+        out[idx[k]] += vals[k] * 2.0
+        total += vals[k] * vals[k]
+    with ancilla(t=0):
+        t ^= idx[0]
+        for k in range(1, len(idx)):
+            idx[k - 1], idx[k] = idx[k], idx[k - 1]
+        t ^= idx[len(idx) - 1]
+
+
+@pytest.mark.skipif(not native.available, reason="numba is not installed")
+def test_repeated_native_calls_with_arrays_go_straight_to_native_code():
+    """Calls and gradients with arrays on native code take a private heap after the first
+    call: the same values and gradients as the interpreter's, int arrays written back,
+    errors reported by the general path, and good calls after a failed one still right."""
+    out, idx, vals = np.zeros(4), np.array([2, 0, 3]), np.array([0.5, -1.0, 2.0])
+    want = scatter_add(out, idx, vals, 0.25, engine="interp")
+    g = rvm.grad(scatter_add, loss="total", engine="native")
+    g_want = rvm.grad(scatter_add, loss="total", engine="interp")(out, idx, vals, 0.25)
+    for _ in range(3):
+        got = scatter_add(out, idx, vals, 0.25, engine="native")
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
+        for a, b in zip(g(out, idx, vals, 0.25), g_want):
+            np.testing.assert_array_equal(a, b)
+    assert got[1].tolist() == [0, 3, 2] and idx.tolist() == [2, 0, 3]
+    from rvm.engines.machine import machine_for
+    program, name, _ = scatter_add.specialize((out, idx, vals, 0.25))
+    plans = machine_for(program, engine="native")._fast
+    assert any(f is not None for (n, _, _), f in plans.items() if n == name)   # planned
+    e = rvm.grad(scatter_add, loss=(0, 2), engine="native")(out, idx, vals, 0.25)
+    np.testing.assert_array_equal(e[2], [2.0, 0.0, 0.0])
+    bad = np.array([2, 7, 3])
+    with pytest.raises(rvm.RvmError, match="ASSERT"):
+        scatter_add(out, bad, vals, 0.25, engine="native")
+    with pytest.raises(rvm.RvmError, match="ASSERT"):
+        g(out, bad, vals, 0.25)
+    for a, b in zip(scatter_add(out, idx, vals, 0.25, engine="native"), want):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(g(out, idx, vals, 0.25)[2], g_want[2])
 
 
 def test_vmap_on_a_dask_cluster():

@@ -8,6 +8,7 @@ extra memory is one shadow per float register and heap cell, whatever the step c
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -144,6 +145,7 @@ class _Pass:
         m.run(1)
 
 
+DIRECT_HEAP_CELLS = 4096  # cells beyond the arrays on the private heap of a direct call
 THREAD_ROWS = 4096      # rows per thread, at least, before a batch is split across cores
 
 
@@ -206,7 +208,7 @@ class _Direct:
     def make(self, args):
         from ..engines.compiled import compiled
         if any(isinstance(a, np.ndarray) for a in args):
-            return None
+            return self.make_arrays(args)
         m = self.runner.forward(args)          # also validates arguments and the loss
         fn = m.stack[0].fn
         if m.engine == "interp" or len(fn.params) != len(args):
@@ -254,13 +256,96 @@ class _Direct:
             not comp.native and native.available else None
         return both, heap, None if exact else convert, seed, scatter, upgrade
 
+    def make_arrays(self, args):
+        """Arguments with arrays, on native code: the forward and the gradient functions
+        called directly on a private numpy heap holding the arrays at fixed places (as a
+        general run places them), their values copied out between the two calls and
+        their gradients from the heap's shadows after."""
+        from ..engines.compiled import compiled
+        if any(type(a) is np.ndarray and a.dtype.kind == "c" for a in args):
+            return None
+        m = self.runner.forward(args)          # also validates arguments and the loss
+        fn, bindings = m.stack[0].fn, m.bindings
+        if m.engine == "auto" and not m._compiled.native:
+            return "later"                   # plan again once auto has gone native
+        if m.engine == "interp" or not m._compiled.native or len(bindings) != len(args) or \
+                any(b.is_array and type(a) is not np.ndarray for a, b in zip(args, bindings)):
+            return None
+        b, element = find_argument(bindings, fn, self.loss, "loss")
+        comp = compiled(m.program, m.checks, native=True)
+        funcs = comp.bind(m)
+        fw, gbw = funcs[comp.name(fn.name, "fw")], funcs[comp.name(fn.name, "gbw")]
+        total = m.entry_top
+        cells = min(total + DIRECT_HEAP_CELLS, m.heap_limit)
+        if cells < total:
+            return None
+        hi = np.zeros(cells, np.int64)
+        heap = (hi, hi.view(np.float64), np.zeros(cells), np.zeros(2, np.int64))
+        regs: list = [None] * len(fn.params)
+        for a in bindings:
+            if a.is_array:
+                regs[a.params[0]:a.params[0] + 1 + len(a.shape)] = [a.base, *a.shape]
+        floats = [k for k, p in enumerate(fn.params) if p.cls == isa.FLOAT]
+        seed = [0.0] * len(floats)
+        if element is None:
+            seed[floats.index(b.params[0])] = 1.0
+        seed_cell = None if element is None else b.base + element
+        arrays = [(k, a.base, a.base + math.prod(a.shape), a.shape,
+                   heap[0] if a.cls == isa.INT else heap[1], a.cls == isa.FLOAT)
+                  for k, a in enumerate(bindings) if a.is_array]
+        budget, n = m.max_steps, len(fn.params)
+
+        def run(values):
+            for k, lo, hi_, _, view, _ in arrays:
+                view[lo:hi_] = values[k].ravel()
+            r = list(regs)
+            for a, v in zip(bindings, values):
+                if not a.is_array:
+                    r[a.params[0]] = int(v) if a.cls == isa.INT else float(v)
+            top = heap[3]
+            try:
+                top[0], top[1] = total, budget
+                out = fw(*heap, *r)
+                if top[0] != total:
+                    raise MachineError("heap block left allocated")
+                finals = [out[a.params[0]] for a in bindings]
+                for k, lo, hi_, shape, view, _ in arrays:
+                    finals[k] = view[lo:hi_].reshape(shape).copy()
+                if seed_cell is not None:
+                    heap[2][seed_cell] = 1.0
+                top[1] = budget
+                back = gbw(*heap, *out, *seed)
+                if top[0] != total:
+                    raise MachineError("heap block left allocated")
+            except Exception:        # the general path reports it exactly
+                heap[0][:] = 0
+                heap[2][:] = 0
+                return None
+            grads: list = [None] * len(bindings)
+            for j, a in enumerate(bindings):
+                if a.cls == isa.FLOAT and not a.is_array:
+                    grads[j] = back[n + floats.index(a.params[0])]
+            for k, lo, hi_, shape, view, is_float in arrays:
+                if is_float:
+                    grads[k] = heap[2][lo:hi_].reshape(shape).copy()
+                view[lo:hi_] = 0
+                heap[2][lo:hi_] = 0
+            return tuple(finals), tuple(grads)
+        return run
+
     def __call__(self, args):
-        key = tuple(map(type, args))
+        key = tuple((a.shape, a.dtype.kind) if type(a) is np.ndarray else type(a)
+                    for a in args)
         plan = self.plans.get(key, False)
         if plan is False:
             plan = self.plans[key] = self.make(args)
+        if plan == "later":
+            del self.plans[key]
+            return None
         if plan is None:
             return None
+        if not isinstance(plan, tuple):      # arguments with arrays
+            return plan(args)
         both, heap, convert, seed, scatter, upgrade = plan
         if upgrade is not None:
             upgrade[0] -= 1

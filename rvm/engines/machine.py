@@ -13,6 +13,8 @@ import math
 import sys
 import time
 
+import numpy as np
+
 from ..core import isa
 from ..core.errors import InvertibilityError, MachineError, RvmError, UsageError
 from ..core.program import Function, Program
@@ -519,7 +521,8 @@ class Machine:
     def _whole(self, name: str, args: tuple, backward: bool) -> tuple:
         """A whole call: straight into native code when an earlier call of the same kind
         ran natively (scalars, no heap), else through a frame on the machine."""
-        key = (name, backward, tuple(map(type, args)))
+        key = (name, backward, tuple((a.shape, a.dtype.kind) if type(a) is np.ndarray
+                                     else type(a) for a in args))
         fast = self._fast.get(key)
         if fast is not None:
             out = fast(args)
@@ -533,12 +536,15 @@ class Machine:
 
     def _direct(self, args: tuple, backward: bool):
         """A function calling the native code of the root function directly (the machine
-        and its frames are bypassed: no heap, scalar arguments), or None. Anything unusual
-        returns None, and the call goes the general way, which reports it exactly."""
+        and its frames are bypassed), or None. Anything unusual returns None, and the call
+        goes the general way, which reports it exactly."""
         import numpy as np_
         c, fn = self._compiled, self.stack[0].fn
-        if c is None or not c.native or len(args) != len(fn.params) or \
-                any(isinstance(a, np_.ndarray) for a in args):
+        if c is None or not c.native:
+            return None
+        if any(type(a) is np_.ndarray for a in args):
+            return self._direct_arrays(args, backward)
+        if len(args) != len(fn.params):
             return None
         function = self._compiled_functions[c.name(fn.name, "bw" if backward else "fw")]
         # a private heap: programs that only push and pop scalars (as derivative programs
@@ -560,6 +566,53 @@ class Machine:
                 heap[2][:] = 0
                 return None
             return out
+        return direct
+
+    def _direct_arrays(self, args: tuple, backward: bool):
+        """The direct native call for arguments with arrays of these shapes: a private
+        numpy heap with the arrays at fixed places (as the general run just placed them),
+        copied in before the call and out after it; no machine frame, no snapshot."""
+        c, fn, bindings = self._compiled, self.stack[0].fn, self.bindings
+        if len(bindings) != len(args) or any(b.complex for b in bindings) or \
+                any(b.is_array and type(a) is not np.ndarray for a, b in zip(args, bindings)):
+            return None
+        function = self._compiled_functions[c.name(fn.name, "bw" if backward else "fw")]
+        total = self.entry_top
+        cells = min(total + DIRECT_HEAP, self.heap_limit)
+        if cells < total:
+            return None
+        hi = np.zeros(cells, np.int64)
+        heap = (hi, hi.view(np.float64), np.zeros(cells), np.zeros(2, np.int64))
+        fr = self.stack[0]
+        params = [fr.R[fn.slot(p)] for p in fn.params]      # array bases and dimensions
+        scalars = [(b.params[0], int if b.cls == isa.INT else float) for b in bindings]
+        arrays = [(k, b.base, b.base + math.prod(b.shape), b.shape,
+                   heap[0] if b.cls == isa.INT else heap[1])
+                  for k, b in enumerate(bindings) if b.is_array]
+        budget = self.max_steps
+
+        def direct(values):
+            values = list(values)
+            for k, lo, hi_, _, view in arrays:
+                view[lo:hi_] = values[k].ravel()
+            regs = list(params)
+            for (p, kind), v, b in zip(scalars, values, bindings):
+                if not b.is_array:
+                    regs[p] = kind(v)
+            heap[3][0], heap[3][1] = total, budget
+            try:
+                out = function(*heap, *regs)
+            except Exception:
+                out = None
+            if heap[3][0] != total or out is None:
+                heap[0][:] = 0
+                heap[2][:] = 0
+                return None
+            results = [out[b.params[0]] for b in bindings]
+            for k, lo, hi_, shape, view in arrays:
+                results[k] = view[lo:hi_].reshape(shape).copy()
+                view[lo:hi_] = 0
+            return tuple(results)
         return direct
 
     def snapshot(self) -> tuple:

@@ -261,8 +261,11 @@ class ReversibleFunction:
         program, name, names = self.specialize(args)
         m = machine_for(program, **machine_options)
         values = [a for a in args if not is_function(a)]
-        m.enter(name, *values, backward=self.backward, names=names)
-        out = iter(m.finish())
+        if names == list(program.functions[name].names):    # straight into native code
+            out = iter((m.uncall if self.backward else m.call)(name, *values))
+        else:
+            m.enter(name, *values, backward=self.backward, names=names)
+            out = iter(m.finish())
         return tuple(a if is_function(a) else next(out) for a in args)
 
     def __invert__(self) -> ReversibleFunction:
