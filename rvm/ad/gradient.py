@@ -276,7 +276,7 @@ class _Direct:
         funcs = comp.bind(m)
         fw, gbw = funcs[comp.name(fn.name, "fw")], funcs[comp.name(fn.name, "gbw")]
         total = m.entry_top
-        cells = min(total + DIRECT_HEAP_CELLS, m.heap_limit)
+        cells = min(max(m.cap, total + DIRECT_HEAP_CELLS), m.heap_limit)   # as the run grew it
         if cells < total:
             return None
         hi = np.zeros(cells, np.int64)

@@ -578,7 +578,7 @@ class Machine:
             return None
         function = self._compiled_functions[c.name(fn.name, "bw" if backward else "fw")]
         total = self.entry_top
-        cells = min(total + DIRECT_HEAP, self.heap_limit)
+        cells = min(max(self.cap, total + DIRECT_HEAP), self.heap_limit)   # as the run grew it
         if cells < total:
             return None
         hi = np.zeros(cells, np.int64)
