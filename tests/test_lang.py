@@ -263,3 +263,30 @@ def test_loops_over_an_arrays_own_range_skip_its_bounds_checks():
     assert _checks(sum_counter_passed, 0.0, a) == 4
     with pytest.raises(rvm.RvmError, match="ASSERT"):
         sum_counter_passed(0.0, a)
+
+
+@rvm.reversible
+def reads_twice(out: float, a: Array[float], idx: Array[int]):
+    for k in range(len(idx)):
+        out += a[idx[k]] * a[idx[k]] + a[a.shape[0] - 1 - idx[k]] * 2.0
+
+
+@rvm.reversible
+def index_by_itself(out: float, a: Array[int], b: Array[float]):
+    for k in range(len(a)):
+        out += b[a[a[k]]]
+
+
+@pytest.mark.parametrize("engine", ["interp", "python"])
+def test_array_elements_read_in_place_and_twice(engine):
+    """An element an expression reads once is exchanged in and out around its use; one
+    read twice (the same cell, or the array indexing itself) is copied: a cell exchanged
+    out would read as zero."""
+    a, idx = np.array([1.0, 2.0, 3.0]), np.array([0, 2, 1, 1])
+    assert reads_twice(0.0, a, idx, engine=engine)[0] == \
+        sum(a[i] * a[i] + 2 * a[2 - i] for i in idx)
+    g = rvm.grad(reads_twice, loss="out", engine=engine)(0.0, a, idx)[1]
+    assert g.tolist() == [4.0, 12.0, 8.0]
+    perm, b = np.array([0, 0, 2]), np.array([5.0, 7.0, 9.0])
+    assert index_by_itself(0.0, perm, b, engine=engine)[0] == sum(b[perm[perm[k]]]
+                                                                 for k in range(3))

@@ -83,6 +83,9 @@ class Lowering:
         self.labels = 0
         self.routines: dict[str, Code] = {}
         self.in_range: dict[Reg, Reg] = {}  # loop counter -> an array dimension it stays below
+        # arrays whose elements operands may use in place (read once by the operands
+        # being computed; see with_operands)
+        self.held: set[str] | None = None
         self.symbols: list[Symbol] = []
         self.line = node.lineno
 
@@ -251,9 +254,21 @@ class Lowering:
 
     def with_operands(self, args: list, use: Callable[[list], None],
                       cls: str | None = None) -> None:
-        """Operands for args (temporaries where needed), use them, uncompute the temps."""
+        """Operands for args (temporaries where needed), use them, uncompute the temps.
+        An element of an array that args read only once is used in place: exchanged into
+        a register, used, exchanged back (`self.held`); an array read more than once is
+        copied element by element, since a cell exchanged out reads as zero."""
         start = len(self.code)
-        ops = [self.operand(a, cls) for a in args]
+        reads: dict[str, int] = {}
+        for a in args:
+            for n in ast.walk(a):
+                if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name):
+                    reads[n.value.id] = reads.get(n.value.id, 0) + 1
+        held, self.held = self.held, {name for name, k in reads.items() if k == 1}
+        try:
+            ops = [self.operand(a, cls) for a in args]
+        finally:
+            self.held = held
         compute = self.code[start:]
         use(ops)
         self.code += invert(compute, self.fresh)
@@ -287,6 +302,12 @@ class Lowering:
                 e.value.attr == "shape":
             return self.shape(e)
         kind = self.typeof(e)
+        if isinstance(e, ast.Subscript) and self.held and isinstance(e.value, ast.Name) \
+                and e.value.id in self.held:
+            var, mem = self.address(e)
+            x = self.reg(var.dtype)
+            self.emit("EXCH", x, mem)       # put back by the caller's uncompute
+            return x
         t = self.reg(INT if kind == "int" else FLOAT)
         if self.integer_valued(e, t):
             return t
