@@ -165,8 +165,8 @@ class Transformed:
         arrays = any(isinstance(a, np.ndarray) for a in args)
         if not arrays:       # the machine's call: straight to native code once it has run
             return (m.uncall if self.backward else m.call)(name, *args)
-        m.enter(name, *self.pack(args), backward=self.backward)
-        return self.unpack(args, m.finish())
+        packed = self.pack(args)
+        return self.unpack(args, (m.uncall if self.backward else m.call)(name, *packed))
 
     def lower(self, sig: tuple) -> tuple[Program, str]:
         """(program, entry) for a call from reversible code with this signature."""
