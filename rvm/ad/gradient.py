@@ -331,6 +331,9 @@ class _Direct:
                 view[lo:hi_] = 0
                 heap[2][lo:hi_] = 0
             return tuple(finals), tuple(grads)
+        # this call's answer from the forward run already made (a function built for one
+        # call, as in rvm.value_and_grad(f)(x), runs f forwards once, not twice)
+        run.first = (m.results(), self.runner.backward(m, (b, element)))
         return run
 
     def __call__(self, args):
@@ -345,7 +348,8 @@ class _Direct:
         if plan is None:
             return None
         if not isinstance(plan, tuple):      # arguments with arrays
-            return plan(args)
+            first, plan.first = getattr(plan, "first", None), None
+            return first if first is not None else plan(args)
         both, heap, convert, seed, scatter, upgrade = plan
         if upgrade is not None:
             upgrade[0] -= 1
