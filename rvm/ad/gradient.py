@@ -145,7 +145,6 @@ class _Pass:
         m.run(1)
 
 
-DIRECT_HEAP_CELLS = 4096  # cells beyond the arrays on the private heap of a direct call
 THREAD_ROWS = 4096      # rows per thread, at least, before a batch is split across cores
 
 
@@ -275,12 +274,9 @@ class _Direct:
         comp = compiled(m.program, m.checks, native=True)
         funcs = comp.bind(m)
         fw, gbw = funcs[comp.name(fn.name, "fw")], funcs[comp.name(fn.name, "gbw")]
-        total = m.entry_top
-        cells = min(max(m.cap, total + DIRECT_HEAP_CELLS), m.heap_limit)   # as the run grew it
-        if cells < total:
+        total, heap = m.entry_top, m.private_heap()
+        if heap is None:
             return None
-        hi = np.zeros(cells, np.int64)
-        heap = (hi, hi.view(np.float64), np.zeros(cells), np.zeros(2, np.int64))
         regs: list = [None] * len(fn.params)
         for a in bindings:
             if a.is_array:

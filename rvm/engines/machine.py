@@ -568,6 +568,17 @@ class Machine:
             return out
         return direct
 
+    def private_heap(self) -> tuple | None:
+        """A fresh native heap (int64 cells, their float64 view, shadows, [top, budget])
+        for direct calls with this run's argument arrays where the run placed them: as
+        large as the run's heap grew and DIRECT_HEAP cells past the arrays, within the heap
+        limit; None if the arrays alone exceed it."""
+        cells = min(max(self.cap, self.entry_top + DIRECT_HEAP), self.heap_limit)
+        if cells < self.entry_top:
+            return None
+        hi = np.zeros(cells, np.int64)
+        return hi, hi.view(np.float64), np.zeros(cells), np.zeros(2, np.int64)
+
     def _direct_arrays(self, args: tuple, backward: bool):
         """The direct native call for arguments with arrays of these shapes: a private
         numpy heap with the arrays at fixed places (as the general run just placed them),
@@ -577,12 +588,9 @@ class Machine:
                 any(b.is_array and type(a) is not np.ndarray for a, b in zip(args, bindings)):
             return None
         function = self._compiled_functions[c.name(fn.name, "bw" if backward else "fw")]
-        total = self.entry_top
-        cells = min(max(self.cap, total + DIRECT_HEAP), self.heap_limit)   # as the run grew it
-        if cells < total:
+        total, heap = self.entry_top, self.private_heap()
+        if heap is None:
             return None
-        hi = np.zeros(cells, np.int64)
-        heap = (hi, hi.view(np.float64), np.zeros(cells), np.zeros(2, np.int64))
         fr = self.stack[0]
         params = [fr.R[fn.slot(p)] for p in fn.params]      # array bases and dimensions
         scalars = [(b.params[0], int if b.cls == isa.INT else float) for b in bindings]
