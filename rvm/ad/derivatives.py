@@ -16,6 +16,7 @@ import numpy as np
 from ..core import isa
 from ..core.errors import UsageError, user_facing
 from ..core.program import Program
+from ..engines.arguments import read_array, scalar
 from ..engines.machine import machine_for
 from . import transforms
 from .gradient import loss_index, target, with_inverse
@@ -302,11 +303,9 @@ def _hvp_arrays(f, primals, dots, floats, which, options) -> tuple:
     for k in floats:
         b = m.bindings[k]
         if isinstance(primals[k], np.ndarray):
-            g = np.frombuffer(m.read_cells(b.base, int(np.prod(b.shape)), True),
-                              dtype="<f8").reshape(b.shape)
-            out[k] = g[..., 0::2].copy()
+            out[k] = read_array(m, b, shadows=True)[..., 0::2].copy()
         else:
-            out[k] = fr.G[fr.fn.slot(fr.fn.params[b.params[0]])]
+            out[k] = scalar(fr, b, fr.G)
     return tuple(out)
 
 

@@ -8,7 +8,6 @@ extra memory is one shadow per float register and heap cell, whatever the step c
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -17,7 +16,7 @@ from ..core import isa
 from ..core.errors import MachineError, UsageError, user_facing
 from ..core.inverse import inverse_function
 from ..core.program import Function, Program
-from ..engines.arguments import Binding, place_keywords, read_array, scalar
+from ..engines.arguments import Binding, call_kind, place_keywords, read_array, scalar
 from ..engines.machine import NATIVE_AFTER, Machine, machine_for
 from ..engines.native import compiling
 
@@ -267,8 +266,8 @@ class _Direct:
         fn, bindings = m.stack[0].fn, m.bindings
         if m.engine == "auto" and not m._compiled.native:
             return "later"                   # plan again once auto has gone native
-        if m.engine == "interp" or not m._compiled.native or len(bindings) != len(args) or \
-                any(b.is_array and type(a) is not np.ndarray for a, b in zip(args, bindings)):
+        places = m.array_places(args)
+        if m.engine == "interp" or not m._compiled.native or places is None:
             return None
         b, element = find_argument(bindings, fn, self.loss, "loss")
         comp = compiled(m.program, m.checks, native=True)
@@ -286,9 +285,8 @@ class _Direct:
         if element is None:
             seed[floats.index(b.params[0])] = 1.0
         seed_cell = None if element is None else b.base + element
-        arrays = [(k, a.base, a.base + math.prod(a.shape), a.shape,
-                   heap[0] if a.cls == isa.INT else heap[1], a.cls == isa.FLOAT)
-                  for k, a in enumerate(bindings) if a.is_array]
+        arrays = [(k, lo, hi_, shape, heap[1] if is_float else heap[0], is_float)
+                  for k, lo, hi_, shape, is_float in places]
         budget, n = m.max_steps, len(fn.params)
 
         def run(values):
@@ -333,8 +331,7 @@ class _Direct:
         return run
 
     def __call__(self, args):
-        key = tuple((a.shape, a.dtype.kind) if type(a) is np.ndarray else type(a)
-                    for a in args)
+        key = call_kind(args)
         plan = self.plans.get(key, False)
         if plan is False:
             plan = self.plans[key] = self.make(args)

@@ -291,7 +291,7 @@ class Debugger:
             raise CommandError(f"heap cells {base}..{base + n - 1} are not in use "
                                f"(the heap has {self.m.top} cells)")
         dtype = "<f8" if cls == isa.FLOAT or shadow else "<i8"
-        return np.frombuffer(self.m.read_cells(base, n, shadow), dtype=dtype).copy()
+        return self.m.cells(base, n, dtype, shadow).copy()
 
     def evaluate(self, text: str):
         try:

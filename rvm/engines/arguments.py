@@ -105,6 +105,12 @@ def convert(a, n: int, fname: str):
     return a
 
 
+def call_kind(args) -> tuple:
+    """What a planned direct call depends on: each argument's type, and for arrays their
+    shape and dtype kind."""
+    return tuple((a.shape, a.dtype.kind) if type(a) is np.ndarray else type(a) for a in args)
+
+
 def as_floats(a: np.ndarray) -> np.ndarray:
     """A 1-D complex array as its n x 2 float layout (a copy: the caller's array is
     never written)."""

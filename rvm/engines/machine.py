@@ -19,7 +19,7 @@ from ..core import isa
 from ..core.errors import InvertibilityError, MachineError, RvmError, UsageError
 from ..core.program import Function, Program
 from . import closures, templates
-from .arguments import bind, read_array, scalar
+from .arguments import bind, call_kind, read_array, scalar
 from .closures import END
 from .explain import explain, explain_locals
 from .templates import Fault, Limit
@@ -170,7 +170,6 @@ class Machine:
     def cells(self, base: int, n: int, dtype: str, shadows: bool = False):
         """A numpy view (little-endian int64 '<i8' or float64 '<f8') of n heap cells (or
         their shadows): valid until the heap grows."""
-        import numpy as np
         return np.frombuffer(self._gbuf if shadows else self._buf, dtype=dtype, count=n,
                              offset=8 * base)
 
@@ -521,8 +520,7 @@ class Machine:
     def _whole(self, name: str, args: tuple, backward: bool) -> tuple:
         """A whole call: straight into native code when an earlier call of the same kind
         ran natively (scalars, no heap), else through a frame on the machine."""
-        key = (name, backward, tuple((a.shape, a.dtype.kind) if type(a) is np.ndarray
-                                     else type(a) for a in args))
+        key = (name, backward, call_kind(args))
         fast = self._fast.get(key)
         if fast is not None:
             out = fast(args)
@@ -538,11 +536,10 @@ class Machine:
         """A function calling the native code of the root function directly (the machine
         and its frames are bypassed), or None. Anything unusual returns None, and the call
         goes the general way, which reports it exactly."""
-        import numpy as np_
         c, fn = self._compiled, self.stack[0].fn
         if c is None or not c.native:
             return None
-        if any(type(a) is np_.ndarray for a in args):
+        if any(type(a) is np.ndarray for a in args):
             return self._direct_arrays(args, backward)
         if len(args) != len(fn.params):
             return None
@@ -550,8 +547,8 @@ class Machine:
         # a private heap: programs that only push and pop scalars (as derivative programs
         # do) run on it; one that needs more, or leaves cells in use, goes the general way
         cells = min(DIRECT_HEAP, self.heap_limit) if c.uses_heap else 1
-        hi = np_.zeros(cells, np_.int64)
-        heap = (hi, hi.view(np_.float64), np_.zeros(cells), np_.zeros(2, np_.int64))
+        hi = np.zeros(cells, np.int64)
+        heap = (hi, hi.view(np.float64), np.zeros(cells), np.zeros(2, np.int64))
         kinds = [int if p.cls == isa.INT else float for p in fn.params]
         budget = self.max_steps
 
@@ -579,13 +576,24 @@ class Machine:
         hi = np.zeros(cells, np.int64)
         return hi, hi.view(np.float64), np.zeros(cells), np.zeros(2, np.int64)
 
+    def array_places(self, args: tuple) -> list | None:
+        """(argument index, first cell, end cell, shape, float?) of each array argument
+        where this run placed it, for direct calls on a private_heap(); None if args are
+        not what the run bound (a list where it took an array)."""
+        b = self.bindings
+        if len(b) != len(args) or any(x.is_array and type(a) is not np.ndarray
+                                      for a, x in zip(args, b)):
+            return None
+        return [(k, x.base, x.base + math.prod(x.shape), x.shape, x.cls == isa.FLOAT)
+                for k, x in enumerate(b) if x.is_array]
+
     def _direct_arrays(self, args: tuple, backward: bool):
         """The direct native call for arguments with arrays of these shapes: a private
         numpy heap with the arrays at fixed places (as the general run just placed them),
         copied in before the call and out after it; no machine frame, no snapshot."""
         c, fn, bindings = self._compiled, self.stack[0].fn, self.bindings
-        if len(bindings) != len(args) or any(b.complex for b in bindings) or \
-                any(b.is_array and type(a) is not np.ndarray for a, b in zip(args, bindings)):
+        arrays = self.array_places(args)
+        if arrays is None or any(b.complex for b in bindings):
             return None
         function = self._compiled_functions[c.name(fn.name, "bw" if backward else "fw")]
         total, heap = self.entry_top, self.private_heap()
@@ -594,9 +602,8 @@ class Machine:
         fr = self.stack[0]
         params = [fr.R[fn.slot(p)] for p in fn.params]      # array bases and dimensions
         scalars = [(b.params[0], int if b.cls == isa.INT else float) for b in bindings]
-        arrays = [(k, b.base, b.base + math.prod(b.shape), b.shape,
-                   heap[0] if b.cls == isa.INT else heap[1])
-                  for k, b in enumerate(bindings) if b.is_array]
+        arrays = [(k, lo, hi_, shape, heap[1] if is_float else heap[0])
+                  for k, lo, hi_, shape, is_float in arrays]
         budget = self.max_steps
 
         def direct(values):
