@@ -48,26 +48,30 @@ def logsumexp(out: float, v: Array[float]):
 
 @rvm.reversible
 def point_term(out: float, i: int, alphas: Array[float], means: Array[float, 2],
-               icf: Array[float, 2], x: Array[float, 2], sum_q: Array[float]):
-    """out += logsumexp_k(alpha_k + sum_j q_kj - |Q_k (x_i - mu_k)|^2 / 2)."""
-    with ancilla(d=means.shape[1], main=zeros(len(alphas)), xc=zeros(means.shape[1]),
-                 qxc=zeros(means.shape[1])):
+               expq: Array[float, 2], icf: Array[float, 2], x: Array[float, 2],
+               sum_q: Array[float]):
+    """out += logsumexp_k(alpha_k + sum_j q_kj - |Q_k (x_i - mu_k)|^2 / 2).
+
+    The centred points and their products with Q_k are kept for every k (ancilla
+    matrices) until the log-sum-exp has read the terms, then uncomputed together: the
+    matrix-vector products run twice per point and component, not four times."""
+    with ancilla(d=means.shape[1], main=zeros(len(alphas)),
+                 xc=zeros((len(alphas), means.shape[1])),
+                 qxc=zeros((len(alphas), means.shape[1]))):
         with compute() as terms:
             for k in range(len(alphas)):
-                with ancilla(sq=0.0):
-                    with compute() as dist:
-                        for j in range(d):
-                            xc[j] += x[i, j] - means[k, j]
-                        for j in range(d):
-                            qxc[j] += exp(icf[k, j]) * xc[j]
-                        for c in range(d):         # L's column c holds rows c+1 .. d-1
-                            for r in range(c + 1, d):
-                                qxc[r] += icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1] \
-                                    * xc[c]
-                        for j in range(d):
-                            sq += qxc[j] ** 2
-                    main[k] += alphas[k] + sum_q[k] - 0.5 * sq
-                    ~dist
+                for j in range(d):
+                    xc[k, j] += x[i, j] - means[k, j]
+                    qxc[k, j] += expq[k, j] * xc[k, j]
+                with ancilla(e=d):              # L's entries follow q_k in icf's row k
+                    for c in range(d):          # L's column c holds rows c+1 .. d-1
+                        for r in range(c + 1, d):
+                            qxc[k, r] += icf[k, e] * xc[k, c]
+                            e += 1
+                    e -= d * (d - 1) // 2
+                main[k] += alphas[k] + sum_q[k]
+                for j in range(d):
+                    main[k] -= 0.5 * qxc[k, j] ** 2
         logsumexp(out, main)
         ~terms
 
@@ -77,18 +81,20 @@ def gmm_objective(out: float, alphas: Array[float], means: Array[float, 2],
                   icf: Array[float, 2], x: Array[float, 2], gamma: float, m: float,
                   const: float):
     """out += the GMM objective (const: the terms that depend on no parameter)."""
-    with ancilla(d=means.shape[1], sum_q=zeros(len(alphas)), lse=0.0):
-        with compute() as pre:
+    with ancilla(d=means.shape[1], sum_q=zeros(len(alphas)),
+                 expq=zeros((len(alphas), means.shape[1])), lse=0.0):
+        with compute() as pre:                  # what every point reads: once, not n times
             for k in range(len(alphas)):
                 for j in range(d):
                     sum_q[k] += icf[k, j]
+                    expq[k, j] += exp(icf[k, j])
             logsumexp(lse, alphas)
         for i in range(x.shape[0]):
-            point_term(out, i, alphas, means, icf, x, sum_q)
+            point_term(out, i, alphas, means, expq, icf, x, sum_q)
         out -= x.shape[0] * lse
         for k in range(len(alphas)):
             for j in range(d):
-                out += 0.5 * gamma ** 2 * exp(2.0 * icf[k, j])
+                out += 0.5 * gamma ** 2 * expq[k, j] ** 2
                 out -= m * icf[k, j]
             for j in range(d, icf.shape[1]):
                 out += 0.5 * gamma ** 2 * icf[k, j] ** 2

@@ -21,11 +21,10 @@ from rvm import Array, ancilla, compute, zeros
 def distances(d: Array[float], x: Array[float, 2], pairs: Array[int, 2]):
     for e in range(len(pairs)):
         with ancilla(s=0.0):
-            with compute() as squares:
-                for c in range(x.shape[1]):
-                    s += (x[pairs[e, 0], c] - x[pairs[e, 1], c]) ** 2
+            for c in range(x.shape[1]):
+                s += (x[pairs[e, 0], c] - x[pairs[e, 1], c]) ** 2
             d[e] += sqrt(s)
-            ~squares
+            s -= d[e] ** 2          # uncomputed from the distance: the sum runs once
 
 
 @rvm.reversible

@@ -35,7 +35,7 @@ _REWRITES = [
     (re.compile(r"M\.gpush\("), "gpush(HF, HG, TOP, "),
     (re.compile(r"M\.gpop\(True\)"), "gpop(HI, HF, HG, TOP)"),
     (re.compile(r"M\.hf\b"), "HF"), (re.compile(r"M\.hi\b"), "HI"),
-    (re.compile(r"M\.hg\b"), "HG"), (re.compile(r"M\.top\b"), "TOP[0]"),
+    (re.compile(r"M\.hg\b"), "HG"), (re.compile(r"M\.top\b"), "T0"),
     (re.compile(r"M\.budget\b"), "TOP[1]"), (re.compile(r"M\.tol\b"), "TOL"),
     (re.compile(r"zero\("), "zero(TOL, "),
     (re.compile(r"\(M, "), "(HI, HF, HG, TOP, "),
@@ -52,6 +52,10 @@ def rewrite(line: str) -> str:
 _FAULT = re.compile(r"^(\s*)if (not \((.*)\)|(.*)): raise Fault\('invertibility check "
                     r"failed'\)$")
 _LEAVES = ("if ", "while ", "_b = ", "break", "return", "TOP[1] = ")
+# a call that is passed the heap top may move it (ALLOC, FREE, PUSH, POP, a call): the
+# top of the heap, read by every address check, is kept in the local T0 and read again
+# only after those (an array store could alias TOP, so numba would reload it every time)
+_MOVES_TOP = re.compile(r"\w\(.*\bTOP[,)]")
 
 
 def _bitwise(cond: str) -> str:
@@ -123,10 +127,13 @@ def defer_checks(source: str) -> str:
             dirty = False
         mask = False
         if stripped.startswith("def "):
-            out += [line, f"{ind}    _ok = True", f"{ind}    _m = True"]
+            out += [line, f"{ind}    _ok = True", f"{ind}    _m = True",
+                    f"{ind}    T0 = TOP[0]"]
             dirty = False
             continue
         out.append(line)
+        if _MOVES_TOP.search(stripped):
+            out.append(f"{ind}T0 = TOP[0]")
     return "\n".join(out)
 
 

@@ -114,13 +114,13 @@ def offset(off, reg) -> str:
 
 
 def address_check(base: str, off, reg) -> str:
-    """A condition true iff base + off lies in 0..M.top - 1, evaluated without forming a
-    sum that could overflow int64: native code wraps, and a wrapped address would pass a
-    naive test. (A sum of two values of opposite signs cannot overflow.)"""
+    """A condition true iff base + off lies in 0..M.top - 1, in unbounded (Python) and in
+    wrapping (native) int64 arithmetic alike: a sum with one term not negative cannot fall
+    below int64's range, and one past its top wraps to a negative number, which fails
+    `0 <=`. (Two negative terms could wrap into the heap: they are refused first.)"""
     if isinstance(off, Reg):
         o = reg(off)
-        return (f"({base} >= 0) != ({o} >= 0) and 0 <= {base} + {o} < M.top"
-                f" or 0 <= {base} < M.top and 0 <= {o} < M.top - {base}")
+        return f"({base} >= 0 or {o} >= 0) and 0 <= {base} + {o} < M.top"
     if off >= 0:
         return f"{-off} <= {base} < M.top - {off}"
     return f"0 <= {base} and 0 <= {base} + ({off}) < M.top"
