@@ -36,6 +36,11 @@ ADDRESSING = """
 .func reg_off(r0, r2, r1)
         EXCH    r1, [r0 + r2]
 .end
+.func float_pair(r0, r2, f0, f1)
+        EXCH    f0, [r0 + r2]
+        ADD     f1, f0
+        EXCH    f0, [r0 + r2]
+.end
 .func on_heap(r0, r2, r1)
         ALLOC   r3, 4
         EXCH    r1, [r3 + r2]
@@ -55,6 +60,9 @@ EDGES = [
     ("reg_off", (INT64_MIN, -1, 5), False), ("reg_off", (-1, INT64_MIN, 5), False),
     ("reg_off", (INT64_MAX, INT64_MIN, 5), False), ("reg_off", (INT64_MIN, INT64_MAX, 5), False),
     ("reg_off", (0, 0, 5), False),
+    # an access right after float arithmetic (once left unmasked in native code)
+    ("float_pair", (0, 1 << 40, 0.0, 1.0), False), ("float_pair", (INT64_MAX, 1, 0.0, 1.0), False),
+    ("float_pair", (-1, INT64_MIN, 0.0, 1.0), False),
     ("on_heap", (0, 0, 0), True), ("on_heap", (0, 3, 0), True), ("on_heap", (0, 4, 0), False),
     ("on_heap", (0, -1, 0), False), ("on_heap", (0, INT64_MAX, 0), False),
     ("on_heap", (0, INT64_MIN, 0), False),
@@ -96,6 +104,24 @@ def test_native_addresses_at_the_int64_edges_are_checked_in_a_subprocess():
     p = rvm.assemble(ADDRESSING, "addressing.rasm")
     expected = [outcome(p, n, a, "interp") for n, a, _ in EDGES]
     assert json.loads(r.stdout.splitlines()[-1]) == expected
+
+
+def test_every_native_heap_access_is_masked_by_its_check():
+    """Native code masks a failed address to cell 0; the generator refuses to emit an
+    access whose check is not right before it (text only, no compiling)."""
+    from rvm.engines.compiled import compiled
+    programs = [rvm.load(f) for f in sorted(pathlib.Path("asm").glob("*.rasm"))]
+    programs += [rvm.assemble(random_program(seed), "gen.rasm") for seed in range(40)]
+    programs.append(rvm.assemble(ADDRESSING, "addressing.rasm"))
+    accesses = 0
+    for p in programs:
+        source, _ = compiled(p, native=True).native_source()
+        lines = [line.strip() for line in source.split("\n")]
+        for k, line in enumerate(lines):
+            if line.startswith("_a = "):
+                accesses += 1
+                assert line.endswith(" * _m") and lines[k - 1] == "_ok &= _m", lines[k - 3:k + 1]
+    assert accesses > 100
 
 
 LEAK = """

@@ -268,22 +268,26 @@ class Compiled:
             key = (machine.tol,)
             if key not in self._native:
                 from . import native
-                source = native.defer_checks("\n".join(
-                    native.rewrite(line[4:]) for body in self.bodies.values()
-                    for line in body.split("\n"))) + "\n"
-                fused = [self.fused(f) for f in self.program.functions.values()]
-                source += "\n".join(fused) + "\n"
-                names = list(self.bodies) + [self.name(f, "vg") for f in self.program.functions]
-                if not self.uses_heap:     # scalars only: no arrays to pass at all
-                    source += "\n".join(self.fused(f, heap=False) + self.batch(f)
-                                        for f in self.program.functions.values()) + "\n"
-                    names += [self.name(f, m) for f in self.program.functions
-                              for m in ("vgs", "vgsb")]
-                self._native[key] = native.build(source, names, *key)
+                self._native[key] = native.build(*self.native_source(), *key)
             return self._native[key]
         zero = lambda v: abs(v) <= machine.tol
         return self._make(Fault, Limit, templates.wrap, zero, templates.sign, templates.dpow_db,
                           math)
+
+    def native_source(self) -> tuple[str, list[str]]:
+        """The generated functions rewritten for numba, and their names (text only:
+        rvm.engines.native compiles it)."""
+        from . import native
+        source = native.defer_checks("\n".join(
+            native.rewrite(line[4:]) for body in self.bodies.values()
+            for line in body.split("\n"))) + "\n"
+        source += "\n".join(self.fused(f) for f in self.program.functions.values()) + "\n"
+        names = list(self.bodies) + [self.name(f, "vg") for f in self.program.functions]
+        if not self.uses_heap:     # scalars only: no arrays to pass at all
+            source += "\n".join(self.fused(f, heap=False) + self.batch(f)
+                                for f in self.program.functions.values()) + "\n"
+            names += [self.name(f, m) for f in self.program.functions for m in ("vgs", "vgsb")]
+        return source, names
 
     @property
     def uses_heap(self) -> bool:

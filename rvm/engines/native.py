@@ -120,8 +120,9 @@ def defer_checks(source: str) -> str:
             dirty = True
             continue
         if stripped.startswith("_a = "):
-            if mask:
-                line = f"{ind}_a = ({stripped[5:]}) * _m"
+            if not mask:        # never: an unmasked address could reach outside the heap
+                raise AssertionError(f"heap address without its check: {stripped}")
+            line = f"{ind}_a = ({stripped[5:]}) * _m"
         elif dirty and (stripped.startswith(_LEAVES) or re.match(r"[\w, ]+= F\d+_", stripped)):
             out.append(f"{ind}if not _ok: raise Fault('invertibility check failed')")
             dirty = False

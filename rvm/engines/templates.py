@@ -188,9 +188,11 @@ def shows(ops: Operands, cc: str) -> str:
 # arithmetic that updates it (x = x + ..., x * y, ...), so within a straight run of
 # register arithmetic one finiteness check per register, after its last update, sees
 # what a check after every update would; the pending checks are added before anything
-# else (memory, calls, control flow, the test of _fin itself).
+# else (memory, calls, control flow, the test of _fin itself). An address check and the
+# address it guards (`_a = ...`) stay next to each other: native code masks the one by
+# the other.
 _FIN = re.compile(r"_fin \+= (g?f\d+) - \1")
-_PURE = re.compile(r"g?[rf]\d+ = [^\[]*|_n -= \d+|_ok &= [^\[]*|_m = [^\[]*"
+_PURE = re.compile(r"g?[rf]\d+ = [^\[]*|_a = [^\[]*|_n -= \d+|_ok &= [^\[]*|_m = [^\[]*"
                    r"|if [^\[]*: raise \w+\(.*")
 
 
