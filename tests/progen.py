@@ -7,8 +7,9 @@ INT_DATA, FLOAT_DATA = ["r0", "r1", "r2"], ["f0", "f1", "f2"]
 
 
 class Gen:
-    def __init__(self, rng: random.Random, calls: bool, ints=INT_DATA, floats=FLOAT_DATA):
-        self.rng, self.calls, self.n = rng, calls, 0
+    def __init__(self, rng: random.Random, calls: bool, ints=INT_DATA, floats=FLOAT_DATA,
+                 wild: bool = False):
+        self.rng, self.calls, self.n, self.wild = rng, calls, 0, wild
         self.ints, self.floats = ints, floats
         self.lines: list[str] = []
 
@@ -106,9 +107,13 @@ class Gen:
         if x == "NONE":
             return self.op(frozen)
         base = self.local()
-        self.lines += [f"        ALLOC {base}, 2", f"        EXCH {x}, [{base} + 1]"]
-        self.block(frozen | {x, base}, depth - 1, self.rng.randint(0, 2))
-        self.lines += [f"        EXCH {x}, [{base} + 1]", f"        FREE {base}, 2"]
+        # wild: sometimes a register offset, which may leave the block or the heap (then
+        # every engine must refuse the access alike)
+        offsets = [r for r in self.ints if r not in frozen and r != x] if self.wild else []
+        off = self.rng.choice(offsets) if offsets and self.rng.random() < 0.3 else "1"
+        self.lines += [f"        ALLOC {base}, 2", f"        EXCH {x}, [{base} + {off}]"]
+        self.block(frozen | {x, base, off}, depth - 1, self.rng.randint(0, 2))
+        self.lines += [f"        EXCH {x}, [{base} + {off}]", f"        FREE {base}, 2"]
 
     def push_pop(self, frozen: set, depth: int) -> None:
         x = self.rng.choice([r for r in self.ints + self.floats if r not in frozen] or ["NONE"])
@@ -131,11 +136,13 @@ class Gen:
         self.lines.append(f"        {op} helper, {a}, {b}, {fa}, {fb}")
 
 
-def program(seed: int) -> str:
+def program(seed: int, wild: bool = False) -> str:
+    """A random verified program (wild: heap accesses may also use register offsets, and
+    then may fail at run time)."""
     rng = random.Random(seed)
-    helper = Gen(rng, calls=False, ints=["r0", "r1"], floats=["f0", "f1"])
+    helper = Gen(rng, calls=False, ints=["r0", "r1"], floats=["f0", "f1"], wild=wild)
     helper.block(set(), 2, rng.randint(1, 5))
-    main = Gen(rng, calls=True)
+    main = Gen(rng, calls=True, wild=wild)
     main.block(set(), 3, rng.randint(2, 7))
     return (".func helper(r0, r1, f0, f1)\n" + "\n".join(helper.lines) + "\n.end\n\n"
             ".func main(r0, r1, r2, f0, f1, f2)\n" + "\n".join(main.lines) + "\n.end\n")

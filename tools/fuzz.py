@@ -151,7 +151,7 @@ def case_program(rng: random.Random, engines=("python",)) -> str:
 
     import rvm
     from rvm.engines import native
-    text = program(rng.randrange(2 ** 32))
+    text = program(rng.randrange(2 ** 32), wild=True)
     args = tuple(rng.randint(-9, 9) for _ in range(3)) + \
         tuple(rng.randint(-16, 16) / 8 for _ in range(3))
     p = rvm.assemble(text, "gen.rasm")
