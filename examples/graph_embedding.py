@@ -20,9 +20,9 @@ from rvm import Array, ancilla, compute, zeros
 @rvm.reversible
 def distances(d: Array[float], x: Array[float, 2], pairs: Array[int, 2]):
     for e in range(len(pairs)):
-        with ancilla(s=0.0):
+        with ancilla(s=0.0, i=pairs[e, 0], j=pairs[e, 1]):    # the pair's vertices
             for c in range(x.shape[1]):
-                s += (x[pairs[e, 0], c] - x[pairs[e, 1], c]) ** 2
+                s += (x[i, c] - x[j, c]) ** 2
             d[e] += sqrt(s)
             s -= d[e] ** 2          # uncomputed from the distance: the sum runs once
 
