@@ -4,9 +4,10 @@ experiment, Liu & Zhao).
 
 `residual` takes one observation's camera (rotation r, centre C, focal length f,
 principal point x0, radial distortion k), its point X, weight w and feature, all scalars,
-and accumulates the two reprojection residuals w (projection - feature) into e0, e1. Its
-gradients (one pass per residual, the batch over observations run as one native loop by
-rvm.vmap) are the two Jacobian rows of each observation; the weight rows are -2 w. The rows
+and accumulates the two reprojection residuals w (projection - feature) into e0, e1.
+rvm.jacobian gives the two Jacobian rows of each observation (one forward run, then one
+gradient pass per residual), and rvm.vmap runs it over all observations as one native
+loop; the weight rows are -2 w. The rows
 are assembled into ADBench's CSR layout: two rows per observation, then one per weight;
 columns cameras (11 each), points (3 each), weights.
 
@@ -88,18 +89,15 @@ def jacobian(data: dict, engine=None) -> dict:
     """The Jacobian of all residuals in ADBench's CSR layout (nrows, ncols, rows = the
     row pointer, cols, vals), with the residuals (reproj_err, w_err)."""
     n, m, p = len(data["cams"]), len(data["x"]), len(data["w"])
-    rows = _rows(data)
-    grads, values = [], None
-    for loss in ("e0", "e1"):
-        vg = rvm.vmap(rvm.value_and_grad(residual, loss=loss, engine=engine))
-        values, g = vg(*rows)
-        grads.append(np.stack(g[2:17], axis=1))         # d e / d (camera, point, weight)
+    jac = rvm.vmap(rvm.jacobian(residual, outputs=["e0", "e1"], wrt=list(range(2, 17)),
+                                has_aux=True, engine=engine))
+    J, values = jac(*_rows(data))       # J: observations x 2 residuals x 15 parameters
     reproj = np.stack([values[0], values[1]], axis=1).ravel()
     cam, pt = data["obs"][:, 0], data["obs"][:, 1]
     obs_cols = np.concatenate([cam[:, None] * CAMERA + np.arange(CAMERA),
                                n * CAMERA + pt[:, None] * 3 + np.arange(3),
                                (n * CAMERA + 3 * m + np.arange(p))[:, None]], axis=1)
-    reproj_vals = np.stack(grads, axis=1).reshape(2 * p, 15)
+    reproj_vals = J.reshape(2 * p, 15)
     cols = np.concatenate([np.repeat(obs_cols, 2, axis=0).ravel(),
                            n * CAMERA + 3 * m + np.arange(p)])
     vals = np.concatenate([reproj_vals.ravel(), -2.0 * data["w"]])

@@ -259,3 +259,42 @@ def test_bad_arrays():
 def test_grad_needs_a_function():
     with pytest.raises(TypeError, match="prog\\['name'\\]"):
         rvm.grad(lambda x: x)
+
+
+def test_vmap_of_a_jacobian_runs_natively_and_matches_rows_and_finite_differences():
+    """One native loop for the batch (one forward run, then a pass per output), equal to
+    the Jacobian of each row on the machine, with the values (has_aux) and against finite
+    differences; on the python engine vmap loops over the rows with the same answer."""
+    pytest.importorskip("numba")
+    p = rvm.assemble("""
+.func f(f0, f1, f2, f3, r0)       ; f2 += sin(f0) f1, f3 += f0 f1 r0
+        ADD.sin f4, f0
+        ADD.mul f2, f4, f1
+        SUB.sin f4, f0
+        ADD.mul f5, f0, f1
+        ADD.mul f3, f5, r0
+        SUB.mul f5, f0, f1
+.end
+""")
+    rng = np.random.default_rng(0)
+    n = 50
+    cols = [rng.normal(size=n), rng.normal(size=n), np.zeros(n), np.zeros(n),
+            rng.integers(-3, 4, size=n)]
+    jac = rvm.jacobian(p["f"], outputs=[2, 3], wrt=[1, 0], has_aux=True, engine="native")
+    J, values = rvm.vmap(jac)(*cols)
+    assert J.shape == (n, 2, 2) and values[4].dtype == np.int64
+    for i in (0, 17, 49):
+        row = [c[i].item() for c in cols]
+        Ji, vi = jac(*row)
+        assert np.allclose(J[i], Ji, rtol=1e-14, atol=0) and vi == tuple(v[i] for v in values)
+        x, y, k = row[0], row[1], row[4]
+        assert np.allclose(Ji, [[np.sin(x), np.cos(x) * y], [x * k, y * k]], rtol=1e-12)
+        h = 1e-6
+        fd = [(np.array(p.call("f", *[r + h * (j == c) for j, r in enumerate(row)])[2:4]) -
+               np.array(p.call("f", *[r - h * (j == c) for j, r in enumerate(row)])[2:4]))
+              / (2 * h) for c in (1, 0)]
+        assert np.allclose(np.array(fd).T, Ji, atol=1e-6)
+    assert jac.batch(cols) is not None           # the batch ran as one native loop
+    on_python = rvm.jacobian(p["f"], outputs=[2, 3], wrt=[1, 0], engine="python")
+    assert on_python.batch(cols) is None
+    assert np.allclose(rvm.vmap(on_python)(*cols), J, rtol=1e-14, atol=0)

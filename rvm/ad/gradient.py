@@ -542,18 +542,24 @@ def grad(fn, loss: Loss = 0, argnums=None, wrt=None, has_aux: bool = False,
     return run
 
 
-def jacobian(fn, outputs: Sequence[Loss], wrt: Sequence[Loss],
+def jacobian(fn, outputs: Sequence[Loss], wrt: Sequence[Loss], has_aux: bool = False,
              **machine_options) -> Callable[..., np.ndarray]:
-    """A function returning the Jacobian d outputs / d wrt as a 2-D array.
+    """A function returning the Jacobian d outputs / d wrt as a 2-D array (with has_aux:
+    (Jacobian, the final values of every argument)).
 
     One backward pass per output (scalar, or (array arg, element)). Rows follow `outputs`;
     columns follow `wrt`, where an array argument contributes all its elements in order.
+    rvm.vmap of it runs, for a scalar program on native code, one native loop over the
+    rows: per row one forward run and one gradient pass per output.
     """
+    check_options(machine_options)
     runner = _Pass(fn, machine_options)
+    plans: dict = {}
 
     @user_facing
-    def run(*args) -> np.ndarray:
+    def run(*args) -> np.ndarray | tuple:
         m = runner.forward(args)
+        values = m.results()
         fnobj = m.stack[0].fn
         seeds = [find_argument(m.bindings, fnobj, o, "output") for o in outputs]
         cols = [find_argument(m.bindings, fnobj, w, "wrt", whole_arrays=True) for w in wrt]
@@ -567,6 +573,56 @@ def jacobian(fn, outputs: Sequence[Loss], wrt: Sequence[Loss],
                 g = grads[m.bindings.index(b)]
                 row += list(np.ravel(g)) if element is None else [np.ravel(g)[element]]
             rows.append(row)
-        return np.array(rows, dtype=np.float64)
+        J = np.array(rows, dtype=np.float64).reshape(len(seeds), -1)
+        return (J, values) if has_aux else J
 
+    def batch(columns: list):
+        """Jacobians (and values) for rows of scalar arguments in one native call, or None
+        (the caller loops over the rows)."""
+        first = tuple(c[0].item() for c in columns)
+        key = tuple(map(type, first))
+        if key not in plans:
+            plans[key] = _jacobian_plan(runner, first, outputs, wrt)
+        plan = plans[key]
+        if plan is None:
+            return None
+        loop, budget, params, S, picks = plan
+        n = len(columns[0])
+        cols = [np.ascontiguousarray(c, dtype=np.int64 if p.cls == isa.INT else np.float64)
+                for c, p in zip(columns, params)]
+        outs = [np.empty(n, c.dtype) for c in cols]
+        G = np.empty((n, S.shape[0], S.shape[1]))
+        try:
+            with compiling(runner.name, loop):
+                _on_threads(loop, n, (budget,), cols, (S,), outs + [G])
+        except Exception:      # a row failed: the row-by-row path finds and reports it
+            return None
+        J = G[:, :, picks]
+        return (J, tuple(outs)) if has_aux else J
+
+    run.batch = batch
     return run
+
+
+def _jacobian_plan(runner: _Pass, args: tuple, outputs, wrt) -> tuple | None:
+    """The native Jacobian loop for these argument types (a scalar program on the native
+    or auto engine), its seeds (one row per output) and the columns `wrt` picks."""
+    from ..engines import native
+    from ..engines.compiled import compiled
+    m = runner.forward(args)              # validates the arguments and names
+    fn = m.stack[0].fn
+    if m.engine not in ("native", "auto") or not native.available or \
+            len(fn.params) != len(args):
+        return None
+    comp = compiled(m.program, m.checks, native=True)
+    if comp.uses_heap or any(b.is_array or b.complex for b in m.bindings):
+        return None
+    floats = [k for k, p in enumerate(fn.params) if p.cls == isa.FLOAT]
+    seeds = [find_argument(m.bindings, fn, o, "output") for o in outputs]
+    cols = [find_argument(m.bindings, fn, w, "wrt", whole_arrays=True) for w in wrt]
+    S = np.zeros((len(seeds), len(floats)))
+    for r, (b, _) in enumerate(seeds):
+        S[r, floats.index(b.params[0])] = 1.0
+    picks = [floats.index(b.params[0]) for b, _ in cols]
+    loop = comp.bind(m)[comp.name(fn.name, "jsb")]
+    return loop, m.max_steps, fn.params, S, picks

@@ -284,9 +284,10 @@ class Compiled:
         source += "\n".join(self.fused(f) for f in self.program.functions.values()) + "\n"
         names = list(self.bodies) + [self.name(f, "vg") for f in self.program.functions]
         if not self.uses_heap:     # scalars only: no arrays to pass at all
-            source += "\n".join(self.fused(f, heap=False) + self.batch(f)
+            source += "\n".join(self.fused(f, heap=False) + self.batch(f) + self.jacobian(f)
                                 for f in self.program.functions.values()) + "\n"
-            names += [self.name(f, m) for f in self.program.functions for m in ("vgs", "vgsb")]
+            names += [self.name(f, m) for f in self.program.functions
+                      for m in ("vgs", "vgsb", "jsb")]
         return source, names
 
     @property
@@ -341,6 +342,35 @@ class Compiled:
                 f"{', '.join(x + '[i]' for x in a)}{', ' if s else ''}{', '.join(s)})"]
         body += [f"        o{k}[i] = o[{k}]" for k in range(n)]
         body += [f"        g{j}[i] = g[{n + j}]" for j in range(len(floats))]
+        return "\n".join(body) + "\n"
+
+    def jacobian(self, fn: Function) -> str:
+        """A native loop over rows of Jacobians (rvm.vmap of rvm.jacobian): per row, one
+        forward run, then one gradient pass per output, each from the forward run's
+        results (a scalar program leaves nothing else behind), seeded by a row of S.
+        Values go to o0, o1, ... (one array per parameter), gradients to G (rows x outputs
+        x float parameters)."""
+        n = len(fn.params)
+        floats = [k for k, p in enumerate(fn.params) if p.cls == isa.FLOAT]
+        a = [f"a{k}" for k in range(n)]
+        outs = ", ".join(f"o[{k}]" for k in range(n))
+        seeds = ", ".join(f"S[s, {j}]" for j in range(len(floats)))
+        body = [f"def {self.name(fn.name, 'jsb')}(budget, {', '.join(a)}, S, "
+                f"{', '.join(f'o{k}' for k in range(n))}, G):",
+                "    hi = np.zeros(1, np.int64)",
+                "    hf = hi.view(np.float64)",
+                "    hg = np.zeros(1)",
+                "    top = np.zeros(2, np.int64)",
+                "    for i in range(a0.shape[0]):",
+                "        top[0] = 0",
+                "        top[1] = budget",
+                f"        o = {self.name(fn.name, 'fw')}(hi, hf, hg, top, "
+                f"{', '.join(x + '[i]' for x in a)})"]
+        body += [f"        o{k}[i] = o[{k}]" for k in range(n)]
+        body += ["        for s in range(S.shape[0]):",
+                 "            top[1] = budget",
+                 f"            g = {self.name(fn.name, 'gbw')}(hi, hf, hg, top, {outs}, {seeds})"]
+        body += [f"            G[i, s, {j}] = g[{n + j}]" for j in range(len(floats))]
         return "\n".join(body) + "\n"
 
     @staticmethod

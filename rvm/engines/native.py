@@ -259,7 +259,7 @@ def module_source(functions_source: str, names: list[str], tol: float, cache: bo
     wrapped by numba.njit (compiled lazily, on a function's first call)."""
     helpers = helpers_source()
     jits = "\n".join(f"{f.__name__} = _jit({f.__name__})" for f in HELPERS)
-    tail = "\n".join(f"{name} = _jit{'_nogil' if name.endswith('vgsb') else ''}({name})"
+    tail = "\n".join(f"{name} = _jit{'_nogil' if name.endswith('sb') else ''}({name})"
                      for name in names)
     return (PRELUDE.format(tol=tol, cache=cache) + helpers + "\n\n" + jits + "\n\n" +
             functions_source + "\n" + tail + "\n")
