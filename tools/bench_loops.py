@@ -14,7 +14,6 @@ iteration, and the ratio rvm / numba.
 import argparse
 import pathlib
 import sys
-import time
 
 import numpy as np
 
@@ -23,6 +22,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tools" / "bench")]
 
 import numba
 from programs import leapfrog
+from worker import best_of
 
 import rvm
 from rvm import Array
@@ -59,16 +59,6 @@ def dot_numba(a, b):
     return s
 
 
-def best(f, repeat: int = 5) -> float:
-    f()
-    out = float("inf")
-    for _ in range(repeat):
-        t = time.perf_counter()
-        f()
-        out = min(out, time.perf_counter() - t)
-    return out
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=1_000_000, help="loop trip count")
@@ -94,7 +84,7 @@ def main() -> None:
     print("| loop | rvm native ns/iteration | numba ns/iteration | rvm / numba |")
     print("|---|---|---|---|")
     for label, ours, theirs in cases:
-        r, h = best(ours) / n * 1e9, best(theirs) / n * 1e9
+        r, h = (best_of(f, 5, warm=True) / n * 1e9 for f in (ours, theirs))
         print(f"| {label} | {r:.2f} | {h:.2f} | {r / h:.1f} |")
 
 

@@ -329,15 +329,7 @@ class Compiled:
         floats = [k for k, p in enumerate(fn.params) if p.cls == isa.FLOAT]
         a, s = [f"a{k}" for k in range(n)], [f"s{j}" for j in range(len(floats))]
         o, g = [f"o{k}" for k in range(n)], [f"g{j}" for j in range(len(floats))]
-        # the (unused) heap arrays are made once per batch, not once per row
-        body = [f"def {self.name(fn.name, 'vgsb')}(budget, {', '.join(a + s + o + g)}):",
-                "    hi = np.zeros(1, np.int64)",
-                "    hf = hi.view(np.float64)",
-                "    hg = np.zeros(1)",
-                "    top = np.zeros(2, np.int64)",
-                "    for i in range(a0.shape[0]):",
-                "        top[0] = 0",
-                "        top[1] = budget",
+        body = _rows(f"{self.name(fn.name, 'vgsb')}(budget, {', '.join(a + s + o + g)})") + [
                 f"        o, g = {self.name(fn.name, 'vg')}(hi, hf, hg, top, "
                 f"{', '.join(x + '[i]' for x in a)}{', ' if s else ''}{', '.join(s)})"]
         body += [f"        o{k}[i] = o[{k}]" for k in range(n)]
@@ -355,15 +347,8 @@ class Compiled:
         a = [f"a{k}" for k in range(n)]
         outs = ", ".join(f"o[{k}]" for k in range(n))
         seeds = ", ".join(f"S[s, {j}]" for j in range(len(floats)))
-        body = [f"def {self.name(fn.name, 'jsb')}(budget, {', '.join(a)}, S, "
-                f"{', '.join(f'o{k}' for k in range(n))}, G):",
-                "    hi = np.zeros(1, np.int64)",
-                "    hf = hi.view(np.float64)",
-                "    hg = np.zeros(1)",
-                "    top = np.zeros(2, np.int64)",
-                "    for i in range(a0.shape[0]):",
-                "        top[0] = 0",
-                "        top[1] = budget",
+        body = _rows(f"{self.name(fn.name, 'jsb')}(budget, {', '.join(a)}, S, "
+                     f"{', '.join(f'o{k}' for k in range(n))}, G)") + [
                 f"        o = {self.name(fn.name, 'fw')}(hi, hf, hg, top, "
                 f"{', '.join(x + '[i]' for x in a)})"]
         body += [f"        o{k}[i] = o[{k}]" for k in range(n)]
@@ -432,6 +417,20 @@ class Compiled:
             for k, g in zip(floats, out[len(slots):]):
                 fr.G[k] = g
         fr.state = 2 * len(fn.code) if e > 0 else 0
+
+
+def _rows(signature: str) -> list[str]:
+    """The head of a native loop over the rows of a batch of scalar calls: the (unused)
+    heap arrays made once per batch, not once per row, and each row's heap top and step
+    budget set afresh."""
+    return [f"def {signature}:",
+            "    hi = np.zeros(1, np.int64)",
+            "    hf = hi.view(np.float64)",
+            "    hg = np.zeros(1)",
+            "    top = np.zeros(2, np.int64)",
+            "    for i in range(a0.shape[0]):",
+            "        top[0] = 0",
+            "        top[1] = budget"]
 
 
 def compiled(program: Program, checks: bool = True, native: bool = False) -> Compiled:
