@@ -357,6 +357,14 @@ def test_repeated_native_calls_with_arrays_go_straight_to_native_code():
         for a, b in zip(g(out, idx, vals, 0.25), g_want):
             np.testing.assert_array_equal(a, b)
     assert got[1].tolist() == [0, 3, 2] and idx.tolist() == [2, 0, 3]
+    # rvm.grad runs forwards and back in one native call; value_and_grad keeps the values
+    vg = rvm.value_and_grad(scatter_add, loss="total", engine="native")
+    for _ in range(3):
+        values, grads = vg(out, idx, vals, 0.25)
+        for a, b in zip(values, want):
+            np.testing.assert_array_equal(a, b)
+        for a, b in zip(grads, g_want):
+            np.testing.assert_array_equal(a, b)
     # a gradient function built for one call answers from the run that planned it
     once = rvm.grad(scatter_add, loss="total", engine="native")(out, idx, vals, 0.25)
     for a, b in zip(once, g_want):

@@ -172,8 +172,9 @@ class _Direct:
     functions directly, with no machine frame in between. Any error (or anything unusual)
     sends the call down the general path, which reports it exactly."""
 
-    def __init__(self, runner: _Pass, loss: Loss):
+    def __init__(self, runner: _Pass, loss: Loss, values: bool = True):
         self.runner, self.loss, self.plans = runner, loss, {}
+        self.values = values         # False: the caller wants gradients only
         self.batches: dict = {}      # argument types -> the native batch loop, if any
         self.warm: set = set()       # argument types whose plan has run once
 
@@ -273,6 +274,9 @@ class _Direct:
         comp = compiled(m.program, m.checks, native=True)
         funcs = comp.bind(m)
         fw, gbw = funcs[comp.name(fn.name, "fw")], funcs[comp.name(fn.name, "gbw")]
+        # gradients only, of a scalar loss: forwards and back in one native call
+        fused = None if self.values or element is not None else \
+            funcs[comp.name(fn.name, "vg")]
         total, heap = m.entry_top, m.private_heap()
         if heap is None:
             return None
@@ -299,16 +303,19 @@ class _Direct:
             top = heap[3]
             try:
                 top[0], top[1] = total, budget
-                out = fw(*heap, *r)
-                if top[0] != total:
-                    raise MachineError("heap block left allocated")
-                finals = [out[a.params[0]] for a in bindings]
-                for k, lo, hi_, shape, view, _ in arrays:
-                    finals[k] = view[lo:hi_].reshape(shape).copy()
-                if seed_cell is not None:
-                    heap[2][seed_cell] = 1.0
-                top[1] = budget
-                back = gbw(*heap, *out, *seed)
+                if fused is not None:
+                    finals, back = None, fused(*heap, *r, *seed)[1]
+                else:
+                    out = fw(*heap, *r)
+                    if top[0] != total:
+                        raise MachineError("heap block left allocated")
+                    finals = [out[a.params[0]] for a in bindings]
+                    for k, lo, hi_, shape, view, _ in arrays:
+                        finals[k] = view[lo:hi_].reshape(shape).copy()
+                    if seed_cell is not None:
+                        heap[2][seed_cell] = 1.0
+                    top[1] = budget
+                    back = gbw(*heap, *out, *seed)
                 if top[0] != total:
                     raise MachineError("heap block left allocated")
             except Exception:        # the general path reports it exactly
@@ -324,7 +331,7 @@ class _Direct:
                     grads[k] = heap[2][lo:hi_].reshape(shape).copy()
                 view[lo:hi_] = 0
                 heap[2][lo:hi_] = 0
-            return tuple(finals), tuple(grads)
+            return None if finals is None else tuple(finals), tuple(grads)
         # this call's answer from the forward run already made (a function built for one
         # call, as in rvm.value_and_grad(f)(x), runs f forwards once, not twice)
         run.first = (m.results(), self.runner.backward(m, (b, element)))
@@ -377,9 +384,16 @@ def value_and_grad(fn, loss: Loss = 0, argnums=None, wrt=None, has_aux: bool = F
     gives one gradient, a sequence a tuple. With `has_aux`, the result is
     ((loss value, values), gradients).
     """
+    return _value_and_grad_function(fn, loss, argnums, wrt, has_aux, machine_options)
+
+
+def _value_and_grad_function(fn, loss: Loss, argnums, wrt, has_aux: bool,
+                             machine_options: dict, values: bool = True):
+    """value_and_grad; with values=False (rvm.grad without has_aux) the values may come
+    back as None, which lets a call with arrays run forwards and back in one native call."""
     check_options(machine_options)
     pick = _selector(fn, argnums, wrt)
-    core = _value_and_grad(fn, loss, machine_options)
+    core = _value_and_grad(fn, loss, machine_options, values or has_aux)
     plain = argnums is None and wrt is None and not has_aux
 
     @user_facing
@@ -468,9 +482,10 @@ def loss_index(fn, args, loss) -> tuple[int, int | None]:
     return m.bindings.index(b), element
 
 
-def _value_and_grad(fn, loss: Loss, machine_options: dict) -> Callable[..., tuple]:
+def _value_and_grad(fn, loss: Loss, machine_options: dict,
+                    values: bool = True) -> Callable[..., tuple]:
     runner = _Pass(fn, machine_options)
-    direct = _Direct(runner, loss)
+    direct = _Direct(runner, loss, values)
 
     def run(*args) -> tuple[tuple, tuple]:
         if not all(type(a) in _PLAIN for a in args) and any(map(is_function, args)):
@@ -528,7 +543,8 @@ def grad(fn, loss: Loss = 0, argnums=None, wrt=None, has_aux: bool = False,
          **machine_options) -> Callable[..., tuple]:
     """A function returning one gradient of `loss` per argument (see value_and_grad; with
     has_aux: (gradients, values))."""
-    vg = value_and_grad(fn, loss, argnums, wrt, **machine_options)
+    vg = _value_and_grad_function(fn, loss, argnums, wrt, False, machine_options,
+                                  values=has_aux)
 
     @user_facing
     def run(*args, **kwargs) -> tuple:
