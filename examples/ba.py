@@ -88,19 +88,23 @@ def residuals(data: dict, engine=None) -> tuple[np.ndarray, np.ndarray]:
 def jacobian(data: dict, engine=None) -> dict:
     """The Jacobian of all residuals in ADBench's CSR layout (nrows, ncols, rows = the
     row pointer, cols, vals), with the residuals (reproj_err, w_err)."""
-    n, m, p = len(data["cams"]), len(data["x"]), len(data["w"])
     jac = rvm.vmap(rvm.jacobian(residual, outputs=["e0", "e1"], wrt=list(range(2, 17)),
                                 has_aux=True, engine=engine))
     J, values = jac(*_rows(data))       # J: observations x 2 residuals x 15 parameters
-    reproj = np.stack([values[0], values[1]], axis=1).ravel()
+    return assemble(data, J, np.stack([values[0], values[1]], axis=1).ravel())
+
+
+def assemble(data: dict, blocks: np.ndarray, reproj: np.ndarray) -> dict:
+    """ADBench's output from the per-observation Jacobian blocks (observations x 2 x 15:
+    11 camera, 3 point and 1 weight columns) and the reprojection residuals in order."""
+    n, m, p = len(data["cams"]), len(data["x"]), len(data["w"])
     cam, pt = data["obs"][:, 0], data["obs"][:, 1]
     obs_cols = np.concatenate([cam[:, None] * CAMERA + np.arange(CAMERA),
                                n * CAMERA + pt[:, None] * 3 + np.arange(3),
                                (n * CAMERA + 3 * m + np.arange(p))[:, None]], axis=1)
-    reproj_vals = J.reshape(2 * p, 15)
     cols = np.concatenate([np.repeat(obs_cols, 2, axis=0).ravel(),
                            n * CAMERA + 3 * m + np.arange(p)])
-    vals = np.concatenate([reproj_vals.ravel(), -2.0 * data["w"]])
+    vals = np.concatenate([blocks.reshape(-1), -2.0 * data["w"]])
     indptr = np.concatenate([np.arange(0, 30 * p + 1, 15), 30 * p + 1 + np.arange(p)])
     return {"reproj_err": reproj, "w_err": 1.0 - data["w"] ** 2,
             "J": {"nrows": 3 * p, "ncols": CAMERA * n + 3 * m + p, "rows": indptr,
