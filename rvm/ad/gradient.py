@@ -326,10 +326,11 @@ class _Direct:
             for j, a in enumerate(bindings):
                 if a.cls == isa.FLOAT and not a.is_array:
                     grads[j] = back[n + floats.index(a.params[0])]
-            for k, lo, hi_, shape, view, is_float in arrays:
+            # the pass left every cell as the call found it: the arrays' values (the next
+            # call overwrites them) and zeros elsewhere; only the shadows are cleared
+            for k, lo, hi_, shape, _view, is_float in arrays:
                 if is_float:
                     grads[k] = heap[2][lo:hi_].reshape(shape).copy()
-                view[lo:hi_] = 0
                 heap[2][lo:hi_] = 0
             return None if finals is None else tuple(finals), tuple(grads)
         # this call's answer from the forward run already made (a function built for one
