@@ -570,7 +570,19 @@ class FunctionCompiler(Complexes, Lowering):
                                  f"e.g. {var.name}[i] += ...")
             return action(var.reg)
         if isinstance(target, ast.Subscript):
-            addr_code, (var, mem) = self.capture(lambda: self.address(target))
+            # an index read from another array that the statement reads nowhere else is
+            # used in place (exchanged out, used as the address, exchanged back), as
+            # operands are: work[rows[q]] += v reads rows[q] without a copy
+            reads: dict[str, int] = {}
+            for n in ast.walk(node):
+                if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name):
+                    reads[n.value.id] = reads.get(n.value.id, 0) + 1
+            held, self.held = self.held, {name for name, k in reads.items() if k == 1} - {
+                getattr(target.value, "id", None)}
+            try:
+                addr_code, (var, mem) = self.capture(lambda: self.address(target))
+            finally:
+                self.held = held
             self.code += addr_code
             x = self.reg(var.dtype)
             self.emit("EXCH", x, mem)
