@@ -363,11 +363,16 @@ class FunctionCompiler(Complexes, Lowering):
         self.emit("ADD", i, Imm(step))
         self.emit("BR.LT" if up else "BR.GT", i, b, Label(top), label=again)
         # i = a + n * step now, with n = ceil((b - a) / step) trips: take n * step back out
-        n_code, n = self.capture(lambda: self.trips(a, b, step))
-        self.code += n_code
-        self.emit("SUB.mul", i, n, Imm(step))
-        self.code += invert(n_code, self.fresh)
-        self.release(n)
+        # (a step of 1 or -1 ends exactly on b: i - b + a)
+        if abs(step) == 1:
+            self.emit("SUB", i, b)
+            self.emit("ADD", i, a)
+        else:
+            n_code, n = self.capture(lambda: self.trips(a, b, step))
+            self.code += n_code
+            self.emit("SUB.mul", i, n, Imm(step))
+            self.code += invert(n_code, self.fresh)
+            self.release(n)
         self.emit("CF.GE" if up else "CF.LE", a, b, Label(g), label=skip)
         self.emit("SUB", i, a)
         self.release(i)
