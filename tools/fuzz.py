@@ -363,10 +363,14 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--category", nargs="*", choices=list(CATEGORIES))
     args = ap.parse_args()
+    names = args.category or list(CATEGORIES)
+    if "programs-native" in names and not native_available():
+        ap.error("programs-native needs numba (pip install 'rvm[fast]'): without it no "
+                 "program would reach the native engine")
     details: list = []
     print(f"| category | cases | {' | '.join(OUTCOMES)} | seconds |")
     print("|---|---|" + "---|" * (len(OUTCOMES) + 1))
-    for name in args.category or CATEGORIES:
+    for name in names:
         n = args.programs if name.startswith("programs") else args.cases
         t = time.time()
         counts = run(name, n, args.seed, details=details, progress=sys.stderr)
