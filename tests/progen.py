@@ -1,5 +1,6 @@
 """Random *verified* programs for property tests: straight-line code, reversible if/else,
-loops of bounded trip count, heap blocks, PUSH/POP pairs, and calls/uncalls of a helper."""
+loops of bounded trip count, heap blocks (cells exchanged in and out, and read in place),
+PUSH/POP pairs, and calls/uncalls of a helper."""
 
 import random
 
@@ -112,7 +113,15 @@ class Gen:
         offsets = [r for r in self.ints if r not in frozen and r != x] if self.wild else []
         off = self.rng.choice(offsets) if offsets and self.rng.random() < 0.3 else "1"
         self.lines += [f"        ALLOC {base}, 2", f"        EXCH {x}, [{base} + {off}]"]
+        # sometimes the cell is read in place around the inner block: y += cell ... y -= cell
+        same = self.ints if x in self.ints else self.floats
+        readers = [y for y in same if y not in frozen and y not in (x, off)]
+        y = self.rng.choice(readers) if readers and self.rng.random() < 0.5 else None
+        if y:
+            self.lines.append(f"        ADDM {y}, [{base} + {off}]")
         self.block(frozen | {x, base, off}, depth - 1, self.rng.randint(0, 2))
+        if y:
+            self.lines.append(f"        SUBM {y}, [{base} + {off}]")
         self.lines += [f"        EXCH {x}, [{base} + {off}]", f"        FREE {base}, 2"]
 
     def push_pop(self, frozen: set, depth: int) -> None:

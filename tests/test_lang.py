@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import rvm
-from rvm import Array, ancilla, compute, inverse, irot, neg, rot
+from rvm import Array, ancilla, compute, inverse, irot, neg, rot, zeros
 
 SCALE = 2.5
 
@@ -266,6 +266,47 @@ def test_loops_over_an_arrays_own_range_skip_its_bounds_checks():
 
 
 @rvm.reversible
+def through_ancillas(out: float, a: Array[float, 2]):
+    with ancilla(d=a.shape[1], t=zeros((len(a), a.shape[1]))):
+        for i in range(len(a)):
+            for j in range(d):
+                t[i, j] += a[i, j] * 2.0
+                out += t[i, j]
+            for j in range(d):
+                t[i, j] -= a[i, j] * 2.0
+
+
+@rvm.reversible
+def below_the_diagonal(out: float, a: Array[float, 2]):
+    for c in range(len(a)):
+        for r in range(c + 1, a.shape[1]):
+            out += a[c, r]
+
+
+@rvm.reversible
+def through_a_changed_ancilla(out: float, a: Array[float]):
+    with ancilla(d=len(a)):
+        d += 1
+        for j in range(d):
+            out += a[j]
+        d -= 1
+
+
+def test_dimensions_carried_by_ancillas_skip_their_bounds_checks():
+    """An ancilla array sized by A's dimensions, and an int ancilla holding one that
+    nothing changes, are known equal to them: loops over them index both unchecked.
+    An ancilla the block changes keeps the checks, which catch the overrun."""
+    a = np.arange(6.0).reshape(2, 3)
+    assert _checks(through_ancillas, 0.0, a) == 0
+    assert through_ancillas(0.0, a)[0] == 30.0
+    assert _checks(below_the_diagonal, 0.0, a) == 0      # r starts at c + 1 >= 0
+    assert below_the_diagonal(0.0, a)[0] == 1.0 + 2.0 + 5.0
+    assert _checks(through_a_changed_ancilla, 0.0, np.ones(3)) == 4    # and their mirrors
+    with pytest.raises(rvm.RvmError, match="ASSERT"):
+        through_a_changed_ancilla(0.0, np.ones(3))
+
+
+@rvm.reversible
 def reads_twice(out: float, a: Array[float], idx: Array[int]):
     for k in range(len(idx)):
         out += a[idx[k]] * a[idx[k]] + a[a.shape[0] - 1 - idx[k]] * 2.0
@@ -279,9 +320,12 @@ def index_by_itself(out: float, a: Array[int], b: Array[float]):
 
 @pytest.mark.parametrize("engine", ["interp", "python"])
 def test_array_elements_read_in_place_and_twice(engine):
-    """An element an expression reads once is exchanged in and out around its use; one
-    read twice (the same cell, or the array indexing itself) is copied: a cell exchanged
-    out would read as zero."""
+    """Elements are read in place (ADDM before the use, SUBM after, no exchange), so
+    an expression may read one cell twice, or index an array by itself; `+= A[i]`
+    accumulates the cell straight into its target."""
+    program, name, _ = reads_twice.specialize((0.0, np.ones(3), np.zeros(4, np.int64)))
+    ops = [ins.op for ins in program.functions[name].code]
+    assert "EXCH" not in ops and ops.count("ADDM") == ops.count("SUBM") == 6
     a, idx = np.array([1.0, 2.0, 3.0]), np.array([0, 2, 1, 1])
     assert reads_twice(0.0, a, idx, engine=engine)[0] == \
         sum(a[i] * a[i] + 2 * a[2 - i] for i in idx)

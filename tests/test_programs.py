@@ -16,9 +16,12 @@ CHECK = re.compile(r"\s*([\w:]+)\s*([=~])\s*(\[[^\]]*\]|[^,\s]+)")
 
 
 def parse_value(text):
-    """An int, a float, or [a,b,...] (a float64 numpy array)."""
+    """An int, a float, or [a,b,...] (an int64 numpy array if every item is an integer,
+    else float64)."""
     if text.startswith("["):
-        return np.array([float(v) for v in text[1:-1].split(",")])
+        items = [parse_value(v.strip()) for v in text[1:-1].split(",")]
+        return np.array(items, dtype=np.int64 if all(isinstance(v, int) for v in items)
+                        else np.float64)
     return float(text) if any(c in text for c in ".eE") and not text.startswith("0x") \
         else int(text, 0)
 

@@ -41,6 +41,14 @@ ADDRESSING = """
         ADD     f1, f0
         EXCH    f0, [r0 + r2]
 .end
+.func read_pair(r0, r2, f0, f1)
+        ADDM    f0, [r0 + r2]
+        ADD     f1, f0
+        SUBM    f0, [r0 + r2]
+.end
+.func read_imm(r0, r1)
+        ADDM    r1, [r0 + 9223372036854775807]
+.end
 .func on_heap(r0, r2, r1)
         ALLOC   r3, 4
         EXCH    r1, [r3 + r2]
@@ -63,6 +71,10 @@ EDGES = [
     # an access right after float arithmetic (once left unmasked in native code)
     ("float_pair", (0, 1 << 40, 0.0, 1.0), False), ("float_pair", (INT64_MAX, 1, 0.0, 1.0), False),
     ("float_pair", (-1, INT64_MIN, 0.0, 1.0), False),
+    # reads in place, after float arithmetic and at the immediate's edge
+    ("read_pair", (0, 1 << 40, 0.0, 1.0), False), ("read_pair", (INT64_MAX, 1, 0.0, 1.0), False),
+    ("read_pair", (-1, INT64_MIN, 0.0, 1.0), False), ("read_imm", (1_000_000, 5), False),
+    ("read_imm", (-INT64_MAX, 5), False), ("read_imm", (INT64_MIN, 5), False),
     ("on_heap", (0, 0, 0), True), ("on_heap", (0, 3, 0), True), ("on_heap", (0, 4, 0), False),
     ("on_heap", (0, -1, 0), False), ("on_heap", (0, INT64_MAX, 0), False),
     ("on_heap", (0, INT64_MIN, 0), False),

@@ -158,12 +158,14 @@ def test_inverse_and_derivative_commute():
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_adjoints_of_array_programs(engine):
+@pytest.mark.parametrize("dot", ["dot", "dotx"])
+def test_adjoints_of_array_programs(engine, dot):
     """Shadows of array arguments live beside their cells (an interleaved heap): the
-    adjoint of a dot product and of Givens rotations against gradient mode, uncalled."""
+    adjoint of a dot product (reading in place, or by exchange) and of Givens rotations
+    against gradient mode, uncalled."""
     p = rvm.load(ROOT / "asm" / "arrays.rasm")
     x, y = np.array([1.0, 2.0, 3.0]), np.array([4.0, 5.0, -6.0])
-    ad = rvm.adjoint(p["dot"], engine=engine)
+    ad = rvm.adjoint(p[dot], engine=engine)
     out = ad(x, y, 0.5, np.zeros(3), np.zeros(3), 2.0)
     for got, want in zip(out, (x, y, 0.5, 2 * y, 2 * x, 2.0)):
         np.testing.assert_array_equal(got, want)
@@ -194,22 +196,23 @@ def test_adjoints_that_allocate_and_derivatives_of_derivatives_of_arrays_are_ref
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_tangents_hvps_and_hessians_of_array_programs(engine):
+@pytest.mark.parametrize("dot", ["dot", "dotx"])
+def test_tangents_hvps_and_hessians_of_array_programs(engine, dot):
     p = rvm.load(ROOT / "asm" / "arrays.rasm")
     x, y = np.array([1.0, 2.0, 3.0]), np.array([4.0, 5.0, -6.0])
-    values, dots = rvm.jvp(p["dot"], (x, y, 0.5), (np.array([1.0, 0.0, 2.0]),
+    values, dots = rvm.jvp(p[dot], (x, y, 0.5), (np.array([1.0, 0.0, 2.0]),
                                                   np.array([0.0, 1.0, 0.0]), 1.0),
                            engine=engine)
     assert np.array_equal(values[0], x) and values[2] == 0.5 + x @ y
     assert dots[2] == 1.0 + 4.0 + 2.0 * -6.0 + 2.0 and np.array_equal(dots[0], [1, 0, 2])
-    t = rvm.tangent(p["dot"])
+    t = rvm.tangent(p[dot])
     out = t(x, y, 0.0, np.ones(3), np.zeros(3), 0.0, engine=engine)
     back = (~t)(*out, engine=engine)                 # the tangent program runs backwards
     assert np.array_equal(back[0], x) and back[2] == 0.0 and np.all(back[3] == 1.0)
     h = rvm.hvp(p["sumsq"], (x, 0.0), (np.array([1.0, -1.0, 0.5]), 0.0), loss=1,
                 engine=engine)
     assert np.array_equal(h[0], [2.0, -2.0, 1.0])
-    H = rvm.hessian(p["dot"], loss=2, wrt=[0, 1], engine=engine)(x, y, 0.0)
+    H = rvm.hessian(p[dot], loss=2, wrt=[0, 1], engine=engine)(x, y, 0.0)
     assert np.array_equal(H, np.block([[np.zeros((3, 3)), np.eye(3)],
                                        [np.eye(3), np.zeros((3, 3))]]))
 

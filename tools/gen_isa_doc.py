@@ -29,9 +29,12 @@ GROUPS = [("arith", "Arithmetic"), ("family", "Function families (d op= f(args))
 def tangent_rule(s: isa.OpSpec) -> str:
     """The tangent rule as the tangent transform emits it, for one float instruction with
     its operands in registers: x' is the tangent of x, t0, t1, ... zeroed temporaries."""
+    if s.name in isa.READS or s.name == "EXCH":   # on the interleaved heap
+        return (f"`{s.name} x, [2a]`<br>`{s.name} x', [2a + 1]` (each cell followed by its "
+                "tangent; a the address)")
     if isa.FLOAT not in s.forward or s.group not in ("arith", "family", "memory") or \
             s.name in ("NOP", "EXCH"):
-        return "-" if s.name != "EXCH" else "not yet (heap cells have no tangents)"
+        return "-"
     regs = [Reg(isa.FLOAT, k) for k in range(len(s.names))]
     n = len(regs)
     ins = Instruction(s.name, tuple(regs))

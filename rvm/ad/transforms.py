@@ -187,7 +187,7 @@ def _heap_free(program: Program, name: str, functions: list[str]) -> None:
     `name` sweeps): allocation and the stack would drop shadows of heap cells."""
     for fname in functions:
         for i, ins in enumerate(program.functions[fname].code):
-            if ins.spec.group == "memory" and ins.op != "EXCH":
+            if ins.spec.group == "memory" and not _heap_access(ins):
                 raise TransformError(
                     f"adjoint of {name}: {fname} uses {ins.op} (instruction {i}); adjoint "
                     "programs read and write the caller's arrays (EXCH) but do not allocate "
@@ -342,6 +342,14 @@ def _memory_rule(code: _Code, ins: Instruction, tan: dict) -> None:
             code.emit("EXCH", tan[x], Mem(addr, 1), line=line)
         for u in undo:
             code.emit(u.op, *u.args, line=line)
+    elif op in isa.READS:                  # the value cell, then the tangent cell
+        x, mem = a
+        addr, undo = _address(code, mem, line)
+        code.emit(op, x, Mem(addr), line=line)
+        if x.cls == isa.FLOAT:
+            code.emit(op, tan[x], Mem(addr, 1), line=line)
+        for u in undo:
+            code.emit(u.op, *u.args, line=line)
     elif op in ("ALLOC", "FREE"):
         d, n = a
         t, n2 = code.int_temps(2)
@@ -371,9 +379,29 @@ def _memory_rule(code: _Code, ins: Instruction, tan: dict) -> None:
         raise TransformError(f"no memory rule for {op}")
 
 
+def _read_adjoint(code: _Code, ins: Instruction, sh: dict) -> None:
+    """The sweep's step for `ins`, the inverse of a read `x (+|-)= [m]` of f: undo the
+    read, then the shadow cell (+|-)= x's shadow (through a zeroed temporary)."""
+    x, mem = ins.args
+    addr, undo = _address(code, mem, ins.line)
+    code.emit(ins.op, x, Mem(addr), line=ins.line)
+    if x.cls == isa.FLOAT:
+        t = code.temp()
+        cell = Mem(addr, 1)
+        for op in ("EXCH", isa.OPS[ins.op].inverse[:3], "EXCH"):
+            code.emit(op, t, sh[x] if op != "EXCH" else cell, line=ins.line)
+        code.free -= 1
+    for u in undo:
+        code.emit(u.op, *u.args, line=ins.line)
+
+
+def _heap_access(ins: Instruction) -> bool:
+    return ins.op == "EXCH" or ins.op in isa.READS
+
+
 def uses_heap(program: Program, name: str) -> bool:
-    return any(ins.op in ("EXCH", "ALLOC", "FREE") for f in reachable(program, name)
-               for ins in program.functions[f].code)
+    return any(_heap_access(ins) or ins.op in ("ALLOC", "FREE")
+               for f in reachable(program, name) for ins in program.functions[f].code)
 
 
 def tangent_function(program: Program, fn: Function, names: dict,
@@ -489,10 +517,10 @@ def interleaved_function(fn: Function, name: str, names: dict) -> Function:
     at = {i: fn.labels_at(i) for i in range(len(fn.code))}
     for i, ins in enumerate(fn.code):
         code.pending = at[i]
-        if ins.op == "EXCH":
+        if _heap_access(ins):
             x, mem = ins.args
             addr, undo = _address(code, mem, ins.line)
-            code.emit("EXCH", x, Mem(addr), line=ins.line)
+            code.emit(ins.op, x, Mem(addr), line=ins.line)
             for u in undo:
                 code.emit(u.op, *u.args, line=ins.line)
         elif ins.op in isa.CALLS:
@@ -569,6 +597,8 @@ def sweep_function(program: Program, fn: Function, names: dict, name: str,
             code.emit("CALL", FuncRef(target), *regs, *extra, line=ins.line)
         elif ins.op == "EXCH" and interleaved:          # the value and its shadow
             _memory_rule(code, ins, sh)
+        elif ins.op in isa.READS and interleaved:
+            _read_adjoint(code, ins, sh)
         elif _is_float(ins):
             _adjoint_rule(code, Instruction(isa.OPS[ins.op].inverse, ins.args, ins.line), sh)
         else:
@@ -593,7 +623,7 @@ def adjoint(program: Program, name: str, arrays: dict | None = None) -> tuple[Pr
     _heap_free(program, name, swept)
     names = {(f, uncalled): f"{f}{'.inv' if uncalled else ''}.adj"
              for f in base for uncalled in (False, True)}
-    interleaved = any(ins.op == "EXCH" for f in swept for ins in program.functions[f].code)
+    interleaved = any(_heap_access(ins) for f in swept for ins in program.functions[f].code)
     if interleaved and any(primitive(f) for f in base):
         raise TransformError(f"adjoint of {name}: a program with arrays that calls an "
                              "adjoint program is not supported; use rvm.grad")

@@ -109,6 +109,17 @@ def _accumulate(sign: str, name: str, family: str | None = None) -> OpSpec:
                   forward, "\n".join(adjoint), "arith" if family is None else "family")
 
 
+def _read(sign: str, name: str) -> OpSpec:
+    """ADDM/SUBM: d (+|-)= a heap cell, read in place (the cell is not moved). A read is
+    a pair, ADDM into a zeroed register and SUBM after the use: no store, where a read by
+    exchange stores twice (the cell's value out and back)."""
+    undo = "-" if sign == "+" else "+"
+    return OpSpec(name, ("d:D", "m:M"), "SUBM" if sign == "+" else "ADDM",
+                  f"d {sign}= heap cell m (read in place; the cell keeps its value)",
+                  {FLOAT: f"{{d}} = {{d}} {sign} {{m}}", INT: f"{{d}} = {{d}} {sign} {{m}}"},
+                  f"{{d}} = {{d}} {undo} {{m}}\n{{gm}} {sign}= {{gd}}", "memory")
+
+
 _ROT = ("let c = math.cos({t})\nlet s = math.sin({t})\n"
         "{a}, {b} = {a} * c - {b} * s, {a} * s + {b} * c")
 _IROT = ("let c = math.cos({t})\nlet s = math.sin({t})\n"
@@ -173,7 +184,7 @@ TABLE: list[OpSpec] = [
            {FLOAT: f"{_NONZERO}\n{_scaled('/')}\n{{x}} = p"},
            f"{_NONZERO}\n{{gy}} -= {{gx}} * {{x}} / {{y}}\n{_scaled('*')}\n{{x}} = p\n"
            "{gx} = {gx} / {y}"),
-    # memory: loads and stores are exchanges; allocation is LIFO so ALLOC/FREE invert
+    # memory: stores are exchanges, reads accumulate; allocation is LIFO so ALLOC/FREE invert
     OpSpec("EXCH", ("x:X", "m:M"), "EXCH", "exchange register x with heap cell m",
            {INT: "{x}, {m} = {m}, {x}", FLOAT: "{x}, {m} = {m}, {x}"},
            "{x}, {m} = {m}, {x}\n{gx}, {gm} = {gm}, {gx}", "memory"),
@@ -209,6 +220,8 @@ TABLE: list[OpSpec] = [
            "run function f on the registers (by reference), forwards", group="call"),
     OpSpec("UNCALL", ("f:F",), "CALL",
            "run function f on the registers (by reference), backwards", group="call"),
+    # added after the first bytecode release: new rows go last, so opcode numbers stay
+    *(_read(sign, name) for sign, name in (("+", "ADDM"), ("-", "SUBM"))),
 ]
 
 OPS: dict[str, OpSpec] = {spec.name: spec for spec in TABLE}
@@ -217,6 +230,7 @@ OPCODES: dict[str, int] = {spec.name: i for i, spec in enumerate(TABLE)}
 BRANCHES = frozenset(n for n in OPS if n == "JMP" or n.startswith("BR."))
 COMEFROMS = frozenset(n for n in OPS if n == "CF" or n.startswith("CF."))
 CALLS = frozenset({"CALL", "UNCALL"})
+READS = frozenset({"ADDM", "SUBM"})          # heap reads in place: d (+|-)= [m]
 
 
 def condition(mnemonic: str) -> str | None:

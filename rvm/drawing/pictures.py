@@ -99,6 +99,8 @@ def _label(fn: Function, reg: Reg) -> str:
 def _gate_text(ins, name) -> str:
     op, a = ins.op, ins.args
     head, _, fam = op.partition(".")
+    if op in isa.READS:                      # a heap cell read in place
+        return f"{'+=' if op == 'ADDM' else '-='} {a[1]}"
     if head in ("ADD", "SUB") and ins.spec.group in ("arith", "family"):
         sign = "+=" if head == "ADD" else "-="
         if not fam:
@@ -262,9 +264,12 @@ def _gate(c: Canvas, ins, rename, x, y, top, nwires, labels, fn) -> None:
             c.circle(x, at(reg), 3, cls="control-dot")
         return
     targets = [at(w) for w in written] or ([y["heap"]] if "heap" in y else [top + 20])
-    if spec.group == "memory" and "heap" in y:
+    reads_heap = ins.op in isa.READS and "heap" in y
+    if spec.group == "memory" and "heap" in y and not reads_heap:
         targets.append(y["heap"])
-    ys = targets + [at(r) for r in read]
+    ys = targets + [at(r) for r in read] + ([y["heap"]] if reads_heap else [])
+    if reads_heap:                           # the heap is read, not changed: a dot
+        c.circle(x, y["heap"], 3, cls="control-dot")
     if len(ys) > 1:
         c.line(x, min(ys), x, max(ys), cls="link")
     for reg in read:

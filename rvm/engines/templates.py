@@ -58,7 +58,7 @@ class Operands:
         spec = ins.spec
         written = [a for a, k in zip(ins.args, spec.kinds) if k in "DX"]
         self.cls = written[0].cls if written else isa.INT
-        self.arithmetic = spec.group in ("arith", "family")
+        self.arithmetic = spec.group in ("arith", "family") or spec.name in isa.READS
         for name, a in zip(spec.names, ins.args):
             self.src[name] = str(a)
             if isinstance(a, Reg):
@@ -188,12 +188,14 @@ def shows(ops: Operands, cc: str) -> str:
 # arithmetic that updates it (x = x + ..., x * y, ...), so within a straight run of
 # register arithmetic one finiteness check per register, after its last update, sees
 # what a check after every update would; the pending checks are added before anything
-# else (memory, calls, control flow, the test of _fin itself). An address check and the
+# else (stores, calls, control flow, the test of _fin itself; a read in place, x = x + cell,
+# is register arithmetic: it leaves the cell alone). An address check and the
 # address it guards (`_a = ...`) stay next to each other: native code masks the one by
 # the other.
 _FIN = re.compile(r"_fin \+= (g?f\d+) - \1")
 _PURE = re.compile(r"g?[rf]\d+ = [^\[]*|_a = [^\[]*|_n -= \d+|_ok &= [^\[]*|_m = [^\[]*"
-                   r"|if [^\[]*: raise \w+\(.*")
+                   r"|if [^\[]*: raise \w+\(.*"
+                   r"|([rf]\d+) = \1 [+-] (?:M\.h[fi]|H[FI])\[_a\]")   # a read in place
 
 
 def straighten(lines: list[str]) -> list[str]:

@@ -384,28 +384,25 @@ class FunctionCompiler(Complexes, Lowering):
 
     def dimension_bound(self, s, start, stop, step: int) -> Reg | None:
         """The array dimension register a loop counter stays within, if the loop is
-        `for i in range(c, len(A))` or `range(c, A.shape[k])` with a constant c >= 0 and a
-        positive step, and nothing in the body can change i (it is not passed to a call):
-        A[i] then needs no bounds check."""
-        c = self.constant_or_none(start)
-        if step < 0 or not isinstance(c, int) or c < 0:
+        `for i in range(c, len(A))` or `range(c, A.shape[k])` (or up to a variable equal
+        to a dimension, see self.dims) with c >= 0 (see non_negative) and a positive step, and
+        nothing in the body can change i (it is not passed to a call): A[i] then needs no
+        bounds check."""
+        if step < 0 or not self.non_negative(start) or self.passed(s.body, s.target.id):
             return None
-        for n in ast.walk(ast.Module(body=s.body, type_ignores=[])):
-            if isinstance(n, ast.Call) and any(
-                    isinstance(a, ast.Name) and a.id == s.target.id for a in n.args) and \
-                    self.callee_name(n.func) not in ("len",):
-                return None
-        if isinstance(stop, ast.Call) and self.callee_name(stop.func) == "len" and \
-                len(stop.args) == 1 and isinstance(stop.args[0], ast.Name):
-            var = self.lookup(stop.args[0].id)
-            return var.regs[1] if var is not None and var.kind == "array" else None
-        if isinstance(stop, ast.Subscript) and isinstance(stop.value, ast.Attribute) and \
-                stop.value.attr == "shape" and isinstance(stop.value.value, ast.Name):
-            var, k = self.lookup(stop.value.value.id), self.constant_or_none(stop.slice)
-            if var is not None and var.kind == "array" and isinstance(k, int) and \
-                    0 <= k < len(var.regs) - 1:
-                return var.regs[1 + k]
-        return None
+        return self.dimension_of(stop)
+
+    def non_negative(self, e) -> bool:
+        """Is e provably >= 0: a constant, the counter of an enclosing loop that stays
+        within a dimension, or a sum of those?"""
+        c = self.constant_or_none(e)
+        if c is not None:
+            return isinstance(c, int) and c >= 0
+        if isinstance(e, ast.Name):
+            var = self.lookup(e.id)
+            return var is not None and var.kind == "int" and var.reg in self.in_range
+        return isinstance(e, ast.BinOp) and isinstance(e.op, ast.Add) and \
+            self.non_negative(e.left) and self.non_negative(e.right)
 
     def copy(self, e):
         """A constant, or a fresh temporary holding e's value."""
@@ -488,6 +485,10 @@ class FunctionCompiler(Complexes, Lowering):
                 init = None if self.is_zero(value) else value
                 if init is not None:
                     self.accumulate(var.reg, 1, init, value)
+                    same = self.dimension_of(init) if kind == "int" else None
+                    if same is not None and kw.arg not in self.written(body) and \
+                            not self.passed(body, kw.arg):
+                        self.dims[var.reg] = same
 
                 end = final.get(kw.arg)
 
@@ -499,6 +500,7 @@ class FunctionCompiler(Complexes, Lowering):
                         self.stmt_Assert(ast.copy_location(ast.Assert(
                             ast.copy_location(check, end[0])), end[1]))
                         init, node = (None if self.is_zero(end[0]) else end[0]), end[0]
+                    self.dims.pop(var.reg, None)
                     if init is not None:
                         self.accumulate(var.reg, -1, init, node)
                     self.emit("ZERO", var.reg)
@@ -535,6 +537,10 @@ class FunctionCompiler(Complexes, Lowering):
         dim_code, _ = self.capture(lambda: [self.accumulate(r, 1, d, d)
                                             for r, d in zip(regs, dims)])
         self.code += dim_code
+        for r, d in zip(regs, dims):
+            same = self.dimension_of(d)
+            if same is not None:
+                self.dims[r] = same
         size_code, size = self.capture(lambda: self.size(regs))
         self.code += size_code
         self.emit("ALLOC", base, size)
@@ -548,6 +554,8 @@ class FunctionCompiler(Complexes, Lowering):
             if isinstance(size, Reg) and size not in regs:
                 self.release(size)
             self.code += invert(dim_code, self.fresh)
+            for r in regs:
+                self.dims.pop(r, None)
             self.release(base, *regs)
         if dtype == "c":
             return Var(name, "array", (base, *regs), FLOAT, complex=True), free
@@ -575,19 +583,7 @@ class FunctionCompiler(Complexes, Lowering):
                                  f"e.g. {var.name}[i] += ...")
             return action(var.reg)
         if isinstance(target, ast.Subscript):
-            # an index read from another array that the statement reads nowhere else is
-            # used in place (exchanged out, used as the address, exchanged back), as
-            # operands are: work[rows[q]] += v reads rows[q] without a copy
-            reads: dict[str, int] = {}
-            for n in ast.walk(node):
-                if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name):
-                    reads[n.value.id] = reads.get(n.value.id, 0) + 1
-            held, self.held = self.held, {name for name, k in reads.items() if k == 1} - {
-                getattr(target.value, "id", None)}
-            try:
-                addr_code, (var, mem) = self.capture(lambda: self.address(target))
-            finally:
-                self.held = held
+            addr_code, (var, mem) = self.capture(lambda: self.address(target))
             self.code += addr_code
             x = self.reg(var.dtype)
             self.emit("EXCH", x, mem)

@@ -83,9 +83,10 @@ class Lowering:
         self.labels = 0
         self.routines: dict[str, Code] = {}
         self.in_range: dict[Reg, Reg] = {}  # loop counter -> an array dimension it stays below
-        # arrays whose elements operands may use in place (read once by the operands
-        # being computed; see with_operands)
-        self.held: set[str] | None = None
+        # register -> the array dimension register it equals while both live: dimensions
+        # of ancilla arrays made from len(A) / A.shape[k], and int ancillas holding one
+        # that nothing changes (so loops over them and indices into them need no checks)
+        self.dims: dict[Reg, Reg] = {}
         self.symbols: list[Symbol] = []
         self.line = node.lineno
 
@@ -186,7 +187,9 @@ class Lowering:
             if isinstance(e, ast.Slice) or self.typeof(e) != "int":
                 raise self.error(e, "array indices must be integers (no slices)")
             op = self.operand(e, INT)
-            if self.in_range.get(op) != dim:    # (a loop over range(len(A)) needs none)
+            # (a loop over range(len(A)), or over a dimension equal to A's, needs none)
+            bound = self.in_range.get(op)
+            if bound is None or bound not in (dim, self.dims.get(dim)):
                 self.emit("ASSERT.GE", op, Imm(0))
                 self.emit("ASSERT.LT", op, dim)
             ops.append(op)
@@ -214,10 +217,31 @@ class Lowering:
             return self.accumulate(target, -sign if isinstance(e.op, ast.USub) else sign,
                                    e.operand, node)
         family, args = self.operation(e, target.cls)
+        if not family and self.element_of(args[0], target.cls):    # += A[i]: in place
+            code, (var, mem) = self.capture(lambda: self.address(args[0]))
+            self.code += code
+            if target not in mem.regs:
+                self.emit("ADDM" if sign > 0 else "SUBM", target, mem)
+            else:               # the target is in the address: through a temporary
+                x = self.reg(var.dtype)
+                self.emit("ADDM", x, mem)
+                self.emit("ADD" if sign > 0 else "SUB", target, x)
+                self.emit("SUBM", x, mem)
+                self.release(x)
+            self.code += invert(code, self.fresh)
+            return
         head = "ADD" if sign > 0 else "SUB"
         self.with_operands(args, lambda ops: self.emit(
             head + ("." + family if family else ""), target, *ops),
             cls=target.cls if family in ("", "abs") else None)
+
+    def element_of(self, e, cls: str) -> bool:
+        """Is e an element of a real array of class cls (readable straight into cls)?"""
+        if not (isinstance(e, ast.Subscript) and isinstance(e.value, ast.Name)):
+            return False
+        var = self.lookup(e.value.id)
+        return var is not None and var.kind == "array" and var.dtype == cls and \
+            not var.complex
 
     def operation(self, e, cls: str) -> tuple[str, list]:
         """(family, argument expressions) of an expression's outermost operation."""
@@ -255,20 +279,10 @@ class Lowering:
     def with_operands(self, args: list, use: Callable[[list], None],
                       cls: str | None = None) -> None:
         """Operands for args (temporaries where needed), use them, uncompute the temps.
-        An element of an array that args read only once is used in place: exchanged into
-        a register, used, exchanged back (`self.held`); an array read more than once is
-        copied element by element, since a cell exchanged out reads as zero."""
+        An array element is read in place: ADDM into a zeroed register, SUBM after the use
+        (the cell keeps its value, so an element may be read any number of times)."""
         start = len(self.code)
-        reads: dict[str, int] = {}
-        for a in args:
-            for n in ast.walk(a):
-                if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name):
-                    reads[n.value.id] = reads.get(n.value.id, 0) + 1
-        held, self.held = self.held, {name for name, k in reads.items() if k == 1}
-        try:
-            ops = [self.operand(a, cls) for a in args]
-        finally:
-            self.held = held
+        ops = [self.operand(a, cls) for a in args]
         compute = self.code[start:]
         use(ops)
         self.code += invert(compute, self.fresh)
@@ -301,23 +315,13 @@ class Lowering:
         if isinstance(e, ast.Subscript) and isinstance(e.value, ast.Attribute) and \
                 e.value.attr == "shape":
             return self.shape(e)
-        kind = self.typeof(e)
-        if isinstance(e, ast.Subscript) and self.held and isinstance(e.value, ast.Name) \
-                and e.value.id in self.held:
-            var, mem = self.address(e)
-            x = self.reg(var.dtype)
-            self.emit("EXCH", x, mem)       # put back by the caller's uncompute
-            return x
-        t = self.reg(INT if kind == "int" else FLOAT)
-        if self.integer_valued(e, t):
-            return t
         if isinstance(e, ast.Subscript):
             var, mem = self.address(e)
             x = self.reg(var.dtype)
-            self.emit("EXCH", x, mem)
-            self.emit("ADD", t, x)
-            self.emit("EXCH", x, mem)
-            self.release(x)
+            self.emit("ADDM", x, mem)       # taken back out by the caller's uncompute
+            return x
+        t = self.reg(INT if self.typeof(e) == "int" else FLOAT)
+        if self.integer_valued(e, t):
             return t
         if not (isinstance(e, (ast.BinOp, ast.UnaryOp)) or (
                 isinstance(e, ast.Call) and self.callee_name(e.func) in FUNCS)):
@@ -566,6 +570,38 @@ class Lowering:
         if isinstance(e, ast.Name):
             return {e.id}
         return set().union(set(), *(self.value_names(c) for c in ast.iter_child_nodes(e)))
+
+    def dimension_of(self, e) -> Reg | None:
+        """The array dimension register e equals, if it is len(A), A.shape[k] with a
+        constant k, or an int variable known to hold a dimension (see self.dims)."""
+        if isinstance(e, ast.Call) and self.callee_name(e.func) == "len" and \
+                len(e.args) == 1 and isinstance(e.args[0], ast.Name):
+            var = self.lookup(e.args[0].id)
+            return var.regs[1] if var is not None and var.kind == "array" else None
+        if isinstance(e, ast.Subscript) and isinstance(e.value, ast.Attribute) and \
+                e.value.attr == "shape" and isinstance(e.value.value, ast.Name):
+            var, k = self.lookup(e.value.value.id), self.constant_or_none(e.slice)
+            if var is not None and var.kind == "array" and isinstance(k, int) and \
+                    0 <= k < len(var.regs) - 1:
+                return self.dims.get(var.regs[1 + k], var.regs[1 + k])
+        if isinstance(e, ast.Name):
+            var = self.lookup(e.id)
+            return self.dims.get(var.reg) if var is not None and var.kind == "int" else None
+        return None
+
+    def passed(self, stmts: list, name: str) -> bool:
+        """Is `name` an argument of a call statement in stmts (f(x), ~f(x), neg(x), push(x,
+        s), ...), which may change it by reference? (Calls inside expressions and
+        headers, range(n), exp(x), ancilla(k=n), only read their arguments.)"""
+        for s in stmts:
+            for n in ast.walk(s):
+                call = n.value if isinstance(n, ast.Expr) else None
+                if isinstance(call, ast.UnaryOp) and isinstance(call.op, ast.Invert):
+                    call = call.operand
+                if isinstance(call, ast.Call) and any(
+                        isinstance(a, ast.Name) and a.id == name for a in call.args):
+                    return True
+        return False
 
     def written(self, stmts: list) -> set[str]:
         """Names a block changes directly (targets, swaps, neg/rot). Arguments of calls are
