@@ -425,3 +425,30 @@ def test_native_runs_grow_the_heap_instead_of_falling_back():
     m.enter("f", 1.5, 5000)
     assert m.run() == 0            # ran natively: the interpreter would return its steps
     assert m.results() == (1.5, 5000) and m.cap >= 5000
+
+
+REPEATED_CHECKS = """
+.func f(r0, r1, f0)
+        ASSERT.LT r0, r1
+        ADD     f0, r0
+        ASSERT.LT r0, r1
+        INC     r0
+        ASSERT.LT r0, r1
+.end
+"""
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_check_repeated_on_unchanged_registers_is_made_once(engine):
+    """Compiled code drops an ASSERT that repeats one made in the same block on registers
+    nothing has changed since (the second line), never one after a change (the third)."""
+    from rvm.engines.compiled import Compiled
+    p = rvm.assemble(REPEATED_CHECKS, "checks.rasm")
+    for mode in ("fw", "bw"):
+        assert Compiled(p).bodies[f"F0_{mode}"].count("assertion r0 < r1") == 2
+    assert p.call("f", 0, 2, 0.5, engine=engine) == (1, 2, 0.5)
+    with pytest.raises(rvm.RvmError, match="r0 < r1"):
+        p.call("f", 1, 2, 0.5, engine=engine)
+    assert p.uncall("f", 1, 2, 0.5, engine=engine) == (0, 2, 0.5)
+    with pytest.raises(rvm.RvmError, match="r0 < r1"):
+        p.uncall("f", 2, 2, 0.5, engine=engine)

@@ -40,6 +40,26 @@ def _local(reg: Reg) -> tuple[str, str]:
     return (f"r{reg.n}", f"gr{reg.n}") if reg.cls == isa.INT else (f"f{reg.n}", f"gf{reg.n}")
 
 
+def _repeated(ins, checked: set) -> bool:
+    """Is ins an ASSERT already made, on registers nothing has changed since (the frontend
+    mirrors each check so that either direction checks before it acts: the mirror is
+    redundant in the direction that has just checked)? Updates `checked`."""
+    if ins.op.startswith("ASSERT"):
+        key = (ins.op, ins.args)
+        if key in checked:
+            return True
+        checked.add(key)
+        return False
+    if ins.op in isa.CALLS:
+        checked.clear()
+        return False
+    written = {a for a, k in zip(ins.args, ins.spec.kinds) if k in "DX"}
+    if written:
+        for key in [c for c in checked if written & set(c[1])]:
+            checked.discard(key)
+    return False
+
+
 class _Writer:
     """Python source for one function in one mode."""
 
@@ -192,10 +212,11 @@ class _Writer:
             self.emit(depth, f"_n -= {cost}")
             last = None
             before = len(self.lines)
+            checked: set = set()        # ASSERTs made in this block on unchanged registers
             for i in range(start, end):
                 ins = code[i]
                 last = ins
-                if ins.op in isa.COMEFROMS:
+                if ins.op in isa.COMEFROMS or _repeated(ins, checked):
                     continue
                 if ins.op in isa.BRANCHES:
                     t = fn.labels[ins.args[-1].name]
