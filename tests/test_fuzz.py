@@ -47,3 +47,14 @@ def test_the_fuzzer_counts_a_crash_and_a_hang(monkeypatch):
     counts = fuzz.run("selftest", 20, seed=1, timeout=2.0)
     assert counts["crash"] >= 1 and counts["hang"] >= 1
     assert counts["ok"] + counts["crash"] + counts["hang"] == 20
+
+
+def test_native_programs_refuse_to_run_without_numba(monkeypatch, capsys):
+    """Without numba no random program would reach the native engine: the category is a
+    usage error, not a run of programs counted as passing."""
+    monkeypatch.setattr(fuzz, "native_available", lambda: False)
+    monkeypatch.setattr(sys, "argv", ["fuzz.py", "--programs", "3", "--category",
+                                      "programs-native"])
+    with pytest.raises(SystemExit) as e:
+        fuzz.main()
+    assert e.value.code == 2 and "needs numba" in capsys.readouterr().err
