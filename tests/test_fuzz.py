@@ -31,22 +31,41 @@ def test_fuzz_category_has_no_tracebacks_crashes_hangs_or_wrong_results(category
 
 
 def test_the_fuzzer_counts_a_crash_and_a_hang(monkeypatch):
-    """The harness itself: a case that kills its process is a crash, one that never
-    answers is a hang, and the run goes on after both."""
+    """The harness itself: a case that kills its process is a crash, one that spins
+    (`timeout` seconds of its CPU time) or never answers (`wall` seconds) is a hang, one
+    that is only slow on the clock (as under a loaded machine) is not, and the run goes
+    on after all of them."""
     import signal
+    import time
 
     def case(rng):
         k = rng.random()
-        if k < 0.2:
+        if k < 0.15:
             os.kill(os.getpid(), signal.SIGSEGV)
-        if k < 0.3:
-            import time
+        if k < 0.25:
             time.sleep(60)
+        if k < 0.35:
+            while True:
+                pass
+        if k < 0.45:
+            time.sleep(2.5)        # over the CPU timeout on the clock, but idle
+            return "clean"
         return "ok"
+    kinds = [random_kind(2, k) for k in range(16)]
+    assert {"crash", "sleep", "spin", "slow"} <= set(kinds)
     monkeypatch.setitem(fuzz.CATEGORIES, "selftest", case)
-    counts = fuzz.run("selftest", 20, seed=1, timeout=2.0)
-    assert counts["crash"] >= 1 and counts["hang"] >= 1
-    assert counts["ok"] + counts["crash"] + counts["hang"] == 20
+    counts = fuzz.run("selftest", 16, seed=2, timeout=1.5, wall=4.0)
+    assert counts["crash"] == kinds.count("crash")
+    assert counts["hang"] == kinds.count("sleep") + kinds.count("spin")
+    assert counts["clean"] == kinds.count("slow")
+    assert counts["ok"] == kinds.count("ok")
+
+
+def random_kind(seed: int, k: int) -> str:
+    """What the self-test's case k does (the fuzzer seeds case k's generator this way)."""
+    x = __import__("random").Random(seed * 1_000_003 + k).random()
+    return "crash" if x < 0.15 else "sleep" if x < 0.25 else "spin" if x < 0.35 else \
+        "slow" if x < 0.45 else "ok"
 
 
 def test_native_programs_refuse_to_run_without_numba(monkeypatch, capsys):

@@ -27,6 +27,7 @@ import contextlib
 import io
 import math
 import multiprocessing as mp
+import os
 import pathlib
 import random
 import sys
@@ -37,7 +38,7 @@ import zlib
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))          # the random program generator
 OUTCOMES = ("ok", "clean", "traceback", "crash", "hang", "wrong")
-TIMEOUT = 60.0                                   # seconds without progress: a hang
+TIMEOUT = 60.0                   # seconds of a child's CPU time without progress: a hang
 PER_CHILD = 250                                  # cases per child process
 
 
@@ -312,10 +313,39 @@ def _child(category: str, seed: int, start: int, count: int, conn) -> None:
     conn.send(None)
 
 
+def _cpu_seconds(pid: int) -> float | None:
+    """CPU time a process has used (Linux /proc), or None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _answers(recv, pid: int, timeout: float, wall: float) -> bool:
+    """Wait for the child's next message: False (a hang) once the child has used
+    `timeout` seconds of CPU without answering, or `wall` seconds have passed (a child
+    that neither runs nor answers). CPU time, not wall time, so a campaign starved of
+    the processor by other work does not count slow cases as hangs."""
+    start, waited = _cpu_seconds(pid), 0.0
+    step = min(1.0, timeout)
+    while not recv.poll(step):
+        waited += step
+        now = _cpu_seconds(pid)
+        used = waited if now is None or start is None else now - start
+        if used >= timeout or waited >= wall:
+            return False
+    return True
+
+
 def run(category: str, count: int, seed: int = 0, timeout: float = TIMEOUT,
-        details: list | None = None, progress=None) -> dict[str, int]:
-    """Run `count` cases of a category in child processes; outcome counts. `progress`
-    (a file) gets a line with the counts so far after each child's batch of cases."""
+        details: list | None = None, progress=None, wall: float | None = None) -> dict[str, int]:
+    """Run `count` cases of a category in child processes; outcome counts. A case is a
+    hang after `timeout` seconds of the child's CPU time without an answer, or `wall`
+    seconds (default 10 x timeout). `progress` (a file) gets a line with the counts so
+    far after each child's batch of cases."""
+    wall = 10 * timeout if wall is None else wall
     counts = dict.fromkeys(OUTCOMES, 0)
     ctx = mp.get_context("fork")
     k = 0
@@ -325,7 +355,7 @@ def run(category: str, count: int, seed: int = 0, timeout: float = TIMEOUT,
         child.start()
         send.close()
         while True:
-            if not recv.poll(timeout):
+            if not _answers(recv, child.pid, timeout, wall):
                 child.kill()
                 child.join()
                 counts["hang"] += 1
