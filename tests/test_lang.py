@@ -277,6 +277,17 @@ def through_ancillas(out: float, a: Array[float, 2]):
 
 
 @rvm.reversible
+def over_a_copy(out: float, a: Array[float]):
+    with ancilla(t=zeros(len(a))):
+        for i in range(len(t)):         # t's length is a's: both unchecked
+            t[i] += a[i]
+        for i in range(len(t)):
+            out += t[i]
+        for i in range(len(t)):
+            t[i] -= a[i]
+
+
+@rvm.reversible
 def below_the_diagonal(out: float, a: Array[float, 2]):
     for c in range(len(a)):
         for r in range(c + 1, a.shape[1]):
@@ -299,6 +310,8 @@ def test_dimensions_carried_by_ancillas_skip_their_bounds_checks():
     a = np.arange(6.0).reshape(2, 3)
     assert _checks(through_ancillas, 0.0, a) == 0
     assert through_ancillas(0.0, a)[0] == 30.0
+    assert _checks(over_a_copy, 0.0, np.ones(4)) == 0
+    assert over_a_copy(0.0, np.arange(4.0))[0] == 6.0
     assert _checks(below_the_diagonal, 0.0, a) == 0      # r starts at c + 1 >= 0
     assert below_the_diagonal(0.0, a)[0] == 1.0 + 2.0 + 5.0
     assert _checks(through_a_changed_ancilla, 0.0, np.ones(3)) == 4    # and their mirrors

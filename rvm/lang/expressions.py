@@ -577,7 +577,8 @@ class Lowering:
         if isinstance(e, ast.Call) and self.callee_name(e.func) == "len" and \
                 len(e.args) == 1 and isinstance(e.args[0], ast.Name):
             var = self.lookup(e.args[0].id)
-            return var.regs[1] if var is not None and var.kind == "array" else None
+            return self.dims.get(var.regs[1], var.regs[1]) if var is not None and \
+                var.kind == "array" else None
         if isinstance(e, ast.Subscript) and isinstance(e.value, ast.Attribute) and \
                 e.value.attr == "shape" and isinstance(e.value.value, ast.Name):
             var, k = self.lookup(e.value.value.id), self.constant_or_none(e.slice)
