@@ -221,7 +221,8 @@ class _Direct:
         convert = [int if p.cls == isa.INT else float for p in fn.params]
         self.batches[tuple(map(type, args))] = None
         if comp.native and not comp.uses_heap:      # one native call, scalars only
-            both, heap = funcs[comp.name(fn.name, "vgs")], (m.max_steps,)
+            both = funcs[comp.name(fn.name, "vgs")]
+            heap = (np.zeros(2, np.int64), np.zeros(1), m.max_steps)   # under the GIL
             self.batches[tuple(map(type, args))] = (funcs[comp.name(fn.name, "vgsb")],
                                                     m.max_steps, fn, floats, seed)
         elif comp.native:       # forwards and gradient pass in one native call

@@ -319,19 +319,19 @@ class Compiled:
     def fused(self, fn: Function, heap: bool = True) -> str:
         """A native function running fn forwards then its gradient pass (one call for a
         whole value-and-gradient). Without heap, for programs that never touch it, the
-        arrays are module constants and the call passes scalars only."""
+        caller passes two small arrays it keeps (the heap top and budget T, an unused
+        cell H): allocating them here would cost the first call about half a second more
+        of numba compiling array creation, for a tenth of a microsecond saved per call."""
         params = [f"a{k}" for k in range(len(fn.params))]
         seeds = [f"s{k}" for k, p in enumerate(fn.params) if p.cls == isa.FLOAT]
         outs = [f"o[{k}]" for k in range(len(fn.params))]
         if not heap:
-            # fresh (writable) arrays, not module constants: numba types constant arrays
-            # as read-only, which would compile every function a second time
-            return (f"def {self.name(fn.name, 'vgs')}(budget, {', '.join(params + seeds)}):\n"
-                    "    hi = np.zeros(1, np.int64)\n"
-                    "    top = np.zeros(2, np.int64)\n"
-                    "    top[1] = budget\n"
-                    f"    return {self.name(fn.name, 'vg')}(hi, hi.view(np.float64), "
-                    f"np.zeros(1), top, {', '.join(params + seeds)})\n")
+            return (f"def {self.name(fn.name, 'vgs')}(T, H, budget, "
+                    f"{', '.join(params + seeds)}):\n"
+                    "    T[0] = 0\n"
+                    "    T[1] = budget\n"
+                    f"    return {self.name(fn.name, 'vg')}(T, H, H, T, "
+                    f"{', '.join(params + seeds)})\n")
         heap = "HI, HF, HG, TOP"
         return (f"def {self.name(fn.name, 'vg')}({heap}, {', '.join(params + seeds)}):\n"
                 "    t0, b0 = TOP[0], TOP[1]\n"
