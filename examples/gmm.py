@@ -65,9 +65,12 @@ def point_term(out: float, i: int, alphas: Array[float], means: Array[float, 2],
                     qxc[k, j] += expq[k, j] * xc[k, j]
                 with ancilla(e=d):              # L's entries follow q_k in icf's row k
                     for c in range(d):          # L's column c holds rows c+1 .. d-1
-                        for r in range(c + 1, d):
-                            qxc[k, r] += icf[k, e] * xc[k, c]
-                            e += 1
+                        with ancilla(t=0.0):    # xc[k, c], read once per column
+                            t += xc[k, c]
+                            for r in range(c + 1, d):
+                                qxc[k, r] += icf[k, e] * t
+                                e += 1
+                            t -= xc[k, c]
                     e -= d * (d - 1) // 2
                 main[k] += alphas[k] + sum_q[k]
                 for j in range(d):
