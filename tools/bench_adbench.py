@@ -7,9 +7,17 @@ PyTorch and a numpy/scipy objective, on the ADBench input files.
 Times are the best of --repeat runs after a first (compiling) call, in seconds. rvm's
 native code is compiled once per machine and cached; the first call's time is printed
 separately. JAX runs with 64-bit floats.
+
+    python tools/bench_adbench.py gmm|ba --memory [--files ...]
+
+prints instead how much one call raises the peak memory (resident set) of a fresh process
+per tool, after a warm-up call on the smallest file has loaded and started the tool (for
+JAX, compiled for the warm-up's shapes only: its figure includes compiling again).
 """
 
 import argparse
+import resource
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -116,6 +124,56 @@ def bench_gmm(files: list[str], repeat: int) -> None:
               f"{first:.1f} |", flush=True)
 
 
+PEAK_TOOLS = ("numpy-obj", "jax-grad", "torch-grad", "rvm-obj", "rvm-grad")
+BA_PEAK_TOOLS = ("jax-J", "rvm-J")
+
+
+def _gmm_call(tool: str, data: dict):
+    if tool == "numpy-obj":
+        args = [data[k] for k in ("alphas", "means", "icf", "x", "gamma", "m")]
+        return lambda: adbench.gmm_objective_numpy(*args)
+    if tool == "jax-grad":
+        return jax_gmm(data)[1]
+    if tool == "torch-grad":
+        return torch_gmm(data)[1]
+    if tool == "rvm-obj":
+        return lambda: gmm.objective(data, engine="native")
+    return lambda: gmm.gradient(data, engine="native")
+
+
+def peak_gmm(tool: str, name: str) -> float:
+    """MB by which one call on `name` raises this process's peak resident set, after a
+    warm-up call on the smallest file (imports, start-up, rvm's cached native code)."""
+    _gmm_call(tool, gmm.load(DATA / "gmm" / "1k" / "gmm_d2_K5.txt"))()
+    data = gmm.load(DATA / "gmm" / name)
+    call = _gmm_call(tool, data)
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    call()
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024
+
+
+def peak_ba(tool: str, stem: str) -> float:
+    """As peak_gmm, for one bundle-adjustment Jacobian (warm-up: ba1)."""
+    def call(data):
+        return jax_ba(data) if tool == "jax-J" else lambda: ba.jacobian(data, engine="native")
+    call(ba.load(next((DATA / "ba").glob("ba1_*.txt"))))()
+    run = call(ba.load(next((DATA / "ba").glob(f"{stem}_*.txt"))))
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    run()
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024
+
+
+def memory(problem: str, files: list[str], tools: tuple) -> None:
+    print("| file | " + " | ".join(f"{t} MB" for t in tools) + " |")
+    print("|---" * (len(tools) + 1) + "|")
+    for name in files:
+        row = [subprocess.run([sys.executable, __file__, problem, "--files", name, "--peak",
+                               tool], capture_output=True, text=True, check=True).stdout
+               for tool in tools]
+        print(f"| {name} | " + " | ".join(f"{float(r):.1f}" for r in row) + " |",
+              flush=True)
+
+
 # ---------------------------------------------------------------------- BA peers
 
 
@@ -172,14 +230,26 @@ def main() -> None:
     ap.add_argument("problem", choices=["gmm", "ba"])
     ap.add_argument("--files", nargs="*")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--memory", action="store_true", help="peak memory, not times")
+    ap.add_argument("--peak", choices=PEAK_TOOLS + BA_PEAK_TOOLS,
+                    help=argparse.SUPPRESS)       # one tool on one file, in this process
     args = ap.parse_args()
-    if args.problem == "gmm":
+    if args.peak:
+        print((peak_gmm if args.problem == "gmm" else peak_ba)(args.peak, args.files[0]))
+    elif args.problem == "gmm":
         files = args.files or [f"{s}/gmm_d{d}_K{k}.txt" for s, ds in (("1k", (2, 10, 20)),
                                                                     ("10k", (2, 10)))
                                for d in ds for k in (5, 10, 25, 50, 100, 200)]
-        bench_gmm(files, args.repeat)
+        if args.memory:
+            memory("gmm", files, PEAK_TOOLS)
+        else:
+            bench_gmm(files, args.repeat)
     else:
-        bench_ba(args.files or [f"ba{k}" for k in range(1, 6)], args.repeat)
+        files = args.files or [f"ba{k}" for k in range(1, 6)]
+        if args.memory:
+            memory("ba", files, BA_PEAK_TOOLS)
+        else:
+            bench_ba(files, args.repeat)
 
 
 if __name__ == "__main__":
