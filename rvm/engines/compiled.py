@@ -320,27 +320,26 @@ class Compiled:
         """A native function running fn forwards then its gradient pass (one call for a
         whole value-and-gradient). Without heap, for programs that never touch it, the
         caller passes two small arrays it keeps (the heap top and budget T, an unused
-        cell H): allocating them here would cost the first call about half a second more
-        of numba compiling array creation, for a tenth of a microsecond saved per call."""
+        cell H), and the function is self-contained: allocating the arrays here, or
+        calling the heap version, would cost the first call about a second more of numba
+        compiling, for a tenth of a microsecond saved per call."""
         params = [f"a{k}" for k in range(len(fn.params))]
         seeds = [f"s{k}" for k, p in enumerate(fn.params) if p.cls == isa.FLOAT]
         outs = [f"o[{k}]" for k in range(len(fn.params))]
-        if not heap:
-            return (f"def {self.name(fn.name, 'vgs')}(T, H, budget, "
-                    f"{', '.join(params + seeds)}):\n"
-                    "    T[0] = 0\n"
-                    "    T[1] = budget\n"
-                    f"    return {self.name(fn.name, 'vg')}(T, H, H, T, "
-                    f"{', '.join(params + seeds)})\n")
-        heap = "HI, HF, HG, TOP"
-        return (f"def {self.name(fn.name, 'vg')}({heap}, {', '.join(params + seeds)}):\n"
-                "    t0, b0 = TOP[0], TOP[1]\n"
+        if heap:
+            head = f"def {self.name(fn.name, 'vg')}(HI, HF, HG, TOP, "
+            heap, start = "HI, HF, HG, TOP", "    t0, b0 = TOP[0], TOP[1]\n"
+        else:
+            head = f"def {self.name(fn.name, 'vgs')}(T, H, b0, "
+            heap, start = "T, H, H, T", "    t0 = T[0] = 0\n    T[1] = b0\n"
+        top = heap.split(", ")[-1]
+        return (head + f"{', '.join(params + seeds)}):\n" + start +
                 f"    o = {self.name(fn.name, 'fw')}({heap}, {', '.join(params)})\n"
-                "    if TOP[0] != t0:\n"
+                f"    if {top}[0] != t0:\n"
                 "        raise Fault('heap block left allocated')\n"
-                "    TOP[1] = b0\n"
+                f"    {top}[1] = b0\n"
                 f"    g = {self.name(fn.name, 'gbw')}({heap}, {', '.join(outs + seeds)})\n"
-                "    TOP[1] = b0\n"
+                f"    {top}[1] = b0\n"
                 "    return o, g\n")
 
     def batch(self, fn: Function) -> str:
