@@ -14,6 +14,7 @@ columns cameras (11 each), points (3 each), weights.
     python examples/ba.py [FILE]      # default: ba1 (49 cameras, 7776 points, 31843 obs.)
 """
 
+import functools
 import sys
 from pathlib import Path
 
@@ -81,7 +82,7 @@ def _rows(data: dict) -> list[np.ndarray]:
 
 def residuals(data: dict, engine=None) -> tuple[np.ndarray, np.ndarray]:
     """(reproj_err, 2 per observation, in order; w_err, 1 - w^2 per observation)."""
-    out = rvm.vmap(lambda *a: residual(*a, engine=engine))(*_rows(data))
+    out = rvm.vmap(functools.partial(residual, engine=engine))(*_rows(data))
     return np.stack([out[0], out[1]], axis=1).ravel(), 1.0 - data["w"] ** 2
 
 

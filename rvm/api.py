@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 
 import attrs
@@ -16,7 +17,7 @@ from .core.program import Program
 from .engines.machine import machine_for, resolve_engine
 from .formats.assembly import assemble
 from .formats.bytecode import dumps, loads
-from .lang import compile_file, janus
+from .lang import ReversibleFunction, compile_file, janus
 
 
 @user_facing
@@ -76,6 +77,13 @@ class FunctionHandle:
 
     def __invert__(self) -> FunctionHandle:
         return attrs.evolve(self, backward=not self.backward)
+
+    def batch(self, columns: list, **options) -> tuple | None:
+        """rvm.vmap's fast path: calls on rows of scalar arguments in one native loop, or
+        None (the caller loops over the rows)."""
+        if self.program.cache.get("janus") is not None:     # stacks convert per call
+            return None
+        return machine_for(self.program, **options).batch(self.name, columns, self.backward)
 
 
 def _getitem(self: Program, name: str) -> FunctionHandle:
@@ -150,12 +158,15 @@ def vmap(fn, in_axes=0, out_axes=0, backend: str | None = None):
         n = sizes.pop()
         if n == 0:
             return ()                 # an empty batch: nothing to call, an empty result
-        batch = getattr(fn, "batch", None)
+        batch, options = getattr(fn, "batch", None), {}
+        if isinstance(fn, functools.partial) and not fn.args and \
+                isinstance(fn.func, (FunctionHandle, ReversibleFunction)):
+            batch, options = fn.func.batch, fn.keywords      # machine options, as in a call
         if batch is not None and all(np.ndim(a) == (1 if ax is not None else 0)
                                      for a, ax in zip(args, axes)):
             columns = [np.asarray(a) if ax is not None else np.full(n, a)
                        for a, ax in zip(args, axes)]
-            done = batch(columns)       # one native call for the whole batch, if it can
+            done = batch(columns, **options)    # one native call for the whole batch, if it can
             if done is not None:
                 return done
         rows = []

@@ -312,6 +312,44 @@ def test_vmap_of_a_gradient_runs_the_batch_in_one_native_call():
         rvm.vmap(g, in_axes=(None, 0))(0.0, np.array([1.0, 0.0, 2.0]))
 
 
+@rvm.reversible
+def scaled_square(out: float, x: float, k: int):
+    """out += k x^2 (a scalar program: no heap)."""
+    out += k * x * x
+
+
+@pytest.mark.skipif(not native.available, reason="numba is not installed")
+def test_vmap_of_a_call_runs_the_batch_in_one_native_call(monkeypatch):
+    """rvm.vmap of a program's function, of its inverse, and of a reversible function
+    (machine options through functools.partial) runs one native loop over the rows, with
+    the row-by-row results; a failing row falls back to the rows, which report it."""
+    import functools
+
+    from rvm.engines.machine import Machine
+    loops = []
+    batch = Machine.batch
+    monkeypatch.setattr(Machine, "batch", lambda self, *a: loops.append(
+        batch(self, *a)) or loops[-1])
+    p = rvm.load(ROOT / "asm" / "poly.rasm", engine="native")
+    xs, ys = np.linspace(-2.0, 2.0, 40), np.linspace(0.5, 3.0, 40)
+    out = rvm.vmap(p["f"], in_axes=(None, 0, 0))(0.0, xs, ys)
+    assert loops[-1] is not None and len(loops) == 1
+    rows = [p.call("f", 0.0, x, y) for x, y in zip(xs, ys)]
+    assert np.array_equal(out[0], [r[0] for r in rows]) and np.array_equal(out[1], xs)
+    back = rvm.vmap(~p["f"])(out[0], xs, ys)
+    assert loops[-1] is not None and np.allclose(back[0], 0.0, atol=1e-9)
+    n = np.arange(-3, 5)
+    done = rvm.vmap(functools.partial(scaled_square, engine="native"), in_axes=(None, 0, 0))(
+        1.0, np.linspace(0, 1, 8), n)
+    assert loops[-1] is not None and done[2].dtype == np.int64 and np.array_equal(done[2], n)
+    assert np.array_equal(done[0], [scaled_square(1.0, x, int(k))[0]
+                                    for x, k in zip(np.linspace(0, 1, 8), n)])
+    with pytest.raises(rvm.InvertibilityError, match="not finite"):
+        rvm.vmap(p["f"], in_axes=(None, 0, 0))(0.0, np.array([1.0, 2.0]),
+                                                np.array([3.0, np.inf]))
+    assert loops[-1] is None            # the loop failed; the rows found and reported it
+
+
 @pytest.mark.skipif(not native.available, reason="numba is not installed")
 def test_repeated_native_calls_go_straight_to_native_code():
     """After one call through a frame, calls of the same kind skip the machine; results,

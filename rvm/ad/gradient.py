@@ -18,7 +18,7 @@ from ..core.inverse import inverse_function
 from ..core.program import Function, Program
 from ..engines.arguments import Binding, call_kind, place_keywords, read_array, scalar
 from ..engines.machine import NATIVE_AFTER, Machine, machine_for
-from ..engines.native import compiling
+from ..engines.native import compiling, on_threads
 
 Loss = int | str | tuple
 
@@ -144,29 +144,6 @@ class _Pass:
         m.run(1)
 
 
-THREAD_ROWS = 4096      # rows per thread, at least, before a batch is split across cores
-
-
-def _on_threads(loop, n: int, head: tuple, inputs: list, middle: tuple, outputs: list):
-    """Run a native batch loop (compiled without the GIL) over rows 0..n-1, split into
-    contiguous slices, one thread per core: rows are independent, and each slice writes
-    only its own rows of the outputs. The first row runs alone (it compiles the loop)."""
-    import os
-    threads = min(os.cpu_count() or 1, n // THREAD_ROWS)
-    if threads < 2 or not getattr(loop, "signatures", None):
-        loop(*head, *inputs, *middle, *outputs)
-        return
-    from concurrent.futures import ThreadPoolExecutor
-    cuts = [n * k // threads for k in range(threads + 1)]
-
-    def part(k):
-        a, b = cuts[k], cuts[k + 1]
-        loop(*head, *(x[a:b] for x in inputs), *middle, *(y[a:b] for y in outputs))
-    with ThreadPoolExecutor(threads) as pool:
-        for f in [pool.submit(part, k) for k in range(threads)]:
-            f.result()        # re-raises a slice's error
-
-
 class _Direct:
     """Scalar arguments on a compiled engine: call the generated forward and adjoint
     functions directly, with no machine frame in between. Any error (or anything unusual)
@@ -196,7 +173,7 @@ class _Direct:
         grads = [np.empty(n) for _ in floats]
         try:
             with compiling(self.runner.name, loop):
-                _on_threads(loop, n, (budget,), cols, seed, outs + grads)
+                on_threads(loop, n, (budget,), cols, seed, outs + grads)
         except Exception:      # a row failed: the row-by-row path finds and reports it
             return None
         spread: list = [None] * len(cols)
@@ -612,7 +589,7 @@ def jacobian(fn, outputs: Sequence[Loss], wrt: Sequence[Loss], has_aux: bool = F
         G = np.empty((n, S.shape[0], S.shape[1]))
         try:
             with compiling(runner.name, loop):
-                _on_threads(loop, n, (budget,), cols, (S,), outs + [G])
+                on_threads(loop, n, (budget,), cols, (S,), outs + [G])
         except Exception:      # a row failed: the row-by-row path finds and reports it
             return None
         J = G[:, :, picks]

@@ -306,9 +306,10 @@ class Compiled:
         names = list(self.bodies) + [self.name(f, "vg") for f in self.program.functions]
         if not self.uses_heap:     # scalars only: no arrays to pass at all
             source += "\n".join(self.fused(f, heap=False) + self.batch(f) + self.jacobian(f)
+                                + self.calls(f, "csb") + self.calls(f, "usb")
                                 for f in self.program.functions.values()) + "\n"
             names += [self.name(f, m) for f in self.program.functions
-                      for m in ("vgs", "vgsb", "jsb")]
+                      for m in ("vgs", "vgsb", "jsb", "csb", "usb")]
         return source, names
 
     @property
@@ -354,6 +355,17 @@ class Compiled:
                 f"{', '.join(x + '[i]' for x in a)}{', ' if s else ''}{', '.join(s)})"]
         body += [f"        o{k}[i] = o[{k}]" for k in range(n)]
         body += [f"        g{j}[i] = g[{n + j}]" for j in range(len(floats))]
+        return "\n".join(body) + "\n"
+
+    def calls(self, fn: Function, mode: str) -> str:
+        """A native loop over rows of whole calls (mode csb) or uncalls (usb) of fn, for
+        rvm.vmap of a function: arguments and results as arrays, one per parameter."""
+        n = len(fn.params)
+        a, o = [f"a{k}" for k in range(n)], [f"o{k}" for k in range(n)]
+        run = self.name(fn.name, "fw" if mode == "csb" else "bw")
+        body = _rows(f"{self.name(fn.name, mode)}(budget, {', '.join(a + o)})") + [
+                f"        o = {run}(hi, hf, hg, top, {', '.join(x + '[i]' for x in a)})"]
+        body += [f"        o{k}[i] = o[{k}]" for k in range(n)]
         return "\n".join(body) + "\n"
 
     def jacobian(self, fn: Function) -> str:

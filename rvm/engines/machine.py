@@ -532,6 +532,35 @@ class Machine:
             self._fast[key] = self._direct(args, backward)
         return out
 
+    def batch(self, name: str, columns: list, backward: bool = False) -> tuple | None:
+        """Calls (or uncalls) of `name` on rows of scalar arguments, one array per
+        parameter, in one native loop: the results' columns, or None when there is no
+        such loop for them (not native code, a heap, arrays), and the caller loops. The
+        first row runs the general way first, which checks the arguments and plans."""
+        first = tuple(c[0].item() if isinstance(c[0], np.generic) else c[0]
+                      for c in columns)
+        self._whole(name, first, backward)
+        c, fn = self._compiled, self.program.functions[name]
+        if self._fast.get((name, backward, call_kind(first))) is None or c is None or \
+                not c.native or c.uses_heap or len(columns) != len(fn.params):
+            return None
+        # columns that convert exactly (the rows check anything else one by one)
+        if any(np.asarray(col).dtype.kind not in ("bi" if p.cls == isa.INT else "bif")
+               for col, p in zip(columns, fn.params)):
+            return None
+        from .native import compiling, on_threads
+        loop = self._compiled_functions[c.name(name, "usb" if backward else "csb")]
+        n = len(columns[0])
+        cols = [np.ascontiguousarray(col, dtype=np.int64 if p.cls == isa.INT else np.float64)
+                for col, p in zip(columns, fn.params)]
+        outs = [np.empty(n, col.dtype) for col in cols]
+        try:
+            with compiling(name, loop):
+                on_threads(loop, n, (self.max_steps,), cols, (), outs)
+        except Exception:      # a row failed: the row-by-row path finds and reports it
+            return None
+        return tuple(outs)
+
     def _direct(self, args: tuple, backward: bool):
         """A function calling the native code of the root function directly (the machine
         and its frames are bypassed), or None. Anything unusual returns None, and the call

@@ -247,6 +247,29 @@ def compiling(what: str, dispatcher):
 _COMPILED: set[int] = set()          # dispatchers past their first call
 
 
+THREAD_ROWS = 4096      # rows per thread, at least, before a batch is split across cores
+
+
+def on_threads(loop, n: int, head: tuple, inputs: list, middle: tuple, outputs: list):
+    """Run a native batch loop (compiled without the GIL) over rows 0..n-1, split into
+    contiguous slices, one thread per core: rows are independent, and each slice writes
+    only its own rows of the outputs. The first row runs alone (it compiles the loop)."""
+    import os
+    threads = min(os.cpu_count() or 1, n // THREAD_ROWS)
+    if threads < 2 or not getattr(loop, "signatures", None):
+        loop(*head, *inputs, *middle, *outputs)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+    cuts = [n * k // threads for k in range(threads + 1)]
+
+    def part(k):
+        a, b = cuts[k], cuts[k + 1]
+        loop(*head, *(x[a:b] for x in inputs), *middle, *(y[a:b] for y in outputs))
+    with ThreadPoolExecutor(threads) as pool:
+        for f in [pool.submit(part, k) for k in range(threads)]:
+            f.result()        # re-raises a slice's error
+
+
 @functools.cache
 def helpers_source() -> str:
     """The helpers' source text (read from this file once, when first needed)."""

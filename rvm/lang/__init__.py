@@ -20,6 +20,7 @@ import textwrap
 from typing import Any
 
 import attrs
+import numpy as np
 
 from ..core import isa
 from ..core.errors import CompileError, MachineError, RvmError, user_facing
@@ -267,6 +268,17 @@ class ReversibleFunction:
             m.enter(name, *values, backward=self.backward, names=names)
             out = iter(m.finish())
         return tuple(a if is_function(a) else next(out) for a in args)
+
+    def batch(self, columns: list, **options) -> tuple | None:
+        """rvm.vmap's fast path: calls on rows of scalar arguments (one array per
+        parameter) in one native loop, or None (the caller loops over the rows)."""
+        first = tuple(c[0].item() if isinstance(c[0], np.generic) else c[0]
+                      for c in columns)
+        program, name, names = self.specialize(first)
+        if names != list(program.functions[name].names) or \
+                len(names) != len(self.node.args.args):      # functions as arguments
+            return None
+        return machine_for(program, **options).batch(name, columns, self.backward)
 
     def __invert__(self) -> ReversibleFunction:
         return ReversibleFunction(self.pyfunc, node=self._node, source=self._source,
