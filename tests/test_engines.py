@@ -348,6 +348,14 @@ def test_vmap_of_a_call_runs_the_batch_in_one_native_call(monkeypatch):
         rvm.vmap(p["f"], in_axes=(None, 0, 0))(0.0, np.array([1.0, 2.0]),
                                                 np.array([3.0, np.inf]))
     assert loops[-1] is None            # the loop failed; the rows found and reported it
+    # a batch large enough to be split across threads: every row in its place
+    xs, ys = np.linspace(-2.0, 2.0, 20_000), np.linspace(0.5, 3.0, 20_000)
+    out = rvm.vmap(p["f"], in_axes=(None, 0, 0))(0.0, xs, ys)
+    assert loops[-1] is not None
+    assert np.allclose(out[0], ((xs + 1) * (2 * xs + ys * ys)) ** 2, rtol=1e-14, atol=0)
+    # columns that would not convert exactly (unsigned, object) go row by row
+    assert rvm.vmap(scaled_square, in_axes=(None, 0, 0))(
+        0.0, np.ones(3), np.array([1, 2, 3], np.uint64))[0].tolist() == [1.0, 2.0, 3.0]
 
 
 @pytest.mark.skipif(not native.available, reason="numba is not installed")
