@@ -77,3 +77,24 @@ def test_native_programs_refuse_to_run_without_numba(monkeypatch, capsys):
     with pytest.raises(SystemExit) as e:
         fuzz.main()
     assert e.value.code == 2 and "needs numba" in capsys.readouterr().err
+
+
+def test_cli_cases_write_nothing_where_the_fuzzer_runs(tmp_path, monkeypatch):
+    """A random word after -o names a file the CLI writes: each case runs in a directory
+    of its own, so a long campaign leaves no stray files behind (in the repository, say)."""
+    class Scripted:                    # rvm compile asm/fib.rasm -o fib
+        def __init__(self):
+            self.picks = ["compile", "asm/fib.rasm", "-o", "fib"]
+
+        def choice(self, seq):
+            assert self.picks[0] in seq
+            return self.picks.pop(0)
+
+        def randint(self, a, b):
+            return 2
+
+        def random(self):
+            return 0.5
+    monkeypatch.chdir(tmp_path)
+    assert fuzz.case_cli(Scripted()) == "ok"
+    assert list(tmp_path.iterdir()) == []

@@ -31,6 +31,7 @@ import os
 import pathlib
 import random
 import sys
+import tempfile
 import time
 import traceback
 import zlib
@@ -274,7 +275,9 @@ def case_cli(rng: random.Random) -> str:
         argv += ["-o", rng.choice(["/nonexistent/dir/x.rvmb", "/proc/x.rvmb", "/tmp"])]
     if "debug" in argv:
         argv += ["--batch", "/dev/null"]
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    # in a fresh directory: a random word after -o is a file name the CLI may write
+    with tempfile.TemporaryDirectory() as where, contextlib.chdir(where), \
+            contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         try:
             code = main(argv)
         except SystemExit as e:           # argparse's usage errors
