@@ -100,3 +100,19 @@ def test_the_checks_see_imports():
     assert ("rvm.core.isa", []) in GRAPH["rvm.engines.compiled"]
     assert layer("rvm.core.isa") < layer("rvm.engines.machine") < layer("rvm.api")
     assert any(t == "rvm.engines.machine" for t, _ in GRAPH["rvm.lang"])
+
+
+def test_the_repository_root_holds_only_the_project_files():
+    """Nothing stray is committed at the top level (outputs of a run, say): the root
+    holds the README, the project file and the folders of the layout."""
+    import shutil
+    import subprocess
+    top = ROOT.parent
+    if shutil.which("git") is None or not (top / ".git").exists():
+        import pytest
+        pytest.skip("not a git checkout")
+    tracked = subprocess.run(["git", "ls-files"], cwd=top, capture_output=True, text=True,
+                             check=True).stdout.splitlines()
+    roots = {path.split("/")[0] for path in tracked}
+    assert roots <= {".ci", ".gitignore", "README.md", "pyproject.toml", "LICENSE", "asm",
+                     "docs", "examples", "rvm", "tests", "tools"}, sorted(roots)
