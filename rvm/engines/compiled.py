@@ -329,17 +329,16 @@ class Compiled:
         outs = [f"o[{k}]" for k in range(len(fn.params))]
         if heap:
             head = f"def {self.name(fn.name, 'vg')}(HI, HF, HG, TOP, "
-            heap, start = "HI, HF, HG, TOP", "    t0, b0 = TOP[0], TOP[1]\n"
+            arrays, top, start = "HI, HF, HG, TOP", "TOP", "    t0, b0 = TOP[0], TOP[1]\n"
         else:
             head = f"def {self.name(fn.name, 'vgs')}(T, H, b0, "
-            heap, start = "T, H, H, T", "    t0 = T[0] = 0\n    T[1] = b0\n"
-        top = heap.split(", ")[-1]
+            arrays, top, start = "T, H, H, T", "T", "    t0 = T[0] = 0\n    T[1] = b0\n"
         return (head + f"{', '.join(params + seeds)}):\n" + start +
-                f"    o = {self.name(fn.name, 'fw')}({heap}, {', '.join(params)})\n"
+                f"    o = {self.name(fn.name, 'fw')}({arrays}, {', '.join(params)})\n"
                 f"    if {top}[0] != t0:\n"
                 "        raise Fault('heap block left allocated')\n"
                 f"    {top}[1] = b0\n"
-                f"    g = {self.name(fn.name, 'gbw')}({heap}, {', '.join(outs + seeds)})\n"
+                f"    g = {self.name(fn.name, 'gbw')}({arrays}, {', '.join(outs + seeds)})\n"
                 f"    {top}[1] = b0\n"
                 "    return o, g\n")
 
