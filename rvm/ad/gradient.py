@@ -16,7 +16,7 @@ from ..core import isa
 from ..core.errors import MachineError, UsageError, user_facing
 from ..core.inverse import inverse_function
 from ..core.program import Function, Program
-from ..engines.arguments import Binding, call_kind, place_keywords, read_array, scalar
+from ..engines.arguments import Binding, call_kind, first_row, place_keywords, read_array, scalar
 from ..engines.machine import NATIVE_AFTER, Machine, machine_for
 from ..engines.native import compiling, on_threads
 
@@ -158,7 +158,7 @@ class _Direct:
     def batch(self, columns: list) -> tuple | None:
         """(values, gradients) for rows of scalar arguments (one array per parameter) in
         one native call, or None (no native batch loop for these: the caller loops)."""
-        first = tuple(c[0].item() for c in columns)
+        first = first_row(columns)
         key = tuple(map(type, first))
         if self.plans.get(key, False) is False and self(first) is None:
             return None                              # (that planned, and tried a row)
@@ -574,7 +574,7 @@ def jacobian(fn, outputs: Sequence[Loss], wrt: Sequence[Loss], has_aux: bool = F
     def batch(columns: list):
         """Jacobians (and values) for rows of scalar arguments in one native call, or None
         (the caller loops over the rows)."""
-        first = tuple(c[0].item() for c in columns)
+        first = first_row(columns)
         key = tuple(map(type, first))
         if key not in plans:
             plans[key] = _jacobian_plan(runner, first, outputs, wrt)

@@ -111,6 +111,12 @@ def call_kind(args) -> tuple:
     return tuple((a.shape, a.dtype.kind) if type(a) is np.ndarray else type(a) for a in args)
 
 
+def first_row(columns: list) -> tuple:
+    """A batch's first row (one column per parameter) as the plain Python values a single
+    call takes: rvm.vmap's native loops run it the general way first, to check and plan."""
+    return tuple(c[0].item() if isinstance(c[0], np.generic) else c[0] for c in columns)
+
+
 def as_floats(a: np.ndarray) -> np.ndarray:
     """A 1-D complex array as its n x 2 float layout (a copy: the caller's array is
     never written)."""

@@ -19,7 +19,7 @@ from ..core import isa
 from ..core.errors import InvertibilityError, MachineError, RvmError, UsageError
 from ..core.program import Function, Program
 from . import closures, templates
-from .arguments import bind, call_kind, read_array, scalar
+from .arguments import bind, call_kind, first_row, read_array, scalar
 from .closures import END
 from .explain import explain, explain_locals
 from .templates import Fault, Limit
@@ -537,8 +537,7 @@ class Machine:
         parameter, in one native loop: the results' columns, or None when there is no
         such loop for them (not native code, a heap, arrays), and the caller loops. The
         first row runs the general way first, which checks the arguments and plans."""
-        first = tuple(c[0].item() if isinstance(c[0], np.generic) else c[0]
-                      for c in columns)
+        first = first_row(columns)
         self._whole(name, first, backward)
         c, fn = self._compiled, self.program.functions[name]
         if self._fast.get((name, backward, call_kind(first))) is None or c is None or \

@@ -20,13 +20,12 @@ import textwrap
 from typing import Any
 
 import attrs
-import numpy as np
 
 from ..core import isa
 from ..core.errors import CompileError, MachineError, RvmError, user_facing
 from ..core.program import FuncRef, Instruction, Program
 from ..core.verify import verify
-from ..engines.arguments import place_keywords
+from ..engines.arguments import first_row, place_keywords
 from ..engines.machine import machine_for
 from .compiler import FunctionCompiler, is_function, parse_annotation, sig_of
 from .expressions import Source
@@ -272,9 +271,7 @@ class ReversibleFunction:
     def batch(self, columns: list, **options) -> tuple | None:
         """rvm.vmap's fast path: calls on rows of scalar arguments (one array per
         parameter) in one native loop, or None (the caller loops over the rows)."""
-        first = tuple(c[0].item() if isinstance(c[0], np.generic) else c[0]
-                      for c in columns)
-        program, name, names = self.specialize(first)
+        program, name, names = self.specialize(first_row(columns))
         if names != list(program.functions[name].names) or \
                 len(names) != len(self.node.args.args):      # functions as arguments
             return None
