@@ -141,26 +141,29 @@ def _gmm_call(tool: str, data: dict):
     return lambda: gmm.gradient(data, engine="native")
 
 
-def peak_gmm(tool: str, name: str) -> float:
-    """MB by which one call on `name` raises this process's peak resident set, after a
-    warm-up call on the smallest file (imports, start-up, rvm's cached native code)."""
-    _gmm_call(tool, gmm.load(DATA / "gmm" / "1k" / "gmm_d2_K5.txt"))()
-    data = gmm.load(DATA / "gmm" / name)
-    call = _gmm_call(tool, data)
+def _peak_raise(warm, make) -> float:
+    """MB by which one call of make() (made after warm() has run) raises this process's
+    peak resident set."""
+    warm()
+    run = make()
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    call()
+    run()
     return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024
+
+
+def peak_gmm(tool: str, name: str) -> float:
+    """One call on `name`, after a warm-up call on the smallest file (imports, start-up,
+    rvm's cached native code)."""
+    return _peak_raise(_gmm_call(tool, gmm.load(DATA / "gmm" / "1k" / "gmm_d2_K5.txt")),
+                       lambda: _gmm_call(tool, gmm.load(DATA / "gmm" / name)))
 
 
 def peak_ba(tool: str, stem: str) -> float:
     """As peak_gmm, for one bundle-adjustment Jacobian (warm-up: ba1)."""
-    def call(data):
+    def call(stem):
+        data = ba.load(next((DATA / "ba").glob(f"{stem}_*.txt")))
         return jax_ba(data) if tool == "jax-J" else lambda: ba.jacobian(data, engine="native")
-    call(ba.load(next((DATA / "ba").glob("ba1_*.txt"))))()
-    run = call(ba.load(next((DATA / "ba").glob(f"{stem}_*.txt"))))
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    run()
-    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024
+    return _peak_raise(call("ba1"), lambda: call(stem))
 
 
 def memory(problem: str, files: list[str], tools: tuple) -> None:
