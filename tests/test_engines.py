@@ -256,28 +256,39 @@ def test_every_instruction_compiles_natively_in_every_mode():
 @pytest.mark.skipif(not native.available, reason="numba is not installed")
 def test_native_code_is_cached_on_disk_across_processes(tmp_path):
     """A second process finds the program's machine code in RVM_CACHE_DIR and does not
-    compile it again; `rvm cache info|clear` show and empty the cache."""
+    compile it again: a scalar program's LLVM object file, a heap program's numba module
+    with numba's own cache beside it; `rvm cache info|clear` show and empty the cache."""
     import os
     import subprocess
     import sys
-    env = dict(os.environ, RVM_CACHE_DIR=str(tmp_path / "cache"))
+    cache = tmp_path / "cache"
+    env = dict(os.environ, RVM_CACHE_DIR=str(cache))
     script = ("import time, rvm; p = rvm.load('asm/poly.rasm'); t = time.time(); "
               "print(rvm.grad(p['f'], loss=0, engine='native')(0.0, 1.0, 3.0)[1:]); "
-              "print(time.time() - t)")
+              "print(time.time() - t); import sys; "
+              "print('numba' in sys.modules); "
+              "a = rvm.load('asm/arrays.rasm'); import numpy as np; "
+              "print(rvm.grad(a['sumsq'], loss=1, engine='native')(np.array([1.0, 2.0]), "
+              "0.0)[0].tolist())")
     runs = [subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,
                            capture_output=True, text=True, timeout=600) for _ in range(2)]
     for r in runs:
         assert r.returncode == 0, r.stderr
-        assert r.stdout.splitlines()[0] == "(660.0, 528.0)"
-    cached = list((tmp_path / "cache").glob("rvm_native_*.py"))
-    assert len(cached) == 1 and list((tmp_path / "cache" / "__pycache__").glob("*.nbi"))
+        lines = r.stdout.splitlines()
+        assert lines[0] == "(660.0, 528.0)" and lines[3] == "[2.0, 4.0]"
+        assert lines[2] == "False"      # a scalar program's gradient never imports numba
+    objects = list(cache.glob("rvm_llvm_*.o"))
+    assert len(objects) == 1
+    stamp = objects[0].stat().st_mtime_ns
+    assert len(list(cache.glob("rvm_native_*.py"))) == 1
+    assert list((cache / "__pycache__").glob("*.nbi"))
     first, second = (float(r.stdout.splitlines()[1]) for r in runs)
-    assert second < first
+    assert second < first and objects[0].stat().st_mtime_ns == stamp     # not rewritten
     cli = [sys.executable, "-m", "rvm.cli", "cache"]
     info = subprocess.run(cli + ["info"], env=env, capture_output=True, text=True)
-    assert "1 program(s)" in info.stdout
+    assert "2 program(s)" in info.stdout
     cleared = subprocess.run(cli + ["clear"], env=env, capture_output=True, text=True)
-    assert "removed 1" in cleared.stdout and not list((tmp_path / "cache").glob("rvm_*"))
+    assert "removed 2" in cleared.stdout and not list(cache.glob("rvm_*"))
 
 
 def test_without_a_writable_cache_native_code_compiles_in_memory(monkeypatch, tmp_path):

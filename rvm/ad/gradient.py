@@ -165,7 +165,8 @@ class _Direct:
         plan = self.batches.get(key)
         if plan is None:
             return None
-        loop, budget, fn, floats, seed = plan
+        (funcs, name), budget, fn, floats, seed = plan
+        loop = funcs[name]              # (numba's: built on first need)
         n = len(columns[0])
         cols = [np.ascontiguousarray(c, dtype=np.int64 if p.cls == isa.INT else np.float64)
                 for c, p in zip(columns, fn.params)]
@@ -200,7 +201,7 @@ class _Direct:
         if comp.native and not comp.uses_heap:      # one native call, scalars only
             both = funcs[comp.name(fn.name, "vgs")]
             heap = (np.zeros(2, np.int64), np.zeros(1), m.max_steps)   # under the GIL
-            self.batches[tuple(map(type, args))] = (funcs[comp.name(fn.name, "vgsb")],
+            self.batches[tuple(map(type, args))] = ((funcs, comp.name(fn.name, "vgsb")),
                                                     m.max_steps, fn, floats, seed)
         elif comp.native:       # forwards and gradient pass in one native call
             both = funcs[comp.name(fn.name, "vg")]

@@ -79,10 +79,31 @@ def _from_file(where: pathlib.Path, source: Callable[[bool], str]):
     return module
 
 
+def load_object(text: str, make: Callable[[], bytes]) -> bytes:
+    """Machine code for `text` (everything it depends on, LLVM's version and the CPU
+    included): read from the cache directory, or made by `make` and written there."""
+    import hashlib
+    where = directory()
+    name = "rvm_llvm_" + hashlib.sha256(f"{VERSION}\n{text}".encode()).hexdigest()[:32] + ".o"
+    if where is not None:
+        with contextlib.suppress(OSError):
+            return (where / name).read_bytes()
+    obj = make()
+    if where is not None:
+        with contextlib.suppress(OSError):
+            where.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=where, suffix=".tmp")
+            with os.fdopen(fd, "wb") as f:
+                f.write(obj)
+            os.replace(tmp, where / name)
+            _evict(where)
+    return obj
+
+
 def _evict(where: pathlib.Path) -> None:
     """Keep at most $RVM_CACHE_MAX programs (default 500): the least recently written go."""
     limit = int(os.environ.get("RVM_CACHE_MAX", "500"))
-    programs = sorted(where.glob("rvm_native_*.py"), key=lambda p: p.stat().st_mtime)
+    programs = sorted(_programs(where), key=lambda p: p.stat().st_mtime)
     for old in programs[:max(0, len(programs) - limit)]:
         for p in [old, *(where / "__pycache__").glob(f"{old.stem}.*")]:
             with contextlib.suppress(OSError):
@@ -95,8 +116,13 @@ def info() -> tuple[pathlib.Path | None, int, int]:
     if where is None or not where.is_dir():
         return where, 0, 0
     files = [p for p in where.rglob("*") if p.is_file()]
-    programs = sum(1 for p in where.glob("rvm_native_*.py"))
+    programs = len(_programs(where))
     return where, programs, sum(p.stat().st_size for p in files)
+
+
+def _programs(where: pathlib.Path) -> list[pathlib.Path]:
+    """The cached programs: numba modules and LLVM object files."""
+    return [*where.glob("rvm_native_*.py"), *where.glob("rvm_llvm_*.o")]
 
 
 def clear() -> int:
@@ -104,6 +130,6 @@ def clear() -> int:
     where, programs, _ = info()
     if where is not None and where.is_dir():
         for p in where.iterdir():
-            if p.name.startswith("rvm_native_") or p.name == "__pycache__":
+            if p.name.startswith(("rvm_native_", "rvm_llvm_")) or p.name == "__pycache__":
                 shutil.rmtree(p) if p.is_dir() else p.unlink()
     return programs

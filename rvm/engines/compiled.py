@@ -248,7 +248,7 @@ class _Writer:
                     "leaving the frame"))
         self.emit(2, "if _n < 0 or _fin != 0.0: " + BUDGET_OR_FINITE)
         self.emit(2, "M.budget = _n")
-        self.emit(2, f"return {', '.join(self.params())},")
+        self.emit(2, f"return ({''.join(p + ', ' for p in self.params())})")
         return "\n".join(self.lines)
 
 
@@ -285,23 +285,28 @@ class Compiled:
         return f"{self.names[function]}_{mode}"
 
     def bind(self, machine) -> dict:
-        if self.native:         # compiled once per tolerance and budget, then shared
+        if self.native:         # compiled once per tolerance, then shared
             key = (machine.tol,)
             if key not in self._native:
                 from . import native
-                self._native[key] = native.build(*self.native_source(), *key)
+                self._native[key] = native.Functions(self, *key)
             return self._native[key]
         zero = lambda v: abs(v) <= machine.tol
         return self._make(Fault, Limit, templates.wrap, zero, templates.sign, templates.dpow_db,
                           math)
 
-    def native_source(self) -> tuple[str, list[str]]:
-        """The generated functions rewritten for numba, and their names (text only:
-        rvm.engines.native compiles it)."""
+    def native_bodies(self) -> str:
+        """The generated functions of every mode, rewritten for native code (numba's or
+        LLVM's: rvm.engines.native, rvm.engines.llvm)."""
         from . import native
-        source = native.defer_checks("\n".join(
+        return native.defer_checks("\n".join(
             native.rewrite(line[4:]) for body in self.bodies.values()
             for line in body.split("\n"))) + "\n"
+
+    def native_source(self) -> tuple[str, list[str]]:
+        """The generated functions rewritten for numba, with the fused and batch
+        functions, and their names (text only: rvm.engines.native compiles it)."""
+        source = self.native_bodies()
         source += "\n".join(self.fused(f) for f in self.program.functions.values()) + "\n"
         names = list(self.bodies) + [self.name(f, "vg") for f in self.program.functions]
         if not self.uses_heap:     # scalars only: no arrays to pass at all

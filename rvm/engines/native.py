@@ -288,6 +288,29 @@ def module_source(functions_source: str, names: list[str], tol: float, cache: bo
             functions_source + "\n" + tail + "\n")
 
 
+class Functions(dict):
+    """A program's native functions by name. A program that never touches the heap gets
+    its run modes and fused gradient from the LLVM back end at once (rvm.engines.llvm:
+    a fraction of numba's compile time); everything else (heap programs, batch loops) is
+    numba's, the module built on first need."""
+
+    def __init__(self, compiled, tol: float):
+        super().__init__()
+        self.compiled, self.tol, self.numba = compiled, tol, None
+        from . import llvm
+        if llvm.enabled and not compiled.uses_heap:
+            p = compiled.program.functions
+            fused = {compiled.name(f, "vgs"): (compiled.name(f, "fw"), compiled.name(f, "gbw"))
+                     for f in p}
+            with contextlib.suppress(llvm.Unsupported):   # (never: numba's then)
+                self.update(llvm.functions(compiled.native_bodies(), fused, tol))
+
+    def __missing__(self, name: str):
+        if self.numba is None:
+            self.numba = build(*self.compiled.native_source(), self.tol)
+        return self.numba[name]
+
+
 def build(functions_source: str, names: list[str], tol: float) -> dict:
     """numba dispatchers, by name, for generated functions (module-level defs): from a
     module in the on-disk cache, whose machine code numba keeps beside it, so a program

@@ -1,0 +1,699 @@
+"""The quick native back end: LLVM IR written straight from the generated functions.
+
+numba spends most of a first compile in its Python front end (type inference and
+lowering, about 5 ms per generated line). The functions rvm generates need none of
+that: every local's type follows from its name (`r3` int64, `f3` and `gf3` float64,
+`_ok` a flag), and the statements are a small fixed subset of Python (assignments,
+if/while/break/continue, calls of other generated functions, `raise Fault`). This module
+lowers that subset to LLVM IR with llvmlite, optimises it and keeps the machine code in
+the on-disk cache as an object file. It serves programs that never touch the heap (scalar
+registers only): the fused value-and-gradient call (`vgs`) and the four run modes. Heap
+programs and batch loops stay on numba.
+
+Semantics are the native engine's (the same source, after rvm.engines.native's
+rewrite): int64 arithmetic wraps; a failed check, a non-finite float result, an exhausted
+step budget, an integer division by zero sets a fault flag and returns, and the machine
+re-runs the pass on the interpreter to report it.
+"""
+
+from __future__ import annotations
+
+import ast
+import ctypes
+import functools
+import importlib.util
+import os
+import re
+import sys
+
+from .templates import Fault
+
+available = importlib.util.find_spec("llvmlite") is not None
+# RVM_LLVM=0: every native function from numba (to compare the two back ends)
+enabled = available and os.environ.get("RVM_LLVM", "1") != "0"
+
+_INT_NAMES = re.compile(r"g?r\d+|_n|_b|_a|T0|t0|b0")
+_FLOAT_NAMES = re.compile(r"g?f\d+|_fin|p|c|s")
+_FLAGS = {"_ok", "_m"}
+
+
+@functools.cache
+def _llvm():
+    """llvmlite, initialised once, and a target machine for this CPU."""
+    import llvmlite.binding as ll
+    import llvmlite.ir as ir
+    ll.initialize_native_target()
+    ll.initialize_native_asmprinter()
+    return ll, ir, _target_machine()
+
+
+def _target_machine():
+    """A target machine for this CPU (an execution engine owns, and frees, its own)."""
+    import llvmlite.binding as ll
+    return ll.Target.from_default_triple().create_target_machine(
+        cpu=ll.get_host_cpu_name(), features=ll.get_host_cpu_features().flatten(), opt=2,
+        codemodel="jitdefault")
+
+
+class _Types:
+    def __init__(self, ir):
+        self.i64, self.f64, self.i1 = ir.IntType(64), ir.DoubleType(), ir.IntType(1)
+        self.ptr = self.i64.as_pointer()
+        self.fptr = self.f64.as_pointer()
+
+    def of(self, name: str):
+        if name in _FLAGS:
+            return self.i1
+        if _INT_NAMES.fullmatch(name):
+            return self.i64
+        if _FLOAT_NAMES.fullmatch(name):
+            return self.f64
+        return None
+
+
+class Unsupported(Exception):
+    """Source outside the subset this back end lowers (the caller falls back to numba)."""
+
+
+class _Lowering:
+    """One generated function (an ast.FunctionDef) as an LLVM function."""
+
+    def __init__(self, module, ir, t: _Types, functions: dict, node: ast.FunctionDef):
+        self.ir, self.t, self.functions, self.node = ir, t, functions, node
+        self.fn = functions[node.name][0]
+        self.params = functions[node.name][1]
+        entry = self.fn.append_basic_block("entry")
+        self.b = ir.IRBuilder(entry)
+        self.S, self.flag = self.fn.args[0], self.fn.args[1]
+        self.vars: dict = {}
+        for name in _assigned(node) | set(self.params):
+            ty = t.of(name)
+            if ty is None:
+                raise Unsupported(f"a local of unknown type: {name}")
+            self.vars[name] = self.b.alloca(ty, name=name)
+        for name, arg in zip(self.params, self.fn.args[2:]):
+            self.b.store(arg, self.vars[name])
+        self.loops: list = []       # (continue block, break block)
+        self.fault_block = self.fn.append_basic_block("fault")
+        with self.b.goto_block(self.fault_block):
+            self.b.store(self.t.i64(1), self.flag)
+            self.b.ret(ir.Constant(self.fn.return_value.type, None))
+        self.body(node.body[_skip(node)])
+        if not self.b.block.is_terminated:
+            self.b.unreachable()
+
+    def slot(self, k: int):
+        return self.b.gep(self.S, [self.t.i64(k)])
+
+    # ------------------------------------------------------------ statements
+    def body(self, stmts) -> None:
+        for s in stmts:
+            if self.b.block.is_terminated:
+                return
+            self.stmt(s)
+
+    def stmt(self, s) -> None:
+        b, ir = self.b, self.ir
+        if isinstance(s, ast.Assign) and len(s.targets) == 1:
+            target = s.targets[0]
+            if isinstance(target, ast.Tuple) and isinstance(s.value, ast.Call) and \
+                    isinstance(s.value.func, ast.Name) and s.value.func.id in self.functions:
+                self.call(target, s.value)
+            elif isinstance(target, ast.Tuple):
+                values = [self.expr(v) for v in s.value.elts]
+                for t_, v in zip(target.elts, values):
+                    self.store(t_, v)
+            else:
+                self.store(target, self.expr(s.value))
+        elif isinstance(s, ast.AugAssign):
+            self.store(s.target, self.binop(s.op, self.expr(s.target), self.expr(s.value)))
+        elif isinstance(s, ast.If):
+            if _is_raise(s.body):
+                ok = self.fn.append_basic_block()
+                b.cbranch(self.truth(self.expr(s.test)), self.fault_block, ok)
+                b.position_at_end(ok)
+                return
+            then, other, after = (self.fn.append_basic_block() for _ in range(3))
+            b.cbranch(self.truth(self.expr(s.test)), then, other)
+            for block, stmts in ((then, s.body), (other, s.orelse)):
+                b.position_at_end(block)
+                self.body(stmts)
+                if not b.block.is_terminated:
+                    b.branch(after)
+            b.position_at_end(after)
+        elif isinstance(s, ast.While):
+            head, loop, after = (self.fn.append_basic_block() for _ in range(3))
+            b.branch(head)
+            b.position_at_end(head)
+            b.cbranch(self.truth(self.expr(s.test)), loop, after)
+            b.position_at_end(loop)
+            self.loops.append((head, after))
+            self.body(s.body)
+            self.loops.pop()
+            if not b.block.is_terminated:
+                b.branch(head)
+            b.position_at_end(after)
+        elif isinstance(s, ast.Break):
+            b.branch(self.loops[-1][1])
+        elif isinstance(s, ast.Continue):
+            b.branch(self.loops[-1][0])
+        elif isinstance(s, ast.Pass):
+            pass
+        elif isinstance(s, ast.Raise):
+            b.branch(self.fault_block)
+        elif isinstance(s, ast.Return):
+            elts = s.value.elts if isinstance(s.value, ast.Tuple) else [s.value]
+            out = ir.Constant(self.fn.return_value.type, None)
+            for k, e in enumerate(elts):
+                v = self.expr(e)
+                out = b.insert_value(out, self.coerce(v, self.fn.return_value.type.elements[k]),
+                                     k)
+            b.ret(out)
+        else:
+            raise Unsupported(ast.unparse(s))
+
+    def call(self, target: ast.Tuple, value: ast.Call) -> None:
+        callee = self.functions[value.func.id][0]
+        args = [self.S, self.flag] + [self.coerce(self.expr(a), ty) for a, ty in
+                                      zip(value.args[4:], callee.function_type.args[2:])]
+        out = self.b.call(callee, args)
+        ok = self.fn.append_basic_block()
+        failed = self.b.load(self.flag)
+        self.b.cbranch(self.b.icmp_signed("!=", failed, self.t.i64(0)), self.fault_block, ok)
+        self.b.position_at_end(ok)
+        for k, t_ in enumerate(target.elts):
+            self.store(t_, self.b.extract_value(out, k))
+
+    def store(self, target, value) -> None:
+        if isinstance(target, ast.Name):
+            ptr = self.vars[target.id]
+        elif isinstance(target, ast.Subscript) and _state_index(target) is not None:
+            ptr = self.slot(_state_index(target))
+        else:
+            raise Unsupported(ast.unparse(target))
+        self.b.store(self.coerce(value, ptr.type.pointee), ptr)
+
+    # ----------------------------------------------------------- expressions
+    def coerce(self, v, ty):
+        t, b = self.t, self.b
+        if v.type == ty:
+            return v
+        if ty == t.f64:
+            return b.uitofp(v, ty) if v.type == t.i1 else b.sitofp(v, ty)
+        if ty == t.i64 and v.type == t.i1:
+            return b.zext(v, ty)
+        if ty == t.i1:
+            return self.truth(v)
+        raise Unsupported(f"a float value where an int is wanted: {ty}")
+
+    def truth(self, v):
+        t, b = self.t, self.b
+        if v.type == t.i1:
+            return v
+        if v.type == t.i64:
+            return b.icmp_signed("!=", v, t.i64(0))
+        return b.fcmp_unordered("!=", v, t.f64(0.0))
+
+    def expr(self, e):
+        t, b = self.t, self.b
+        if isinstance(e, ast.Constant):
+            if isinstance(e.value, bool):
+                return t.i1(int(e.value))
+            if isinstance(e.value, int):
+                return t.i64(e.value)
+            if isinstance(e.value, float):
+                return t.f64(e.value)
+        elif isinstance(e, ast.Name):
+            if e.id in self.vars:
+                return b.load(self.vars[e.id])
+            if e.id == "TOL":
+                return t.f64(self.functions["TOL"])
+        elif isinstance(e, ast.Subscript) and _state_index(e) is not None:
+            return b.load(self.slot(_state_index(e)))
+        elif isinstance(e, ast.BinOp):
+            return self.binop(e.op, self.expr(e.left), self.expr(e.right))
+        elif isinstance(e, ast.UnaryOp):
+            v = self.expr(e.operand)
+            if isinstance(e.op, ast.USub):
+                return b.fneg(v) if v.type == t.f64 else b.neg(self.coerce(v, t.i64))
+            if isinstance(e.op, ast.UAdd):
+                return v
+            if isinstance(e.op, ast.Not):
+                return b.not_(self.truth(v))
+            if isinstance(e.op, ast.Invert) and v.type != t.f64:
+                return b.not_(v)
+        elif isinstance(e, ast.Compare) and len(e.ops) == 1:
+            return self.compare(e.ops[0], self.expr(e.left), self.expr(e.comparators[0]))
+        elif isinstance(e, ast.BoolOp):
+            values = [self.truth(self.expr(v)) for v in e.values]
+            out = values[0]
+            for v in values[1:]:
+                out = b.and_(out, v) if isinstance(e.op, ast.And) else b.or_(out, v)
+            return out
+        elif isinstance(e, ast.Call):
+            return self.function(e)
+        elif isinstance(e, ast.IfExp):
+            return self.select(self.truth(self.expr(e.test)), self.expr(e.body),
+                               self.expr(e.orelse))
+        raise Unsupported(ast.unparse(e))
+
+    def select(self, cond, a, b_):
+        if a.type != b_.type:
+            a, b_ = self.coerce(a, self.t.f64), self.coerce(b_, self.t.f64)
+        return self.b.select(cond, a, b_)
+
+    def compare(self, op, a, c):
+        t, b = self.t, self.b
+        sym = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">",
+               ast.GtE: ">="}[type(op)]
+        if t.f64 in (a.type, c.type):
+            a, c = self.coerce(a, t.f64), self.coerce(c, t.f64)
+            if sym == "!=":             # as Python: nan != anything
+                return b.fcmp_unordered(sym, a, c)
+            return b.fcmp_ordered(sym, a, c)
+        a, c = self.coerce(a, t.i64), self.coerce(c, t.i64)
+        return b.icmp_signed(sym, a, c)
+
+    def binop(self, op, a, c):
+        t, b = self.t, self.b
+        if isinstance(op, (ast.BitAnd, ast.BitOr, ast.BitXor)):
+            if a.type == t.i1 and c.type == t.i1:
+                ty = t.i1
+            else:
+                ty = t.i64
+                a, c = self.coerce(a, ty), self.coerce(c, ty)
+            return {ast.BitAnd: b.and_, ast.BitOr: b.or_, ast.BitXor: b.xor}[type(op)](a, c)
+        if isinstance(op, ast.Div) or t.f64 in (a.type, c.type) or isinstance(op, ast.Pow):
+            a, c = self.coerce(a, t.f64), self.coerce(c, t.f64)
+            if isinstance(op, ast.Add):
+                return b.fadd(a, c)
+            if isinstance(op, ast.Sub):
+                return b.fsub(a, c)
+            if isinstance(op, ast.Mult):
+                return b.fmul(a, c)
+            if isinstance(op, ast.Div):
+                return b.fdiv(a, c)
+            if isinstance(op, ast.Pow):
+                return self.intrinsic("pow", a, c)
+            raise Unsupported(f"float {type(op).__name__}")
+        a, c = self.coerce(a, t.i64), self.coerce(c, t.i64)
+        if isinstance(op, ast.Add):
+            return b.add(a, c)
+        if isinstance(op, ast.Sub):
+            return b.sub(a, c)
+        if isinstance(op, ast.Mult):
+            return b.mul(a, c)
+        if isinstance(op, (ast.FloorDiv, ast.Mod)):
+            return self.floor_div_mod(a, c, isinstance(op, ast.Mod))
+        raise Unsupported(f"int {type(op).__name__}")
+
+    def floor_div_mod(self, a, c, mod: bool):
+        """Python's a // c or a % c on int64 (wrapping, as numba): c = 0 faults, and
+        c = -1 is taken apart (the hardware traps on INT64_MIN / -1)."""
+        t, b = self.t, self.b
+        ok = self.fn.append_basic_block()
+        b.cbranch(b.icmp_signed("==", c, t.i64(0)), self.fault_block, ok)
+        b.position_at_end(ok)
+        minus_one = b.icmp_signed("==", c, t.i64(-1))
+        safe = b.select(minus_one, t.i64(1), c)
+        q, r = b.sdiv(a, safe), b.srem(a, safe)
+        # floor: step down where the remainder is non-zero and its sign differs from c's
+        adjust = b.and_(b.icmp_signed("!=", r, t.i64(0)),
+                        b.icmp_signed("<", b.xor(r, safe), t.i64(0)))
+        if mod:
+            r = b.select(adjust, b.add(r, safe), r)
+            return b.select(minus_one, t.i64(0), r)
+        q = b.select(adjust, b.sub(q, t.i64(1)), q)
+        return b.select(minus_one, b.neg(a), q)
+
+    def intrinsic(self, name: str, *args):
+        f64 = self.t.f64
+        fn = self.b.module.declare_intrinsic(f"llvm.{name}", [f64])
+        return self.b.call(fn, list(args))
+
+    def libm(self, name: str, *args):
+        module, f64 = self.b.module, self.t.f64
+        fn = module.globals.get(name)
+        if fn is None:
+            fn = self.ir.Function(module, self.ir.FunctionType(f64, [f64] * len(args)), name)
+        return self.b.call(fn, list(args))
+
+    def function(self, e: ast.Call):
+        t, b = self.t, self.b
+        name = ast.unparse(e.func)
+        args = [self.expr(a) for a in e.args]
+        if name in ("math.sin", "math.cos", "math.exp", "math.log", "math.sqrt"):
+            return self.intrinsic(name[5:], self.coerce(args[0], t.f64))
+        if name in ("math.pow",):
+            return self.intrinsic("pow", *(self.coerce(a, t.f64) for a in args))
+        if name in ("math.tanh", "math.atan2"):
+            return self.libm(name[5:], *(self.coerce(a, t.f64) for a in args))
+        if name in ("np.fmod", "math.fmod"):
+            return b.frem(self.coerce(args[0], t.f64), self.coerce(args[1], t.f64))
+        if name == "math.trunc":
+            return self.intrinsic("trunc", self.coerce(args[0], t.f64))
+        if name == "abs":
+            v = args[0]
+            if v.type == t.f64:
+                return self.intrinsic("fabs", v)
+            v = self.coerce(v, t.i64)
+            return b.select(b.icmp_signed("<", v, t.i64(0)), b.neg(v), v)
+        if name == "sign":
+            v = self.coerce(args[0], t.f64)
+            pos = b.uitofp(b.fcmp_ordered(">", v, t.f64(0.0)), t.f64)
+            neg = b.uitofp(b.fcmp_ordered("<", v, t.f64(0.0)), t.f64)
+            return b.fsub(pos, neg)
+        if name == "dpow_db":
+            x, y = (self.coerce(a, t.f64) for a in args)
+            value = b.fmul(self.intrinsic("pow", x, y), self.intrinsic("log", x))
+            return b.select(b.fcmp_ordered(">", x, t.f64(0.0)), value, t.f64(0.0))
+        if name == "zero":
+            return b.fcmp_ordered("<=", self.intrinsic("fabs", self.coerce(args[1], t.f64)),
+                                  args[0])
+        if name == "float":
+            return self.coerce(args[0], t.f64)
+        if name == "int":
+            if args[0].type == t.f64:
+                raise Unsupported("int() of a float")
+            return self.coerce(args[0], t.i64)
+        if name == "wrap":
+            return args[0]
+        raise Unsupported(name)
+
+
+def _state_index(node) -> int | None:
+    """k for TOP[k] (the state array), else None."""
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and \
+            node.value.id == "TOP" and isinstance(node.slice, ast.Constant):
+        return node.slice.value
+    return None
+
+
+def _is_raise(stmts) -> bool:
+    return len(stmts) == 1 and isinstance(stmts[0], ast.Raise)
+
+
+def _skip(node) -> slice:
+    return slice(0, None)
+
+
+def _assigned(node) -> set[str]:
+    out = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            out.add(n.id)
+    return out
+
+
+def _returns(node: ast.FunctionDef) -> list[str]:
+    for n in ast.walk(node):
+        if isinstance(n, ast.Return):
+            return [e.id for e in n.value.elts]
+    raise Unsupported(f"{node.name} returns nothing")
+
+
+def _signature(ir, t: _Types, node: ast.FunctionDef):
+    params = [a.arg for a in node.args.args[4:]]        # after HI, HF, HG, TOP
+    returns = _returns(node)
+    for name in params + returns:
+        if t.of(name) is None:
+            raise Unsupported(f"a parameter of unknown type: {name}")
+    ret = ir.LiteralStructType([t.of(n) for n in returns])
+    return ir.FunctionType(ret, [t.ptr, t.ptr] + [t.of(n) for n in params]), params, returns
+
+
+def _entry(ir, t: _Types, module, name: str, inner, returns: list[str], fused=None):
+    """`long rvm_<name>(long *S, [long budget,] params..., [seeds...,] double *FO,
+    long *IO)`: run, write the float results to FO and the int results to IO in order;
+    0, or 1 after a fault. `fused` = (the forward function, its parameter count): run it
+    first, then `inner` (the gradient pass) from its results and the seeds, the step
+    budget set afresh for each (as the numba engine's vgs); the forward results are
+    written first."""
+    first = fused[0] if fused else inner
+    nparams = len(first.function_type.args) - 2
+    extra = (len(inner.function_type.args) - 2 - nparams) if fused else 0
+    args = ([t.i64] if fused else []) + list(first.function_type.args[2:]) + \
+        [t.f64] * extra + [t.fptr, t.ptr]
+    fn = ir.Function(module, ir.FunctionType(t.i64, [t.ptr] + args), f"rvm_{name}")
+    fn.linkage = "internal"
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    S, rest = fn.args[0], list(fn.args[1:])
+    FO, IO = rest[-2], rest[-1]
+    flag = b.alloca(t.i64, name="fault")
+    bad = fn.append_basic_block("bad")
+    with b.goto_block(bad):
+        b.ret(t.i64(1))
+
+    def run(f, values):
+        b.store(t.i64(0), flag)
+        out = b.call(f, [S, flag] + values)
+        ok = fn.append_basic_block()
+        b.cbranch(b.icmp_signed("!=", b.load(flag), t.i64(0)), bad, ok)
+        b.position_at_end(ok)
+        return out
+
+    nf = ni = 0
+
+    def write(out, names):
+        nonlocal nf, ni
+        for k, r in enumerate(names):
+            v = b.extract_value(out, k)
+            if t.of(r) == t.f64:
+                b.store(v, b.gep(FO, [t.i64(nf)]))
+                nf += 1
+            else:
+                b.store(v, b.gep(IO, [t.i64(ni)]))
+                ni += 1
+
+    if fused:
+        budget = rest.pop(0)
+        b.store(t.i64(0), b.gep(S, [t.i64(0)]))
+        b.store(budget, b.gep(S, [t.i64(1)]))
+        o = run(first, rest[:nparams])
+        moved = b.icmp_signed("!=", b.load(b.gep(S, [t.i64(0)])), t.i64(0))
+        ok = fn.append_basic_block()
+        b.cbranch(moved, bad, ok)
+        b.position_at_end(ok)
+        b.store(budget, b.gep(S, [t.i64(1)]))
+        values = [b.extract_value(o, k) for k in range(nparams)] + rest[nparams:nparams + extra]
+        out = run(inner, values)
+        b.store(budget, b.gep(S, [t.i64(1)]))
+        write(o, fused[2])
+    else:
+        out = run(inner, rest[:nparams])
+    write(out, returns)
+    b.ret(t.i64(0))
+    _python_entry(ir, t, module, name, fn, (fused[2] if fused else []) + returns,
+                  len(fused[2]) if fused else None)
+
+
+_CAPI = {   # the CPython functions the entries call: (result, arguments); o = PyObject *
+    "PyLong_AsVoidPtr": ("o", "o"), "PyLong_AsLongLong": ("l", "o"),
+    "PyFloat_AsDouble": ("d", "o"), "PyErr_Occurred": ("o", ""),
+    "PyTuple_New": ("o", "l"), "PyTuple_SetItem": ("i", "olo"),
+    "PyFloat_FromDouble": ("o", "d"), "PyLong_FromLongLong": ("o", "l"),
+    "Py_IncRef": ("v", "o"), "Py_DecRef": ("v", "o"),
+}
+
+
+def _python_entry(ir, t: _Types, module, name: str, entry, returns: list[str],
+                  forward: int | None):
+    """`rvm_py_<name>`, a CPython function (METH_FASTCALL) around an entry: its
+    arguments are the state array's address, [the budget,] the scalars; its result the
+    results as a tuple (for a fused call, the pair (values, gradient pass results)), or
+    None after a fault (the caller raises Fault). A wrong number of arguments is a
+    fault too; a wrong type raises Python's own error (TypeError, OverflowError)."""
+    o = ir.IntType(8).as_pointer()
+    kinds = {"o": o, "l": t.i64, "d": t.f64, "i": ir.IntType(32), "v": ir.VoidType()}
+
+    def api(fname):
+        f = module.globals.get(fname)
+        if f is None:
+            res, args = _CAPI[fname]
+            f = ir.Function(module, ir.FunctionType(kinds[res], [kinds[a] for a in args]),
+                            fname)
+        return f
+    none = module.globals.get("_Py_NoneStruct")
+    if none is None:
+        none = ir.GlobalVariable(module, ir.IntType(8), "_Py_NoneStruct")
+    fn = ir.Function(module, ir.FunctionType(o, [o, o.as_pointer(), t.i64]), f"rvm_py_{name}")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    _, argv, nargs = fn.args
+    params = entry.function_type.args[1:-2]
+    fault = fn.append_basic_block("fault")
+    with b.goto_block(fault):
+        b.call(api("Py_IncRef"), [none])
+        b.ret(none)
+    null = fn.append_basic_block("null")
+    with b.goto_block(null):
+        b.ret(ir.Constant(o, None))
+    ok = fn.append_basic_block()
+    b.cbranch(b.icmp_signed("==", nargs, t.i64(1 + len(params))), ok, fault)
+    b.position_at_end(ok)
+    item = lambda k: b.load(b.gep(argv, [t.i64(k)]))
+    state = b.bitcast(b.call(api("PyLong_AsVoidPtr"), [item(0)]), t.ptr)
+    values = [b.call(api("PyFloat_AsDouble" if ty == t.f64 else "PyLong_AsLongLong"),
+                     [item(k + 1)]) for k, ty in enumerate(params)]
+    ok = fn.append_basic_block()
+    b.cbranch(b.icmp_unsigned("!=", b.call(api("PyErr_Occurred"), []), ir.Constant(o, None)),
+              null, ok)
+    b.position_at_end(ok)
+    nf = sum(t.of(r) == t.f64 for r in returns)
+    FO = b.alloca(t.f64, t.i64(max(1, nf)))
+    IO = b.alloca(t.i64, t.i64(max(1, len(returns) - nf)))
+    ok = fn.append_basic_block()
+    b.cbranch(b.icmp_signed("!=", b.call(entry, [state, *values, FO, IO]), t.i64(0)),
+              fault, ok)
+    b.position_at_end(ok)
+    boxed, fi, ii = [], 0, 0
+    for r in returns:
+        if t.of(r) == t.f64:
+            boxed.append(b.call(api("PyFloat_FromDouble"), [b.load(b.gep(FO, [t.i64(fi)]))]))
+            fi += 1
+        else:
+            boxed.append(b.call(api("PyLong_FromLongLong"), [b.load(b.gep(IO, [t.i64(ii)]))]))
+            ii += 1
+
+    def pack(items):
+        tup = b.call(api("PyTuple_New"), [t.i64(len(items))])
+        for k, v in enumerate(items):
+            b.call(api("PyTuple_SetItem"), [tup, t.i64(k), v])
+        return tup
+    out = pack(boxed) if forward is None else pack([pack(boxed[:forward]),
+                                                    pack(boxed[forward:])])
+    failed = fn.append_basic_block()     # out of memory: an item is missing
+    ok = fn.append_basic_block()
+    b.cbranch(b.icmp_unsigned("!=", b.call(api("PyErr_Occurred"), []), ir.Constant(o, None)),
+              failed, ok)
+    b.position_at_end(failed)
+    b.call(api("Py_DecRef"), [out])
+    b.ret(ir.Constant(o, None))
+    b.position_at_end(ok)
+    b.ret(out)
+
+
+def ir_module(source: str, tol: float, fused: list[tuple[str, str, str]]) -> str:
+    """LLVM IR for the generated functions in `source` (the native engine's text), with an
+    entry `rvm_<name>` for each, and for each (name, forward, gradient pass) in `fused`."""
+    _, ir, _ = _llvm()
+    t = _Types(ir)
+    module = ir.Module(name="rvm")
+    module.triple = _llvm()[2].triple
+    nodes = [n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)]
+    functions: dict = {"TOL": tol}
+    for node in nodes:
+        ftype, params, returns = _signature(ir, t, node)
+        f = ir.Function(module, ftype, f"{node.name}_")
+        f.linkage = "internal"
+        functions[node.name] = (f, params, returns)
+    for node in nodes:
+        _Lowering(module, ir, t, functions, node)
+    for node in nodes:
+        f, params, returns = functions[node.name]
+        _entry(ir, t, module, node.name, f, returns)
+    for name, fw, gbw in fused:
+        _entry(ir, t, module, name, functions[gbw][0], functions[gbw][2],
+               fused=(functions[fw][0], len(functions[fw][1]), functions[fw][2]))
+    return str(module)
+
+
+def compile_ir(text: str) -> bytes:
+    """Optimised machine code (an object file) for LLVM IR text."""
+    ll, _, tm = _llvm()
+    mod = ll.parse_assembly(text)
+    mod.verify()
+    pto = ll.create_pipeline_tuning_options(speed_level=2)
+    pb = ll.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    return tm.emit_object(mod)
+
+
+class Library:
+    """Machine code loaded for calling: entry addresses by name."""
+
+    def __init__(self, obj: bytes):
+        ll = _llvm()[0]
+        self.engine = ll.create_mcjit_compiler(ll.parse_assembly(""), _target_machine())
+        self.engine.add_object_file(ll.ObjectFileRef.from_data(obj))
+        self.engine.finalize_object()
+        self.tables: list = []      # the builtins' method tables (see _builtin)
+
+    def address(self, name: str) -> int:
+        return self.engine.get_function_address(f"rvm_{name}")
+
+
+class _MethodDef(ctypes.Structure):
+    _fields_ = [("ml_name", ctypes.c_char_p), ("ml_meth", ctypes.c_void_p),
+                ("ml_flags", ctypes.c_int), ("ml_doc", ctypes.c_char_p)]
+
+
+_METH_FASTCALL = 0x80
+
+
+def _builtin(library: Library, name: str):
+    """The entry rvm_py_<name> as a Python builtin function (its method table entry kept
+    alive with the library that holds its code)."""
+    new = ctypes.pythonapi.PyCFunction_NewEx
+    new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.py_object,
+                                                   ctypes.py_object]
+    table = _MethodDef(name.encode(), library.address(f"py_{name}"), _METH_FASTCALL, None)
+    library.tables.append(table)
+    return new(ctypes.addressof(table), None, None)
+
+
+class _Call:
+    """An entry called from Python: the state array (heap top, step budget) by address,
+    then the scalar arguments; None back after a fault."""
+
+    def __init__(self, library: Library, name: str):
+        self.library = library          # the machine code lives as long as its callers
+        self.call = _builtin(library, name)
+        self.state = (None, 0)      # (the last state array, its address)
+
+    def address(self, state) -> int:
+        cached = self.state
+        if cached[0] is not state:
+            if not (state.flags.c_contiguous and state.dtype == "int64" and state.size >= 2):
+                raise TypeError("the state array must be two contiguous int64s")
+            cached = self.state = (state, state.ctypes.data)
+        return cached[1]
+
+
+class Run(_Call):
+    """One run mode of one function, called as the numba engine's: (HI, HF, HG, TOP,
+    *arguments) -> results, the heap top and the step budget kept in TOP."""
+
+    def __call__(self, HI, HF, HG, TOP, *args):
+        out = self.call(self.address(TOP), *args)
+        if out is None:
+            raise Fault("invertibility check failed")
+        return out
+
+
+class Fused(_Call):
+    """A whole value and gradient, called as the numba engine's vgs: (T, H, budget,
+    *arguments, *seeds) -> (values, the gradient pass's results)."""
+
+    def __call__(self, T, H, budget, *args):
+        out = self.call(self.address(T), budget, *args)
+        if out is None:
+            raise Fault("invertibility check failed")
+        return out
+
+
+def functions(source: str, fused: dict, tol: float) -> dict:
+    """Callables for the generated functions in `source`: a Run for each, and a Fused
+    for each of `fused` ({name: (forward name, gradient pass name)}). The machine code
+    comes from the on-disk cache, or is compiled and put there."""
+    from . import cache
+    ll, _, tm = _llvm()
+    stamp = f"{ll.llvm_version_info}|{tm.triple}|{ll.get_host_cpu_name()}|" \
+        f"{ll.get_host_cpu_features().flatten()}|{sys.version}|{tol!r}|" \
+        f"{sorted(fused.items())}"
+    obj = cache.load_object(stamp + source, lambda: compile_ir(ir_module(
+        source, tol, [(name, fw, gbw) for name, (fw, gbw) in fused.items()])))
+    lib = Library(obj)
+    names = re.findall(r"^def (\w+)\(", source, re.M)
+    out: dict = {name: Run(lib, name) for name in names}
+    out.update({name: Fused(lib, name) for name in fused})
+    return out

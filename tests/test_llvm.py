@@ -1,0 +1,148 @@
+"""The LLVM back end of the native engine (programs that never touch the heap): every
+instruction form agrees with the python engine forwards, backwards and in gradient mode;
+int64 edge cases wrap or fail as the machine says; failures are reported, never crash."""
+
+import random
+
+import numpy as np
+import pytest
+from test_roundtrip import CASES, build
+
+import rvm
+from rvm.core import isa
+from rvm.engines import llvm, native
+from rvm.engines.compiled import compiled
+
+pytestmark = pytest.mark.skipif(not (native.available and llvm.enabled),
+                                reason="numba (and its llvmlite) is not installed")
+
+SCALAR = [(op, cls) for op, cls in CASES if isa.OPS[op].group != "memory"]
+
+
+def on_llvm(program) -> bool:
+    """Did the native engine give this program LLVM-compiled functions?"""
+    funcs = compiled(program, True, native=True)._native
+    return bool(funcs) and all(isinstance(f["F0_fw"], llvm.Run) for f in funcs.values())
+
+
+def agree(a, b) -> bool:
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(agree(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) or isinstance(b, float):
+        return type(a) is type(b) and (a == b or np.isclose(a, b, rtol=1e-13, atol=1e-13)
+                                       or (a != a and b != b))
+    return a == b and type(a) is type(b)
+
+
+@pytest.mark.parametrize("op,cls", SCALAR, ids=[f"{o}-{c}" for o, c in SCALAR])
+def test_every_instruction_form_agrees_with_the_python_engine(op, cls):
+    rng = random.Random(f"llvm {op} {cls}")
+    for _ in range(12):
+        text, values = build(isa.OPS[op], cls, rng)
+        if op.startswith("ASSERT."):
+            a = rng.uniform(-3, 3)
+            b = {"EQ": a, "NE": a + 1, "LT": a + 1, "LE": a, "GT": a - 1, "GE": a}[op[7:]]
+            text, values = f".func t(f0, f1)\n        {op} f0, f1\n.end\n", [a, b]
+        results = {}
+        for engine in ("python", "native"):
+            p = rvm.assemble(text)
+            out = p.call("t", *values, engine=engine)
+            back = p.uncall("t", *out, engine=engine)
+            grad = rvm.grad(p["t"], loss=0, engine=engine)(*values) \
+                if text.split("(")[1].startswith("f") else None
+            results[engine] = (out, back, grad)
+            if engine == "native":
+                assert on_llvm(p), text
+        assert agree(results["python"], results["native"]), (text, values, results)
+
+
+EDGES = [   # (instruction, r0, r1): int64 wrapping and Python's floor division and modulo
+    ("ADD r0, r1", 2 ** 63 - 1, 1), ("SUB r0, r1", -2 ** 63, 1),
+    ("ADD.mul r0, r1, r1", 0, 2 ** 40), ("ADD.div r0, r1, -3", 0, 7),
+    ("ADD.div r0, r1, -3", 0, -7), ("ADD.div r0, r1, 3", 0, -7), ("ADD.mod r0, r1, -3", 0, 7),
+    ("ADD.mod r0, r1, 3", 0, -7), ("ADD.mod r0, r1, -3", 0, -7),
+    ("ADD.div r0, r1, -1", 0, -2 ** 63), ("ADD.mod r0, r1, -1", 5, -2 ** 63),
+    ("ADD.abs r0, r1", 0, -2 ** 63), ("NEG r0", -2 ** 63, 0), ("XOR.lt r0, r1, 2", 1, 1),
+]
+
+
+@pytest.mark.parametrize("body,a,b", EDGES)
+def test_int64_edges_agree_with_the_python_engine(body, a, b):
+    text = f".func t(r0, r1)\n    {body}\n.end\n"
+    got = {e: rvm.assemble(text).call("t", a, b, engine=e) for e in ("python", "native")}
+    assert got["python"] == got["native"], got
+
+
+@pytest.mark.parametrize("body", ["ADD.div r0, r1, r2", "ADD.mod r0, r1, r2"])
+def test_integer_division_by_zero_is_an_error_not_a_crash(body):
+    p = rvm.assemble(f".func t(r0, r1, r2)\n    {body}\n.end\n")
+    with pytest.raises(rvm.RvmError):
+        p.call("t", 0, 5, 0, engine="native")
+    assert p.call("t", 0, 5, 2, engine="native") == (2 if "div" in body else 1, 5, 2)
+    assert on_llvm(p)
+
+
+def test_failures_are_reported_from_the_interpreter():
+    """A failed check, a non-finite result and an exhausted budget end the native run;
+    the machine re-runs the pass on the interpreter, which names the instruction."""
+    p = rvm.assemble(".func t(f0, f1)\n    ZERO f1\n    ADD.log f0, f1\n.end\n")
+    with pytest.raises(rvm.RvmError, match="must be 0"):
+        p.call("t", 0.0, 1.0, engine="native")
+    with pytest.raises(rvm.RvmError, match=r"ADD\.log"):
+        p.call("t", 0.0, 0.0, engine="native")
+    assert on_llvm(p)
+    loop = rvm.assemble(ASM_LOOP)
+    with pytest.raises(rvm.RvmError, match="budget"):
+        loop.call("t", 0, engine="native", max_steps=1000)
+
+
+ASM_LOOP = """
+.func t(r0)
+top:    CF.NE   r1, 0, back
+        INC     r1
+exit:   BR.EQ   r1, 0, done
+back:   JMP     top
+done:   CF      exit
+.end
+"""
+
+
+def test_calls_and_loops_agree_with_the_python_engine():
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parent.parent
+    text = (root / "asm" / "isqrt.rasm").read_text()       # CALL and UNCALL in a loop
+    for n in (0, 17, 10 ** 6):
+        out = {e: rvm.assemble(text).call("isqrt", n, 7, engine=e) for e in ("python", "native")}
+        assert out["python"] == out["native"] == (n, 7 + int(n ** 0.5))
+    import sys
+    sys.path.insert(0, str(root / "examples"))
+    from besselj import besselj
+    want = rvm.grad(besselj, loss="out", engine="python")(0.0, 3, 2.5)
+    got = rvm.grad(besselj, loss="out", engine="native")(0.0, 3, 2.5)
+    assert agree(want, got)
+
+
+def test_without_llvm_numba_compiles_everything(monkeypatch):
+    monkeypatch.setattr(llvm, "enabled", False)
+    p = rvm.assemble(".func t(f0, f1)\n    ADD.sin f0, f1\n.end\n")
+    assert p.call("t", 0.0, 1.0, engine="native")[0] == pytest.approx(np.sin(1.0))
+    assert not on_llvm(p)
+
+
+def test_entries_refuse_bad_arguments_without_crashing():
+    from rvm.engines.native import Functions
+    from rvm.engines.templates import Fault
+    p = rvm.assemble(".func t(f0, r0)\n    ADD f0, r0\n.end\n")
+    funcs = Functions(compiled(p, True, native=True), 1e-9)
+    run, top = funcs["F0_fw"], np.array([0, 1000], np.int64)
+    assert run(None, None, None, top, 1.5, 2) == (3.5, 2)
+    assert top[1] == 999                           # one step charged to the budget
+    with pytest.raises(Fault):
+        run(None, None, None, top, 1.5)              # too few arguments: no read past them
+    with pytest.raises(TypeError):
+        run(None, None, None, top, 1.5, "two")
+    with pytest.raises(OverflowError):
+        run(None, None, None, top, 1.5, 2 ** 64)
+    with pytest.raises(TypeError):
+        run(None, None, None, np.zeros(2), 1.5, 2)     # the state array must be int64
+    assert run(None, None, None, top, 1.5, 2) == (3.5, 2)
