@@ -225,13 +225,13 @@ def cmd_draw(args) -> None:
 def cmd_cache(args) -> None:
     from .engines import cache
     if args.action == "clear":
-        print(f"removed {cache.clear()} cached program(s)")
+        print(f"removed {cache.clear()} cached module(s)")
         return
     where, programs, size = cache.info()
     if where is None:
         print("the native code cache is off (RVM_CACHE_DIR is empty)")
     else:
-        print(f"{where}: {programs} program(s), {size / 1e6:.1f} MB")
+        print(f"{where}: {programs} module(s), {size / 1e6:.1f} MB")
 
 
 def cmd_debug(args) -> None:

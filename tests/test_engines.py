@@ -255,40 +255,42 @@ def test_every_instruction_compiles_natively_in_every_mode():
 
 @pytest.mark.skipif(not native.available, reason="numba is not installed")
 def test_native_code_is_cached_on_disk_across_processes(tmp_path):
-    """A second process finds the program's machine code in RVM_CACHE_DIR and does not
-    compile it again: a scalar program's LLVM object file, a heap program's numba module
-    with numba's own cache beside it; `rvm cache info|clear` show and empty the cache."""
+    """A second process finds the programs' machine code in RVM_CACHE_DIR and does not
+    compile it again: LLVM object files for the native functions of a scalar and a heap
+    program, a numba module (with numba's own cache beside it) for a batch loop;
+    `rvm cache info|clear` show and empty the cache."""
     import os
     import subprocess
     import sys
     cache = tmp_path / "cache"
     env = dict(os.environ, RVM_CACHE_DIR=str(cache))
-    script = ("import time, rvm; p = rvm.load('asm/poly.rasm'); t = time.time(); "
-              "print(rvm.grad(p['f'], loss=0, engine='native')(0.0, 1.0, 3.0)[1:]); "
-              "print(time.time() - t); import sys; "
-              "print('numba' in sys.modules); "
-              "a = rvm.load('asm/arrays.rasm'); import numpy as np; "
+    script = ("import time, sys, rvm, numpy as np; p = rvm.load('asm/poly.rasm'); "
+              "t = time.time(); g = rvm.grad(p['f'], loss=0, engine='native'); "
+              "print(g(0.0, 1.0, 3.0)[1:]); print(time.time() - t); "
+              "a = rvm.load('asm/arrays.rasm'); "
               "print(rvm.grad(a['sumsq'], loss=1, engine='native')(np.array([1.0, 2.0]), "
-              "0.0)[0].tolist())")
+              "0.0)[0].tolist()); print('numba' in sys.modules); "
+              "print(rvm.vmap(g, in_axes=(0, None, None))(np.zeros(3), 1.0, 3.0)[1].tolist())")
     runs = [subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,
                            capture_output=True, text=True, timeout=600) for _ in range(2)]
     for r in runs:
         assert r.returncode == 0, r.stderr
         lines = r.stdout.splitlines()
-        assert lines[0] == "(660.0, 528.0)" and lines[3] == "[2.0, 4.0]"
-        assert lines[2] == "False"      # a scalar program's gradient never imports numba
-    objects = list(cache.glob("rvm_llvm_*.o"))
-    assert len(objects) == 1
-    stamp = objects[0].stat().st_mtime_ns
+        assert lines[0] == "(660.0, 528.0)" and lines[2] == "[2.0, 4.0]"
+        assert lines[3] == "False"          # no numba until a batch loop needs it
+        assert lines[4] == "[660.0, 660.0, 660.0]"
+    objects = sorted(cache.glob("rvm_llvm_*.o"))
+    assert len(objects) == 2
+    stamps = [p.stat().st_mtime_ns for p in objects]
     assert len(list(cache.glob("rvm_native_*.py"))) == 1
     assert list((cache / "__pycache__").glob("*.nbi"))
     first, second = (float(r.stdout.splitlines()[1]) for r in runs)
-    assert second < first and objects[0].stat().st_mtime_ns == stamp     # not rewritten
+    assert second < first and [p.stat().st_mtime_ns for p in objects] == stamps
     cli = [sys.executable, "-m", "rvm.cli", "cache"]
     info = subprocess.run(cli + ["info"], env=env, capture_output=True, text=True)
-    assert "2 program(s)" in info.stdout
+    assert "3 module(s)" in info.stdout
     cleared = subprocess.run(cli + ["clear"], env=env, capture_output=True, text=True)
-    assert "removed 2" in cleared.stdout and not list(cache.glob("rvm_*"))
+    assert "removed 3" in cleared.stdout and not list(cache.glob("rvm_*"))
 
 
 def test_without_a_writable_cache_native_code_compiles_in_memory(monkeypatch, tmp_path):

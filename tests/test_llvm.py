@@ -135,8 +135,10 @@ def test_entries_refuse_bad_arguments_without_crashing():
     p = rvm.assemble(".func t(f0, r0)\n    ADD f0, r0\n.end\n")
     funcs = Functions(compiled(p, True, native=True), 1e-9)
     run, top = funcs["F0_fw"], np.array([0, 1000], np.int64)
-    assert run(None, None, None, top, 1.5, 2) == (3.5, 2)
-    assert top[1] == 999                           # one step charged to the budget
+    hi, hg = np.zeros(1, np.int64), np.zeros(1)
+    assert run(None, None, None, top, 1.5, 2) == (3.5, 2)      # no heap: none needed
+    assert run(hi, None, hg, top, 1.5, 2) == (3.5, 2)
+    assert top[1] == 998                     # one step charged to the budget per call
     with pytest.raises(Fault):
         run(None, None, None, top, 1.5)              # too few arguments: no read past them
     with pytest.raises(TypeError):
@@ -145,4 +147,41 @@ def test_entries_refuse_bad_arguments_without_crashing():
         run(None, None, None, top, 1.5, 2 ** 64)
     with pytest.raises(TypeError):
         run(None, None, None, np.zeros(2), 1.5, 2)     # the state array must be int64
+    with pytest.raises(TypeError):
+        run(hi, None, np.zeros(0), top, 1.5, 2)          # shadows for every cell
     assert run(None, None, None, top, 1.5, 2) == (3.5, 2)
+
+
+HEAP_PROGRAMS = {   # name: (text, arguments, expected results or None for an error)
+    "grow": (".func t(r0, r1)\n    ALLOC r1, r0\n    FREE r1, r0\n.end\n", (1000, 0),
+             (1000, 0)),
+    "pop-empty": (".func t(f0)\n    POP f0\n.end\n", (0.0,), None),
+    "free-dirty": (".func t(r0, f0)\n    ALLOC r0, 2\n    EXCH f0, [r0 + 1]\n"
+                   "    FREE r0, 2\n.end\n", (0, 1.5), None),
+    "push-pop": (".func t(f0, f1)\n    PUSH f0\n    ADD f1, 2.0\n    POP f0\n.end\n",
+                 (1.5, 1.0), (1.5, 3.0)),
+    "exchange": (".func t(r0, f0)\n    ALLOC r0, 3\n    EXCH f0, [r0 + 2]\n"
+                 "    ADDM f0, [r0 + 2]\n    SUBM f0, [r0 + 2]\n    EXCH f0, [r0 + 2]\n"
+                 "    FREE r0, 3\n.end\n", (0, 2.5), (0, 2.5)),
+}
+
+
+@pytest.mark.parametrize("name", HEAP_PROGRAMS)
+def test_heap_programs_agree_with_the_python_engine(name):
+    """The heap helpers (ALLOC, FREE, PUSH, POP) and cell access in LLVM code: the same
+    results, or the same error; a full heap grows and the run goes native again."""
+    text, args, want = HEAP_PROGRAMS[name]
+    out = {}
+    for engine in ("python", "native"):
+        p = rvm.assemble(text)
+        try:
+            out[engine] = p.call("t", *args, engine=engine)
+        except rvm.RvmError as e:
+            out[engine] = str(e)
+        if engine == "native":
+            assert on_llvm(p)
+    assert out["python"] == out["native"]
+    if want is not None:
+        assert out["native"] == want
+    else:
+        assert isinstance(out["native"], str)

@@ -111,7 +111,8 @@ def _evict(where: pathlib.Path) -> None:
 
 
 def info() -> tuple[pathlib.Path | None, int, int]:
-    """(directory, number of cached programs, bytes on disk)."""
+    """(directory, number of cached modules (LLVM object files and numba modules), bytes
+    on disk)."""
     where = directory()
     if where is None or not where.is_dir():
         return where, 0, 0
@@ -126,7 +127,7 @@ def _programs(where: pathlib.Path) -> list[pathlib.Path]:
 
 
 def clear() -> int:
-    """Remove every cached program; the number removed."""
+    """Remove every cached module; the number removed."""
     where, programs, _ = info()
     if where is not None and where.is_dir():
         for p in where.iterdir():

@@ -26,6 +26,7 @@ import os
 import re
 import sys
 
+from ..core.isa import MIN_NORMAL
 from .templates import Fault
 
 available = importlib.util.find_spec("llvmlite") is not None
@@ -35,6 +36,8 @@ enabled = available and os.environ.get("RVM_LLVM", "1") != "0"
 _INT_NAMES = re.compile(r"g?r\d+|_n|_b|_a|T0|t0|b0")
 _FLOAT_NAMES = re.compile(r"g?f\d+|_fin|p|c|s")
 _FLAGS = {"_ok", "_m"}
+FAULT, FULL = 1, 2      # fault codes: a failed check (or a limit); the heap is full
+MESSAGES = {FAULT: "invertibility check failed", FULL: "heap capacity exceeded"}
 
 
 @functools.cache
@@ -84,26 +87,125 @@ class _Lowering:
         self.params = functions[node.name][1]
         entry = self.fn.append_basic_block("entry")
         self.b = ir.IRBuilder(entry)
-        self.S, self.flag = self.fn.args[0], self.fn.args[1]
+        self.S, self.flag, self.H, self.G, self.cap = self.fn.args[:5]
         self.vars: dict = {}
         for name in _assigned(node) | set(self.params):
             ty = t.of(name)
             if ty is None:
                 raise Unsupported(f"a local of unknown type: {name}")
             self.vars[name] = self.b.alloca(ty, name=name)
-        for name, arg in zip(self.params, self.fn.args[2:]):
+        for name, arg in zip(self.params, self.fn.args[5:]):
             self.b.store(arg, self.vars[name])
         self.loops: list = []       # (continue block, break block)
-        self.fault_block = self.fn.append_basic_block("fault")
-        with self.b.goto_block(self.fault_block):
-            self.b.store(self.t.i64(1), self.flag)
+        self.fault_block, self.full_block = self.exit(FAULT), self.exit(FULL)
+        self.passed = self.fn.append_basic_block("passed")     # a callee's fault: return
+        with self.b.goto_block(self.passed):
             self.b.ret(ir.Constant(self.fn.return_value.type, None))
         self.body(node.body[_skip(node)])
         if not self.b.block.is_terminated:
             self.b.unreachable()
 
+    def exit(self, code: int):
+        """A block that sets the fault flag to `code` and returns."""
+        block = self.fn.append_basic_block(f"fault{code}")
+        with self.b.goto_block(block):
+            self.b.store(self.t.i64(code), self.flag)
+            self.b.ret(self.ir.Constant(self.fn.return_value.type, None))
+        return block
+
     def slot(self, k: int):
         return self.b.gep(self.S, [self.t.i64(k)])
+
+    def cell(self, view: str, index):
+        """A pointer to heap cell `index` of view HI, HF (HI's cells as floats) or HG."""
+        b, t = self.b, self.t
+        index = self.coerce(index, t.i64)
+        if view == "HI":
+            return b.gep(self.H, [index])
+        if view == "HF":
+            return b.gep(b.bitcast(self.H, t.fptr), [index])
+        if view == "HG":
+            return b.gep(self.G, [index])
+        raise Unsupported(f"heap view {view}")
+
+    def guard(self, bad, block) -> None:
+        """Leave through `block` where `bad` holds."""
+        ok = self.fn.append_basic_block()
+        self.b.cbranch(bad, block, ok)
+        self.b.position_at_end(ok)
+
+    def cells(self, lo, hi, body) -> None:
+        """body(c) for c in range(lo, hi)."""
+        b, t = self.b, self.t
+        c = b.alloca(t.i64)
+        b.store(lo, c)
+        head, loop, after = (self.fn.append_basic_block() for _ in range(3))
+        b.branch(head)
+        b.position_at_end(head)
+        b.cbranch(b.icmp_signed("<", b.load(c), hi), loop, after)
+        b.position_at_end(loop)
+        body(b.load(c))
+        b.store(b.add(b.load(c), t.i64(1)), c)
+        b.branch(head)
+        b.position_at_end(after)
+
+    def helper(self, name: str, args: list):
+        """The heap helpers of rvm.engines.native (alloc, free, push, pop, gpush, gpop),
+        inline, with the same checks: the value (or values) they return, or None."""
+        b, t = self.b, self.t
+        top = lambda: b.load(self.slot(0))
+        value = lambda k: self.expr(args[k])
+        if name == "alloc":                     # alloc(HI, TOP, n)
+            n, base = self.coerce(value(2), t.i64), top()
+            self.guard(b.or_(b.icmp_signed("<", n, t.i64(0)),
+                             b.icmp_signed(">", n, b.sub(self.cap, base))), self.full_block)
+            b.store(b.add(base, n), self.slot(0))
+            return base
+        if name == "free":                      # free(HI, HF, HG, TOP, d, n)
+            d, n = self.coerce(value(4), t.i64), self.coerce(value(5), t.i64)
+            end = top()
+            self.guard(b.or_(b.icmp_signed("<", n, t.i64(0)),
+                             b.icmp_signed("!=", d, b.sub(end, n))), self.fault_block)
+
+            def zero(c):
+                x = self.intrinsic("fabs", b.load(self.cell("HF", c)))
+                small = b.and_(b.fcmp_ordered("<=", t.f64(MIN_NORMAL), x),
+                               b.fcmp_ordered("<=", x, t.f64(self.functions["TOL"])))
+                bad = b.and_(b.icmp_signed("!=", b.load(self.cell("HI", c)), t.i64(0)),
+                             b.not_(small))
+                self.guard(bad, self.fault_block)
+
+            def clear(c):
+                b.store(t.i64(0), self.cell("HI", c))
+                b.store(t.f64(0.0), self.cell("HG", c))
+            self.cells(d, end, zero)
+            self.cells(d, end, clear)
+            b.store(d, self.slot(0))
+            return None
+        if name in ("push", "gpush"):           # push(view, TOP, v); gpush(HF, HG, TOP, v, g)
+            view, v = args[0].id, value(2 if name == "push" else 3)
+            at = top()
+            self.guard(b.icmp_signed(">=", at, self.cap), self.full_block)
+            ptr = self.cell(view, at)
+            b.store(self.coerce(v, ptr.type.pointee), ptr)
+            b.store(b.add(at, t.i64(1)), self.slot(0))
+            if name == "gpush":
+                b.store(self.coerce(value(4), t.f64), self.cell("HG", at))
+            return None
+        if name in ("pop", "gpop"):             # pop(view, HI, TOP); gpop(HI, HF, HG, TOP)
+            view = args[0].id if name == "pop" else "HF"
+            at = top()
+            self.guard(b.icmp_signed("==", at, t.i64(0)), self.fault_block)
+            at = b.sub(at, t.i64(1))
+            b.store(at, self.slot(0))
+            v = b.load(self.cell(view, at))
+            b.store(t.i64(0), self.cell("HI", at))
+            if name == "pop":
+                return v
+            g = b.load(self.cell("HG", at))
+            b.store(t.f64(0.0), self.cell("HG", at))
+            return v, g
+        raise Unsupported(name)
 
     # ------------------------------------------------------------ statements
     def body(self, stmts) -> None:
@@ -119,6 +221,9 @@ class _Lowering:
             if isinstance(target, ast.Tuple) and isinstance(s.value, ast.Call) and \
                     isinstance(s.value.func, ast.Name) and s.value.func.id in self.functions:
                 self.call(target, s.value)
+            elif isinstance(target, ast.Tuple) and isinstance(s.value, ast.Call):
+                for t_, v in zip(target.elts, self.expr(s.value)):    # gpop
+                    self.store(t_, v)
             elif isinstance(target, ast.Tuple):
                 values = [self.expr(v) for v in s.value.elts]
                 for t_, v in zip(target.elts, values):
@@ -153,6 +258,8 @@ class _Lowering:
             if not b.block.is_terminated:
                 b.branch(head)
             b.position_at_end(after)
+        elif isinstance(s, ast.Expr) and isinstance(s.value, ast.Call):
+            self.expr(s.value)
         elif isinstance(s, ast.Break):
             b.branch(self.loops[-1][1])
         elif isinstance(s, ast.Continue):
@@ -174,12 +281,13 @@ class _Lowering:
 
     def call(self, target: ast.Tuple, value: ast.Call) -> None:
         callee = self.functions[value.func.id][0]
-        args = [self.S, self.flag] + [self.coerce(self.expr(a), ty) for a, ty in
-                                      zip(value.args[4:], callee.function_type.args[2:])]
+        args = [self.S, self.flag, self.H, self.G, self.cap] + [
+            self.coerce(self.expr(a), ty)
+            for a, ty in zip(value.args[4:], callee.function_type.args[5:])]
         out = self.b.call(callee, args)
         ok = self.fn.append_basic_block()
         failed = self.b.load(self.flag)
-        self.b.cbranch(self.b.icmp_signed("!=", failed, self.t.i64(0)), self.fault_block, ok)
+        self.b.cbranch(self.b.icmp_signed("!=", failed, self.t.i64(0)), self.passed, ok)
         self.b.position_at_end(ok)
         for k, t_ in enumerate(target.elts):
             self.store(t_, self.b.extract_value(out, k))
@@ -189,6 +297,8 @@ class _Lowering:
             ptr = self.vars[target.id]
         elif isinstance(target, ast.Subscript) and _state_index(target) is not None:
             ptr = self.slot(_state_index(target))
+        elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+            ptr = self.cell(target.value.id, self.expr(target.slice))
         else:
             raise Unsupported(ast.unparse(target))
         self.b.store(self.coerce(value, ptr.type.pointee), ptr)
@@ -230,6 +340,8 @@ class _Lowering:
                 return t.f64(self.functions["TOL"])
         elif isinstance(e, ast.Subscript) and _state_index(e) is not None:
             return b.load(self.slot(_state_index(e)))
+        elif isinstance(e, ast.Subscript) and isinstance(e.value, ast.Name):
+            return b.load(self.cell(e.value.id, self.expr(e.slice)))
         elif isinstance(e, ast.BinOp):
             return self.binop(e.op, self.expr(e.left), self.expr(e.right))
         elif isinstance(e, ast.UnaryOp):
@@ -338,10 +450,8 @@ class _Lowering:
             fn = self.ir.Function(module, self.ir.FunctionType(f64, [f64] * len(args)), name)
         return self.b.call(fn, list(args))
 
-    def function(self, e: ast.Call):
+    def pure(self, name: str, args: list):
         t, b = self.t, self.b
-        name = ast.unparse(e.func)
-        args = [self.expr(a) for a in e.args]
         if name in ("math.sin", "math.cos", "math.exp", "math.log", "math.sqrt"):
             return self.intrinsic(name[5:], self.coerce(args[0], t.f64))
         if name in ("math.pow",):
@@ -379,6 +489,12 @@ class _Lowering:
         if name == "wrap":
             return args[0]
         raise Unsupported(name)
+
+    def function(self, e: ast.Call):
+        name = ast.unparse(e.func)
+        if name in ("alloc", "free", "push", "pop", "gpush", "gpop"):
+            return self.helper(name, e.args)
+        return self.pure(name, [self.expr(a) for a in e.args])
 
 
 def _state_index(node) -> int | None:
@@ -419,34 +535,40 @@ def _signature(ir, t: _Types, node: ast.FunctionDef):
         if t.of(name) is None:
             raise Unsupported(f"a parameter of unknown type: {name}")
     ret = ir.LiteralStructType([t.of(n) for n in returns])
-    return ir.FunctionType(ret, [t.ptr, t.ptr] + [t.of(n) for n in params]), params, returns
+    heap = [t.ptr, t.ptr, t.ptr, t.fptr, t.i64]     # state, fault flag, HI, HG, capacity
+    return ir.FunctionType(ret, heap + [t.of(n) for n in params]), params, returns
 
 
 def _entry(ir, t: _Types, module, name: str, inner, returns: list[str], fused=None):
-    """`long rvm_<name>(long *S, [long budget,] params..., [seeds...,] double *FO,
-    long *IO)`: run, write the float results to FO and the int results to IO in order;
-    0, or 1 after a fault. `fused` = (the forward function, its parameter count): run it
-    first, then `inner` (the gradient pass) from its results and the seeds, the step
-    budget set afresh for each (as the numba engine's vgs); the forward results are
-    written first."""
+    """`long rvm_<name>(long *S, long *HI, double *HG, long capacity, [long budget,]
+    params..., [seeds...,] double *FO, long *IO)`: run, write the float results to FO and
+    the int results to IO in order; 0, or the fault code. `fused` = (the forward function,
+    its parameter count, its result names, budget?): run it first, then `inner` (the
+    gradient pass) from its results and the seeds; the heap top must be back where it
+    was, and the step budget is set afresh for each pass: from the budget argument, on
+    an empty heap (as the numba engine's vgs), or as found in S (vg). The forward
+    results are written first."""
     first = fused[0] if fused else inner
-    nparams = len(first.function_type.args) - 2
-    extra = (len(inner.function_type.args) - 2 - nparams) if fused else 0
-    args = ([t.i64] if fused else []) + list(first.function_type.args[2:]) + \
+    nparams = len(first.function_type.args) - 5
+    extra = (len(inner.function_type.args) - 5 - nparams) if fused else 0
+    lead = [t.i64] if fused and fused[3] else []
+    args = [t.ptr, t.ptr, t.fptr, t.i64] + lead + list(first.function_type.args[5:]) + \
         [t.f64] * extra + [t.fptr, t.ptr]
-    fn = ir.Function(module, ir.FunctionType(t.i64, [t.ptr] + args), f"rvm_{name}")
+    fn = ir.Function(module, ir.FunctionType(t.i64, args), f"rvm_{name}")
     fn.linkage = "internal"
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    S, rest = fn.args[0], list(fn.args[1:])
+    S, H, G, cap = fn.args[:4]
+    rest = list(fn.args[4:])
     FO, IO = rest[-2], rest[-1]
     flag = b.alloca(t.i64, name="fault")
     bad = fn.append_basic_block("bad")
     with b.goto_block(bad):
-        b.ret(t.i64(1))
+        b.ret(b.load(flag))
+    state = lambda k: b.gep(S, [t.i64(k)])
 
     def run(f, values):
         b.store(t.i64(0), flag)
-        out = b.call(f, [S, flag] + values)
+        out = b.call(f, [S, flag, H, G, cap] + values)
         ok = fn.append_basic_block()
         b.cbranch(b.icmp_signed("!=", b.load(flag), t.i64(0)), bad, ok)
         b.position_at_end(ok)
@@ -466,18 +588,23 @@ def _entry(ir, t: _Types, module, name: str, inner, returns: list[str], fused=No
                 ni += 1
 
     if fused:
-        budget = rest.pop(0)
-        b.store(t.i64(0), b.gep(S, [t.i64(0)]))
-        b.store(budget, b.gep(S, [t.i64(1)]))
+        if fused[3]:
+            budget = rest.pop(0)
+            b.store(t.i64(0), state(0))
+            b.store(budget, state(1))
+        else:
+            budget = b.load(state(1))
+        top = b.load(state(0))
         o = run(first, rest[:nparams])
-        moved = b.icmp_signed("!=", b.load(b.gep(S, [t.i64(0)])), t.i64(0))
-        ok = fn.append_basic_block()
-        b.cbranch(moved, bad, ok)
+        moved, ok = fn.append_basic_block(), fn.append_basic_block()
+        b.cbranch(b.icmp_signed("!=", b.load(state(0)), top), moved, ok)
+        with b.goto_block(moved):           # a heap block left allocated
+            b.ret(t.i64(FAULT))
         b.position_at_end(ok)
-        b.store(budget, b.gep(S, [t.i64(1)]))
+        b.store(budget, state(1))
         values = [b.extract_value(o, k) for k in range(nparams)] + rest[nparams:nparams + extra]
         out = run(inner, values)
-        b.store(budget, b.gep(S, [t.i64(1)]))
+        b.store(budget, state(1))
         write(o, fused[2])
     else:
         out = run(inner, rest[:nparams])
@@ -492,17 +619,18 @@ _CAPI = {   # the CPython functions the entries call: (result, arguments); o = P
     "PyFloat_AsDouble": ("d", "o"), "PyErr_Occurred": ("o", ""),
     "PyTuple_New": ("o", "l"), "PyTuple_SetItem": ("i", "olo"),
     "PyFloat_FromDouble": ("o", "d"), "PyLong_FromLongLong": ("o", "l"),
-    "Py_IncRef": ("v", "o"), "Py_DecRef": ("v", "o"),
+    "Py_DecRef": ("v", "o"),
 }
 
 
 def _python_entry(ir, t: _Types, module, name: str, entry, returns: list[str],
                   forward: int | None):
     """`rvm_py_<name>`, a CPython function (METH_FASTCALL) around an entry: its
-    arguments are the state array's address, [the budget,] the scalars; its result the
-    results as a tuple (for a fused call, the pair (values, gradient pass results)), or
-    None after a fault (the caller raises Fault). A wrong number of arguments is a
-    fault too; a wrong type raises Python's own error (TypeError, OverflowError)."""
+    arguments are the addresses of the state array, the heap's cells and their shadows,
+    the heap's capacity in cells, [the budget,] the scalars; its result the results as a
+    tuple (for a fused call, the pair (values, gradient pass results)), or the fault code
+    (the caller raises Fault). A wrong number of arguments is a fault too; a wrong type
+    raises Python's own error (TypeError, OverflowError)."""
     o = ir.IntType(8).as_pointer()
     kinds = {"o": o, "l": t.i64, "d": t.f64, "i": ir.IntType(32), "v": ir.VoidType()}
 
@@ -513,27 +641,27 @@ def _python_entry(ir, t: _Types, module, name: str, entry, returns: list[str],
             f = ir.Function(module, ir.FunctionType(kinds[res], [kinds[a] for a in args]),
                             fname)
         return f
-    none = module.globals.get("_Py_NoneStruct")
-    if none is None:
-        none = ir.GlobalVariable(module, ir.IntType(8), "_Py_NoneStruct")
     fn = ir.Function(module, ir.FunctionType(o, [o, o.as_pointer(), t.i64]), f"rvm_py_{name}")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     _, argv, nargs = fn.args
-    params = entry.function_type.args[1:-2]
+    params = entry.function_type.args[4:-2]
+    code = b.alloca(t.i64)
+    b.store(t.i64(FAULT), code)
     fault = fn.append_basic_block("fault")
     with b.goto_block(fault):
-        b.call(api("Py_IncRef"), [none])
-        b.ret(none)
+        b.ret(b.call(api("PyLong_FromLongLong"), [b.load(code)]))
     null = fn.append_basic_block("null")
     with b.goto_block(null):
         b.ret(ir.Constant(o, None))
     ok = fn.append_basic_block()
-    b.cbranch(b.icmp_signed("==", nargs, t.i64(1 + len(params))), ok, fault)
+    b.cbranch(b.icmp_signed("==", nargs, t.i64(4 + len(params))), ok, fault)
     b.position_at_end(ok)
     item = lambda k: b.load(b.gep(argv, [t.i64(k)]))
-    state = b.bitcast(b.call(api("PyLong_AsVoidPtr"), [item(0)]), t.ptr)
+    address = lambda k, ty: b.bitcast(b.call(api("PyLong_AsVoidPtr"), [item(k)]), ty)
+    heap = [address(0, t.ptr), address(1, t.ptr), address(2, t.fptr),
+            b.call(api("PyLong_AsLongLong"), [item(3)])]
     values = [b.call(api("PyFloat_AsDouble" if ty == t.f64 else "PyLong_AsLongLong"),
-                     [item(k + 1)]) for k, ty in enumerate(params)]
+                     [item(k + 4)]) for k, ty in enumerate(params)]
     ok = fn.append_basic_block()
     b.cbranch(b.icmp_unsigned("!=", b.call(api("PyErr_Occurred"), []), ir.Constant(o, None)),
               null, ok)
@@ -542,8 +670,9 @@ def _python_entry(ir, t: _Types, module, name: str, entry, returns: list[str],
     FO = b.alloca(t.f64, t.i64(max(1, nf)))
     IO = b.alloca(t.i64, t.i64(max(1, len(returns) - nf)))
     ok = fn.append_basic_block()
-    b.cbranch(b.icmp_signed("!=", b.call(entry, [state, *values, FO, IO]), t.i64(0)),
-              fault, ok)
+    status = b.call(entry, [*heap, *values, FO, IO])
+    b.store(status, code)
+    b.cbranch(b.icmp_signed("!=", status, t.i64(0)), fault, ok)
     b.position_at_end(ok)
     boxed, fi, ii = [], 0, 0
     for r in returns:
@@ -572,9 +701,10 @@ def _python_entry(ir, t: _Types, module, name: str, entry, returns: list[str],
     b.ret(out)
 
 
-def ir_module(source: str, tol: float, fused: list[tuple[str, str, str]]) -> str:
+def ir_module(source: str, tol: float, fused: dict) -> str:
     """LLVM IR for the generated functions in `source` (the native engine's text), with an
-    entry `rvm_<name>` for each, and for each (name, forward, gradient pass) in `fused`."""
+    entry `rvm_py_<name>` for each, and for each of `fused` ({name: (forward, gradient
+    pass, budget argument?)})."""
     _, ir, _ = _llvm()
     t = _Types(ir)
     module = ir.Module(name="rvm")
@@ -591,9 +721,9 @@ def ir_module(source: str, tol: float, fused: list[tuple[str, str, str]]) -> str
     for node in nodes:
         f, params, returns = functions[node.name]
         _entry(ir, t, module, node.name, f, returns)
-    for name, fw, gbw in fused:
+    for name, (fw, gbw, budget) in fused.items():
         _entry(ir, t, module, name, functions[gbw][0], functions[gbw][2],
-               fused=(functions[fw][0], len(functions[fw][1]), functions[fw][2]))
+               fused=(functions[fw][0], len(functions[fw][1]), functions[fw][2], budget))
     return str(module)
 
 
@@ -642,58 +772,73 @@ def _builtin(library: Library, name: str):
 
 
 class _Call:
-    """An entry called from Python: the state array (heap top, step budget) by address,
-    then the scalar arguments; None back after a fault."""
+    """An entry called from Python with the addresses of the state array (heap top, step
+    budget), the heap's cells and their shadows, and the heap's capacity, then the
+    scalar arguments; a fault code back (an int) instead of the results' tuple."""
 
     def __init__(self, library: Library, name: str):
         self.library = library          # the machine code lives as long as its callers
         self.call = _builtin(library, name)
-        self.state = (None, 0)      # (the last state array, its address)
+        self.arrays = (None, None, None, ())
 
-    def address(self, state) -> int:
-        cached = self.state
-        if cached[0] is not state:
-            if not (state.flags.c_contiguous and state.dtype == "int64" and state.size >= 2):
-                raise TypeError("the state array must be two contiguous int64s")
-            cached = self.state = (state, state.ctypes.data)
-        return cached[1]
+    def addresses(self, HI, HG, TOP) -> tuple:
+        """(state, cells, shadows, capacity) for these arrays, checked as native code needs
+        them (remembered for the same arrays, as a machine passes its own every time)."""
+        cached = self.arrays
+        if cached[0] is not HI or cached[1] is not HG or cached[2] is not TOP:
+            ok = TOP.dtype == "int64" and TOP.size >= 2 and TOP.flags.c_contiguous
+            if HI is None:          # a program without heap (rvm.engines.native: vgs)
+                heap = (0, 0, 0)
+            else:
+                ok = ok and HI.dtype == "int64" and HG.dtype == "float64" and \
+                    1 <= HI.size <= HG.size and HI.flags.c_contiguous and \
+                    HG.flags.c_contiguous
+                heap = (HI.ctypes.data, HG.ctypes.data, HI.size)
+            if not ok:
+                raise TypeError("native code needs contiguous int64 state and heap arrays "
+                                "and float64 shadows at least as long")
+            cached = self.arrays = (HI, HG, TOP, (TOP.ctypes.data, *heap))
+        return cached[3]
+
+
+def _check(out):
+    if type(out) is not tuple:
+        raise Fault(MESSAGES[out])
+    return out
 
 
 class Run(_Call):
     """One run mode of one function, called as the numba engine's: (HI, HF, HG, TOP,
-    *arguments) -> results, the heap top and the step budget kept in TOP."""
+    *arguments) -> results, the heap top and the step budget kept in TOP. (Also a fused
+    value and gradient on a heap, vg: arguments, then seeds.)"""
 
     def __call__(self, HI, HF, HG, TOP, *args):
-        out = self.call(self.address(TOP), *args)
-        if out is None:
-            raise Fault("invertibility check failed")
-        return out
+        return _check(self.call(*self.addresses(HI, HG, TOP), *args))
 
 
 class Fused(_Call):
-    """A whole value and gradient, called as the numba engine's vgs: (T, H, budget,
-    *arguments, *seeds) -> (values, the gradient pass's results)."""
+    """A whole value and gradient of a program without heap, called as the numba
+    engine's vgs: (T, H, budget, *arguments, *seeds) -> (values, the gradient pass's
+    results)."""
 
     def __call__(self, T, H, budget, *args):
-        out = self.call(self.address(T), budget, *args)
-        if out is None:
-            raise Fault("invertibility check failed")
-        return out
+        return _check(self.call(*self.addresses(None, None, T), budget, *args))
 
 
 def functions(source: str, fused: dict, tol: float) -> dict:
-    """Callables for the generated functions in `source`: a Run for each, and a Fused
-    for each of `fused` ({name: (forward name, gradient pass name)}). The machine code
-    comes from the on-disk cache, or is compiled and put there."""
+    """Callables for the generated functions in `source`: a Run for each, and one for
+    each of `fused` ({name: (forward, gradient pass, budget argument?)}: a Fused with
+    the budget argument, a Run without). The machine code comes from the on-disk cache,
+    or is compiled and put there."""
     from . import cache
     ll, _, tm = _llvm()
     stamp = f"{ll.llvm_version_info}|{tm.triple}|{ll.get_host_cpu_name()}|" \
         f"{ll.get_host_cpu_features().flatten()}|{sys.version}|{tol!r}|" \
         f"{sorted(fused.items())}"
-    obj = cache.load_object(stamp + source, lambda: compile_ir(ir_module(
-        source, tol, [(name, fw, gbw) for name, (fw, gbw) in fused.items()])))
+    obj = cache.load_object(stamp + source, lambda: compile_ir(ir_module(source, tol, fused)))
     lib = Library(obj)
     names = re.findall(r"^def (\w+)\(", source, re.M)
     out: dict = {name: Run(lib, name) for name in names}
-    out.update({name: Fused(lib, name) for name in fused})
+    out.update({name: (Fused if budget else Run)(lib, name)
+                for name, (_, _, budget) in fused.items()})
     return out

@@ -220,8 +220,21 @@ _jit_nogil = numba.njit(cache={cache}, nogil=True)     # batch loops, run on sev
 def compiling(what: str, dispatcher):
     """Around a call that may compile `dispatcher` (its first call): if that takes over a
     second, say so on stderr (a terminal only), so a long compile is never a silent stall."""
-    if id(dispatcher) in _COMPILED or not sys.stderr.isatty() or \
-            getattr(dispatcher, "signatures", True):
+    if id(dispatcher) in _COMPILED or getattr(dispatcher, "signatures", True):
+        yield
+        return
+    try:
+        with announced(what):
+            yield
+    finally:
+        _COMPILED.add(id(dispatcher))
+
+
+@contextlib.contextmanager
+def announced(what: str):
+    """Around a compile of `what`: a status line on stderr (a terminal only) once it has
+    taken a second."""
+    if not sys.stderr.isatty():
         yield
         return
     status = []
@@ -241,7 +254,6 @@ def compiling(what: str, dispatcher):
         timer.cancel()
         for s in status:
             s.stop()
-        _COMPILED.add(id(dispatcher))
 
 
 _COMPILED: set[int] = set()          # dispatchers past their first call
@@ -289,20 +301,24 @@ def module_source(functions_source: str, names: list[str], tol: float, cache: bo
 
 
 class Functions(dict):
-    """A program's native functions by name. A program that never touches the heap gets
-    its run modes and fused gradient from the LLVM back end at once (rvm.engines.llvm:
-    a fraction of numba's compile time); everything else (heap programs, batch loops) is
-    numba's, the module built on first need."""
+    """A program's native functions by name: its run modes and fused gradients from the
+    LLVM back end, compiled at once (rvm.engines.llvm: a fraction of numba's compile
+    time); the batch loops (and everything, with RVM_LLVM=0) numba's, the module built on
+    first need."""
 
     def __init__(self, compiled, tol: float):
         super().__init__()
         self.compiled, self.tol, self.numba = compiled, tol, None
         from . import llvm
-        if llvm.enabled and not compiled.uses_heap:
-            p = compiled.program.functions
-            fused = {compiled.name(f, "vgs"): (compiled.name(f, "fw"), compiled.name(f, "gbw"))
-                     for f in p}
-            with contextlib.suppress(llvm.Unsupported):   # (never: numba's then)
+        if llvm.enabled:
+            names = [(compiled.name(f, "fw"), compiled.name(f, "gbw"), f)
+                     for f in compiled.program.functions]
+            fused = {compiled.name(f, "vg"): (fw, gbw, False) for fw, gbw, f in names}
+            if not compiled.uses_heap:
+                fused.update({compiled.name(f, "vgs"): (fw, gbw, True)
+                              for fw, gbw, f in names})
+            with announced(compiled.program.source or "a program"), \
+                    contextlib.suppress(llvm.Unsupported):      # (never: numba's then)
                 self.update(llvm.functions(compiled.native_bodies(), fused, tol))
 
     def __missing__(self, name: str):
