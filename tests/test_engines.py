@@ -256,41 +256,47 @@ def test_every_instruction_compiles_natively_in_every_mode():
 @pytest.mark.skipif(not native.available, reason="numba is not installed")
 def test_native_code_is_cached_on_disk_across_processes(tmp_path):
     """A second process finds the programs' machine code in RVM_CACHE_DIR and does not
-    compile it again: LLVM object files for the native functions of a scalar and a heap
-    program, a numba module (with numba's own cache beside it) for a batch loop;
-    `rvm cache info|clear` show and empty the cache."""
+    compile it again: LLVM object files (numba is never imported), or with RVM_LLVM=0
+    numba modules with numba's own cache beside them; `rvm cache info|clear` show and
+    empty the cache."""
     import os
     import subprocess
     import sys
     cache = tmp_path / "cache"
-    env = dict(os.environ, RVM_CACHE_DIR=str(cache))
     script = ("import time, sys, rvm, numpy as np; p = rvm.load('asm/poly.rasm'); "
               "t = time.time(); g = rvm.grad(p['f'], loss=0, engine='native'); "
               "print(g(0.0, 1.0, 3.0)[1:]); print(time.time() - t); "
               "a = rvm.load('asm/arrays.rasm'); "
               "print(rvm.grad(a['sumsq'], loss=1, engine='native')(np.array([1.0, 2.0]), "
-              "0.0)[0].tolist()); print('numba' in sys.modules); "
-              "print(rvm.vmap(g, in_axes=(0, None, None))(np.zeros(3), 1.0, 3.0)[1].tolist())")
-    runs = [subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,
-                           capture_output=True, text=True, timeout=600) for _ in range(2)]
-    for r in runs:
-        assert r.returncode == 0, r.stderr
-        lines = r.stdout.splitlines()
-        assert lines[0] == "(660.0, 528.0)" and lines[2] == "[2.0, 4.0]"
-        assert lines[3] == "False"          # no numba until a batch loop needs it
-        assert lines[4] == "[660.0, 660.0, 660.0]"
-    objects = sorted(cache.glob("rvm_llvm_*.o"))
-    assert len(objects) == 2
-    stamps = [p.stat().st_mtime_ns for p in objects]
-    assert len(list(cache.glob("rvm_native_*.py"))) == 1
+              "0.0)[0].tolist()); "
+              "print(rvm.vmap(g, in_axes=(0, None, None))(np.zeros(3), 1.0, 3.0)[1].tolist()); "
+              "print('numba' in sys.modules)")
+    for llvm in ("1", "0"):
+        env = dict(os.environ, RVM_CACHE_DIR=str(cache), RVM_LLVM=llvm)
+        runs = [subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,
+                               capture_output=True, text=True, timeout=600) for _ in range(2)]
+        for r in runs:
+            assert r.returncode == 0, r.stderr
+            lines = r.stdout.splitlines()
+            assert lines[0] == "(660.0, 528.0)" and lines[2] == "[2.0, 4.0]"
+            assert lines[3] == "[660.0, 660.0, 660.0]"
+            assert lines[4] == str(llvm == "0")     # LLVM's code needs no numba at all
+        first, second = (float(r.stdout.splitlines()[1]) for r in runs)
+        assert second < first
+        if llvm == "1":
+            objects = sorted(cache.glob("rvm_llvm_*.o"))
+            assert len(objects) == 2 and not list(cache.glob("rvm_native_*"))
+            stamps = [p.stat().st_mtime_ns for p in objects]
+            runs = [subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env)]
+            assert [p.stat().st_mtime_ns for p in objects] == stamps       # not rewritten
+    assert len(list(cache.glob("rvm_native_*.py"))) == 2
     assert list((cache / "__pycache__").glob("*.nbi"))
-    first, second = (float(r.stdout.splitlines()[1]) for r in runs)
-    assert second < first and [p.stat().st_mtime_ns for p in objects] == stamps
     cli = [sys.executable, "-m", "rvm.cli", "cache"]
+    env = dict(os.environ, RVM_CACHE_DIR=str(cache))
     info = subprocess.run(cli + ["info"], env=env, capture_output=True, text=True)
-    assert "3 module(s)" in info.stdout
+    assert "4 module(s)" in info.stdout
     cleared = subprocess.run(cli + ["clear"], env=env, capture_output=True, text=True)
-    assert "removed 3" in cleared.stdout and not list(cache.glob("rvm_*"))
+    assert "removed 4" in cleared.stdout and not list(cache.glob("rvm_*"))
 
 
 def test_without_a_writable_cache_native_code_compiles_in_memory(monkeypatch, tmp_path):

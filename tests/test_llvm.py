@@ -2,6 +2,7 @@
 instruction form agrees with the python engine forwards, backwards and in gradient mode;
 int64 edge cases wrap or fail as the machine says; failures are reported, never crash."""
 
+import functools
 import random
 
 import numpy as np
@@ -185,3 +186,47 @@ def test_heap_programs_agree_with_the_python_engine(name):
         assert out["native"] == want
     else:
         assert isinstance(out["native"], str)
+
+
+def test_batch_loops_agree_with_the_python_engine(monkeypatch):
+    """rvm.vmap of a call, a gradient and a Jacobian: one LLVM loop over the rows (numba
+    is not needed), the same numbers as row by row on the python engine."""
+    loops = []
+    run = llvm.Batch.__call__
+    monkeypatch.setattr(llvm.Batch, "__call__",
+                        lambda self, *a: loops.append(self.mode) or run(self, *a))
+    p = rvm.assemble(".func t(f0, f1, r0)\n    ADD.sin f0, f1\n    ADD.mul f1, r0, f0\n"
+                     "    XOR r0, 5\n.end\n")
+    xs, ys, ns = np.linspace(-1, 1, 7), np.linspace(0.5, 2, 7), np.arange(7)
+    rows = list(zip(xs, ys, ns.tolist()))
+    for engine in ("native",):
+        call = rvm.vmap(functools.partial(p["t"], engine=engine))(xs, ys, ns)
+        want = [p.call("t", *r, engine="python") for r in rows]
+        assert np.allclose(np.array(call).T, want) and call[2].dtype == np.int64
+        grad = rvm.vmap(rvm.grad(p["t"], loss=1, engine=engine))(xs, ys, ns)
+        want = [rvm.grad(p["t"], loss=1, engine="python")(*r) for r in rows]
+        assert np.allclose(grad[0], [w[0] for w in want])
+        assert np.allclose(grad[1], [w[1] for w in want])
+        jac = rvm.vmap(rvm.jacobian(p["t"], outputs=(0, 1), wrt=(0, 1), engine=engine))(
+            xs, ys, ns)
+        want = [rvm.jacobian(p["t"], outputs=(0, 1), wrt=(0, 1), engine="python")(*r)
+                for r in rows]
+        assert np.allclose(jac, want)
+    assert loops == ["csb", "vgsb", "jsb"] and on_llvm(p)
+
+
+def test_batch_loops_check_their_arrays():
+    from rvm.engines.native import Functions
+    from rvm.engines.templates import Fault
+    p = rvm.assemble(".func t(f0, r0)\n    ADD f0, r0\n    ASSERT.LT r0, 5\n.end\n")
+    loop = Functions(compiled(p, True, native=True), 1e-9)["F0_csb"]
+    xs, ns = np.zeros(4), np.arange(4)
+    o0, o1 = np.empty(4), np.empty(4, np.int64)
+    loop(1000, xs, ns, o0, o1)
+    assert o0.tolist() == [0.0, 1.0, 2.0, 3.0] and o1.tolist() == [0, 1, 2, 3]
+    for bad in [(xs, ns.astype(float), o0, o1), (xs, ns, o0[:2], o1), (xs, ns, o0),
+                (xs, ns, np.empty(8)[::2], o1)]:                  # not contiguous
+        with pytest.raises(TypeError):
+            loop(1000, *bad)
+    with pytest.raises(Fault):       # a row fails its assertion: the caller goes row by row
+        loop(1000, xs, np.arange(4) + 3, o0, o1)

@@ -619,8 +619,129 @@ _CAPI = {   # the CPython functions the entries call: (result, arguments); o = P
     "PyFloat_AsDouble": ("d", "o"), "PyErr_Occurred": ("o", ""),
     "PyTuple_New": ("o", "l"), "PyTuple_SetItem": ("i", "olo"),
     "PyFloat_FromDouble": ("o", "d"), "PyLong_FromLongLong": ("o", "l"),
-    "Py_DecRef": ("v", "o"),
+    "Py_DecRef": ("v", "o"), "PyEval_SaveThread": ("o", ""),
+    "PyEval_RestoreThread": ("v", "o"),
 }
+
+
+def _api(ir, t: _Types, module, fname: str):
+    """The CPython function `fname`, declared in module."""
+    f = module.globals.get(fname)
+    if f is None:
+        o = ir.IntType(8).as_pointer()
+        kinds = {"o": o, "l": t.i64, "d": t.f64, "i": ir.IntType(32), "v": ir.VoidType()}
+        res, args = _CAPI[fname]
+        f = ir.Function(module, ir.FunctionType(kinds[res], [kinds[a] for a in args]), fname)
+    return f
+
+
+def _batch_entry(ir, t: _Types, module, name: str, mode: str, fw, gbw):
+    """`rvm_py_<name>`, a native loop over rows of scalar arguments (rvm.vmap), as a CPython
+    function (METH_FASTCALL) that runs without the GIL: mode "csb" calls fw on each row,
+    "usb" calls fw (there the function's inverse), "vgsb" a value and gradient (fw then
+    gbw from its results and the seeds), "jsb" fw then gbw once per row of seeds.
+    Arguments: the budget, the row count n, [for jsb the seed rows,] the addresses of
+    the argument columns, [vgsb: the seeds; jsb: the seed array's address,] the
+    addresses of the result columns [vgsb: and of the gradient columns; jsb: of the
+    gradient array (rows x seed rows x float parameters)]. The result: 0, or the
+    first fault's code (the caller runs the rows one by one to report it)."""
+    o = ir.IntType(8).as_pointer()
+    api = functools.partial(_api, ir, t, module)
+    ptypes = list(fw.function_type.args[5:])
+    k = len(ptypes)
+    floats = [j for j, ty in enumerate(ptypes) if ty == t.f64]
+    fn = ir.Function(module, ir.FunctionType(o, [o, o.as_pointer(), t.i64]), f"rvm_py_{name}")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    _, argv, nargs = fn.args
+    head = 3 if mode == "jsb" else 2
+    seeds = len(floats) if mode == "vgsb" else (1 if mode == "jsb" else 0)
+    outs = k + (len(floats) if mode == "vgsb" else (1 if mode == "jsb" else 0))
+    count = head + k + seeds + outs
+    wrong = fn.append_basic_block()
+    with b.goto_block(wrong):
+        b.ret(b.call(api("PyLong_FromLongLong"), [t.i64(FAULT)]))
+    ok = fn.append_basic_block()
+    b.cbranch(b.icmp_signed("==", nargs, t.i64(count)), ok, wrong)
+    b.position_at_end(ok)
+    item = lambda j: b.load(b.gep(argv, [t.i64(j)]))
+    integer = lambda j: b.call(api("PyLong_AsLongLong"), [item(j)])
+    address = lambda j, ty: b.bitcast(b.call(api("PyLong_AsVoidPtr"), [item(j)]),
+                                      ty.as_pointer())
+    budget, n = integer(0), integer(1)
+    nseeds = integer(2) if mode == "jsb" else None
+    cols = [address(head + j, ty) for j, ty in enumerate(ptypes)]
+    at = head + k
+    if mode == "vgsb":
+        seed = [b.call(api("PyFloat_AsDouble"), [item(at + j)]) for j in range(len(floats))]
+    elif mode == "jsb":
+        seed = address(at, t.f64)
+    at += seeds
+    results = [address(at + j, ty) for j, ty in enumerate(ptypes)]
+    grads = [address(at + k + j, t.f64) for j in range(outs - k)]
+    null = fn.append_basic_block()
+    with b.goto_block(null):
+        b.ret(ir.Constant(o, None))
+    ok = fn.append_basic_block()
+    b.cbranch(b.icmp_unsigned("!=", b.call(api("PyErr_Occurred"), []), ir.Constant(o, None)),
+              null, ok)
+    b.position_at_end(ok)
+    S, flag, code = b.alloca(t.i64, t.i64(2)), b.alloca(t.i64), b.alloca(t.i64)
+    b.store(t.i64(0), code)
+    saved = b.call(api("PyEval_SaveThread"), [])
+    i = b.alloca(t.i64)
+    b.store(t.i64(0), i)
+    head_block, body, done = (fn.append_basic_block() for _ in range(3))
+    b.branch(head_block)
+    b.position_at_end(head_block)
+    b.cbranch(b.icmp_signed("<", b.load(i), n), body, done)
+    b.position_at_end(body)
+    row = b.load(i)
+    heap = [ir.Constant(t.ptr, None), ir.Constant(t.fptr, None), t.i64(0)]
+
+    def run(f, values):
+        b.store(t.i64(0), flag)
+        b.store(budget, b.gep(S, [t.i64(1)]))
+        out = b.call(f, [S, flag, *heap, *values])
+        failed, ok = fn.append_basic_block(), fn.append_basic_block()
+        b.cbranch(b.icmp_signed("!=", b.load(flag), t.i64(0)), failed, ok)
+        with b.goto_block(failed):
+            b.store(b.load(flag), code)
+            b.branch(done)
+        b.position_at_end(ok)
+        return out
+
+    b.store(t.i64(0), b.gep(S, [t.i64(0)]))
+    out = run(fw, [b.load(b.gep(c, [row])) for c in cols])
+    values = [b.extract_value(out, j) for j in range(k)]
+    for j, c in enumerate(results):
+        b.store(values[j], b.gep(c, [row]))
+    if mode == "vgsb":
+        back = run(gbw, values + seed)
+        for j, g in enumerate(grads):
+            b.store(b.extract_value(back, k + j), b.gep(g, [row]))
+    elif mode == "jsb":
+        r = b.alloca(t.i64)
+        b.store(t.i64(0), r)
+        top, inner, after = (fn.append_basic_block() for _ in range(3))
+        b.branch(top)
+        b.position_at_end(top)
+        b.cbranch(b.icmp_signed("<", b.load(r), nseeds), inner, after)
+        b.position_at_end(inner)
+        s = b.load(r)
+        width = t.i64(len(floats))
+        back = run(gbw, values + [b.load(b.gep(seed, [b.add(b.mul(s, width), t.i64(j))]))
+                                  for j in range(len(floats))])
+        base = b.mul(b.add(b.mul(row, nseeds), s), width)
+        for j in range(len(floats)):
+            b.store(b.extract_value(back, k + j), b.gep(grads[0], [b.add(base, t.i64(j))]))
+        b.store(b.add(s, t.i64(1)), r)
+        b.branch(top)
+        b.position_at_end(after)
+    b.store(b.add(row, t.i64(1)), i)
+    b.branch(head_block)
+    b.position_at_end(done)
+    b.call(api("PyEval_RestoreThread"), [saved])
+    b.ret(b.call(api("PyLong_FromLongLong"), [b.load(code)]))
 
 
 def _python_entry(ir, t: _Types, module, name: str, entry, returns: list[str],
@@ -632,15 +753,7 @@ def _python_entry(ir, t: _Types, module, name: str, entry, returns: list[str],
     (the caller raises Fault). A wrong number of arguments is a fault too; a wrong type
     raises Python's own error (TypeError, OverflowError)."""
     o = ir.IntType(8).as_pointer()
-    kinds = {"o": o, "l": t.i64, "d": t.f64, "i": ir.IntType(32), "v": ir.VoidType()}
-
-    def api(fname):
-        f = module.globals.get(fname)
-        if f is None:
-            res, args = _CAPI[fname]
-            f = ir.Function(module, ir.FunctionType(kinds[res], [kinds[a] for a in args]),
-                            fname)
-        return f
+    api = functools.partial(_api, ir, t, module)
     fn = ir.Function(module, ir.FunctionType(o, [o, o.as_pointer(), t.i64]), f"rvm_py_{name}")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     _, argv, nargs = fn.args
@@ -701,10 +814,11 @@ def _python_entry(ir, t: _Types, module, name: str, entry, returns: list[str],
     b.ret(out)
 
 
-def ir_module(source: str, tol: float, fused: dict) -> str:
+def ir_module(source: str, tol: float, fused: dict, batches: dict) -> str:
     """LLVM IR for the generated functions in `source` (the native engine's text), with an
-    entry `rvm_py_<name>` for each, and for each of `fused` ({name: (forward, gradient
-    pass, budget argument?)})."""
+    entry `rvm_py_<name>` for each, for each of `fused` ({name: (forward, gradient pass,
+    budget argument?)}) and for each of `batches` ({name: (mode, forward, gradient
+    pass)})."""
     _, ir, _ = _llvm()
     t = _Types(ir)
     module = ir.Module(name="rvm")
@@ -724,6 +838,8 @@ def ir_module(source: str, tol: float, fused: dict) -> str:
     for name, (fw, gbw, budget) in fused.items():
         _entry(ir, t, module, name, functions[gbw][0], functions[gbw][2],
                fused=(functions[fw][0], len(functions[fw][1]), functions[fw][2], budget))
+    for name, (mode, fw, gbw) in batches.items():
+        _batch_entry(ir, t, module, name, mode, functions[fw][0], functions[gbw][0])
     return str(module)
 
 
@@ -825,20 +941,84 @@ class Fused(_Call):
         return _check(self.call(*self.addresses(None, None, T), budget, *args))
 
 
-def functions(source: str, fused: dict, tol: float) -> dict:
-    """Callables for the generated functions in `source`: a Run for each, and one for
-    each of `fused` ({name: (forward, gradient pass, budget argument?)}: a Fused with
-    the budget argument, a Run without). The machine code comes from the on-disk cache,
-    or is compiled and put there."""
+class Batch:
+    """A batch loop called as the numba engine's (rvm.engines.native.on_threads):
+    (budget, argument columns..., [seeds... | S], result columns..., [gradient columns...
+    | G]), numpy arrays checked here and passed by address; the loop runs without the
+    GIL. Raises Fault if a row fails (the caller runs the rows one by one)."""
+
+    signatures = True       # compiled already (on_threads may split it across threads)
+
+    def __init__(self, library: Library, name: str, mode: str, kinds: list[str]):
+        self.library, self.mode, self.kinds = library, mode, kinds
+        self.call = _builtin(library, name)
+
+    def __call__(self, budget, *arrays):
+        import numpy as np
+        k, mode = len(self.kinds), self.mode
+        nf = self.kinds.count("float64")
+        cols, rest = arrays[:k], arrays[k:]
+        n = cols[0].shape[0] if cols else 0
+        lead: list = [int(budget), n]
+        if mode == "vgsb":
+            seeds, outs, grads = [float(x) for x in rest[:nf]], rest[nf:nf + k], rest[nf + k:]
+        elif mode == "jsb":
+            S, outs, grads = np.asarray(rest[0]), rest[1:1 + k], rest[1 + k:]
+            lead.append(S.shape[0])
+            if S.shape != (S.shape[0], nf) or S.dtype != np.float64:
+                raise TypeError("seed rows must be float64, one column per float parameter")
+            seeds = [S]
+        else:
+            seeds, outs, grads = [], rest, ()
+        wanted = [*self.kinds, *(["float64"] if mode == "jsb" else []), *self.kinds,
+                  *["float64"] * len(grads)]
+        given = [*cols, *(seeds if mode == "jsb" else []), *outs, *grads]
+        if len(given) != len(wanted) or len(cols) != k:
+            raise TypeError(f"{self.mode} takes {k} argument and result columns")
+        for j, (a, kind) in enumerate(zip(given, wanted)):
+            rows = 0 if mode == "jsb" and j == k else n        # (S: any number of rows)
+            if not (isinstance(a, np.ndarray) and a.dtype == kind and a.flags.c_contiguous
+                    and a.ndim >= 1 and a.shape[0] >= rows):
+                raise TypeError("batch columns must be contiguous arrays of the right "
+                                "dtype, one row per argument row")
+        if mode == "jsb" and grads[0].shape[1:] != (S.shape[0], nf):
+            raise TypeError("the gradient array must be rows x seed rows x float parameters")
+        addresses = [a.ctypes.data for a in given]
+        if mode == "vgsb":
+            addresses[k:k] = seeds
+        code = self.call(*lead, *addresses)
+        if code:
+            raise Fault(MESSAGES[code])
+
+
+def _kinds(source: str) -> dict:
+    """{generated function: its parameters' dtypes}, from the names in its def line."""
+    out = {}
+    for name, params in re.findall(r"^def (\w+)\(HI, HF, HG, TOP(.*)\):", source, re.M):
+        names = [p.strip() for p in params.split(",") if p.strip()]
+        out[name] = ["float64" if _FLOAT_NAMES.fullmatch(p) else "int64" for p in names]
+    return out
+
+
+def functions(source: str, fused: dict, batches: dict, tol: float) -> dict:
+    """Callables for the generated functions in `source`: a Run for each, one for each of
+    `fused` ({name: (forward, gradient pass, budget argument?)}: a Fused with the budget
+    argument, a Run without), a Batch for each of `batches` ({name: (mode, forward,
+    gradient pass)}). The machine code comes from the on-disk cache, or is compiled and
+    put there."""
     from . import cache
     ll, _, tm = _llvm()
     stamp = f"{ll.llvm_version_info}|{tm.triple}|{ll.get_host_cpu_name()}|" \
         f"{ll.get_host_cpu_features().flatten()}|{sys.version}|{tol!r}|" \
-        f"{sorted(fused.items())}"
-    obj = cache.load_object(stamp + source, lambda: compile_ir(ir_module(source, tol, fused)))
+        f"{sorted(fused.items())}|{sorted(batches.items())}"
+    obj = cache.load_object(stamp + source, lambda: compile_ir(ir_module(source, tol, fused,
+                                                                           batches)))
     lib = Library(obj)
     names = re.findall(r"^def (\w+)\(", source, re.M)
     out: dict = {name: Run(lib, name) for name in names}
     out.update({name: (Fused if budget else Run)(lib, name)
                 for name, (_, _, budget) in fused.items()})
+    kinds = _kinds(source)
+    out.update({name: Batch(lib, name, mode, kinds[fw]) for name, (mode, fw, _) in
+                batches.items()})
     return out

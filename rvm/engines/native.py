@@ -301,10 +301,9 @@ def module_source(functions_source: str, names: list[str], tol: float, cache: bo
 
 
 class Functions(dict):
-    """A program's native functions by name: its run modes and fused gradients from the
-    LLVM back end, compiled at once (rvm.engines.llvm: a fraction of numba's compile
-    time); the batch loops (and everything, with RVM_LLVM=0) numba's, the module built on
-    first need."""
+    """A program's native functions by name: its run modes, fused gradients and batch
+    loops from the LLVM back end, compiled at once (rvm.engines.llvm: a fraction of
+    numba's compile time); with RVM_LLVM=0 numba's, the module built on first need."""
 
     def __init__(self, compiled, tol: float):
         super().__init__()
@@ -314,12 +313,19 @@ class Functions(dict):
             names = [(compiled.name(f, "fw"), compiled.name(f, "gbw"), f)
                      for f in compiled.program.functions]
             fused = {compiled.name(f, "vg"): (fw, gbw, False) for fw, gbw, f in names}
+            batches = {}
             if not compiled.uses_heap:
                 fused.update({compiled.name(f, "vgs"): (fw, gbw, True)
                               for fw, gbw, f in names})
+                for fw, gbw, f in names:
+                    bw = compiled.name(f, "bw")
+                    batches.update({compiled.name(f, "csb"): ("csb", fw, gbw),
+                                    compiled.name(f, "usb"): ("usb", bw, gbw),
+                                    compiled.name(f, "vgsb"): ("vgsb", fw, gbw),
+                                    compiled.name(f, "jsb"): ("jsb", fw, gbw)})
             with announced(compiled.program.source or "a program"), \
                     contextlib.suppress(llvm.Unsupported):      # (never: numba's then)
-                self.update(llvm.functions(compiled.native_bodies(), fused, tol))
+                self.update(llvm.functions(compiled.native_bodies(), fused, batches, tol))
 
     def __missing__(self, name: str):
         if self.numba is None:
