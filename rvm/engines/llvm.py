@@ -829,6 +829,8 @@ def ir_module(source: str, tol: float, fused: dict, batches: dict) -> str:
         ftype, params, returns = _signature(ir, t, node)
         f = ir.Function(module, ftype, f"{node.name}_")
         f.linkage = "internal"
+        for arg in f.args[:4]:      # state, fault flag, cells, shadows: four separate buffers
+            arg.add_attribute("noalias")
         functions[node.name] = (f, params, returns)
     for node in nodes:
         _Lowering(module, ir, t, functions, node)
