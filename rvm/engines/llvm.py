@@ -137,7 +137,8 @@ class _Lowering:
     def cells(self, lo, hi, body) -> None:
         """body(c) for c in range(lo, hi)."""
         b, t = self.b, self.t
-        c = b.alloca(t.i64)
+        with b.goto_block(self.fn.entry_basic_block):     # (in a loop, it would grow
+            c = b.alloca(t.i64)                          # the stack every time round)
         b.store(lo, c)
         head, loop, after = (self.fn.append_basic_block() for _ in range(3))
         b.branch(head)
@@ -686,6 +687,7 @@ def _batch_entry(ir, t: _Types, module, name: str, mode: str, fw, gbw):
               null, ok)
     b.position_at_end(ok)
     S, flag, code = b.alloca(t.i64, t.i64(2)), b.alloca(t.i64), b.alloca(t.i64)
+    r = b.alloca(t.i64)         # the seed row (jsb)
     b.store(t.i64(0), code)
     saved = b.call(api("PyEval_SaveThread"), [])
     i = b.alloca(t.i64)
@@ -720,7 +722,6 @@ def _batch_entry(ir, t: _Types, module, name: str, mode: str, fw, gbw):
         for j, g in enumerate(grads):
             b.store(b.extract_value(back, k + j), b.gep(g, [row]))
     elif mode == "jsb":
-        r = b.alloca(t.i64)
         b.store(t.i64(0), r)
         top, inner, after = (fn.append_basic_block() for _ in range(3))
         b.branch(top)
