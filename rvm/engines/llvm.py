@@ -1,19 +1,20 @@
-"""The quick native back end: LLVM IR written straight from the generated functions.
+"""The native engine's back end: LLVM IR written straight from the generated functions.
 
 numba spends most of a first compile in its Python front end (type inference and
 lowering, about 5 ms per generated line). The functions rvm generates need none of
 that: every local's type follows from its name (`r3` int64, `f3` and `gf3` float64,
 `_ok` a flag), and the statements are a small fixed subset of Python (assignments,
-if/while/break/continue, calls of other generated functions, `raise Fault`). This module
-lowers that subset to LLVM IR with llvmlite, optimises it and keeps the machine code in
-the on-disk cache as an object file. It serves programs that never touch the heap (scalar
-registers only): the fused value-and-gradient call (`vgs`) and the four run modes. Heap
-programs and batch loops stay on numba.
+if/while/break/continue, heap cells and helpers, calls of other generated functions,
+`raise Fault`). This module lowers that subset to LLVM IR with llvmlite, optimises it
+with LLVM's -O2 pipeline and keeps the machine code in the on-disk cache as an object
+file. Entries: the four run modes of every function, the fused value-and-gradient calls
+(vg; vgs for programs without heap) and the batch loops of rvm.vmap (csb, usb, vgsb,
+jsb), each a CPython builtin that unboxes its arguments and boxes its results itself.
 
-Semantics are the native engine's (the same source, after rvm.engines.native's
-rewrite): int64 arithmetic wraps; a failed check, a non-finite float result, an exhausted
-step budget, an integer division by zero sets a fault flag and returns, and the machine
-re-runs the pass on the interpreter to report it.
+Semantics are the numba engine's (the same source, after rvm.engines.native's rewrite):
+int64 arithmetic wraps; a failed check, a non-finite float result, an exhausted step
+budget, an integer division by zero sets a fault code and returns, and the machine re-runs
+the pass on the interpreter to report it ("heap capacity exceeded" grows the heap first).
 """
 
 from __future__ import annotations
@@ -74,6 +75,37 @@ class _Types:
         return None
 
 
+_FLOAT_OPS = {ast.Add: "fadd", ast.Sub: "fsub", ast.Mult: "fmul", ast.Div: "fdiv"}
+_INT_OPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul"}
+
+
+def _loop(b, lo, hi, body, after=None) -> None:
+    """body(i) for i in range(lo, hi), leaving to `after` (a new block if None), where the
+    builder ends up. The counter lives in the entry block (in the loop, it would take a
+    new stack slot every time round)."""
+    fn = b.function
+    with b.goto_block(fn.entry_basic_block):
+        i = b.alloca(lo.type)
+    b.store(lo, i)
+    head, loop = fn.append_basic_block(), fn.append_basic_block()
+    after = after or fn.append_basic_block()
+    b.branch(head)
+    b.position_at_end(head)
+    b.cbranch(b.icmp_signed("<", b.load(i), hi), loop, after)
+    b.position_at_end(loop)
+    body(b.load(i))
+    b.store(b.add(b.load(i), lo.type(1)), i)
+    b.branch(head)
+    b.position_at_end(after)
+
+
+def _guard(b, bad, block) -> None:
+    """Leave through `block` where `bad` holds; go on where it does not."""
+    ok = b.function.append_basic_block()
+    b.cbranch(bad, block, ok)
+    b.position_at_end(ok)
+
+
 class Unsupported(Exception):
     """Source outside the subset this back end lowers (the caller falls back to numba)."""
 
@@ -81,7 +113,7 @@ class Unsupported(Exception):
 class _Lowering:
     """One generated function (an ast.FunctionDef) as an LLVM function."""
 
-    def __init__(self, module, ir, t: _Types, functions: dict, node: ast.FunctionDef):
+    def __init__(self, ir, t: _Types, functions: dict, node: ast.FunctionDef):
         self.ir, self.t, self.functions, self.node = ir, t, functions, node
         self.fn = functions[node.name][0]
         self.params = functions[node.name][1]
@@ -101,7 +133,7 @@ class _Lowering:
         self.passed = self.fn.append_basic_block("passed")     # a callee's fault: return
         with self.b.goto_block(self.passed):
             self.b.ret(ir.Constant(self.fn.return_value.type, None))
-        self.body(node.body[_skip(node)])
+        self.body(node.body)
         if not self.b.block.is_terminated:
             self.b.unreachable()
 
@@ -129,26 +161,7 @@ class _Lowering:
         raise Unsupported(f"heap view {view}")
 
     def guard(self, bad, block) -> None:
-        """Leave through `block` where `bad` holds."""
-        ok = self.fn.append_basic_block()
-        self.b.cbranch(bad, block, ok)
-        self.b.position_at_end(ok)
-
-    def cells(self, lo, hi, body) -> None:
-        """body(c) for c in range(lo, hi)."""
-        b, t = self.b, self.t
-        with b.goto_block(self.fn.entry_basic_block):     # (in a loop, it would grow
-            c = b.alloca(t.i64)                          # the stack every time round)
-        b.store(lo, c)
-        head, loop, after = (self.fn.append_basic_block() for _ in range(3))
-        b.branch(head)
-        b.position_at_end(head)
-        b.cbranch(b.icmp_signed("<", b.load(c), hi), loop, after)
-        b.position_at_end(loop)
-        body(b.load(c))
-        b.store(b.add(b.load(c), t.i64(1)), c)
-        b.branch(head)
-        b.position_at_end(after)
+        _guard(self.b, bad, block)
 
     def helper(self, name: str, args: list):
         """The heap helpers of rvm.engines.native (alloc, free, push, pop, gpush, gpop),
@@ -179,8 +192,8 @@ class _Lowering:
             def clear(c):
                 b.store(t.i64(0), self.cell("HI", c))
                 b.store(t.f64(0.0), self.cell("HG", c))
-            self.cells(d, end, zero)
-            self.cells(d, end, clear)
+            _loop(b, d, end, zero)
+            _loop(b, d, end, clear)
             b.store(d, self.slot(0))
             return None
         if name in ("push", "gpush"):           # push(view, TOP, v); gpush(HF, HG, TOP, v, g)
@@ -235,9 +248,7 @@ class _Lowering:
             self.store(s.target, self.binop(s.op, self.expr(s.target), self.expr(s.value)))
         elif isinstance(s, ast.If):
             if _is_raise(s.body):
-                ok = self.fn.append_basic_block()
-                b.cbranch(self.truth(self.expr(s.test)), self.fault_block, ok)
-                b.position_at_end(ok)
+                self.guard(self.truth(self.expr(s.test)), self.fault_block)
                 return
             then, other, after = (self.fn.append_basic_block() for _ in range(3))
             b.cbranch(self.truth(self.expr(s.test)), then, other)
@@ -286,10 +297,7 @@ class _Lowering:
             self.coerce(self.expr(a), ty)
             for a, ty in zip(value.args[4:], callee.function_type.args[5:])]
         out = self.b.call(callee, args)
-        ok = self.fn.append_basic_block()
-        failed = self.b.load(self.flag)
-        self.b.cbranch(self.b.icmp_signed("!=", failed, self.t.i64(0)), self.passed, ok)
-        self.b.position_at_end(ok)
+        self.guard(self.b.icmp_signed("!=", self.b.load(self.flag), self.t.i64(0)), self.passed)
         for k, t_ in enumerate(target.elts):
             self.store(t_, self.b.extract_value(out, k))
 
@@ -396,37 +404,25 @@ class _Lowering:
                 ty = t.i64
                 a, c = self.coerce(a, ty), self.coerce(c, ty)
             return {ast.BitAnd: b.and_, ast.BitOr: b.or_, ast.BitXor: b.xor}[type(op)](a, c)
-        if isinstance(op, ast.Div) or t.f64 in (a.type, c.type) or isinstance(op, ast.Pow):
+        if isinstance(op, (ast.Div, ast.Pow)) or t.f64 in (a.type, c.type):
             a, c = self.coerce(a, t.f64), self.coerce(c, t.f64)
-            if isinstance(op, ast.Add):
-                return b.fadd(a, c)
-            if isinstance(op, ast.Sub):
-                return b.fsub(a, c)
-            if isinstance(op, ast.Mult):
-                return b.fmul(a, c)
-            if isinstance(op, ast.Div):
-                return b.fdiv(a, c)
             if isinstance(op, ast.Pow):
                 return self.intrinsic("pow", a, c)
-            raise Unsupported(f"float {type(op).__name__}")
-        a, c = self.coerce(a, t.i64), self.coerce(c, t.i64)
-        if isinstance(op, ast.Add):
-            return b.add(a, c)
-        if isinstance(op, ast.Sub):
-            return b.sub(a, c)
-        if isinstance(op, ast.Mult):
-            return b.mul(a, c)
-        if isinstance(op, (ast.FloorDiv, ast.Mod)):
-            return self.floor_div_mod(a, c, isinstance(op, ast.Mod))
-        raise Unsupported(f"int {type(op).__name__}")
+            name = _FLOAT_OPS.get(type(op))
+        else:
+            a, c = self.coerce(a, t.i64), self.coerce(c, t.i64)
+            if isinstance(op, (ast.FloorDiv, ast.Mod)):
+                return self.floor_div_mod(a, c, isinstance(op, ast.Mod))
+            name = _INT_OPS.get(type(op))
+        if name is None:
+            raise Unsupported(f"{a.type} {type(op).__name__}")
+        return getattr(b, name)(a, c)
 
     def floor_div_mod(self, a, c, mod: bool):
         """Python's a // c or a % c on int64 (wrapping, as numba): c = 0 faults, and
         c = -1 is taken apart (the hardware traps on INT64_MIN / -1)."""
         t, b = self.t, self.b
-        ok = self.fn.append_basic_block()
-        b.cbranch(b.icmp_signed("==", c, t.i64(0)), self.fault_block, ok)
-        b.position_at_end(ok)
+        self.guard(b.icmp_signed("==", c, t.i64(0)), self.fault_block)
         minus_one = b.icmp_signed("==", c, t.i64(-1))
         safe = b.select(minus_one, t.i64(1), c)
         q, r = b.sdiv(a, safe), b.srem(a, safe)
@@ -510,10 +506,6 @@ def _is_raise(stmts) -> bool:
     return len(stmts) == 1 and isinstance(stmts[0], ast.Raise)
 
 
-def _skip(node) -> slice:
-    return slice(0, None)
-
-
 def _assigned(node) -> set[str]:
     out = set()
     for n in ast.walk(node):
@@ -570,9 +562,7 @@ def _entry(ir, t: _Types, module, name: str, inner, returns: list[str], fused=No
     def run(f, values):
         b.store(t.i64(0), flag)
         out = b.call(f, [S, flag, H, G, cap] + values)
-        ok = fn.append_basic_block()
-        b.cbranch(b.icmp_signed("!=", b.load(flag), t.i64(0)), bad, ok)
-        b.position_at_end(ok)
+        _guard(b, b.icmp_signed("!=", b.load(flag), t.i64(0)), bad)
         return out
 
     nf = ni = 0
@@ -661,9 +651,7 @@ def _batch_entry(ir, t: _Types, module, name: str, mode: str, fw, gbw):
     wrong = fn.append_basic_block()
     with b.goto_block(wrong):
         b.ret(b.call(api("PyLong_FromLongLong"), [t.i64(FAULT)]))
-    ok = fn.append_basic_block()
-    b.cbranch(b.icmp_signed("==", nargs, t.i64(count)), ok, wrong)
-    b.position_at_end(ok)
+    _guard(b, b.icmp_signed("!=", nargs, t.i64(count)), wrong)
     item = lambda j: b.load(b.gep(argv, [t.i64(j)]))
     integer = lambda j: b.call(api("PyLong_AsLongLong"), [item(j)])
     address = lambda j, ty: b.bitcast(b.call(api("PyLong_AsVoidPtr"), [item(j)]),
@@ -682,22 +670,12 @@ def _batch_entry(ir, t: _Types, module, name: str, mode: str, fw, gbw):
     null = fn.append_basic_block()
     with b.goto_block(null):
         b.ret(ir.Constant(o, None))
-    ok = fn.append_basic_block()
-    b.cbranch(b.icmp_unsigned("!=", b.call(api("PyErr_Occurred"), []), ir.Constant(o, None)),
-              null, ok)
-    b.position_at_end(ok)
+    _guard(b, b.icmp_unsigned("!=", b.call(api("PyErr_Occurred"), []), ir.Constant(o, None)),
+           null)
     S, flag, code = b.alloca(t.i64, t.i64(2)), b.alloca(t.i64), b.alloca(t.i64)
-    r = b.alloca(t.i64)         # the seed row (jsb)
     b.store(t.i64(0), code)
     saved = b.call(api("PyEval_SaveThread"), [])
-    i = b.alloca(t.i64)
-    b.store(t.i64(0), i)
-    head_block, body, done = (fn.append_basic_block() for _ in range(3))
-    b.branch(head_block)
-    b.position_at_end(head_block)
-    b.cbranch(b.icmp_signed("<", b.load(i), n), body, done)
-    b.position_at_end(body)
-    row = b.load(i)
+    done = fn.append_basic_block()
     heap = [ir.Constant(t.ptr, None), ir.Constant(t.fptr, None), t.i64(0)]
 
     def run(f, values):
@@ -712,35 +690,29 @@ def _batch_entry(ir, t: _Types, module, name: str, mode: str, fw, gbw):
         b.position_at_end(ok)
         return out
 
-    b.store(t.i64(0), b.gep(S, [t.i64(0)]))
-    out = run(fw, [b.load(b.gep(c, [row])) for c in cols])
-    values = [b.extract_value(out, j) for j in range(k)]
-    for j, c in enumerate(results):
-        b.store(values[j], b.gep(c, [row]))
-    if mode == "vgsb":
-        back = run(gbw, values + seed)
-        for j, g in enumerate(grads):
-            b.store(b.extract_value(back, k + j), b.gep(g, [row]))
-    elif mode == "jsb":
-        b.store(t.i64(0), r)
-        top, inner, after = (fn.append_basic_block() for _ in range(3))
-        b.branch(top)
-        b.position_at_end(top)
-        b.cbranch(b.icmp_signed("<", b.load(r), nseeds), inner, after)
-        b.position_at_end(inner)
-        s = b.load(r)
-        width = t.i64(len(floats))
-        back = run(gbw, values + [b.load(b.gep(seed, [b.add(b.mul(s, width), t.i64(j))]))
-                                  for j in range(len(floats))])
-        base = b.mul(b.add(b.mul(row, nseeds), s), width)
-        for j in range(len(floats)):
-            b.store(b.extract_value(back, k + j), b.gep(grads[0], [b.add(base, t.i64(j))]))
-        b.store(b.add(s, t.i64(1)), r)
-        b.branch(top)
-        b.position_at_end(after)
-    b.store(b.add(row, t.i64(1)), i)
-    b.branch(head_block)
-    b.position_at_end(done)
+    def one(row):
+        b.store(t.i64(0), b.gep(S, [t.i64(0)]))
+        out = run(fw, [b.load(b.gep(c, [row])) for c in cols])
+        values = [b.extract_value(out, j) for j in range(k)]
+        for j, c in enumerate(results):
+            b.store(values[j], b.gep(c, [row]))
+        if mode == "vgsb":
+            back = run(gbw, values + seed)
+            for j, g in enumerate(grads):
+                b.store(b.extract_value(back, k + j), b.gep(g, [row]))
+        elif mode == "jsb":
+            width = t.i64(len(floats))
+
+            def pass_(s):
+                back = run(gbw, values + [b.load(b.gep(seed, [b.add(b.mul(s, width),
+                                                                     t.i64(j))]))
+                                          for j in range(len(floats))])
+                base = b.mul(b.add(b.mul(row, nseeds), s), width)
+                for j in range(len(floats)):
+                    b.store(b.extract_value(back, k + j),
+                            b.gep(grads[0], [b.add(base, t.i64(j))]))
+            _loop(b, t.i64(0), nseeds, pass_)
+    _loop(b, t.i64(0), n, one, done)
     b.call(api("PyEval_RestoreThread"), [saved])
     b.ret(b.call(api("PyLong_FromLongLong"), [b.load(code)]))
 
@@ -767,27 +739,21 @@ def _python_entry(ir, t: _Types, module, name: str, entry, returns: list[str],
     null = fn.append_basic_block("null")
     with b.goto_block(null):
         b.ret(ir.Constant(o, None))
-    ok = fn.append_basic_block()
-    b.cbranch(b.icmp_signed("==", nargs, t.i64(4 + len(params))), ok, fault)
-    b.position_at_end(ok)
+    _guard(b, b.icmp_signed("!=", nargs, t.i64(4 + len(params))), fault)
     item = lambda k: b.load(b.gep(argv, [t.i64(k)]))
     address = lambda k, ty: b.bitcast(b.call(api("PyLong_AsVoidPtr"), [item(k)]), ty)
     heap = [address(0, t.ptr), address(1, t.ptr), address(2, t.fptr),
             b.call(api("PyLong_AsLongLong"), [item(3)])]
     values = [b.call(api("PyFloat_AsDouble" if ty == t.f64 else "PyLong_AsLongLong"),
                      [item(k + 4)]) for k, ty in enumerate(params)]
-    ok = fn.append_basic_block()
-    b.cbranch(b.icmp_unsigned("!=", b.call(api("PyErr_Occurred"), []), ir.Constant(o, None)),
-              null, ok)
-    b.position_at_end(ok)
+    _guard(b, b.icmp_unsigned("!=", b.call(api("PyErr_Occurred"), []), ir.Constant(o, None)),
+           null)
     nf = sum(t.of(r) == t.f64 for r in returns)
     FO = b.alloca(t.f64, t.i64(max(1, nf)))
     IO = b.alloca(t.i64, t.i64(max(1, len(returns) - nf)))
-    ok = fn.append_basic_block()
     status = b.call(entry, [*heap, *values, FO, IO])
     b.store(status, code)
-    b.cbranch(b.icmp_signed("!=", status, t.i64(0)), fault, ok)
-    b.position_at_end(ok)
+    _guard(b, b.icmp_signed("!=", status, t.i64(0)), fault)
     boxed, fi, ii = [], 0, 0
     for r in returns:
         if t.of(r) == t.f64:
@@ -834,7 +800,7 @@ def ir_module(source: str, tol: float, fused: dict, batches: dict) -> str:
             arg.add_attribute("noalias")
         functions[node.name] = (f, params, returns)
     for node in nodes:
-        _Lowering(module, ir, t, functions, node)
+        _Lowering(ir, t, functions, node)
     for node in nodes:
         f, params, returns = functions[node.name]
         _entry(ir, t, module, node.name, f, returns)
