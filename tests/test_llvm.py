@@ -230,3 +230,27 @@ def test_batch_loops_check_their_arrays():
             loop(1000, *bad)
     with pytest.raises(Fault):       # a row fails its assertion: the caller goes row by row
         loop(1000, xs, np.arange(4) + 3, o0, o1)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "empty"])
+def test_a_damaged_cached_object_is_compiled_again_not_loaded(tmp_path, damage):
+    """Machine code that is not what LLVM wrote would crash the process: the cached file
+    carries a digest of its contents, and one that does not match is made again (in a
+    child process, so a crash would fail the test instead of ending the run)."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, RVM_CACHE_DIR=str(tmp_path))
+    script = ("import rvm; p = rvm.load('asm/poly.rasm'); "
+              "print(p.call('f', 0.0, 1.0, 3.0, engine='native'))")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    run = lambda: subprocess.run([sys.executable, "-c", script], cwd=root, env=env,
+                                 capture_output=True, text=True, timeout=300)
+    assert run().stdout.strip() == "(484.0, 1.0, 3.0)"
+    [obj] = tmp_path.glob("rvm_llvm_*.o")
+    data = obj.read_bytes()
+    obj.write_bytes({"garbage": os.urandom(len(data)), "truncated": data[:len(data) // 2],
+                     "empty": b""}[damage])
+    again = run()
+    assert again.returncode == 0 and again.stdout.strip() == "(484.0, 1.0, 3.0)", again.stderr
+    assert obj.read_bytes() == data             # written again, whole

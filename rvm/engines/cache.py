@@ -1,10 +1,13 @@
 """The on-disk cache of native code.
 
-A program's native functions are written as a Python module named by a hash of its text
-(which holds the generated code, so the program's bytecode, and the tolerance) and of the
-versions of rvm, numba and Python. numba compiles each function on its first call and,
-the module being a real file, keeps the machine code beside it (`njit(cache=True)`), so a
-program compiles once per machine instead of once per process.
+A program's machine code from rvm's LLVM back end is kept as an object file named by a
+hash of its generated code (so of the program's bytecode), the tolerance and the LLVM,
+Python and CPU it was made for, with a digest of its contents (a damaged file is made
+again, never loaded). On numba's path (RVM_LLVM=0) a program's native functions are
+written as a Python module named by a hash of its text and of the versions of rvm, numba
+and Python; numba compiles each function on its first call and, the module being a real
+file, keeps the machine code beside it (`njit(cache=True)`). Either way a program
+compiles once per machine instead of once per process.
 
 Where: `$RVM_CACHE_DIR`, else `$XDG_CACHE_HOME/rvm`, else `~/.cache/rvm`. Files are
 written to a temporary name and renamed into place, so processes sharing the directory
@@ -81,23 +84,32 @@ def _from_file(where: pathlib.Path, source: Callable[[bool], str]):
 
 def load_object(text: str, make: Callable[[], bytes]) -> bytes:
     """Machine code for `text` (everything it depends on, LLVM's version and the CPU
-    included): read from the cache directory, or made by `make` and written there."""
+    included): read from the cache directory, or made by `make` and written there. The
+    file holds a digest of its contents: one that does not match (damaged, or not
+    written by rvm) is made again, never loaded (machine code that is not what LLVM
+    wrote would crash the process)."""
     import hashlib
     where = directory()
     name = "rvm_llvm_" + hashlib.sha256(f"{VERSION}\n{text}".encode()).hexdigest()[:32] + ".o"
     if where is not None:
         with contextlib.suppress(OSError):
-            return (where / name).read_bytes()
+            data = (where / name).read_bytes()
+            head, obj = data[:len(_MAGIC) + 32], data[len(_MAGIC) + 32:]
+            if head == _MAGIC + hashlib.sha256(obj).digest():
+                return obj
     obj = make()
     if where is not None:
         with contextlib.suppress(OSError):
             where.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=where, suffix=".tmp")
             with os.fdopen(fd, "wb") as f:
-                f.write(obj)
+                f.write(_MAGIC + hashlib.sha256(obj).digest() + obj)
             os.replace(tmp, where / name)
             _evict(where)
     return obj
+
+
+_MAGIC = b"rvm object\n"
 
 
 def _evict(where: pathlib.Path) -> None:
