@@ -14,7 +14,7 @@ from rvm.core import isa
 from rvm.engines import llvm, native
 from rvm.engines.compiled import compiled
 
-pytestmark = pytest.mark.skipif(not (native.available and llvm.enabled),
+pytestmark = pytest.mark.skipif(not (native.available and llvm.usable()),
                                 reason="numba (and its llvmlite) is not installed")
 
 SCALAR = [(op, cls) for op, cls in CASES if isa.OPS[op].group != "memory"]

@@ -20,6 +20,7 @@ the pass on the interpreter to report it ("heap capacity exceeded" grows the hea
 from __future__ import annotations
 
 import ast
+import contextlib
 import ctypes
 import functools
 import importlib.util
@@ -33,6 +34,22 @@ from .templates import Fault
 available = importlib.util.find_spec("llvmlite") is not None
 # RVM_LLVM=0: every native function from numba (to compare the two back ends)
 enabled = available and os.environ.get("RVM_LLVM", "1") != "0"
+
+
+def usable() -> bool:
+    """Is the back end on, and llvmlite recent enough (LLVM's new pass manager)?"""
+    return enabled and _recent()
+
+
+@functools.cache
+def _recent() -> bool:
+    try:
+        import llvmlite.binding as ll
+    except ImportError:
+        return False
+    with contextlib.suppress(RuntimeError):     # older llvmlite must be initialised
+        ll.initialize()
+    return hasattr(ll, "create_pass_builder")
 
 _INT_NAMES = re.compile(r"g?r\d+|_n|_b|_a|T0|t0|b0")
 _FLOAT_NAMES = re.compile(r"g?f\d+|_fin|p|c|s")

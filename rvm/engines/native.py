@@ -309,7 +309,7 @@ class Functions(dict):
         super().__init__()
         self.compiled, self.tol, self.numba = compiled, tol, None
         from . import llvm
-        if llvm.enabled:
+        if llvm.usable():
             names = [(compiled.name(f, "fw"), compiled.name(f, "gbw"), f)
                      for f in compiled.program.functions]
             fused = {compiled.name(f, "vg"): (fw, gbw, False) for fw, gbw, f in names}
@@ -323,8 +323,10 @@ class Functions(dict):
                                     compiled.name(f, "usb"): ("usb", bw, gbw),
                                     compiled.name(f, "vgsb"): ("vgsb", fw, gbw),
                                     compiled.name(f, "jsb"): ("jsb", fw, gbw)})
+            # (never with the llvmlite that numba installs: then numba's path)
+            failed = (llvm.Unsupported, ImportError, AttributeError, RuntimeError)
             with announced(compiled.program.source or "a program"), \
-                    contextlib.suppress(llvm.Unsupported):      # (never: numba's then)
+                    contextlib.suppress(*failed):
                 self.update(llvm.functions(compiled.native_bodies(), fused, batches, tol))
 
     def __missing__(self, name: str):
