@@ -51,6 +51,8 @@ def _recent() -> bool:
         ll.initialize()
     return hasattr(ll, "create_pass_builder")
 
+
+# a local's type follows from its name
 _INT_NAMES = re.compile(r"g?r\d+|_n|_b|_a|T0|t0|b0")
 _FLOAT_NAMES = re.compile(r"g?f\d+|_fin|p|c|s")
 _FLAGS = {"_ok", "_m"}
