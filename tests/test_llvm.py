@@ -254,3 +254,19 @@ def test_a_damaged_cached_object_is_compiled_again_not_loaded(tmp_path, damage):
     again = run()
     assert again.returncode == 0 and again.stdout.strip() == "(484.0, 1.0, 3.0)", again.stderr
     assert obj.read_bytes() == data             # written again, whole
+
+
+def test_heap_programs_in_gradient_mode_agree_with_the_python_engine():
+    """The gradient forms of the heap helpers (a push keeps the shadow, a pop restores
+    it) and of exchanges with heap cells, on LLVM code."""
+    text = (".func t(f0, f1, r0)\n    ALLOC r0, 2\n    ADD.mul f1, f0, f0\n    PUSH f1\n"
+            "    ADD.sin f1, f0\n    EXCH f1, [r0 + 1]\n    ADDM f0, [r0 + 1]\n"
+            "    SUBM f0, [r0 + 1]\n    EXCH f1, [r0 + 1]\n    SUB.sin f1, f0\n    POP f1\n"
+            "    ADD.exp f1, f0\n    FREE r0, 2\n.end\n")
+    got = {}
+    for engine in ("python", "native"):
+        p = rvm.assemble(text)
+        got[engine] = rvm.value_and_grad(p["t"], loss=1, engine=engine)(0.3, 0.5, 0)
+        if engine == "native":
+            assert on_llvm(p)
+    assert agree(got["python"], got["native"]), got
