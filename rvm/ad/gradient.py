@@ -166,7 +166,7 @@ class _Direct:
         if plan is None:
             return None
         (funcs, name), budget, fn, floats, seed = plan
-        loop = funcs[name]              # (numba's: built on first need)
+        loop = funcs[name]
         n = len(columns[0])
         cols = [np.ascontiguousarray(c, dtype=np.int64 if p.cls == isa.INT else np.float64)
                 for c, p in zip(columns, fn.params)]

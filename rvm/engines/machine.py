@@ -371,7 +371,7 @@ class Machine:
                         self._grow(min(2 * self.cap, self.heap_limit - self.frame_cells))
                         continue
                     break
-                except Exception as exc:    # numba could not compile this program
+                except Exception as exc:    # no native code could be made for it
                     if not self._compiled.native:
                         raise
                     import warnings
@@ -729,7 +729,7 @@ def printing(program: Program) -> bool:
 
 def resolve_engine(engine: str | None) -> str:
     """'interp' (the stepping interpreter, the reference), 'python' (generated Python
-    functions), 'native' (those compiled by numba), or None: 'auto', the fastest available
+    functions), 'native' (those compiled to machine code), or None: 'auto', the fastest available
     in steady state — generated Python for a program's first runs, then native code (if
     numba is installed) once the program has run NATIVE_AFTER times, since compiling costs
     about a second per program and only pays for repeated runs."""
@@ -739,7 +739,7 @@ def resolve_engine(engine: str | None) -> str:
     if engine not in ENGINES:
         raise MachineError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     if engine == "native" and not native.available:
-        raise MachineError("the native engine needs numba: pip install numba "
+        raise MachineError("the native engine needs numba (and its llvmlite): pip install numba "
                            "(or use engine='python')")
     return engine
 
