@@ -100,11 +100,12 @@ def assemble(data: dict, blocks: np.ndarray, reproj: np.ndarray) -> dict:
     11 camera, 3 point and 1 weight columns) and the reprojection residuals in order."""
     n, m, p = len(data["cams"]), len(data["x"]), len(data["w"])
     cam, pt = data["obs"][:, 0], data["obs"][:, 1]
-    obs_cols = np.concatenate([cam[:, None] * CAMERA + np.arange(CAMERA),
-                               n * CAMERA + pt[:, None] * 3 + np.arange(3),
-                               (n * CAMERA + 3 * m + np.arange(p))[:, None]], axis=1)
-    cols = np.concatenate([np.repeat(obs_cols, 2, axis=0).ravel(),
-                           n * CAMERA + 3 * m + np.arange(p)])
+    weights = n * CAMERA + 3 * m + np.arange(p)          # the weight columns
+    cols = np.empty((p, 2, CAMERA + 4), np.int64)       # both rows of an observation
+    cols[:, :, :CAMERA] = (cam * CAMERA)[:, None, None] + np.arange(CAMERA)
+    cols[:, :, CAMERA:CAMERA + 3] = (n * CAMERA + 3 * pt)[:, None, None] + np.arange(3)
+    cols[:, :, CAMERA + 3] = weights[:, None]
+    cols = np.concatenate([cols.reshape(-1), weights])
     vals = np.concatenate([blocks.reshape(-1), -2.0 * data["w"]])
     indptr = np.concatenate([np.arange(0, 30 * p + 1, 15), 30 * p + 1 + np.arange(p)])
     return {"reproj_err": reproj, "w_err": 1.0 - data["w"] ** 2,
