@@ -1,11 +1,15 @@
 """The native engine: the compiled engine's generated functions, compiled to machine code
-with numba (an optional extra: pip install 'rvm[fast]').
+(an optional extra: pip install 'rvm[fast]', which brings numba and its llvmlite).
 
-The source is the compiled engine's, rewritten for numba: the heap becomes numpy arrays
-(int64 and float64 views of one buffer, gradient shadows, and a two-element array holding
-the top of the heap and the run's remaining step budget); int64 arithmetic wraps natively;
-failed checks raise a constant message, and the machine then re-runs the pass on the
-interpreter to report the exact instruction (as for the compiled engine).
+The source is the compiled engine's, rewritten for native code: the heap becomes numpy
+arrays (int64 and float64 views of one buffer, gradient shadows, and a two-element array
+holding the top of the heap and the run's remaining step budget); int64 arithmetic wraps
+natively; checks are folded into one flag (defer_checks); failed checks raise a constant
+message, and the machine then re-runs the pass on the interpreter to report the exact
+instruction (as for the compiled engine). rvm.engines.llvm lowers that source to LLVM IR
+itself (the default: Functions); this module also compiles it with numba (RVM_LLVM=0),
+and holds what both share: the rewrite, the heap helpers' reference source, the batch
+threading and the compile status line.
 """
 
 from __future__ import annotations
