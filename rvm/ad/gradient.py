@@ -271,14 +271,17 @@ class _Direct:
         arrays = [(k, lo, hi_, shape, heap[1] if is_float else heap[0], is_float)
                   for k, lo, hi_, shape, is_float in places]
         budget, n = m.max_steps, len(fn.params)
+        scalars = [(j, a.params[0], int if a.cls == isa.INT else float)
+                   for j, a in enumerate(bindings) if not a.is_array]
+        float_grads = [(j, n + floats.index(a.params[0])) for j, a in enumerate(bindings)
+                       if a.cls == isa.FLOAT and not a.is_array]
 
         def run(values):
             for k, lo, hi_, _, view, _ in arrays:
                 view[lo:hi_] = values[k].ravel()
             r = list(regs)
-            for a, v in zip(bindings, values):
-                if not a.is_array:
-                    r[a.params[0]] = int(v) if a.cls == isa.INT else float(v)
+            for j, reg, kind in scalars:
+                r[reg] = kind(values[j])
             top = heap[3]
             try:
                 top[0], top[1] = total, budget
@@ -302,9 +305,8 @@ class _Direct:
                 heap[2][:] = 0
                 return None
             grads: list = [None] * len(bindings)
-            for j, a in enumerate(bindings):
-                if a.cls == isa.FLOAT and not a.is_array:
-                    grads[j] = back[n + floats.index(a.params[0])]
+            for j, k in float_grads:
+                grads[j] = back[k]
             # the pass left every cell as the call found it: the arrays' values (the next
             # call overwrites them) and zeros elsewhere; only the shadows are cleared
             for k, lo, hi_, shape, _view, is_float in arrays:
