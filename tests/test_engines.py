@@ -256,7 +256,9 @@ def test_every_instruction_compiles_natively_in_every_mode():
 @pytest.mark.skipif(not native.available, reason="numba is not installed")
 def test_native_code_is_cached_on_disk_across_processes(tmp_path):
     """A second process finds the programs' machine code in RVM_CACHE_DIR and does not
-    compile it again: LLVM object files (numba is never imported), or with RVM_LLVM=0
+    compile it again: LLVM object files (the run modes of the two programs, and the batch
+    loops of the scalar one, made on its first rvm.vmap; numba is never imported), or with
+    RVM_LLVM=0
     numba modules with numba's own cache beside them; `rvm cache info|clear` show and
     empty the cache."""
     import os
@@ -285,7 +287,7 @@ def test_native_code_is_cached_on_disk_across_processes(tmp_path):
         assert second < first
         if llvm == "1":
             objects = sorted(cache.glob("rvm_llvm_*.o"))
-            assert len(objects) == 2 and not list(cache.glob("rvm_native_*"))
+            assert len(objects) == 3 and not list(cache.glob("rvm_native_*"))
             stamps = [p.stat().st_mtime_ns for p in objects]
             runs = [subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env)]
             assert [p.stat().st_mtime_ns for p in objects] == stamps       # not rewritten
@@ -294,9 +296,9 @@ def test_native_code_is_cached_on_disk_across_processes(tmp_path):
     cli = [sys.executable, "-m", "rvm.cli", "cache"]
     env = dict(os.environ, RVM_CACHE_DIR=str(cache))
     info = subprocess.run(cli + ["info"], env=env, capture_output=True, text=True)
-    assert "4 module(s)" in info.stdout
+    assert "5 module(s)" in info.stdout
     cleared = subprocess.run(cli + ["clear"], env=env, capture_output=True, text=True)
-    assert "removed 4" in cleared.stdout and not list(cache.glob("rvm_*"))
+    assert "removed 5" in cleared.stdout and not list(cache.glob("rvm_*"))
 
 
 def test_without_a_writable_cache_native_code_compiles_in_memory(monkeypatch, tmp_path):

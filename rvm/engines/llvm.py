@@ -800,11 +800,11 @@ def _python_entry(ir, t: _Types, module, name: str, entry, returns: list[str],
     b.ret(out)
 
 
-def ir_module(source: str, tol: float, fused: dict, batches: dict) -> str:
+def ir_module(source: str, tol: float, fused: dict, batches: dict, runs: bool = True) -> str:
     """LLVM IR for the generated functions in `source` (the native engine's text), with an
     entry `rvm_py_<name>` for each, for each of `fused` ({name: (forward, gradient pass,
     budget argument?)}) and for each of `batches` ({name: (mode, forward, gradient
-    pass)})."""
+    pass)}). runs=False: no entries for the generated functions themselves."""
     _, ir, _ = _llvm()
     t = _Types(ir)
     module = ir.Module(name="rvm")
@@ -820,7 +820,7 @@ def ir_module(source: str, tol: float, fused: dict, batches: dict) -> str:
         functions[node.name] = (f, params, returns)
     for node in nodes:
         _Lowering(ir, t, functions, node)
-    for node in nodes:
+    for node in nodes if runs else ():
         f, params, returns = functions[node.name]
         _entry(ir, t, module, node.name, f, returns)
     for name, (fw, gbw, budget) in fused.items():
@@ -988,8 +988,9 @@ def _kinds(source: str) -> dict:
     return out
 
 
-def functions(source: str, fused: dict, batches: dict, tol: float) -> dict:
-    """Callables for the generated functions in `source`: a Run for each, one for each of
+def functions(source: str, fused: dict, batches: dict, tol: float, runs: bool = True) -> dict:
+    """Callables for the generated functions in `source`: a Run for each (unless runs is
+    False), one for each of
     `fused` ({name: (forward, gradient pass, budget argument?)}: a Fused with the budget
     argument, a Run without), a Batch for each of `batches` ({name: (mode, forward,
     gradient pass)}). The machine code comes from the on-disk cache, or is compiled and
@@ -998,12 +999,12 @@ def functions(source: str, fused: dict, batches: dict, tol: float) -> dict:
     ll, _, tm = _llvm()
     stamp = f"{ll.llvm_version_info}|{tm.triple}|{ll.get_host_cpu_name()}|" \
         f"{ll.get_host_cpu_features().flatten()}|{sys.version}|{tol!r}|" \
-        f"{sorted(fused.items())}|{sorted(batches.items())}"
+        f"{sorted(fused.items())}|{sorted(batches.items())}|{runs}"
     obj = cache.load_object(stamp + source, lambda: compile_ir(ir_module(source, tol, fused,
-                                                                           batches)))
+                                                                           batches, runs)))
     lib = Library(obj)
     names = re.findall(r"^def (\w+)\(", source, re.M)
-    out: dict = {name: Run(lib, name) for name in names}
+    out: dict = {name: Run(lib, name) for name in names} if runs else {}
     out.update({name: (Fused if budget else Run)(lib, name)
                 for name, (_, _, budget) in fused.items()})
     kinds = _kinds(source)

@@ -305,35 +305,48 @@ def module_source(functions_source: str, names: list[str], tol: float, cache: bo
 
 
 class Functions(dict):
-    """A program's native functions by name: its run modes, fused gradients and batch
-    loops from the LLVM back end, compiled at once (rvm.engines.llvm: a fraction of
-    numba's compile time); with RVM_LLVM=0 numba's, the module built on first need."""
+    """A program's native functions by name: its run modes and fused gradients from the
+    LLVM back end, compiled at once (rvm.engines.llvm: a fraction of numba's compile
+    time), its batch loops likewise on the first that is asked for; with RVM_LLVM=0
+    numba's, the module built on first need."""
 
     def __init__(self, compiled, tol: float):
         super().__init__()
-        self.compiled, self.tol, self.numba = compiled, tol, None
+        self.compiled, self.tol, self.numba, self.batches = compiled, tol, None, {}
         from . import llvm
         if llvm.usable():
             names = [(compiled.name(f, "fw"), compiled.name(f, "gbw"), f)
                      for f in compiled.program.functions]
             fused = {compiled.name(f, "vg"): (fw, gbw, False) for fw, gbw, f in names}
-            batches = {}
             if not compiled.uses_heap:
                 fused.update({compiled.name(f, "vgs"): (fw, gbw, True)
                               for fw, gbw, f in names})
                 for fw, gbw, f in names:
                     bw = compiled.name(f, "bw")
-                    batches.update({compiled.name(f, "csb"): ("csb", fw, gbw),
-                                    compiled.name(f, "usb"): ("usb", bw, gbw),
-                                    compiled.name(f, "vgsb"): ("vgsb", fw, gbw),
-                                    compiled.name(f, "jsb"): ("jsb", fw, gbw)})
-            # (never with the llvmlite that numba installs: then numba's path)
-            failed = (llvm.Unsupported, ImportError, AttributeError, RuntimeError)
-            with announced(compiled.program.source or "a program"), \
-                    contextlib.suppress(*failed):
-                self.update(llvm.functions(compiled.native_bodies(), fused, batches, tol))
+                    self.batches.update({compiled.name(f, "csb"): ("csb", fw, gbw),
+                                         compiled.name(f, "usb"): ("usb", bw, gbw),
+                                         compiled.name(f, "vgsb"): ("vgsb", fw, gbw),
+                                         compiled.name(f, "jsb"): ("jsb", fw, gbw)})
+            self.llvm(fused, {})
+
+    def llvm(self, fused: dict, batches: dict) -> None:
+        """Add the LLVM back end's entries: the run modes and `fused` when `batches` is
+        empty, else only those batch loops (compiled on the first rvm.vmap: a call or a
+        gradient does not wait for them)."""
+        from . import llvm
+        # (never with the llvmlite that numba installs: then numba's path)
+        failed = (llvm.Unsupported, ImportError, AttributeError, RuntimeError)
+        with announced(self.compiled.program.source or "a program"), \
+                contextlib.suppress(*failed):
+            self.update(llvm.functions(self.compiled.native_bodies(), fused, batches,
+                                       self.tol, runs=not batches))
 
     def __missing__(self, name: str):
+        if name in self.batches:
+            batches, self.batches = self.batches, {}
+            self.llvm({}, batches)
+            if name in self:
+                return self[name]
         if self.numba is None:
             self.numba = build(*self.compiled.native_source(), self.tol)
         return self.numba[name]
