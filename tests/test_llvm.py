@@ -108,15 +108,14 @@ done:   CF      exit
 """
 
 
-def test_calls_and_loops_agree_with_the_python_engine():
+def test_calls_and_loops_agree_with_the_python_engine(monkeypatch):
     import pathlib
     root = pathlib.Path(__file__).resolve().parent.parent
     text = (root / "asm" / "isqrt.rasm").read_text()       # CALL and UNCALL in a loop
     for n in (0, 17, 10 ** 6):
         out = {e: rvm.assemble(text).call("isqrt", n, 7, engine=e) for e in ("python", "native")}
         assert out["python"] == out["native"] == (n, 7 + int(n ** 0.5))
-    import sys
-    sys.path.insert(0, str(root / "examples"))
+    monkeypatch.syspath_prepend(str(root / "examples"))
     from besselj import besselj
     want = rvm.grad(besselj, loss="out", engine="python")(0.0, 3, 2.5)
     got = rvm.grad(besselj, loss="out", engine="native")(0.0, 3, 2.5)
