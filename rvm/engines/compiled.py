@@ -18,6 +18,7 @@ that both give the same results.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -295,9 +296,10 @@ class Compiled:
         return self._make(Fault, Limit, templates.wrap, zero, templates.sign, templates.dpow_db,
                           math)
 
+    @functools.cached_property
     def native_bodies(self) -> str:
         """The generated functions of every mode, rewritten for native code (numba's or
-        LLVM's: rvm.engines.native, rvm.engines.llvm)."""
+        LLVM's: rvm.engines.native, rvm.engines.llvm); made once, read by each build."""
         from . import native
         return native.defer_checks("\n".join(
             native.rewrite(line[4:]) for body in self.bodies.values()
@@ -306,7 +308,7 @@ class Compiled:
     def native_source(self) -> tuple[str, list[str]]:
         """The generated functions rewritten for numba, with the fused and batch
         functions, and their names (text only: rvm.engines.native compiles it)."""
-        source = self.native_bodies()
+        source = self.native_bodies
         source += "\n".join(self.fused(f) for f in self.program.functions.values()) + "\n"
         names = list(self.bodies) + [self.name(f, "vg") for f in self.program.functions]
         if not self.uses_heap:     # scalars only: no arrays to pass at all

@@ -28,6 +28,8 @@ import os
 import re
 import sys
 
+import numpy as np
+
 from ..core.isa import MIN_NORMAL
 from .templates import Fault
 
@@ -149,18 +151,17 @@ class _Lowering:
             self.b.store(arg, self.vars[name])
         self.loops: list = []       # (continue block, break block)
         self.fault_block, self.full_block = self.exit(FAULT), self.exit(FULL)
-        self.passed = self.fn.append_basic_block("passed")     # a callee's fault: return
-        with self.b.goto_block(self.passed):
-            self.b.ret(ir.Constant(self.fn.return_value.type, None))
+        self.passed = self.exit(None)          # a callee's fault: return, its code kept
         self.body(node.body)
         if not self.b.block.is_terminated:
             self.b.unreachable()
 
-    def exit(self, code: int):
-        """A block that sets the fault flag to `code` and returns."""
-        block = self.fn.append_basic_block(f"fault{code}")
+    def exit(self, code: int | None):
+        """A block that sets the fault flag to `code` (if any) and returns."""
+        block = self.fn.append_basic_block(f"fault{code or ''}")
         with self.b.goto_block(block):
-            self.b.store(self.t.i64(code), self.flag)
+            if code is not None:
+                self.b.store(self.t.i64(code), self.flag)
             self.b.ret(self.ir.Constant(self.fn.return_value.type, None))
         return block
 
@@ -942,7 +943,6 @@ class Batch:
         self.call = _builtin(library, name)
 
     def __call__(self, budget, *arrays):
-        import numpy as np
         k, mode = len(self.kinds), self.mode
         nf = self.kinds.count("float64")
         cols, rest = arrays[:k], arrays[k:]

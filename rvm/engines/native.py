@@ -338,7 +338,7 @@ class Functions(dict):
         failed = (llvm.Unsupported, ImportError, AttributeError, RuntimeError)
         with announced(self.compiled.program.source or "a program"), \
                 contextlib.suppress(*failed):
-            self.update(llvm.functions(self.compiled.native_bodies(), fused, batches,
+            self.update(llvm.functions(self.compiled.native_bodies, fused, batches,
                                        self.tol, runs=not batches))
 
     def __missing__(self, name: str):
