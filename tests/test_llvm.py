@@ -187,6 +187,30 @@ def test_heap_programs_agree_with_the_python_engine(name):
         assert isinstance(out["native"], str)
 
 
+ADDRESSES = [(0, 3), (3, 0), (2, -1), (-1, 1), (4, 0), (0, -1), (-1, -1),
+             (-2 ** 63, -2 ** 63), (2 ** 63 - 1, 1), (2 ** 62, 2 ** 62), (1, 2 ** 63 - 1)]
+
+
+@pytest.mark.parametrize("base,off", ADDRESSES)
+def test_register_offset_addresses_at_the_int64_edges(base, off):
+    """[rB + rO] is in the heap iff rB or rO is not negative and 0 <= rB + rO < top, in
+    the LLVM code's overflow-checked form too: two negative terms that wrap into the heap,
+    and sums past int64's top, are refused like the python engine refuses them."""
+    text = (".func t(r0, r1, f0)\n    ALLOC r2, 4\n    EXCH f0, [r0 + r1]\n"
+            "    EXCH f0, [r0 + r1]\n    FREE r2, 4\n.end\n")
+    out = {}
+    for engine in ("python", "native"):
+        p = rvm.assemble(text)
+        try:
+            out[engine] = p.call("t", base, off, 2.5, engine=engine)
+        except rvm.RvmError as e:
+            out[engine] = type(e).__name__
+    assert out["python"] == out["native"]
+    inside = (base >= 0 or off >= 0) and 0 <= base + off < 4
+    assert isinstance(out["native"], tuple) == inside
+    assert on_llvm(p)
+
+
 def test_batch_loops_agree_with_the_python_engine(monkeypatch):
     """rvm.vmap of a call, a gradient and a Jacobian: one LLVM loop over the rows (numba
     is not needed), the same numbers as row by row on the python engine."""

@@ -25,6 +25,7 @@ import ctypes
 import functools
 import importlib.util
 import os
+import pathlib
 import re
 import sys
 
@@ -262,11 +263,23 @@ class _Lowering:
                 values = [self.expr(v) for v in s.value.elts]
                 for t_, v in zip(target.elts, values):
                     self.store(t_, v)
+            elif isinstance(target, ast.Name) and target.id == "_m" and \
+                    (terms := _address_terms(s.value)):
+                self.store(target, self.in_heap(*terms))
             else:
                 self.store(target, self.expr(s.value))
+        elif isinstance(s, ast.AugAssign) and _named(s.target, "_ok"):
+            # a check: rvm.engines.native.defer_checks folds them into a flag tested when
+            # control leaves a straight run of code (fewer blocks for numba); here each is
+            # its own branch to the fault exit, so `_ok` stays true (its tests are
+            # dropped) and an address `(a) * _m` comes after its check has passed
+            self.guard(self.b.not_(self.truth(self.expr(s.value))), self.fault_block)
         elif isinstance(s, ast.AugAssign):
             self.store(s.target, self.binop(s.op, self.expr(s.target), self.expr(s.value)))
         elif isinstance(s, ast.If):
+            if _is_raise(s.body) and isinstance(s.test, ast.UnaryOp) and \
+                    _named(s.test.operand, "_ok"):
+                return
             if _is_raise(s.body):
                 self.guard(self.truth(self.expr(s.test)), self.fault_block)
                 return
@@ -310,6 +323,19 @@ class _Lowering:
             b.ret(out)
         else:
             raise Unsupported(ast.unparse(s))
+
+    def in_heap(self, base: str, off: str):
+        """The address check of a register offset (rvm.engines.templates.address_check:
+        base + off in 0 .. T0 - 1, with two negative terms refused) as one overflow test and
+        one unsigned comparison: the true sum lies in the heap iff int64 addition does not
+        overflow and the sum is below T0 unsigned."""
+        b, t = self.b, self.t
+        fn = b.module.globals.get("llvm.sadd.with.overflow.i64") or self.ir.Function(
+            b.module, self.ir.FunctionType(self.ir.LiteralStructType([t.i64, t.i1]),
+                                           [t.i64, t.i64]), "llvm.sadd.with.overflow.i64")
+        out = b.call(fn, [b.load(self.vars[base]), b.load(self.vars[off])])
+        inside = b.icmp_unsigned("<", b.extract_value(out, 0), b.load(self.vars["T0"]))
+        return b.and_(inside, b.not_(b.extract_value(out, 1)))
 
     def call(self, target: ast.Tuple, value: ast.Call) -> None:
         callee = self.functions[value.func.id][0]
@@ -512,6 +538,25 @@ class _Lowering:
         if name in ("alloc", "free", "push", "pop", "gpush", "gpop"):
             return self.helper(name, e.args)
         return self.pure(name, [self.expr(a) for a in e.args])
+
+
+_ADDRESS = ast.dump(ast.parse("((A >= 0) | (B >= 0)) & ((0 <= A + B) & (A + B < T0))",
+                               mode="eval").body)
+
+
+def _address_terms(e) -> tuple[str, str] | None:
+    """(base, offset) if e is the native text of a register-offset address check."""
+    try:
+        a = e.left.left.left.id
+        c = e.left.right.left.id
+    except AttributeError:
+        return None
+    pattern = _ADDRESS.replace("id='A'", f"id={a!r}").replace("id='B'", f"id={c!r}")
+    return (a, c) if ast.dump(e) == pattern else None
+
+
+def _named(node, name: str) -> bool:
+    return isinstance(node, ast.Name) and node.id == name
 
 
 def _state_index(node) -> int | None:
@@ -988,6 +1033,14 @@ def _kinds(source: str) -> dict:
     return out
 
 
+@functools.cache
+def _lowering_digest() -> str:
+    """A digest of this module's text: machine code cached by one version of the lowering
+    is never loaded by another (an editable install changes without a version number)."""
+    import hashlib
+    return hashlib.sha256(pathlib.Path(__file__).read_bytes()).hexdigest()[:16]
+
+
 def functions(source: str, fused: dict, batches: dict, tol: float, runs: bool = True) -> dict:
     """Callables for the generated functions in `source`: a Run for each (unless runs is
     False), one for each of
@@ -997,7 +1050,7 @@ def functions(source: str, fused: dict, batches: dict, tol: float, runs: bool = 
     put there."""
     from . import cache
     ll, _, tm = _llvm()
-    stamp = f"{ll.llvm_version_info}|{tm.triple}|{ll.get_host_cpu_name()}|" \
+    stamp = f"{_lowering_digest()}|{ll.llvm_version_info}|{tm.triple}|{ll.get_host_cpu_name()}|" \
         f"{ll.get_host_cpu_features().flatten()}|{sys.version}|{tol!r}|" \
         f"{sorted(fused.items())}|{sorted(batches.items())}|{runs}"
     obj = cache.load_object(stamp + source, lambda: compile_ir(ir_module(source, tol, fused,
