@@ -598,50 +598,62 @@ def _signature(ir, t: _Types, node: ast.FunctionDef):
 
 
 def _entry(ir, t: _Types, module, name: str, inner, returns: list[str], fused=None):
-    """`long rvm_<name>(long *S, long *HI, double *HG, long capacity, [long budget,]
-    params..., [seeds...,] double *FO, long *IO)`: run, write the float results to FO and
-    the int results to IO in order; 0, or the fault code. `fused` = (the forward function,
-    its parameter count, its result names, budget?): run it first, then `inner` (the
-    gradient pass) from its results and the seeds; the heap top must be back where it
+    """`rvm_py_<name>`, a CPython function (METH_FASTCALL) that runs `inner`: its arguments
+    are the addresses of the state array, the heap's cells and their shadows, the heap's
+    capacity in cells, [the budget,] the scalars [and the seeds]; its result the results
+    as a tuple, or the fault code (the caller raises Fault). A wrong number of arguments
+    is a fault too; a wrong type raises Python's own error (TypeError, OverflowError).
+
+    `fused` = (the forward function, its parameter count, its result names, budget?):
+    run it first, then `inner` (the gradient pass) from its results and the seeds, and
+    return the pair (values, gradient pass results); the heap top must be back where it
     was, and the step budget is set afresh for each pass: from the budget argument, on
-    an empty heap (as the numba engine's vgs), or as found in S (vg). The forward
-    results are written first."""
+    an empty heap (as the numba engine's vgs), or as found in the state array (vg)."""
+    o = ir.IntType(8).as_pointer()
+    api = functools.partial(_api, ir, t, module)
+    fn = ir.Function(module, ir.FunctionType(o, [o, o.as_pointer(), t.i64]), f"rvm_py_{name}")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    _, argv, nargs = fn.args
     first = fused[0] if fused else inner
     nparams = len(first.function_type.args) - 5
     extra = (len(inner.function_type.args) - 5 - nparams) if fused else 0
     lead = [t.i64] if fused and fused[3] else []
-    args = [t.ptr, t.ptr, t.fptr, t.i64] + lead + list(first.function_type.args[5:]) + \
-        [t.f64] * extra + [t.fptr, t.ptr]
-    fn = ir.Function(module, ir.FunctionType(t.i64, args), f"rvm_{name}")
-    fn.linkage = "internal"
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    S, H, G, cap = fn.args[:4]
-    rest = list(fn.args[4:])
-    FO, IO = rest[-2], rest[-1]
-    flag = b.alloca(t.i64, name="fault")
-    bad = fn.append_basic_block("bad")
-    with b.goto_block(bad):
-        b.ret(b.load(flag))
+    types = lead + list(first.function_type.args[5:]) + [t.f64] * extra
+    code = b.alloca(t.i64, name="fault")
+    b.store(t.i64(FAULT), code)
+    fault = fn.append_basic_block("fault")
+    with b.goto_block(fault):
+        b.ret(b.call(api("PyLong_FromLongLong"), [b.load(code)]))
+    null = fn.append_basic_block("null")
+    with b.goto_block(null):
+        b.ret(ir.Constant(o, None))
+    _guard(b, b.icmp_signed("!=", nargs, t.i64(4 + len(types))), fault)
+    item = lambda k: b.load(b.gep(argv, [t.i64(k)]))
+    address = lambda k, ty: b.bitcast(b.call(api("PyLong_AsVoidPtr"), [item(k)]), ty)
+    S, H, G = address(0, t.ptr), address(1, t.ptr), address(2, t.fptr)
+    cap = b.call(api("PyLong_AsLongLong"), [item(3)])
+    rest = [b.call(api("PyFloat_AsDouble" if ty == t.f64 else "PyLong_AsLongLong"),
+                   [item(k + 4)]) for k, ty in enumerate(types)]
+    _guard(b, b.icmp_unsigned("!=", b.call(api("PyErr_Occurred"), []), ir.Constant(o, None)),
+           null)
     state = lambda k: b.gep(S, [t.i64(k)])
 
     def run(f, values):
-        b.store(t.i64(0), flag)
-        out = b.call(f, [S, flag, H, G, cap] + values)
-        _guard(b, b.icmp_signed("!=", b.load(flag), t.i64(0)), bad)
+        b.store(t.i64(0), code)
+        out = b.call(f, [S, code, H, G, cap] + values)
+        _guard(b, b.icmp_signed("!=", b.load(code), t.i64(0)), fault)
         return out
 
-    nf = ni = 0
+    def boxed(out, names):
+        return [b.call(api("PyFloat_FromDouble" if t.of(r) == t.f64 else
+                           "PyLong_FromLongLong"), [b.extract_value(out, k)])
+                for k, r in enumerate(names)]
 
-    def write(out, names):
-        nonlocal nf, ni
-        for k, r in enumerate(names):
-            v = b.extract_value(out, k)
-            if t.of(r) == t.f64:
-                b.store(v, b.gep(FO, [t.i64(nf)]))
-                nf += 1
-            else:
-                b.store(v, b.gep(IO, [t.i64(ni)]))
-                ni += 1
+    def pack(items):
+        tup = b.call(api("PyTuple_New"), [t.i64(len(items))])
+        for k, v in enumerate(items):
+            b.call(api("PyTuple_SetItem"), [tup, t.i64(k), v])
+        return tup
 
     if fused:
         if fused[3]:
@@ -651,23 +663,26 @@ def _entry(ir, t: _Types, module, name: str, inner, returns: list[str], fused=No
         else:
             budget = b.load(state(1))
         top = b.load(state(0))
-        o = run(first, rest[:nparams])
-        moved, ok = fn.append_basic_block(), fn.append_basic_block()
-        b.cbranch(b.icmp_signed("!=", b.load(state(0)), top), moved, ok)
-        with b.goto_block(moved):           # a heap block left allocated
-            b.ret(t.i64(FAULT))
-        b.position_at_end(ok)
+        o_ = run(first, rest[:nparams])
+        moved = b.icmp_signed("!=", b.load(state(0)), top)    # a heap block left allocated
+        b.store(t.i64(FAULT), code)
+        _guard(b, moved, fault)
         b.store(budget, state(1))
-        values = [b.extract_value(o, k) for k in range(nparams)] + rest[nparams:nparams + extra]
-        out = run(inner, values)
+        values = [b.extract_value(o_, k) for k in range(nparams)] + rest[nparams:]
+        back = run(inner, values)
         b.store(budget, state(1))
-        write(o, fused[2])
+        out = pack([pack(boxed(o_, fused[2])), pack(boxed(back, returns))])
     else:
-        out = run(inner, rest[:nparams])
-    write(out, returns)
-    b.ret(t.i64(0))
-    _python_entry(ir, t, module, name, fn, (fused[2] if fused else []) + returns,
-                  len(fused[2]) if fused else None)
+        out = pack(boxed(run(inner, rest), returns))
+    failed = fn.append_basic_block()     # out of memory: an item is missing
+    ok = fn.append_basic_block()
+    b.cbranch(b.icmp_unsigned("!=", b.call(api("PyErr_Occurred"), []), ir.Constant(o, None)),
+              failed, ok)
+    b.position_at_end(failed)
+    b.call(api("Py_DecRef"), [out])
+    b.ret(ir.Constant(o, None))
+    b.position_at_end(ok)
+    b.ret(out)
 
 
 _CAPI = {   # the CPython functions the entries call: (result, arguments); o = PyObject *
@@ -780,70 +795,6 @@ def _batch_entry(ir, t: _Types, module, name: str, mode: str, fw, gbw):
     _loop(b, t.i64(0), n, one, done)
     b.call(api("PyEval_RestoreThread"), [saved])
     b.ret(b.call(api("PyLong_FromLongLong"), [b.load(code)]))
-
-
-def _python_entry(ir, t: _Types, module, name: str, entry, returns: list[str],
-                  forward: int | None):
-    """`rvm_py_<name>`, a CPython function (METH_FASTCALL) around an entry: its
-    arguments are the addresses of the state array, the heap's cells and their shadows,
-    the heap's capacity in cells, [the budget,] the scalars; its result the results as a
-    tuple (for a fused call, the pair (values, gradient pass results)), or the fault code
-    (the caller raises Fault). A wrong number of arguments is a fault too; a wrong type
-    raises Python's own error (TypeError, OverflowError)."""
-    o = ir.IntType(8).as_pointer()
-    api = functools.partial(_api, ir, t, module)
-    fn = ir.Function(module, ir.FunctionType(o, [o, o.as_pointer(), t.i64]), f"rvm_py_{name}")
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    _, argv, nargs = fn.args
-    params = entry.function_type.args[4:-2]
-    code = b.alloca(t.i64)
-    b.store(t.i64(FAULT), code)
-    fault = fn.append_basic_block("fault")
-    with b.goto_block(fault):
-        b.ret(b.call(api("PyLong_FromLongLong"), [b.load(code)]))
-    null = fn.append_basic_block("null")
-    with b.goto_block(null):
-        b.ret(ir.Constant(o, None))
-    _guard(b, b.icmp_signed("!=", nargs, t.i64(4 + len(params))), fault)
-    item = lambda k: b.load(b.gep(argv, [t.i64(k)]))
-    address = lambda k, ty: b.bitcast(b.call(api("PyLong_AsVoidPtr"), [item(k)]), ty)
-    heap = [address(0, t.ptr), address(1, t.ptr), address(2, t.fptr),
-            b.call(api("PyLong_AsLongLong"), [item(3)])]
-    values = [b.call(api("PyFloat_AsDouble" if ty == t.f64 else "PyLong_AsLongLong"),
-                     [item(k + 4)]) for k, ty in enumerate(params)]
-    _guard(b, b.icmp_unsigned("!=", b.call(api("PyErr_Occurred"), []), ir.Constant(o, None)),
-           null)
-    nf = sum(t.of(r) == t.f64 for r in returns)
-    FO = b.alloca(t.f64, t.i64(max(1, nf)))
-    IO = b.alloca(t.i64, t.i64(max(1, len(returns) - nf)))
-    status = b.call(entry, [*heap, *values, FO, IO])
-    b.store(status, code)
-    _guard(b, b.icmp_signed("!=", status, t.i64(0)), fault)
-    boxed, fi, ii = [], 0, 0
-    for r in returns:
-        if t.of(r) == t.f64:
-            boxed.append(b.call(api("PyFloat_FromDouble"), [b.load(b.gep(FO, [t.i64(fi)]))]))
-            fi += 1
-        else:
-            boxed.append(b.call(api("PyLong_FromLongLong"), [b.load(b.gep(IO, [t.i64(ii)]))]))
-            ii += 1
-
-    def pack(items):
-        tup = b.call(api("PyTuple_New"), [t.i64(len(items))])
-        for k, v in enumerate(items):
-            b.call(api("PyTuple_SetItem"), [tup, t.i64(k), v])
-        return tup
-    out = pack(boxed) if forward is None else pack([pack(boxed[:forward]),
-                                                    pack(boxed[forward:])])
-    failed = fn.append_basic_block()     # out of memory: an item is missing
-    ok = fn.append_basic_block()
-    b.cbranch(b.icmp_unsigned("!=", b.call(api("PyErr_Occurred"), []), ir.Constant(o, None)),
-              failed, ok)
-    b.position_at_end(failed)
-    b.call(api("Py_DecRef"), [out])
-    b.ret(ir.Constant(o, None))
-    b.position_at_end(ok)
-    b.ret(out)
 
 
 def ir_module(source: str, tol: float, fused: dict, batches: dict, runs: bool = True) -> str:
