@@ -211,6 +211,72 @@ def test_register_offset_addresses_at_the_int64_edges(base, off):
     assert on_llvm(p)
 
 
+SWAP_LOOP = """
+.func helper(r0, r1, f0, f1)
+        XOR.and r1, r0, 12
+L2:     CF.NE   r11, 0, L4
+        SWAP    r1, r0
+L7:     BR.GE   r0, 0, L9
+L8:     JMP     L10
+L9:     CF      L7
+L10:    CF.LT   r0, 0, L8
+        INC     r11
+L3:     BR.EQ   r11, 2, L6
+L4:     JMP     L2
+L6:     CF      L3
+        SUB     r11, 2
+.end
+
+.func main(r0, r1, r2, f0, f1, f2)
+L2:     CF.NE   r11, 0, L4
+        ALLOC   r17, 2
+        EXCH    f2, [r17 + 1]
+        PUSH    r0
+        POP     r0
+L8:     BR.LE   r0, r2, L10
+L9:     JMP     L11
+L10:    CF      L8
+L11:    CF.GT   r0, r2, L9
+        EXCH    f2, [r17 + 1]
+        FREE    r17, 2
+        INC     r11
+L3:     BR.EQ   r11, 1, L5
+L4:     JMP     L2
+L5:     CF      L3
+        SUB     r11, 1
+        UNCALL  helper, r1, r0, f0, f1
+.end
+"""
+
+@pytest.mark.parametrize("hashseed", ["1", "2", "3"])
+def test_a_loop_that_swaps_two_registers_is_compiled_correctly(tmp_path, hashseed):
+    """A random program (found by fuzzing) that LLVM's early tail duplication miscompiled
+    in the LLVM llvmlite ships: the swap on the helper's back edge was made twice on one
+    path. rvm turns that pass off (llvm.safe_codegen). Fresh processes with fixed hash
+    seeds, since the order of the function's locals (and so whether the bug shows)
+    follows Python's string hashing; without the workaround all three gave wrong
+    results."""
+    import os
+    import subprocess
+    import sys
+    script = (
+        "import rvm, sys\n"
+        "text = sys.stdin.read()\n"
+        "bad = 0\n"
+        "for a in range(-9, 10, 2):\n"
+        "    for c in range(-9, 10, 3):\n"
+        "        args = (a, 9, c, -1.125, -0.25, 0.625)\n"
+        "        want = rvm.assemble(text).call('main', *args, engine='python')\n"
+        "        got = rvm.assemble(text).call('main', *args, engine='native')\n"
+        "        bad += want != got\n"
+        "print(bad)\n")
+    env = dict(os.environ, PYTHONHASHSEED=hashseed, RVM_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", script], input=SWAP_LOOP, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-1] == "0"
+
+
 def test_batch_loops_agree_with_the_python_engine(monkeypatch):
     """rvm.vmap of a call, a gradient and a Jacobian: one LLVM loop over the rows (numba
     is not needed), the same numbers as row by row on the python engine."""

@@ -70,7 +70,21 @@ def _llvm():
     import llvmlite.ir as ir
     ll.initialize_native_target()
     ll.initialize_native_asmprinter()
+    safe_codegen()
     return ll, ir, _target_machine()
+
+
+@functools.cache
+def safe_codegen() -> None:
+    """Turn off LLVM's early (before register allocation) tail duplication, for every
+    compile in this process (numba's too: they share one LLVM). In the LLVM that llvmlite
+    ships (up to 22.1) it can miscompile a loop whose phis take each other's values (two
+    registers swapped on a back edge): the swap's copies were made twice on one path,
+    and a random program gave wrong results (LLVM's fix: "[TailDuplicator] Fix
+    miss-compile with PHI referencing each other in TailBB"). The later tail duplication,
+    after register allocation, still runs."""
+    import llvmlite.binding as ll
+    ll.set_option("rvm", "-disable-early-taildup")
 
 
 def _target_machine():
@@ -986,8 +1000,9 @@ def _kinds(source: str) -> dict:
 
 @functools.cache
 def _lowering_digest() -> str:
-    """A digest of this module's text: machine code cached by one version of the lowering
-    is never loaded by another (an editable install changes without a version number)."""
+    """A digest of this module's text (the lowering and the code generator's options):
+    machine code cached by one version is never loaded by another (an editable install
+    changes without a version number)."""
     import hashlib
     return hashlib.sha256(pathlib.Path(__file__).read_bytes()).hexdigest()[:16]
 

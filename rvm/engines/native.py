@@ -348,6 +348,9 @@ class Functions(dict):
             if name in self:
                 return self[name]
         if self.numba is None:
+            from .llvm import safe_codegen
+            with contextlib.suppress(ImportError, AttributeError):
+                safe_codegen()          # numba's LLVM is ours (see there)
             self.numba = build(*self.compiled.native_source(), self.tol)
         return self.numba[name]
 
