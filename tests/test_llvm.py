@@ -345,6 +345,24 @@ def test_a_damaged_cached_object_is_compiled_again_not_loaded(tmp_path, damage):
     assert obj.read_bytes() == data             # written again, whole
 
 
+def test_a_changed_lowering_never_loads_old_machine_code(tmp_path, monkeypatch):
+    """The cached object's name follows the LLVM back end's own text too: machine code
+    from another version of the lowering (an editable install changes without a
+    version number) is compiled again, not loaded."""
+    from rvm.engines.native import Functions
+    monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path))
+    p = rvm.assemble(".func t(f0, r0)\n    ADD f0, r0\n.end\n")
+    Functions(compiled(p, True, native=True), 1e-9)
+    first = set(tmp_path.glob("rvm_llvm_*.o"))
+    Functions(compiled(p, True, native=True), 1e-9)
+    assert set(tmp_path.glob("rvm_llvm_*.o")) == first and len(first) == 1
+    monkeypatch.setattr(llvm, "_lowering_digest", lambda: "another lowering")
+    funcs = Functions(compiled(p, True, native=True), 1e-9)
+    assert len(set(tmp_path.glob("rvm_llvm_*.o")) - first) == 1
+    top = np.array([0, 1000], np.int64)
+    assert funcs["F0_fw"](None, None, None, top, 1.5, 2) == (3.5, 2)
+
+
 def test_heap_programs_in_gradient_mode_agree_with_the_python_engine():
     """The gradient forms of the heap helpers (a push keeps the shadow, a pop restores
     it) and of exchanges with heap cells, on LLVM code."""

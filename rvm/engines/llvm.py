@@ -1002,9 +1002,14 @@ def _kinds(source: str) -> dict:
 def _lowering_digest() -> str:
     """A digest of this module's text (the lowering and the code generator's options):
     machine code cached by one version is never loaded by another (an editable install
-    changes without a version number)."""
+    changes without a version number). Where the text cannot be read (a frozen
+    install), the package's version stands in."""
     import hashlib
-    return hashlib.sha256(pathlib.Path(__file__).read_bytes()).hexdigest()[:16]
+    try:
+        return hashlib.sha256(pathlib.Path(__file__).read_bytes()).hexdigest()[:16]
+    except OSError:
+        from .. import __version__
+        return __version__
 
 
 def functions(source: str, fused: dict, batches: dict, tol: float, runs: bool = True) -> dict:
@@ -1016,8 +1021,9 @@ def functions(source: str, fused: dict, batches: dict, tol: float, runs: bool = 
     put there."""
     from . import cache
     ll, _, tm = _llvm()
-    stamp = f"{_lowering_digest()}|{ll.llvm_version_info}|{tm.triple}|{ll.get_host_cpu_name()}|" \
-        f"{ll.get_host_cpu_features().flatten()}|{sys.version}|{tol!r}|" \
+    stamp = f"{_lowering_digest()}|{ll.llvm_version_info}|{tm.triple}|" \
+        f"{ll.get_host_cpu_name()}|{ll.get_host_cpu_features().flatten()}|{sys.version}|" \
+        f"{tol!r}|" \
         f"{sorted(fused.items())}|{sorted(batches.items())}|{runs}"
     obj = cache.load_object(stamp + source, lambda: compile_ir(ir_module(source, tol, fused,
                                                                            batches, runs)))
