@@ -28,7 +28,8 @@ import sys
 import tempfile
 from collections.abc import Callable
 
-VERSION = "1"          # bump when the generated code's conventions change
+VERSION = "2"          # bump when the generated code, or how it is compiled, changes
+#                        (2: LLVM early tail duplication off, see llvm.safe_codegen)
 
 
 def directory() -> pathlib.Path | None:

@@ -1003,13 +1003,13 @@ def _lowering_digest() -> str:
     """A digest of this module's text (the lowering and the code generator's options):
     machine code cached by one version is never loaded by another (an editable install
     changes without a version number). Where the text cannot be read (a frozen
-    install), the package's version stands in."""
+    install), the cache's version stands in."""
     import hashlib
     try:
         return hashlib.sha256(pathlib.Path(__file__).read_bytes()).hexdigest()[:16]
     except OSError:
-        from .. import __version__
-        return __version__
+        from .cache import VERSION
+        return VERSION
 
 
 def functions(source: str, fused: dict, batches: dict, tol: float, runs: bool = True) -> dict:
