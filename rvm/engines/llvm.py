@@ -611,6 +611,28 @@ def _signature(ir, t: _Types, node: ast.FunctionDef):
     return ir.FunctionType(ret, heap + [t.of(n) for n in params]), params, returns
 
 
+def _py_function(ir, t: _Types, module, name: str):
+    """`rvm_py_<name>`, a CPython function (METH_FASTCALL: self, argument vector, argument
+    count) and a builder at its entry; with `api` (CPython's functions), `address(k, ty)`
+    (argument k, a Python int, as a pointer of type ty) and `checked()`, which returns
+    NULL from the function where converting the arguments raised a Python error."""
+    o = ir.IntType(8).as_pointer()
+    api = functools.partial(_api, ir, t, module)
+    fn = ir.Function(module, ir.FunctionType(o, [o, o.as_pointer(), t.i64]), f"rvm_py_{name}")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    argv = fn.args[1]
+    item = lambda k: b.load(b.gep(argv, [t.i64(k)]))
+    address = lambda k, ty: b.bitcast(b.call(api("PyLong_AsVoidPtr"), [item(k)]), ty)
+
+    def checked():
+        null = fn.append_basic_block("null")
+        with b.goto_block(null):
+            b.ret(ir.Constant(o, None))
+        _guard(b, b.icmp_unsigned("!=", b.call(api("PyErr_Occurred"), []),
+                                  ir.Constant(o, None)), null)
+    return fn, b, api, item, address, checked
+
+
 def _entry(ir, t: _Types, module, name: str, inner, returns: list[str], fused=None):
     """`rvm_py_<name>`, a CPython function (METH_FASTCALL) that runs `inner`: its arguments
     are the addresses of the state array, the heap's cells and their shadows, the heap's
@@ -618,38 +640,28 @@ def _entry(ir, t: _Types, module, name: str, inner, returns: list[str], fused=No
     as a tuple, or the fault code (the caller raises Fault). A wrong number of arguments
     is a fault too; a wrong type raises Python's own error (TypeError, OverflowError).
 
-    `fused` = (the forward function, its parameter count, its result names, budget?):
+    `fused` = (the forward function, its result names, budget?):
     run it first, then `inner` (the gradient pass) from its results and the seeds, and
     return the pair (values, gradient pass results); the heap top must be back where it
     was, and the step budget is set afresh for each pass: from the budget argument, on
     an empty heap (as the numba engine's vgs), or as found in the state array (vg)."""
-    o = ir.IntType(8).as_pointer()
-    api = functools.partial(_api, ir, t, module)
-    fn = ir.Function(module, ir.FunctionType(o, [o, o.as_pointer(), t.i64]), f"rvm_py_{name}")
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    _, argv, nargs = fn.args
+    fn, b, api, item, address, checked = _py_function(ir, t, module, name)
     first = fused[0] if fused else inner
     nparams = len(first.function_type.args) - 5
     extra = (len(inner.function_type.args) - 5 - nparams) if fused else 0
-    lead = [t.i64] if fused and fused[3] else []
+    lead = [t.i64] if fused and fused[2] else []
     types = lead + list(first.function_type.args[5:]) + [t.f64] * extra
     code = b.alloca(t.i64, name="fault")
     b.store(t.i64(FAULT), code)
     fault = fn.append_basic_block("fault")
     with b.goto_block(fault):
         b.ret(b.call(api("PyLong_FromLongLong"), [b.load(code)]))
-    null = fn.append_basic_block("null")
-    with b.goto_block(null):
-        b.ret(ir.Constant(o, None))
-    _guard(b, b.icmp_signed("!=", nargs, t.i64(4 + len(types))), fault)
-    item = lambda k: b.load(b.gep(argv, [t.i64(k)]))
-    address = lambda k, ty: b.bitcast(b.call(api("PyLong_AsVoidPtr"), [item(k)]), ty)
+    _guard(b, b.icmp_signed("!=", fn.args[2], t.i64(4 + len(types))), fault)
     S, H, G = address(0, t.ptr), address(1, t.ptr), address(2, t.fptr)
     cap = b.call(api("PyLong_AsLongLong"), [item(3)])
     rest = [b.call(api("PyFloat_AsDouble" if ty == t.f64 else "PyLong_AsLongLong"),
                    [item(k + 4)]) for k, ty in enumerate(types)]
-    _guard(b, b.icmp_unsigned("!=", b.call(api("PyErr_Occurred"), []), ir.Constant(o, None)),
-           null)
+    checked()
     state = lambda k: b.gep(S, [t.i64(k)])
 
     def run(f, values):
@@ -670,24 +682,25 @@ def _entry(ir, t: _Types, module, name: str, inner, returns: list[str], fused=No
         return tup
 
     if fused:
-        if fused[3]:
+        if fused[2]:
             budget = rest.pop(0)
             b.store(t.i64(0), state(0))
             b.store(budget, state(1))
         else:
             budget = b.load(state(1))
         top = b.load(state(0))
-        o_ = run(first, rest[:nparams])
+        forward = run(first, rest[:nparams])
         moved = b.icmp_signed("!=", b.load(state(0)), top)    # a heap block left allocated
         b.store(t.i64(FAULT), code)
         _guard(b, moved, fault)
         b.store(budget, state(1))
-        values = [b.extract_value(o_, k) for k in range(nparams)] + rest[nparams:]
+        values = [b.extract_value(forward, k) for k in range(nparams)] + rest[nparams:]
         back = run(inner, values)
         b.store(budget, state(1))
-        out = pack([pack(boxed(o_, fused[2])), pack(boxed(back, returns))])
+        out = pack([pack(boxed(forward, fused[1])), pack(boxed(back, returns))])
     else:
         out = pack(boxed(run(inner, rest), returns))
+    o = ir.IntType(8).as_pointer()
     failed = fn.append_basic_block()     # out of memory: an item is missing
     ok = fn.append_basic_block()
     b.cbranch(b.icmp_unsigned("!=", b.call(api("PyErr_Occurred"), []), ir.Constant(o, None)),
@@ -730,14 +743,10 @@ def _batch_entry(ir, t: _Types, module, name: str, mode: str, fw, gbw):
     addresses of the result columns [vgsb: and of the gradient columns; jsb: of the
     gradient array (rows x seed rows x float parameters)]. The result: 0, or the
     first fault's code (the caller runs the rows one by one to report it)."""
-    o = ir.IntType(8).as_pointer()
-    api = functools.partial(_api, ir, t, module)
+    fn, b, api, item, pointer, checked = _py_function(ir, t, module, name)
     ptypes = list(fw.function_type.args[5:])
     k = len(ptypes)
     floats = [j for j, ty in enumerate(ptypes) if ty == t.f64]
-    fn = ir.Function(module, ir.FunctionType(o, [o, o.as_pointer(), t.i64]), f"rvm_py_{name}")
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    _, argv, nargs = fn.args
     head = 3 if mode == "jsb" else 2
     seeds = len(floats) if mode == "vgsb" else (1 if mode == "jsb" else 0)
     outs = k + (len(floats) if mode == "vgsb" else (1 if mode == "jsb" else 0))
@@ -745,11 +754,9 @@ def _batch_entry(ir, t: _Types, module, name: str, mode: str, fw, gbw):
     wrong = fn.append_basic_block()
     with b.goto_block(wrong):
         b.ret(b.call(api("PyLong_FromLongLong"), [t.i64(FAULT)]))
-    _guard(b, b.icmp_signed("!=", nargs, t.i64(count)), wrong)
-    item = lambda j: b.load(b.gep(argv, [t.i64(j)]))
+    _guard(b, b.icmp_signed("!=", fn.args[2], t.i64(count)), wrong)
     integer = lambda j: b.call(api("PyLong_AsLongLong"), [item(j)])
-    address = lambda j, ty: b.bitcast(b.call(api("PyLong_AsVoidPtr"), [item(j)]),
-                                      ty.as_pointer())
+    address = lambda j, ty: pointer(j, ty.as_pointer())
     budget, n = integer(0), integer(1)
     nseeds = integer(2) if mode == "jsb" else None
     cols = [address(head + j, ty) for j, ty in enumerate(ptypes)]
@@ -761,11 +768,7 @@ def _batch_entry(ir, t: _Types, module, name: str, mode: str, fw, gbw):
     at += seeds
     results = [address(at + j, ty) for j, ty in enumerate(ptypes)]
     grads = [address(at + k + j, t.f64) for j in range(outs - k)]
-    null = fn.append_basic_block()
-    with b.goto_block(null):
-        b.ret(ir.Constant(o, None))
-    _guard(b, b.icmp_unsigned("!=", b.call(api("PyErr_Occurred"), []), ir.Constant(o, None)),
-           null)
+    checked()
     S, flag, code = b.alloca(t.i64, t.i64(2)), b.alloca(t.i64), b.alloca(t.i64)
     b.store(t.i64(0), code)
     saved = b.call(api("PyEval_SaveThread"), [])
@@ -836,7 +839,7 @@ def ir_module(source: str, tol: float, fused: dict, batches: dict, runs: bool = 
         _entry(ir, t, module, node.name, f, returns)
     for name, (fw, gbw, budget) in fused.items():
         _entry(ir, t, module, name, functions[gbw][0], functions[gbw][2],
-               fused=(functions[fw][0], len(functions[fw][1]), functions[fw][2], budget))
+               fused=(functions[fw][0], functions[fw][2], budget))
     for name, (mode, fw, gbw) in batches.items():
         _batch_entry(ir, t, module, name, mode, functions[fw][0], functions[gbw][0])
     return str(module)
