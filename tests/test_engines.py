@@ -519,3 +519,156 @@ def test_a_check_repeated_on_unchanged_registers_is_made_once(engine):
     assert p.uncall("f", 1, 2, 0.5, engine=engine) == (0, 2, 0.5)
     with pytest.raises(rvm.RvmError, match="r0 < r1"):
         p.uncall("f", 2, 2, 0.5, engine=engine)
+
+
+# ------------------------------------------------------------------ counted loops
+# The python engine runs a block that loops onto itself with a counter stepping by one
+# as a Python for loop, after testing on entry what the general loop tests per pass.
+COUNTED = """
+.func up(r0, r1, f0, f1)       ; r1 counts up to r0; f1 += f0 * (count), f0 += sin f1
+top:    CF.NE  r1, 0, back
+        ADD.mul f1, f0, 0.5
+        ADD.sin f0, f1
+        INC    r1
+exit:   BR.EQ  r1, r0, done
+back:   JMP    top
+done:   CF     exit
+.end
+.func down(r0, r2, f0)         ; r1 counts from r0 down to 0; r2 += r1 before each step
+        ADD    r1, r0
+top:    CF.LT  r1, r0, back
+        ADD    r2, r1
+        SUB    r1, 1
+        MUL    f0, 1.25
+back:   BR.NE  r1, 0, top
+.end
+.func first(r0, r1, r2)        ; the back edge's check fails on the first pass
+top:    CF.LT  r1, r2, back
+        INC    r1
+exit:   BR.EQ  r1, r0, done
+back:   JMP    top
+done:   CF     exit
+.end
+.func upto(r0, r2)             ; r1 counts up while r1 <= r0: r2 += r1 after each step
+top:    CF.NE  r1, 0, back
+        INC    r1
+        ADD    r2, r1
+back:   BR.LE  r1, r0, top
+        SUB    r1, r0
+        SUB    r1, 1
+.end
+"""
+
+
+def outcome(thunk):
+    try:
+        return thunk()
+    except rvm.RvmError as e:
+        return type(e).__name__, str(e)
+
+
+def engines_agree(program, name, args, loss=None, **options):
+    """call, uncall of its results and (with loss) the gradient agree on every engine,
+    results or errors alike (the same error, found by the same instruction)."""
+    def run(engine):
+        out = outcome(lambda: program.call(name, *args, engine=engine, **options))
+        back = outcome(lambda: program.uncall(name, *out, engine=engine, **options)) \
+            if isinstance(out, tuple) and not isinstance(out[0], str) else None
+        grad = outcome(lambda: rvm.grad(program[name], loss=loss, engine=engine, **options)(
+            *args)) if loss is not None else None
+        return out, back, grad
+    seen = {engine: run(engine) for engine in ENGINES}
+    for engine in ENGINES[1:]:
+        for a, b in zip(seen["interp"], seen[engine]):
+            assert a == b if a is None or isinstance(a[0], str) else same(a, b), \
+                (engine, a, b)
+    return seen["interp"]
+
+
+def test_counted_loops_agree_with_the_interpreter():
+    p = rvm.assemble(COUNTED, "counted.rasm")
+    out, back, _ = engines_agree(p, "up", (5, 0, 0.5, 1.0), loss="f0")
+    assert out[:2] == (5, 5) and back == (5, 0, 0.5, 1.0)
+    assert engines_agree(p, "down", (7, 0, 1.0), loss="f0")[0] == (7, 28, 1.25 ** 7)
+    assert engines_agree(p, "upto", (3, 0))[0] == (3, 1 + 2 + 3 + 4)
+    assert engines_agree(p, "up", (1, 0, 0.5, 1.0), loss="f1")[0][1] == 1   # one pass
+
+
+def test_a_counted_loop_fails_where_the_general_loop_would():
+    p = rvm.assemble(COUNTED, "counted.rasm")
+    out = engines_agree(p, "first", (5, 0, 0))[0]
+    assert out[0] == "InvertibilityError" and "comefrom" in out[1]
+    # the counter starts past its end: the loop wraps around the int64 range
+    out = engines_agree(p, "up", (-3, 0, 0.5, 1.0), max_steps=10_000)[0]
+    assert out[0] == "MachineError" and "budget" in out[1]
+    # r1 <= INT64_MAX always holds: the counter wraps, and the budget runs out
+    big = 2 ** 63 - 1
+    assert engines_agree(p, "upto", (big, 0), max_steps=10_000)[0][0] == \
+        "MachineError"
+    # a trip count far past the budget: refused on entry, not after 10^12 passes
+    assert engines_agree(p, "up", (10 ** 12, 0, 0.5, 1.0), max_steps=10_000)[0][0] == \
+        "MachineError"
+    # the loop's steps exactly fill the budget, and one step fewer
+    steps = rvm.Machine(p, engine="interp")
+    steps.enter("up", 40, 0, 0.5, 1.0)
+    need = steps.run(1)
+    assert isinstance(engines_agree(p, "up", (40, 0, 0.5, 1.0), max_steps=need)[0][0], int)
+    assert engines_agree(p, "up", (40, 0, 0.5, 1.0), max_steps=need - 1)[0][0] == \
+        "MachineError"
+
+
+def test_a_counted_loop_reports_a_float_that_stops_being_finite():
+    p = rvm.assemble("""
+.func grow(r0, f0, f1)
+top:    CF.NE  r1, 0, back
+        ADD.mul f1, f0, f0
+        SWAP   f0, f1
+        INC    r1
+exit:   BR.EQ  r1, r0, done
+back:   JMP    top
+done:   CF     exit
+        SUB    r1, r0
+.end
+""", "grow.rasm")
+    assert engines_agree(p, "grow", (5, 2.0, 0.0))[0][1] > 0
+    out = engines_agree(p, "grow", (40, 2.0, 0.0))[0]     # 2 ** (2 ** 40) overflows
+    assert out[0] == "InvertibilityError" and "not finite" in out[1]
+
+
+def test_a_pure_call_is_computed_once_while_its_arguments_are_unchanged():
+    from rvm.engines.templates import common_calls
+    lines = ["    f3 = f3 + math.sin(f0)", "    f1 = f1 - f2 * f3", "    f3 = f3 - math.sin(f0)",
+             "    f0, f1 = f1, f0", "    f3 = f3 + math.sin(f0)"]
+    assert common_calls(lines) == [
+        "    _c1 = math.sin(f0)", "    f3 = f3 + _c1", "    f1 = f1 - f2 * f3",
+        "    f3 = f3 - _c1", "    f0, f1 = f1, f0", "    f3 = f3 + math.sin(f0)"]
+    # not across control flow
+    assert common_calls(["    f3 = f3 + math.sin(f0)", "    if r0 == 1:",
+                         "        f3 = f3 - math.sin(f0)"])[0] == "    f3 = f3 + math.sin(f0)"
+
+
+def test_only_shadows_that_nothing_reads_are_dropped():
+    from rvm.engines.templates import dead_shadows
+    lines = ["def f(M, f0, gf0):", "    gf1 = 0.0", "    gf2 = 0.0", "    if f0 > 0:",
+             "        gf2 += gf0 * f0", "    gf1 += gf0 * 2.0", "    gf0 += gf1 * 3.0",
+             "    return (f0, gf0, )"]
+    assert dead_shadows(lines) == lines[:2] + ["    if f0 > 0:", "        pass"] + lines[5:]
+
+
+def test_int64_sums_wrap_at_both_ends_on_every_engine():
+    p = rvm.assemble("""
+.func edges(r0, r1, r2, r3)
+        ADD    r0, r1
+        SUB    r2, r3
+        NEG    r3
+        INC    r1
+        DEC    r2
+        ADD    r0, -9223372036854775808
+.end
+""", "edges.rasm")
+    big, small = 2 ** 63 - 1, -2 ** 63
+    for args in [(big, big, small, big), (small, small, big, small), (small, big, 0, small),
+                 (1, -1, small, 1)]:
+        out = engines_agree(p, "edges", args)[0]
+        assert all(small <= v <= big for v in out)
+    assert engines_agree(p, "edges", (big, big, small, big))[0] == (big - 1, small, 0, -big)

@@ -7,7 +7,8 @@ leapfrog loop) to the end forwards, then backwards from the results, and prints 
 instruction rates of the stepping interpreter, then the same rates for the compiled
 engines (instructions counted by the interpreter, divided by the compiled run's time) and
 their speed-up, beside the same loops written by hand in plain Python (the fair reference
-for the python engine). Each figure is the best of 3 runs.
+for the python engine); then the time of one leapfrog gradient (forwards, then backwards
+with adjoints) on each engine and by hand. Each figure is the best of 3 runs.
 """
 
 import argparse
@@ -62,6 +63,27 @@ def leapfrog_by_hand(q, p, n):
     return q, p, n
 
 
+def leapfrog_gradient_by_hand(q, p, n):
+    """d q_n / d (q, p): the loop forwards, then backwards with the adjoints."""
+    dt, t, sin, cos = 0.001, 0.0, math.sin, math.cos
+    for _ in range(n):
+        t += sin(q)
+        p -= dt * t
+        t -= sin(q)
+        q += dt * p
+    gq, gp, gt = 1.0, 0.0, 0.0
+    for _ in range(n):
+        q -= dt * p
+        gp += gq * dt
+        t += sin(q)
+        gq -= gt * cos(q)
+        p += dt * t
+        gt -= gp * dt
+        t -= sin(q)
+        gq += gt * cos(q)
+    return gq, gp, None
+
+
 HAND = {"fib": fib_by_hand, "leapfrog": leapfrog_by_hand}
 
 
@@ -79,7 +101,8 @@ def pytest_approx(values):
     """Equal up to float rounding (the hand-written loop may round differently)."""
     class Approx(tuple):
         def __eq__(self, other):
-            return all(math.isclose(x, y, rel_tol=1e-9) for x, y in zip(self, other))
+            return all(x is y if x is None else math.isclose(x, y, rel_tol=1e-9)
+                       for x, y in zip(self, other))
     return Approx(values)
 
 
@@ -113,6 +136,22 @@ def main():
                         p.uncall(n, *r, engine=e))
             print(f"{'':<18} {engine:<8} {steps:>9} {steps / f:>16,.0f} {steps / b:>17,.0f} "
                   f"{steps / f / fwd:>8.1f}x")
+    # the gradient: a forward pass, then the backward pass with adjoints (time per call)
+    program = cases[1][1]
+    args = (1.0, 0.0, n // 4)
+    print(f"\n{'leapfrog gradient':<18} {'engine':<8} {'passes':>9} {'ms per call':>16} "
+          f"{'':>17} {'speed-up':>9}")
+    times = {}
+    for engine in ["interp", "by hand", "python"] + (["native"] if native.available else []):
+        if engine == "by hand":
+            f = lambda: leapfrog_gradient_by_hand(*args)
+        else:
+            g = rvm.grad(program["leapfrog"], loss="f0", engine=engine)
+            f = lambda g=g: g(*args)
+        assert f() == pytest_approx(leapfrog_gradient_by_hand(*args)), engine
+        times[engine] = seconds(f)
+        print(f"{'':<18} {engine:<8} {n // 4:>9} {1e3 * times[engine]:>16.3f} {'':>17} "
+              f"{times['interp'] / times[engine]:>8.1f}x")
 
 
 if __name__ == "__main__":

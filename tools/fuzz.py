@@ -160,21 +160,32 @@ def case_program(rng: random.Random, engines=("python",)) -> str:
     outcome = "ok"
 
     def result(engine):
-        try:
-            return p.call("main", *args, engine=engine)
-        except rvm.RvmError as e:
-            return type(e).__name__
+        """The call's results, the uncall of them and a gradient (or the error types)."""
+        out = []
+        for run in (lambda: p.call("main", *args, engine=engine),
+                    lambda: p.uncall("main", *out[0], engine=engine),
+                    lambda: rvm.grad(p["main"], loss=3 + len(out[0]) % 3, engine=engine)(
+                        *args)):
+            try:
+                out.append(run())
+            except rvm.RvmError as e:
+                return out + [type(e).__name__]
+        return out
     ref = result("interp")
     for engine in engines:
         if engine == "native" and not native.available:
             continue
         got = result(engine)
-        if isinstance(ref, str) or isinstance(got, str):
-            if ref != got:
-                return "wrong"
-            outcome = "clean"
-        elif not _close(ref, got):
+        if len(got) != len(ref):
             return "wrong"
+        for a, b in zip(ref, got):
+            if isinstance(a, str) or isinstance(b, str):
+                if a != b:
+                    return "wrong"
+                outcome = "clean"
+            elif not _close(a, b):
+                return "wrong"
+    ref = ref[0]
     if isinstance(ref, tuple):
         # float reversibility is exact only up to rounding, which accumulates over a run
         # and grows with the magnitudes it reached (x + 1e16 - 1e16 is not x): integers
@@ -198,8 +209,9 @@ def case_program(rng: random.Random, engines=("python",)) -> str:
 def _close(a, b, tol: float = 1e-9) -> bool:
     """Integers exactly, floats up to rounding (x - 1 + 1 need not be x)."""
     return len(a) == len(b) and all(
-        x == y if isinstance(x, int) and isinstance(y, int)
-        else math.isclose(x, y, rel_tol=1e-9, abs_tol=max(tol, 1e-9)) for x, y in zip(a, b))
+        x == y if x is None or y is None or (isinstance(x, int) and isinstance(y, int))
+        else math.isclose(x, y, rel_tol=1e-9, abs_tol=max(tol, 1e-9)) or (x != x and y != y)
+        for x, y in zip(a, b))
 
 
 def case_frontend(rng: random.Random) -> str:

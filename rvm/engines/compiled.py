@@ -22,10 +22,12 @@ import functools
 import math
 import re
 
+import attrs
+
 from ..core import isa
 from ..core.errors import InvertibilityError, MachineError
 from ..core.inverse import inverse_function
-from ..core.program import Function, Program, Reg
+from ..core.program import Function, Imm, Mem, Program, Reg
 from . import templates
 from .templates import Fault, Limit, Operands, condition, esc, fault, render, shows
 
@@ -61,12 +63,149 @@ def _repeated(ins, checked: set) -> bool:
     return False
 
 
+def _cost(code) -> int:
+    """Steps the interpreter counts for these instructions (a call: entering and leaving)."""
+    return sum(2 if ins.op in isa.CALLS else 1 for ins in code)
+
+
+def _written(ins) -> set:
+    """The registers ins may change (a call: all it passes, by reference)."""
+    if ins.op in isa.CALLS:
+        return {a for a in ins.args[1:] if isinstance(a, Reg)}
+    return {a for a, kind in zip(ins.args, ins.spec.kinds) if kind in "DX" and isinstance(a, Reg)}
+
+
+def _mentioned(ins) -> set:
+    out = set()
+    for a in ins.args:
+        if isinstance(a, Reg):
+            out.add(a)
+        elif isinstance(a, Mem):
+            out |= {a.base} | ({a.off} if isinstance(a.off, Reg) else set())
+    return out
+
+
+_MIRROR = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "EQ": "EQ", "NE": "NE"}
+_STEPS = {"INC": 1, "DEC": -1, "ADD": 1, "SUB": -1}
+# a back edge's check `counter op z` for every counter value in lo..hi
+_RANGE = {"LT": "{{hi}} < {z}", "LE": "{{hi}} <= {z}", "GT": "{{lo}} > {z}",
+          "GE": "{{lo}} >= {z}", "NE": "not ({{lo}} <= {z} <= {{hi}})",
+          "EQ": "{{lo}} == {z} == {{hi}}"}
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+@attrs.frozen
+class Counted:
+    """A block that loops onto itself a number of times known when it is entered: one
+    integer register (the counter) changes by one per pass, and the block's branch
+    compares it with a value the block does not change."""
+
+    reg: Reg                    # the counter
+    step: int                   # +1 or -1 per pass
+    at: int                     # the instruction that steps it
+    end: str                    # its value after the last pass (an expression)
+    bounds: tuple               # guards that keep `end` in the int64 range
+    passed: int                 # instructions the back edge passes (charged per pass)
+    checks: tuple               # the back edge's comefrom checks, over counter values lo..hi
+    counter: bool               # nothing reads the counter before it steps: a for variable
+    floats: tuple | None        # float registers to test once after the loop (None: in it)
+    exit: int                   # where the loop goes when it ends
+    exit_jumped: bool
+
+
+def counted(w: _Writer, k: int, start: int, end: int) -> Counted | None:
+    """Block k as a counted loop, or None. The generated code tests, on entry, that the
+    trip count T fits the step budget and that every comefrom check of the back edge
+    holds for the counter values it would see; it then runs the block T times in a Python
+    for loop (no per-pass budget, exit test or comefrom check), else the general loop.
+    Where the block cannot move a float off its registers (no call, store or float
+    comparison into an integer), a non-finite float stays in a register (arithmetic keeps
+    it), so one finiteness test after the loop sees what a test per pass would."""
+    fn, code = w.fn, w.fn.code
+    last = code[end - 1]
+    if last.op not in isa.BRANCHES or last.op == "JMP":
+        return None
+    taken, _ = w.resolve(fn.labels[last.args[-1].name], True)
+    fall, _ = w.resolve(end, False)
+    loops = w.block_of(taken[-1][0]) == k
+    if loops == (w.block_of(fall[-1][0]) == k):
+        return None
+    back_target, back_jumped = (taken if loops else fall)[0]
+    back, passed = w.resolve(back_target, back_jumped)
+    out = (fall if loops else taken)[0]
+    cc = isa.condition(last.op) if loops else isa.NEGATED[isa.condition(last.op)]
+    body = [(i, code[i]) for i in range(start, end - 1) if code[i].op not in isa.COMEFROMS]
+    written = set().union(set(), *(_written(ins) for _, ins in body))
+
+    def invariant(x) -> bool:
+        return isinstance(x, Imm) or (isinstance(x, Reg) and x not in written)
+
+    def text(x) -> str:
+        return _local(x)[0] if isinstance(x, Reg) else f"({x.value!r})"
+
+    a, b = last.args[0], last.args[1]
+    if isinstance(a, Reg) and a in written and invariant(b):
+        reg, other, op = a, b, cc
+    elif isinstance(b, Reg) and b in written and invariant(a):
+        reg, other, op = b, a, _MIRROR[cc]
+    else:
+        return None
+    if reg.cls != isa.INT or other.cls != isa.INT:
+        return None
+    steps = [(i, ins) for i, ins in body if reg in _written(ins)]
+    if len(steps) != 1:
+        return None
+    at, ins = steps[0]
+    if ins.op in ("INC", "DEC"):
+        step = _STEPS[ins.op]
+    elif ins.op in ("ADD", "SUB") and isinstance(ins.args[1], Imm) and \
+            ins.args[1].value in (1, -1) and ins.args[1].cls == isa.INT:
+        step = _STEPS[ins.op] * ins.args[1].value
+    else:
+        return None
+    y = text(other)
+    if (step, op) in ((1, "LT"), (1, "NE"), (-1, "GT"), (-1, "NE")):
+        last_value, bounds = y, ()
+    elif (step, op) == (1, "LE"):
+        last_value, bounds = f"({y} + 1)", (f"{y} < {INT64_MAX}",)
+    elif (step, op) == (-1, "GE"):
+        last_value, bounds = f"({y} - 1)", (f"{y} > {INT64_MIN}",)
+    else:
+        return None
+    checks = []
+    for t, jumped in back if w.c.checks else ():
+        cf = code[t] if t < len(code) else None
+        if cf is None or cf.op not in isa.COMEFROMS or isa.condition(cf.op) is None:
+            continue
+        must = isa.condition(cf.op) if jumped else isa.NEGATED[isa.condition(cf.op)]
+        p, q = cf.args[0], cf.args[1]
+        if invariant(p) and invariant(q):
+            checks.append(f"{text(p)} {isa.CONDITIONS[must]} {text(q)}")
+        elif p == reg and invariant(q):
+            checks.append(_RANGE[must].format(z=text(q)))
+        elif q == reg and invariant(p):
+            checks.append(_RANGE[_MIRROR[must]].format(z=text(p)))
+        else:
+            return None
+    counter = not any(reg in _mentioned(ins) for i, ins in body if i < at)
+    floats = tuple(sorted({_local(r)[0] for r in written if r.cls == isa.FLOAT}))
+    for _, ins in body:
+        regs = _mentioned(ins)
+        if ins.op in isa.CALLS or (any(r.cls == isa.FLOAT for r in regs) and (
+                ins.op.startswith("XOR") or (ins.spec.group == "memory" and
+                ins.op not in isa.READS))):
+            floats = None
+    return Counted(reg, step, at, last_value, bounds, passed, tuple(checks), counter, floats,
+                   *out)
+
+
 class _Writer:
     """Python source for one function in one mode."""
 
     def __init__(self, compiled: Compiled, fn: Function, gradient: bool):
         self.c, self.fn, self.gradient = compiled, fn, gradient
         self.lines: list[str] = []
+        self.defer = False      # finiteness checked after a counted loop, not in it
 
     def emit(self, depth: int, text: str) -> None:
         self.lines.append("    " * depth + text)
@@ -118,7 +257,8 @@ class _Writer:
         else:
             template = spec.forward[ops.cls]
         for line in render(template, ops, deferred=True):
-            self.emit(depth, line)
+            if not (self.defer and line == "_fin += _v - _v"):
+                self.emit(depth, line)
 
     def resolve(self, target: int, jumped: bool) -> tuple[list[tuple[int, bool]], int]:
         """The arrivals a transfer to `target` makes, and the instructions it passes: a
@@ -175,6 +315,83 @@ class _Writer:
             out.add(self.block_of(self.resolve(end, False)[0][-1][0]))
         return out
 
+    def block_body(self, depth: int, k: int, start: int, end: int) -> None:
+        """Block k, [start, end): its instructions, then the transfer at its end."""
+        code, fn = self.fn.code, self.fn
+        # the step budget counts instructions as the interpreter does (a call: two
+        # steps, entering and leaving, besides the callee's own), charged per block
+        self.emit(depth, f"_n -= {_cost(code[start:end])}")
+        last = None
+        before = len(self.lines)
+        checked: set = set()        # ASSERTs made in this block on unchanged registers
+        for i in range(start, end):
+            ins = code[i]
+            last = ins
+            if ins.op in isa.COMEFROMS or _repeated(ins, checked):
+                continue
+            if ins.op in isa.BRANCHES:
+                t = fn.labels[ins.args[-1].name]
+                if ins.op == "JMP":
+                    self.goto(depth, k, t, True)
+                else:
+                    ops = Operands(fn, ins, {}, _local)
+                    self.emit(depth, f"if {condition(ops, isa.condition(ins.op))}:")
+                    self.goto(depth + 1, k, t, True)
+                    self.emit(depth, "else:")
+                    self.goto(depth + 1, k, i + 1, False)
+            elif ins.op in isa.CALLS:
+                self.call(depth, ins)
+            else:
+                self.instruction(depth, ins)
+        if last is None or last.op not in isa.BRANCHES:
+            if len(self.block) > 1:
+                self.goto(depth, k, end, False)
+            else:
+                self.arrive(depth, end, False)
+        if len(self.lines) == before:
+            self.emit(depth, "pass")
+
+    def counted_loop(self, depth: int, k: int, start: int, end: int, c: Counted) -> None:
+        """`if <the loop's trip count is known and its checks hold>:` the block run by a
+        Python for loop (see counted), then its exit."""
+        code = self.fn.code
+        rv, cost = _local(c.reg)[0], _cost(code[start:end])
+        trips = f"({c.end} - {rv})" if c.step > 0 else f"({rv} - {c.end})"
+        first, last = (f"{rv} + 1", f"{c.end} - 1") if c.step > 0 else \
+            (f"{c.end} + 1", f"{rv} - 1")
+        guards = [f"{rv} < {c.end}" if c.step > 0 else f"{c.end} < {rv}", *c.bounds,
+                  f"{trips} * {cost + c.passed} <= _n"]
+        guards += [check.format(lo=first, hi=last) for check in c.checks]
+        self.emit(depth, f"if {' and '.join(guards)}:")
+        depth += 1
+        self.emit(depth, f"_n -= {trips} * {cost + c.passed} - {c.passed}")
+        if c.counter:
+            self.emit(depth, f"for {rv} in range({rv} {'+' if c.step > 0 else '-'} 1, "
+                             f"{c.end} {'+' if c.step > 0 else '-'} 1"
+                             f"{'' if c.step > 0 else ', -1'}):")
+        else:
+            self.emit(depth, f"for _ in range({trips}):")
+        before = len(self.lines)
+        checked: set = set()
+        self.defer = c.floats is not None
+        for i in range(start, end - 1):
+            ins = code[i]
+            if ins.op in isa.COMEFROMS or _repeated(ins, checked):
+                continue
+            if i == c.at:
+                if not c.counter:
+                    self.emit(depth + 1, f"{rv} = {rv} {'+' if c.step > 0 else '-'} 1")
+            elif ins.op in isa.CALLS:
+                self.call(depth + 1, ins)
+            else:
+                self.instruction(depth + 1, ins)
+        self.defer = False
+        if len(self.lines) == before:
+            self.emit(depth + 1, "pass")
+        if c.floats:
+            self.emit(depth, "_fin += " + " + ".join(f"({x} - {x})" for x in c.floats))
+        self.goto(depth, k, c.exit, c.exit_jumped)
+
     def source(self, name: str) -> str:
         fn, code = self.fn, self.fn.code
         n = len(code)
@@ -205,41 +422,14 @@ class _Writer:
                 self.emit(3, f"{'if' if k == 0 else 'elif'} _b == {k}:")
                 depth = 4
                 if k in self.targets(start, end):     # the block loops onto itself
-                    self.emit(4, "while True:")
-                    self.inner, depth = True, 5
-            # the step budget counts instructions as the interpreter does (a call: two
-            # steps, entering and leaving, besides the callee's own), charged per block
-            cost = sum(2 if ins.op in isa.CALLS else 1 for ins in code[start:end])
-            self.emit(depth, f"_n -= {cost}")
-            last = None
-            before = len(self.lines)
-            checked: set = set()        # ASSERTs made in this block on unchanged registers
-            for i in range(start, end):
-                ins = code[i]
-                last = ins
-                if ins.op in isa.COMEFROMS or _repeated(ins, checked):
-                    continue
-                if ins.op in isa.BRANCHES:
-                    t = fn.labels[ins.args[-1].name]
-                    if ins.op == "JMP":
-                        self.goto(depth, k, t, True)
-                    else:
-                        ops = Operands(fn, ins, {}, _local)
-                        self.emit(depth, f"if {condition(ops, isa.condition(ins.op))}:")
-                        self.goto(depth + 1, k, t, True)
+                    loop_info = None if self.c.native else counted(self, k, start, end)
+                    if loop_info is not None:
+                        self.counted_loop(depth, k, start, end, loop_info)
                         self.emit(depth, "else:")
-                        self.goto(depth + 1, k, i + 1, False)
-                elif ins.op in isa.CALLS:
-                    self.call(depth, ins)
-                else:
-                    self.instruction(depth, ins)
-            if last is None or last.op not in isa.BRANCHES:
-                if loop:
-                    self.goto(depth, k, end, False)
-                else:
-                    self.arrive(depth, end, False)
-            if len(self.lines) == before:
-                self.emit(depth, "pass")
+                        depth += 1
+                    self.emit(depth, "while True:")
+                    self.inner, depth = True, depth + 1
+            self.block_body(depth, k, start, end)
         if self.c.checks:
             for r in fn.locals:
                 value = _local(r)[0]
@@ -269,9 +459,15 @@ class Compiled:
                 self.bodies[self.name(fname, mode)] = body
                 # generated Python: direct assignments, finiteness once per straight run,
                 # math functions as local names
-                parts.append(re.sub(r"\bmath\.(\w+)\(", r"_math_\1(",
-                                    "\n".join(templates.straighten(body.split("\n")))))
-        used = sorted(set(re.findall(r"\b_math_(\w+)\(", "\n".join(parts))))
+                lines = templates.straighten(body.split("\n"))
+                lines = templates.common_calls(templates.dead_shadows(lines))
+                lines = templates.wrap_once(lines)
+                text = re.sub(r"\bmath\.(\w+)\(", r"_m_\1(", "\n".join(lines))
+                names = sorted(set(re.findall(r"\b_m_(\w+)\(", text)))
+                head, _, rest = text.partition("\n")
+                text = "\n".join([head] + [f"        _m_{x} = _math_{x}" for x in names] + [rest])
+                parts.append(text)
+        used = sorted(set(re.findall(r"\b_m_(\w+)\(", "\n".join(parts))))
         parts[1:1] = [f"    _math_{name} = math.{name}" for name in used]
         parts.append("    return {" + ", ".join(
             f"'{self.name(f, m)}': {self.name(f, m)}" for f in program.functions

@@ -238,3 +238,96 @@ def straighten(lines: list[str]) -> list[str]:
             continue
         out.append(line)
     return out
+
+
+# Three more passes over one generated Python function (the python engine's; native code
+# leaves these to LLVM).
+_TARGETS = re.compile(r"(\w+(?:, \w+)*),? (?:=|\+=|-=) ")
+_ACCUMULATE = re.compile(r"(g[rf]\d+) (?:\+=|-=|=) (.*)")
+_PURE_CALL = re.compile(r"\b(?:math\.\w+|sign|dpow_db)\([\w. +\-*/]*\)")
+_NAME = re.compile(r"[A-Za-z_]\w*")
+
+
+def dead_shadows(lines: list[str]) -> list[str]:
+    """Drop the updates of gradient shadows that nothing reads (a local's shadow the
+    gradient pass accumulates but never passes on, like that of a constant step size):
+    a shadow is dead when every line naming it only adds into it."""
+    lines = list(lines)
+    while True:
+        uses: dict[str, list[int]] = {}
+        for k, line in enumerate(lines):
+            for name in set(re.findall(r"\bg[rf]\d+\b", line)):
+                uses.setdefault(name, []).append(k)
+        dead = set()
+        for name, where in uses.items():
+            for k in where:
+                m = _ACCUMULATE.fullmatch(lines[k].strip())
+                if not m or m.group(1) != name or re.search(rf"\b{name}\b", m.group(2)):
+                    break
+            else:
+                dead.update(where)
+        if not dead:
+            break
+        lines = [line for k, line in enumerate(lines) if k not in dead]
+    out = []
+    for k, line in enumerate(lines):        # a block left empty gets a `pass`
+        out.append(line)
+        if line.rstrip().endswith(":"):
+            ind = len(line) - len(line.lstrip())
+            nxt = lines[k + 1] if k + 1 < len(lines) else ""
+            if len(nxt) - len(nxt.lstrip()) <= ind:
+                out.append(" " * (ind + 4) + "pass")
+    return out
+
+
+def common_calls(lines: list[str]) -> list[str]:
+    """Within a straight run, a pure function called again on arguments nothing has
+    changed since (sin q when a step adds it and a later one takes it back out) is
+    computed once, into a temporary."""
+    out: list[str] = []
+    before: dict[int, list[str]] = {}
+    seen: dict[str, list] = {}          # call -> [index in out, temporary or None]
+    ind = None
+    temps = 0
+    for line in lines:
+        stripped = line.lstrip()
+        indent = line[:len(line) - len(stripped)]
+        targets = _TARGETS.match(stripped)
+        simple = (targets is not None and not stripped.startswith(("if ", "for ", "while "))) \
+            or (stripped.startswith("if ") and ": raise " in stripped)
+        if not simple or indent != ind:
+            seen = {}
+        ind = indent
+        if simple:
+            for call in dict.fromkeys(_PURE_CALL.findall(stripped)):
+                entry = seen.get(call)
+                if entry is None:
+                    seen[call] = [len(out), None]
+                    continue
+                if entry[1] is None:
+                    temps += 1
+                    entry[1] = f"_c{temps}"
+                    before.setdefault(entry[0], []).append(f"{indent}{entry[1]} = {call}")
+                    out[entry[0]] = out[entry[0]].replace(call, entry[1])
+                stripped = stripped.replace(call, entry[1])
+        out.append(indent + stripped)
+        if targets is not None:
+            changed = set(targets.group(1).split(", "))
+            for call in [c for c in seen if changed & set(_NAME.findall(c))]:
+                del seen[call]
+    return [x for k, line in enumerate(out) for x in before.get(k, []) + [line]]
+
+
+_SUM = re.compile(r"_v = -?(?:[rf]\d+|\(-?\d+\)|\d+)(?: [+-] (?:[rf]\d+|\(-?\d+\)|\d+))?")
+_WRAPPED = f"_v if {_INT_BOUNDS} else wrap(_v)"
+
+
+def wrap_once(lines: list[str]) -> list[str]:
+    """The int64 wrap of a sum, difference or negation of int64 values, which is off the
+    range by at most 2^64, written as one correction instead of a call of wrap."""
+    out = list(lines)
+    for k in range(1, len(out)):
+        if out[k].endswith(" = " + _WRAPPED) and _SUM.fullmatch(out[k - 1].strip()):
+            out[k] = out[k][:-len("wrap(_v)")] + \
+                f"_v - {1 << 64} if _v > 0 else _v + {1 << 64}"
+    return out
