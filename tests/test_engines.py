@@ -333,6 +333,31 @@ def test_vmap_of_a_gradient_runs_the_batch_in_one_native_call():
         rvm.vmap(g, in_axes=(None, 0))(0.0, np.array([1.0, 0.0, 2.0]))
 
 
+@pytest.mark.skipif(not native.available, reason="numba is not installed")
+def test_vmap_with_the_default_engine_moves_to_the_native_loop(monkeypatch):
+    """With engine auto the first runs are generated Python; once the program runs
+    natively, rvm.vmap of a call, and of a forward-mode derivative, is one native loop."""
+    from rvm.engines.machine import Machine
+    loops = []
+    batch = Machine.batch
+    monkeypatch.setattr(Machine, "batch", lambda self, *a: loops.append(
+        batch(self, *a)) or loops[-1])
+
+    @rvm.reversible
+    def cube(out: float, x: float):
+        out += x * x * x
+    xs = np.linspace(-1.0, 1.0, 30)
+    for f, args, check in [
+            (cube, (0.0, xs), lambda out: np.allclose(out[0], xs ** 3)),
+            (rvm.tangent(cube), (0.0, xs, 0.0, 1.0), lambda out: np.allclose(out[2],
+                                                                           3 * xs ** 2))]:
+        mapped = rvm.vmap(f, in_axes=(None, 0) + (None,) * (len(args) - 2))
+        loops.clear()
+        for _ in range(3):
+            assert check(mapped(*args))
+        assert loops and loops[-1] is not None, f
+
+
 @rvm.reversible
 def scaled_square(out: float, x: float, k: int):
     """out += k x^2 (a scalar program: no heap)."""

@@ -16,7 +16,7 @@ import numpy as np
 from ..core import isa
 from ..core.errors import UsageError, user_facing
 from ..core.program import Program
-from ..engines.arguments import read_array, scalar
+from ..engines.arguments import first_row, read_array, scalar
 from ..engines.machine import machine_for
 from . import transforms
 from .gradient import loss_index, target, with_inverse
@@ -168,6 +168,12 @@ class Transformed:
             return (m.uncall if self.backward else m.call)(name, *args)
         packed = self.pack(args)
         return self.unpack(args, (m.uncall if self.backward else m.call)(name, *packed))
+
+    def batch(self, columns: list, **options) -> tuple | None:
+        """rvm.vmap's fast path: calls on rows of scalar arguments (one array per
+        argument, tangents included) in one native loop, or None (the caller loops)."""
+        program, name, _ = self.specialize(first_row(columns))
+        return machine_for(program, **options).batch(name, columns, self.backward)
 
     def lower(self, sig: tuple) -> tuple[Program, str]:
         """(program, entry) for a call from reversible code with this signature."""

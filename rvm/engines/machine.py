@@ -522,14 +522,16 @@ class Machine:
         ran natively (scalars, no heap), else through a frame on the machine."""
         key = (name, backward, call_kind(args))
         fast = self._fast.get(key)
-        if fast is not None:
+        if fast:
             out = fast(args)
             if out is not None:
                 return out
         self.enter(name, *args, backward=backward)
         out = self.finish()
-        if key not in self._fast:
-            self._fast[key] = self._direct(args, backward)
+        # planned once the call ran natively (engine auto moves there with use): a direct
+        # call, or False for none
+        if fast is None and self._compiled is not None and self._compiled.native:
+            self._fast[key] = self._direct(args, backward) or False
         return out
 
     def batch(self, name: str, columns: list, backward: bool = False) -> tuple | None:
@@ -540,7 +542,7 @@ class Machine:
         first = first_row(columns)
         self._whole(name, first, backward)
         c, fn = self._compiled, self.program.functions[name]
-        if self._fast.get((name, backward, call_kind(first))) is None or c is None or \
+        if not self._fast.get((name, backward, call_kind(first))) or c is None or \
                 not c.native or c.uses_heap or len(columns) != len(fn.params):
             return None
         # columns that convert exactly (the rows check anything else one by one)
