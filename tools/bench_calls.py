@@ -54,6 +54,11 @@ if __name__ == "__main__":
     print("|---|---|")
     print(f"| prog.call of asm/poly.rasm (3 scalars) | "
           f"{per_call(lambda: poly.call('f', 0.0, 1.0, 3.0)) * 1e6:.2f} |")
+    auto = rvm.load(ROOT / "asm" / "poly.rasm")       # the default engine: native from
+    for _ in range(4):                                  # the fourth run on
+        auto.call("f", 0.0, 1.0, 3.0)
+    print(f"| the same with the default engine (auto), from the fourth call | "
+          f"{per_call(lambda: auto.call('f', 0.0, 1.0, 3.0)) * 1e6:.2f} |")
     print(f"| rvm.grad of J_2 at one point | "
           f"{per_call(lambda: grad(0.0, 2, 1.0)) * 1e6:.2f} |")
     print(f"| rvm.vmap of that gradient, per point (10^5 points) | {t / len(zs) * 1e6:.2f} |")
