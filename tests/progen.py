@@ -93,15 +93,34 @@ class Gen:
         self.lines.append(f"{end}: CF.{neg} {a}, {b}, {j}")
 
     def loop(self, frozen: set, depth: int) -> None:
-        k, c = self.rng.randint(1, 3), self.local()
+        rng = self.rng
+        k, c = rng.randint(1, 3), self.local()
         top, ex, back, done, alias = (self.fresh() for _ in range(5))
         # sometimes the exit has two labels, and the branch names the second one
-        two = self.rng.random() < 0.3
-        self.lines.append(f"{top}: CF.NE {c}, 0, {back}")
-        self.block(frozen | {c}, depth - 1, self.rng.randint(1, 3))
-        self.lines += [f"        INC {c}", f"{ex}: BR.EQ {c}, {k}, {alias if two else done}",
+        two = rng.random() < 0.3
+        # wild: sometimes the body reads a block of cells at the counter (or at a data
+        # register, which may leave the heap) and checks the counter, before or after
+        # its step, against a constant or a data register (which may fail)
+        cells = self.local() if self.wild and rng.random() < 0.4 else None
+        readers = [r for r in self.ints + self.floats if r not in frozen]
+        if cells is None or not readers:
+            self.lines.append(f"{top}: CF.NE {c}, 0, {back}")
+            self.block(frozen | {c}, depth - 1, rng.randint(1, 3))
+            self.lines.append(f"        INC {c}")
+        else:
+            y = rng.choice(readers)
+            at = c if rng.random() < 0.8 else rng.choice([r for r in self.ints if r != y])
+            check = f"        ASSERT.{rng.choice(['LT', 'LE', 'GE', 'NE'])} {c}, " \
+                f"{rng.choice(self.ints + ['3', '0'])}"
+            self.lines += [f"        ALLOC {cells}, 4", f"{top}: CF.NE {c}, 0, {back}",
+                           check, f"        ADDM {y}, [{cells} + {at}]"]
+            self.block(frozen | {c, y, at}, depth - 1, rng.randint(0, 2))
+            self.lines += [f"        SUBM {y}, [{cells} + {at}]", f"        INC {c}", check]
+        self.lines += [f"{ex}: BR.EQ {c}, {k}, {alias if two else done}",
                        f"{back}: JMP {top}", f"{done}: {alias + ': ' if two else ''}CF {ex}",
                        f"        SUB {c}, {k}"]
+        if cells is not None and readers:
+            self.lines.append(f"        FREE {cells}, 4")
 
     def heap_block(self, frozen: set, depth: int) -> None:
         x = self.rng.choice([r for r in self.ints + self.floats if r not in frozen] or ["NONE"])

@@ -697,3 +697,52 @@ def test_int64_sums_wrap_at_both_ends_on_every_engine():
         out = engines_agree(p, "edges", args)[0]
         assert all(small <= v <= big for v in out)
     assert engines_agree(p, "edges", (big, big, small, big))[0] == (big - 1, small, 0, -big)
+
+
+def test_checks_made_once_for_a_counted_loop_fail_where_the_pass_would():
+    """A counted loop tests its ASSERTs on the counter or on fixed values, and its heap
+    addresses, once on entry for every pass; a check that would fail on some pass sends
+    the run down the general loop, which stops at that pass, as the interpreter does."""
+    p = rvm.assemble("""
+.func walk(r0, r2, f0, f1)     ; f1 += cells r2 .. r2 + r0 - 1 of 4 (twice), f0 in cell 2
+        ALLOC  r3, 4
+        EXCH   f0, [r3 + 2]
+        ADD    r4, r2           ; the counter's start and end
+        ADD    r5, r2
+        ADD    r5, r0
+top:    CF.NE  r2, r4, back
+        ADDM   f1, [r3 + r2]
+        ADDM   f1, [r2 + r3]
+        INC    r2
+        ASSERT.LE r2, r5
+        ASSERT.GT r2, r4
+        ASSERT.GE r3, 0
+exit:   BR.EQ  r2, r5, done
+back:   JMP    top
+done:   CF     exit
+        SUB    r2, r0
+        SUB    r4, r2
+        SUB    r5, r2
+        SUB    r5, r0
+        EXCH   f0, [r3 + 2]
+        FREE   r3, 4
+.end
+.func bound(r0, r6)            ; r2 counts 1 .. r0, each checked against r6 after its step
+top:    CF.NE  r2, 0, back
+        INC    r2
+        ASSERT.LT r2, r6
+exit:   BR.EQ  r2, r0, done
+back:   JMP    top
+done:   CF     exit
+        SUB    r2, r0
+.end
+""", "walk.rasm")
+    assert engines_agree(p, "bound", (3, 4))[0] == (3, 4)
+    assert engines_agree(p, "bound", (3, 3))[0][0] == "InvertibilityError"
+    for args in [(4, 0, 1.5, 0.0), (2, 1, 1.5, 0.0), (3, 2, 1.5, 0.0), (1, 3, 1.5, 0.0),
+                 (2, -1, 1.5, 0.0), (5, 0, 1.5, 0.0), (2, 3, 1.5, 0.0)]:
+        out = engines_agree(p, "walk", args, loss="f1")[0]
+        fits = args[1] >= 0 and args[1] + args[0] <= 4
+        assert isinstance(out[0], int) == fits, (args, out)
+        if fits:
+            assert out[3] == (3.0 if args[1] <= 2 < args[1] + args[0] else 0.0)

@@ -111,6 +111,9 @@ class Counted:
     floats: tuple | None        # float registers to test once after the loop (None: in it)
     exit: int                   # where the loop goes when it ends
     exit_jumped: bool
+    hoisted: tuple = ()         # ASSERT and heap-address checks made once, for every pass
+    skip: frozenset = frozenset()       # the ASSERTs among them (instruction indices)
+    addresses: frozenset = frozenset()  # the address checks among them (their conditions)
 
 
 def counted(w: _Writer, k: int, start: int, end: int) -> Counted | None:
@@ -195,8 +198,55 @@ def counted(w: _Writer, k: int, start: int, end: int) -> Counted | None:
                 ins.op.startswith("XOR") or (ins.spec.group == "memory" and
                 ins.op not in isa.READS))):
             floats = None
+    hoisted, skip, addresses = _hoisted(body, reg, step, at, last_value, invariant, text)
     return Counted(reg, step, at, last_value, bounds, passed, tuple(checks), counter, floats,
-                   *out)
+                   *out, hoisted, skip, addresses)
+
+
+def _hoisted(body, reg, step, at, last_value, invariant, text) -> tuple:
+    """The checks of a counted loop's body that hold for every pass if they hold for the
+    counter's first and last values (on entry, with T the trip count): ASSERTs on values
+    the loop does not change or on the counter, and heap-address checks of such
+    addresses while the heap top cannot move (no allocation, push, pop or call)."""
+    rv = _local(reg)[0]
+    # the counter's values at an instruction before its step, and after it
+    before = (rv, f"{last_value} - 1") if step > 0 else (f"{last_value} + 1", rv)
+    after = (f"{rv} + 1", last_value) if step > 0 else (last_value, f"{rv} - 1")
+    fixed_top = not any(ins.op in isa.CALLS or ins.op in ("ALLOC", "FREE", "PUSH", "POP")
+                        for _, ins in body)
+    local = (lambda r: _local(r)[0])
+    hoisted, skip, addresses = [], set(), set()
+    for i, ins in body:
+        lo, hi = before if i < at else after
+        if ins.op.startswith("ASSERT."):
+            cc, (p, q) = ins.op.split(".")[1], ins.args
+            if invariant(p) and invariant(q):
+                hoisted.append(f"{text(p)} {isa.CONDITIONS[cc]} {text(q)}")
+            elif p == reg and invariant(q):
+                hoisted.append(_RANGE[cc].format(z=text(q)).format(lo=lo, hi=hi))
+            elif q == reg and invariant(p):
+                hoisted.append(_RANGE[_MIRROR[cc]].format(z=text(p)).format(lo=lo, hi=hi))
+            else:
+                continue
+            skip.add(i)
+        for m in (a for a in ins.args if isinstance(a, Mem)) if fixed_top else ():
+            base, off = m.base, m.off
+            check = templates.address_check(local(base), off, local)
+            terms = [base] + ([off] if isinstance(off, Reg) else [])
+            if all(invariant(t) for t in terms):
+                hoisted.append(check)
+            elif terms.count(reg) == 1 and all(t == reg or invariant(t) for t in terms):
+                if isinstance(off, Reg):    # counter + z, z fixed
+                    z = local(off if base == reg else base)
+                    hoisted.append(f"({z} >= 0 or {lo} >= 0) and 0 <= {z} + {lo} and "
+                                   f"{z} + {hi} < M.top")
+                else:                       # counter + a constant
+                    hoisted.append(f"0 <= {lo} + ({off}) and {hi} + ({off}) < M.top")
+            else:
+                continue
+            addresses.add(check)
+    return tuple(f"({h})" for h in dict.fromkeys(hoisted)), frozenset(skip), \
+        frozenset(addresses)
 
 
 class _Writer:
@@ -206,6 +256,7 @@ class _Writer:
         self.c, self.fn, self.gradient = compiled, fn, gradient
         self.lines: list[str] = []
         self.defer = False      # finiteness checked after a counted loop, not in it
+        self.drop: frozenset = frozenset()  # address checks a counted loop made on entry
 
     def emit(self, depth: int, text: str) -> None:
         self.lines.append("    " * depth + text)
@@ -257,8 +308,10 @@ class _Writer:
         else:
             template = spec.forward[ops.cls]
         for line in render(template, ops, deferred=True):
-            if not (self.defer and line == "_fin += _v - _v"):
-                self.emit(depth, line)
+            if (self.defer and line == "_fin += _v - _v") or \
+                    (line.startswith("if not (") and line[8:line.find("): raise")] in self.drop):
+                continue
+            self.emit(depth, line)
 
     def resolve(self, target: int, jumped: bool) -> tuple[list[tuple[int, bool]], int]:
         """The arrivals a transfer to `target` makes, and the instructions it passes: a
@@ -361,7 +414,7 @@ class _Writer:
             (f"{c.end} + 1", f"{rv} - 1")
         guards = [f"{rv} < {c.end}" if c.step > 0 else f"{c.end} < {rv}", *c.bounds,
                   f"{trips} * {cost + c.passed} <= _n"]
-        guards += [check.format(lo=first, hi=last) for check in c.checks]
+        guards += [check.format(lo=first, hi=last) for check in c.checks] + list(c.hoisted)
         self.emit(depth, f"if {' and '.join(guards)}:")
         depth += 1
         self.emit(depth, f"_n -= {trips} * {cost + c.passed} - {c.passed}")
@@ -374,9 +427,10 @@ class _Writer:
         before = len(self.lines)
         checked: set = set()
         self.defer = c.floats is not None
+        self.drop = c.addresses
         for i in range(start, end - 1):
             ins = code[i]
-            if ins.op in isa.COMEFROMS or _repeated(ins, checked):
+            if ins.op in isa.COMEFROMS or i in c.skip or _repeated(ins, checked):
                 continue
             if i == c.at:
                 if not c.counter:
@@ -385,7 +439,7 @@ class _Writer:
                 self.call(depth + 1, ins)
             else:
                 self.instruction(depth + 1, ins)
-        self.defer = False
+        self.defer, self.drop = False, frozenset()
         if len(self.lines) == before:
             self.emit(depth + 1, "pass")
         if c.floats:
