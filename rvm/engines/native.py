@@ -266,12 +266,17 @@ _COMPILED: set[int] = set()          # dispatchers past their first call
 THREAD_ROWS = 4096      # rows per thread, at least, before a batch is split across cores
 
 
+@functools.cache
+def _cores() -> int:
+    import os
+    return os.cpu_count() or 1      # (about 6 us a call on some systems: asked once)
+
+
 def on_threads(loop, n: int, head: tuple, inputs: list, middle: tuple, outputs: list):
     """Run a native batch loop (compiled without the GIL) over rows 0..n-1, split into
     contiguous slices, one thread per core: rows are independent, and each slice writes
     only its own rows of the outputs. The first row runs alone (it compiles the loop)."""
-    import os
-    threads = min(os.cpu_count() or 1, n // THREAD_ROWS)
+    threads = 0 if n < 2 * THREAD_ROWS else min(_cores(), n // THREAD_ROWS)
     if threads < 2 or not getattr(loop, "signatures", None):
         loop(*head, *inputs, *middle, *outputs)
         return
