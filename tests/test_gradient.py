@@ -176,6 +176,47 @@ def test_jacobian_of_array_outputs():
     assert np.allclose(jac, [[1.5, 0.0, 2.0], [0.0, 1.5, -3.0]])
 
 
+@pytest.mark.parametrize("engine", ["interp", "python", None])
+def test_a_jacobian_called_again_gives_the_same_and_reports_errors_alike(engine):
+    """From the second call with the same kinds of arguments a Jacobian runs one
+    value-and-gradient per output (each on its direct path where it has one): the
+    same matrix and values as the first call's machine passes, the same errors."""
+    p = rvm.assemble("""
+.func f(f0, f1, f2, f3, r0)    ; a += x y; b += x x y r; then the array case
+    ADD.mul f0, f2, f3
+    ADD.mul f4, f2, f2
+    ADD.mul f1, f4, f3
+    SUB.mul f4, f2, f2
+    ADD     f1, r0
+.end
+.func scale(r0, r1, f0)        ; x[0] *= a, x[1] *= a (x, its length, a)
+    EXCH    f1, [r0]
+    MUL     f1, f0
+    EXCH    f1, [r0]
+    EXCH    f1, [r0 + 1]
+    MUL     f1, f0
+    EXCH    f1, [r0 + 1]
+.end""")
+    opts = {} if engine is None else {"engine": engine}
+    jac = rvm.jacobian(p["f"], outputs=[0, 1], wrt=[3, 2], has_aux=True, **opts)
+    calls = [jac(0.0, 0.0, x, 2.0, 1) for x in (1.5, -0.5, 1.5, 3.0, 1.5, 0.25)]
+    for (J, values), x in zip(calls, (1.5, -0.5, 1.5, 3.0, 1.5, 0.25)):
+        assert np.allclose(J, [[x, 2.0], [x * x, 2 * x * 2.0]], rtol=1e-14)
+        assert values == (x * 2.0, x * x * 2.0 + 1, x, 2.0, 1)
+    assert np.array_equal(calls[0][0], calls[2][0]) and calls[0][1] == calls[4][1]
+    # a call that fails (scaling by 0 is refused) after successful ones
+    arr = rvm.jacobian(p["scale"], outputs=[(0, 0), (0, 1)], wrt=[0, 1], **opts)
+    for a in (1.5, 2.0, -1.0):
+        assert np.allclose(arr(np.array([2.0, -3.0]), a),
+                           [[a, 0.0, 2.0], [0.0, a, -3.0]], rtol=1e-14)
+    with pytest.raises(rvm.InvertibilityError, match="scaled by 0") as first:
+        arr(np.array([2.0, -3.0]), 0.0)
+    fresh = rvm.jacobian(p["scale"], outputs=[(0, 0), (0, 1)], wrt=[0, 1], **opts)
+    with pytest.raises(rvm.InvertibilityError, match="scaled by 0") as again:
+        fresh(np.array([2.0, -3.0]), 0.0)
+    assert str(first.value) == str(again.value)
+
+
 def test_gradient_of_a_dropped_ancilla_is_safe():
     # f2 keeps a residue below the tolerance: it is cleared on exit and its gradient dropped
     p = rvm.assemble(".func g(f0, f1)\n ADD.mul f2, f0, 1e-10\n ADD f1, f0\n.end\n"

@@ -547,20 +547,43 @@ def jacobian(fn, outputs: Sequence[Loss], wrt: Sequence[Loss], has_aux: bool = F
 
     One backward pass per output (scalar, or (array arg, element)). Rows follow `outputs`;
     columns follow `wrt`, where an array argument contributes all its elements in order.
+    From the second call with the same kinds of arguments each row is a value_and_grad
+    call (native code called directly where the program runs natively).
     rvm.vmap of it runs, for a scalar program on native code, one native loop over the
     rows: per row one forward run and one gradient pass per output.
     """
     check_options(machine_options)
     runner = _Pass(fn, machine_options)
     plans: dict = {}
+    # after a first call of a kind of arguments: one value-and-gradient per output, each
+    # on the direct path (native code called straight) where it can be
+    cores = [_value_and_grad(fn, o, machine_options, True) for o in outputs]
+    places: dict = {}           # argument kinds -> (argument, element or None) per column
+
+    def direct(args, where) -> np.ndarray | tuple:
+        rows = []
+        for core in cores:
+            values, grads = core(*args)
+            row: list[float] = []
+            for j, element in where:
+                g = np.ravel(grads[j])
+                row += list(g) if element is None else [g[element]]
+            rows.append(row)
+        J = np.array(rows, dtype=np.float64).reshape(len(cores), -1)
+        return (J, values) if has_aux else J
 
     @user_facing
     def run(*args) -> np.ndarray | tuple:
+        kind = call_kind(args)
+        if kind in places:
+            return direct(args, places[kind])
         m = runner.forward(args)
         values = m.results()
         fnobj = m.stack[0].fn
         seeds = [find_argument(m.bindings, fnobj, o, "output") for o in outputs]
         cols = [find_argument(m.bindings, fnobj, w, "wrt", whole_arrays=True) for w in wrt]
+        if not any(b.complex for b in m.bindings):
+            places[kind] = [(m.bindings.index(b), element) for b, element in cols]
         rows = []
         for k, seed in enumerate(seeds):
             if k:
