@@ -260,13 +260,14 @@ class ReversibleFunction:
             args = place_keywords(params, args, by_name, self.name)
         program, name, names = self.specialize(args)
         m = machine_for(program, **machine_options)
-        values = [a for a in args if not is_function(a)]
+        functions = [is_function(a) for a in args]
+        values = [a for a, f in zip(args, functions) if not f]
         if names == list(program.functions[name].names):    # straight into native code
             out = iter((m.uncall if self.backward else m.call)(name, *values))
         else:
             m.enter(name, *values, backward=self.backward, names=names)
             out = iter(m.finish())
-        return tuple(a if is_function(a) else next(out) for a in args)
+        return tuple(a if f else next(out) for a, f in zip(args, functions))
 
     def batch(self, columns: list, **options) -> tuple | None:
         """rvm.vmap's fast path: calls on rows of scalar arguments (one array per

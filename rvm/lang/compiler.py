@@ -26,9 +26,15 @@ def is_function(value) -> bool:
     return hasattr(value, "specialize") or hasattr(value, "lower")
 
 
+_PLAIN = {float: ("float",), int: ("int",)}
+
+
 def sig_of(value) -> tuple:
     """The argument signature of a Python value; a function argument is part of the
     signature itself (one compiled copy per function passed)."""
+    kind = _PLAIN.get(type(value))
+    if kind is not None:                    # (the common case, first)
+        return kind
     import numpy as np
     if is_function(value):
         return ("function", value)
