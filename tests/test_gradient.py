@@ -161,8 +161,7 @@ def test_array_gradients_match_numpy():
     assert np.allclose(gs, 2 * x)
 
 
-def test_jacobian_of_array_outputs():
-    p = rvm.assemble("""
+SCALE = """
 .func scale(r0, r1, f0)      ; x, n, a: x[i] *= a for i < n (n = 2 here, unrolled)
     EXCH    f1, [r0]
     MUL     f1, f0
@@ -170,7 +169,11 @@ def test_jacobian_of_array_outputs():
     EXCH    f1, [r0 + 1]
     MUL     f1, f0
     EXCH    f1, [r0 + 1]
-.end""")
+.end"""
+
+
+def test_jacobian_of_array_outputs():
+    p = rvm.assemble(SCALE)
     x = np.array([2.0, -3.0])
     jac = rvm.jacobian(p["scale"], outputs=[(0, 0), (0, 1)], wrt=[0, 1])(x, 1.5)
     assert np.allclose(jac, [[1.5, 0.0, 2.0], [0.0, 1.5, -3.0]])
@@ -188,15 +191,7 @@ def test_a_jacobian_called_again_gives_the_same_and_reports_errors_alike(engine)
     ADD.mul f1, f4, f3
     SUB.mul f4, f2, f2
     ADD     f1, r0
-.end
-.func scale(r0, r1, f0)        ; x[0] *= a, x[1] *= a (x, its length, a)
-    EXCH    f1, [r0]
-    MUL     f1, f0
-    EXCH    f1, [r0]
-    EXCH    f1, [r0 + 1]
-    MUL     f1, f0
-    EXCH    f1, [r0 + 1]
-.end""")
+.end""" + SCALE)
     opts = {} if engine is None else {"engine": engine}
     jac = rvm.jacobian(p["f"], outputs=[0, 1], wrt=[3, 2], has_aux=True, **opts)
     calls = [jac(0.0, 0.0, x, 2.0, 1) for x in (1.5, -0.5, 1.5, 3.0, 1.5, 0.25)]
