@@ -177,8 +177,7 @@ def _family(op: str) -> tuple[int, str | None]:
 
 
 def _is_float(ins: Instruction) -> bool:
-    spec = ins.spec
-    written = [a for a, k in zip(ins.args, spec.kinds) if k in "DX"]
+    written = ins.written
     return bool(written) and written[0].cls == isa.FLOAT
 
 

@@ -86,6 +86,12 @@ class Instruction:
     def spec(self) -> isa.OpSpec:
         return isa.OPS[self.op]
 
+    @property
+    def written(self) -> tuple:
+        """The operands the instruction writes (kinds D and X; a call's registers are all
+        passed by reference and are not listed here)."""
+        return tuple(a for a, k in zip(self.args, self.spec.kinds) if k in "DX")
+
     def __str__(self) -> str:
         return f"{self.op:<8} {', '.join(map(str, self.args))}".rstrip()
 

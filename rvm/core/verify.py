@@ -66,7 +66,7 @@ class _Checker:
             return self.call(i, ins)
         if len(ins.args) != len(spec.kinds):
             self.fail(i, f"{ins.op} takes {len(spec.kinds)} operands, got {len(ins.args)}")
-        written = [a for a, k in zip(ins.args, spec.kinds) if k in "DX"]
+        written = ins.written
         for a in written:
             if not isinstance(a, Reg):
                 self.fail(i, f"{ins.op}: operand {a} must be a register")

@@ -242,7 +242,7 @@ def _gate(c: Canvas, ins, rename, x, y, top, nwires, labels, fn) -> None:
         c.text(x, (min(ys) + max(ys)) / 2 + 4, callee + ("⁻¹" if dashed else ""), size=9,
                cls="call-label")
         return
-    written = [a for a, k in zip(ins.args, spec.kinds) if k in "DX"]
+    written = ins.written
     read = [a for a, k in zip(ins.args, spec.kinds) if k in "SVC" and isinstance(a, Reg)]
     mems = [a for a in ins.args if isinstance(a, Mem)]
     for m in mems:

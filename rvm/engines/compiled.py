@@ -27,7 +27,7 @@ import attrs
 from ..core import isa
 from ..core.errors import InvertibilityError, MachineError
 from ..core.inverse import inverse_function
-from ..core.program import Function, Imm, Mem, Program, Reg
+from ..core.program import INT64_MAX, INT64_MIN, Function, Imm, Mem, Program, Reg
 from . import templates
 from .templates import Fault, Limit, Operands, condition, esc, fault, render, shows
 
@@ -56,7 +56,7 @@ def _repeated(ins, checked: set) -> bool:
     if ins.op in isa.CALLS:
         checked.clear()
         return False
-    written = {a for a, k in zip(ins.args, ins.spec.kinds) if k in "DX"}
+    written = set(ins.written)
     if written:
         for key in [c for c in checked if written & set(c[1])]:
             checked.discard(key)
@@ -70,9 +70,7 @@ def _cost(code) -> int:
 
 def _written(ins) -> set:
     """The registers ins may change (a call: all it passes, by reference)."""
-    if ins.op in isa.CALLS:
-        return {a for a in ins.args[1:] if isinstance(a, Reg)}
-    return {a for a, kind in zip(ins.args, ins.spec.kinds) if kind in "DX" and isinstance(a, Reg)}
+    return set(ins.args[1:] if ins.op in isa.CALLS else ins.written)
 
 
 def _mentioned(ins) -> set:
@@ -91,7 +89,6 @@ _STEPS = {"INC": 1, "DEC": -1, "ADD": 1, "SUB": -1}
 _RANGE = {"LT": "{{hi}} < {z}", "LE": "{{hi}} <= {z}", "GT": "{{lo}} > {z}",
           "GE": "{{lo}} >= {z}", "NE": "not ({{lo}} <= {z} <= {{hi}})",
           "EQ": "{{lo}} == {z} == {{hi}}"}
-INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 @attrs.frozen

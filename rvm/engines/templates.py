@@ -56,7 +56,7 @@ class Operands:
         to the name of a local variable instead (the compiled engine)."""
         self.value, self.shadow, self.src, self.prelude = {}, {}, {}, []
         spec = ins.spec
-        written = [a for a, k in zip(ins.args, spec.kinds) if k in "DX"]
+        written = ins.written
         self.cls = written[0].cls if written else isa.INT
         self.arithmetic = spec.group in ("arith", "family") or spec.name in isa.READS
         for name, a in zip(spec.names, ins.args):
