@@ -165,6 +165,7 @@ class _Lowering:
         for name, arg in zip(self.params, self.fn.args[5:]):
             self.b.store(arg, self.vars[name])
         self.loops: list = []       # (continue block, break block)
+        self.cases: dict | None = None    # the dispatch loop's blocks (see dispatch)
         self.fault_block, self.full_block = self.exit(FAULT), self.exit(FULL)
         self.passed = self.exit(None)          # a callee's fault: return, its code kept
         self.body(node.body)
@@ -277,6 +278,9 @@ class _Lowering:
                 values = [self.expr(v) for v in s.value.elts]
                 for t_, v in zip(target.elts, values):
                     self.store(t_, v)
+            elif self.cases is not None and _named(target, "_b") and \
+                    isinstance(s.value, (ast.Constant, ast.UnaryOp)):
+                self.jump(ast.literal_eval(s.value))
             elif isinstance(target, ast.Name) and target.id == "_m" and \
                     (terms := _address_terms(s.value)):
                 self.store(target, self.in_heap(*terms))
@@ -305,6 +309,8 @@ class _Lowering:
                 if not b.block.is_terminated:
                     b.branch(after)
             b.position_at_end(after)
+        elif isinstance(s, ast.While) and (cases := _dispatch(s)) is not None:
+            self.dispatch(cases)
         elif isinstance(s, ast.While):
             head, loop, after = (self.fn.append_basic_block() for _ in range(3))
             b.branch(head)
@@ -337,6 +343,34 @@ class _Lowering:
             b.ret(out)
         else:
             raise Unsupported(ast.unparse(s))
+
+    def dispatch(self, cases: dict) -> None:
+        """The generated code's loop over basic blocks (`while _b >= 0:` `if _b == 0: ...`
+        `elif _b == 1: ...`) as the blocks themselves: each `_b = k` is a branch to case
+        k (k < 0: out of the loop), so LLVM sees the program's own control flow instead of
+        every transfer meeting at one switch."""
+        b = self.b
+        head, after = self.fn.append_basic_block(), self.fn.append_basic_block()
+        blocks = {k: self.fn.append_basic_block() for k in cases}
+        outer, self.cases = self.cases, (head, after, blocks)
+        b.branch(head)
+        b.position_at_end(head)
+        at = b.load(self.vars["_b"])
+        switch = b.switch(at, after)
+        for k, block in blocks.items():
+            switch.add_case(self.t.i64(k), block)
+        for k, stmts in cases.items():
+            b.position_at_end(blocks[k])
+            self.body(stmts)
+            if not b.block.is_terminated:
+                b.branch(head)           # no transfer: the same case again, as in Python
+        self.cases = outer
+        b.position_at_end(after)
+
+    def jump(self, k: int) -> None:
+        head, after, blocks = self.cases
+        self.b.store(self.t.i64(k), self.vars["_b"])
+        self.b.branch(after if k < 0 else blocks.get(k, head))
 
     def in_heap(self, base: str, off: str):
         """The address check of a register offset (rvm.engines.templates.address_check:
@@ -578,6 +612,29 @@ def _state_index(node) -> int | None:
     if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and \
             node.value.id == "TOP" and isinstance(node.slice, ast.Constant):
         return node.slice.value
+    return None
+
+
+def _dispatch(loop: ast.While) -> dict | None:
+    """{k: statements} of the generated code's block loop (`while _b >= 0:` with one
+    if/elif chain on `_b == k`), or None for any other loop."""
+    test = loop.test
+    if not (isinstance(test, ast.Compare) and _named(test.left, "_b") and
+            isinstance(test.ops[0], ast.GtE) and len(loop.body) == 1 and
+            ast.dump(test.comparators[0]) == ast.dump(ast.Constant(0))):
+        return None
+    cases, s = {}, loop.body[0]
+    while isinstance(s, ast.If):
+        t = s.test
+        if not (isinstance(t, ast.Compare) and _named(t.left, "_b") and
+                isinstance(t.ops[0], ast.Eq) and isinstance(t.comparators[0], ast.Constant)):
+            return None
+        cases[t.comparators[0].value] = s.body
+        if not s.orelse:
+            return cases
+        if len(s.orelse) != 1:
+            return None
+        s = s.orelse[0]
     return None
 
 
