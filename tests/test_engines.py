@@ -5,6 +5,7 @@ bit for integers and within 1e-12 for floats."""
 import contextlib
 import pathlib
 import re
+import subprocess
 import sys
 
 import numpy as np
@@ -658,6 +659,66 @@ done:   CF     exit
     assert engines_agree(p, "grow", (5, 2.0, 0.0))[0][1] > 0
     out = engines_agree(p, "grow", (40, 2.0, 0.0))[0]     # 2 ** (2 ** 40) overflows
     assert out[0] == "InvertibilityError" and "not finite" in out[1]
+
+
+FINITE = """
+.func stash(f0, f1)
+        ALLOC  r0, 1
+        ADD.mul f1, f0, f0
+        EXCH   f1, [r0]
+        EXCH   f1, [r0]
+        SUB.mul f1, f0, f0
+        FREE   r0, 1
+.end
+.func spill(r0, r1, f0)
+        ADD.mul f1, f0, f0
+        EXCH   f1, [r0]
+.end
+.func hidden(f0, f1, f2)
+        SUB.mul f2, f0, f0
+        ADD.exp f1, f2
+        ADD.mul f2, f0, f0
+.end
+.func creep(r0, f1, f2)
+top:    CF.NE  r0, 0, back
+        ADD    f1, f2
+        INC    r0
+exit:   BR.GE  f1, 10.0, done
+back:   JMP    top
+done:   CF     exit
+.end
+"""
+
+
+def test_a_float_that_stops_being_finite_is_reported_on_every_engine():
+    """Native code tests finiteness where a value could stop showing (a comparison, the
+    heap, the return) rather than after each result; the same errors still come out."""
+    p = rvm.assemble(FINITE, "finite.rasm")
+    assert engines_agree(p, "stash", (3.0, 0.0), loss="f1")[0] == (3.0, 0.0)
+    assert engines_agree(p, "spill", (np.zeros(1), 3.0))[0][0].tolist() == [9.0]
+    for name, args in [("stash", (1e200, 0.0)), ("spill", (np.zeros(1), 1e200)), ("hidden", (1e200, 0.0, 0.0)),
+                       ("creep", (0, 0.0, float("nan"))),
+                       ("creep", (0, 0.0, float("inf")))]:
+        out = engines_agree(p, name, args)[0]
+        assert out[0] == "InvertibilityError" and "not finite" in out[1], (name, out)
+    assert engines_agree(p, "creep", (0, 0.0, 2.5))[0][:2] == (4, 10.0)
+
+
+@pytest.mark.skipif(not native.available, reason="numba is not installed")
+def test_a_nan_never_steers_a_native_loop(tmp_path):
+    """A loop whose exit test reads a float that became nan would run until the step
+    budget ends (here 10^15 steps, hours): native code stops at the comparison."""
+    script = tmp_path / "creep.py"
+    script.write_text(
+        "import rvm, sys\n"
+        f"p = rvm.assemble({FINITE!r})\n"
+        "try:\n"
+        "    p.call('creep', 0, 0.0, float('nan'), engine='native', max_steps=10**15)\n"
+        "except rvm.InvertibilityError as e:\n"
+        "    print('caught', e)\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+    assert done.stdout.startswith("caught") and "not finite" in done.stdout, done.stderr
 
 
 def test_a_pure_call_is_computed_once_while_its_arguments_are_unchanged():

@@ -58,6 +58,7 @@ def _recent() -> bool:
 # a local's type follows from its name
 _INT_NAMES = re.compile(r"g?r\d+|_n|_b|_a|T0|t0|b0")
 _FLOAT_NAMES = re.compile(r"g?f\d+|_fin|p|c|s")
+_REGISTER = re.compile(r"f\d+")     # a float register's value (not its shadow)
 _FLAGS = {"_ok", "_m"}
 FAULT, FULL = 1, 2      # fault codes: a failed check (or a limit); the heap is full
 MESSAGES = {FAULT: "invertibility check failed", FULL: "heap capacity exceeded"}
@@ -166,6 +167,7 @@ class _Lowering:
             self.b.store(arg, self.vars[name])
         self.loops: list = []       # (continue block, break block)
         self.cases: dict | None = None    # the dispatch loop's blocks (see dispatch)
+        self.checking = False       # lowering a check (its failure is a fault anyway)
         self.fault_block, self.full_block = self.exit(FAULT), self.exit(FULL)
         self.passed = self.exit(None)          # a callee's fault: return, its code kept
         self.body(node.body)
@@ -237,6 +239,8 @@ class _Lowering:
             at = top()
             self.guard(b.icmp_signed(">=", at, self.cap), self.full_block)
             ptr = self.cell(view, at)
+            if v.type == t.f64:
+                self.finite(v)
             b.store(self.coerce(v, ptr.type.pointee), ptr)
             b.store(b.add(at, t.i64(1)), self.slot(0))
             if name == "gpush":
@@ -291,7 +295,11 @@ class _Lowering:
             # control leaves a straight run of code (fewer blocks for numba); here each is
             # its own branch to the fault exit, so `_ok` stays true (its tests are
             # dropped) and an address `(a) * _m` comes after its check has passed
+            self.checking = True        # its comparisons fail alike on nan: no finite()
             self.guard(self.b.not_(self.truth(self.expr(s.value))), self.fault_block)
+            self.checking = False
+        elif isinstance(s, ast.AugAssign) and _named(s.target, "_fin"):
+            pass                        # finiteness: see finite()
         elif isinstance(s, ast.AugAssign):
             self.store(s.target, self.binop(s.op, self.expr(s.target), self.expr(s.value)))
         elif isinstance(s, ast.If):
@@ -299,7 +307,9 @@ class _Lowering:
                     _named(s.test.operand, "_ok"):
                 return
             if _is_raise(s.body):
+                self.checking = True
                 self.guard(self.truth(self.expr(s.test)), self.fault_block)
+                self.checking = False
                 return
             then, other, after = (self.fn.append_basic_block() for _ in range(3))
             b.cbranch(self.truth(self.expr(s.test)), then, other)
@@ -334,6 +344,8 @@ class _Lowering:
         elif isinstance(s, ast.Raise):
             b.branch(self.fault_block)
         elif isinstance(s, ast.Return):
+            self.finite(*(b.load(self.vars[name]) for name in sorted(self.vars)
+                          if _REGISTER.fullmatch(name)))
             elts = s.value.elts if isinstance(s.value, ast.Tuple) else [s.value]
             out = ir.Constant(self.fn.return_value.type, None)
             for k, e in enumerate(elts):
@@ -343,6 +355,21 @@ class _Lowering:
             b.ret(out)
         else:
             raise Unsupported(ast.unparse(s))
+
+    def finite(self, *values) -> None:
+        """Fault unless every value is finite. The Python code tests each float result
+        (`_fin += x - x`, once per straight run); here only where a non-finite value could
+        stop showing: in a comparison (it would steer control flow), on its way to the
+        heap, and in every float register when the function returns. Elsewhere a
+        register's value only changes by arithmetic that keeps inf and nan (d += ...,
+        x *= y, x /= y, rotations, swaps), so a value that stops being finite is still
+        caught before it is seen, and a failed run goes to the interpreter, which reports
+        where it happened."""
+        b, t = self.b, self.t
+        terms = [b.fsub(v, v) for v in values if not isinstance(v, self.ir.Constant)]
+        if terms:
+            total = functools.reduce(b.fadd, terms)
+            self.guard(b.fcmp_unordered("uno", total, total), self.fault_block)
 
     def dispatch(self, cases: dict) -> None:
         """The generated code's loop over basic blocks (`while _b >= 0:` `if _b == 0: ...`
@@ -404,6 +431,9 @@ class _Lowering:
             ptr = self.cell(target.value.id, self.expr(target.slice))
         else:
             raise Unsupported(ast.unparse(target))
+        if value.type == self.t.f64 and isinstance(target, ast.Subscript) and \
+                _state_index(target) is None and target.value.id != "HG":
+            self.finite(value)          # a value leaving the registers for the heap
         self.b.store(self.coerce(value, ptr.type.pointee), ptr)
 
     # ----------------------------------------------------------- expressions
@@ -483,6 +513,8 @@ class _Lowering:
                ast.GtE: ">="}[type(op)]
         if t.f64 in (a.type, c.type):
             a, c = self.coerce(a, t.f64), self.coerce(c, t.f64)
+            if not self.checking:       # no float steers control flow unless finite
+                self.finite(a, c)
             if sym == "!=":             # as Python: nan != anything
                 return b.fcmp_unordered(sym, a, c)
             return b.fcmp_ordered(sym, a, c)
