@@ -157,6 +157,53 @@ def test_inverse_and_derivative_commute():
     assert rvm.jvp(~h, (5.0, 0.5), (0.0, 1.0))[1] == (-e, 1.0)
 
 
+INACTIVE = """
+.func scale(f0, f1, r0)         ; out += x / d, d = 1e-160 + r0 (from constants and ints)
+        ADD     f2, 1e-160
+        ADD     f2, r0
+        ADD.div f0, f1, f2
+        SUB     f2, r0
+        SUB     f2, 1e-160
+.end
+.func mixed(f0, f1, f2)         ; a register varied only through a swap, and a call
+        ADD     f3, 2.0
+        SWAP    f3, f1
+        ADD.mul f0, f1, f3
+        SWAP    f3, f1
+        SUB     f3, 2.0
+        CALL    scale, f0, f2, r0
+.end
+"""
+
+
+def test_only_varied_registers_carry_tangent_rules():
+    """Activity analysis: a register computed from constants and integers only has a
+    zero tangent, so the tangent program leaves out its terms; anything a varied register
+    reaches (arithmetic, swaps, calls) keeps them."""
+    from rvm.ad.transforms import _varied, tangent
+    from rvm.core.program import Reg
+    p = rvm.assemble(INACTIVE, "inactive.rasm")
+    f = lambda k: Reg(isa.FLOAT, k)
+    assert _varied(p.functions["scale"]) == {f(0), f(1)}
+    assert _varied(p.functions["mixed"]) == {f(0), f(1), f(2), f(3)}
+    program, entry = tangent(p, "scale")
+    text = "\n".join(str(i) for i in program.functions[entry].code)
+    assert "f2" in text and "f5" not in text    # d's tangent register: never touched
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_inactive_register_with_an_infinite_partial_leaves_the_tangent_finite(engine):
+    """d/dd (x / d) = -x / d^2 overflows for x = 1e100, d = 1e-160, but d's tangent is
+    zero: the tangent is x'/d (0 * inf would have made it nan), as the gradient says."""
+    p = rvm.assemble(INACTIVE, "inactive.rasm")
+    values, dots = rvm.jvp(p["scale"], (0.0, 1e100, 0), (0.0, 1e-200, None), engine=engine)
+    assert values[0] == pytest.approx(1e260) and dots[0] == pytest.approx(1e-40)
+    grads = rvm.grad(p["scale"], loss=0, engine=engine)(0.0, 1e100, 0)
+    assert grads[1] == pytest.approx(1e160)
+    assert rvm.jvp(p["mixed"], (0.0, 3.0, 1e100), (0.0, 1.0, 1e-200),
+                   engine=engine)[1][0] == pytest.approx(2.0)
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("dot", ["dot", "dotx"])
 def test_adjoints_of_array_programs(engine, dot):

@@ -403,9 +403,45 @@ def uses_heap(program: Program, name: str) -> bool:
                for f in reachable(program, name) for ins in program.functions[f].code)
 
 
+def _varied(fn: Function) -> set:
+    """The float registers whose tangent can be non-zero (activity analysis, as in
+    Tapenade or JAX's symbolic zeros): the float parameters, everything a call, the heap
+    or the stack touches, and what an instruction computes from a varied register. The
+    others' tangents stay zero, so the terms they would add are left out: the tangent
+    of `d -= k * (k + nu)` then costs nothing downstream, where `0 * x` would otherwise
+    be computed (and be nan where x is infinite)."""
+    floats = lambda args: {r for r in args if isinstance(r, Reg) and r.cls == isa.FLOAT}
+    varied = set(_float_params(fn))
+    flows = []                          # (sources, destinations): one per instruction
+    for ins in fn.code:
+        regs, op = floats(ins.args), ins.op
+        if not regs:
+            continue
+        if op in isa.CALLS or ins.spec.group == "memory" or op in ("PUSH", "POP"):
+            varied |= regs
+        elif not _is_float(ins) or op in ("NEG", "ZERO"):
+            continue
+        elif op in ("SWAP", "ROT", "IROT"):
+            flows.append((regs, floats(ins.args[:2])))
+        elif op in ("MUL", "DIV"):
+            flows.append((floats(ins.args[1:]), floats(ins.args[:1])))
+        else:                           # d (+|-)= F(args)
+            flows.append((floats(ins.args[1:]), floats(ins.args[:1])))
+    changed = True
+    while changed:
+        changed = False
+        for sources, targets in flows:
+            if sources & varied and not targets <= varied:
+                varied |= targets
+                changed = True
+    return varied
+
+
 def tangent_function(program: Program, fn: Function, names: dict,
                      interleaved: bool = False) -> Function:
     tan, first_free = _shadow_map(fn)
+    varied = _varied(fn)
+    active = {r: d for r, d in tan.items() if r in varied}
     code = _Code(first_free, fn.n_int)
     at = {i: fn.labels_at(i) for i in range(len(fn.code))}
     for i, ins in enumerate(fn.code):
@@ -417,8 +453,10 @@ def tangent_function(program: Program, fn: Function, names: dict,
             code.emit(ins.op, FuncRef(names[callee.name]), *regs, *extra, line=ins.line)
         elif interleaved and ins.spec.group == "memory":
             _memory_rule(code, ins, tan)
+        elif _is_float(ins) and ins.written[0] not in varied:
+            code.emit(ins.op, *ins.args, line=ins.line)      # its tangent stays zero
         elif _is_float(ins):
-            _tangent_rule(code, ins, tan)
+            _tangent_rule(code, ins, active)
         else:
             code.emit(ins.op, *ins.args, line=ins.line)
     params = fn.params + tuple(tan[p] for p in _float_params(fn))
