@@ -31,13 +31,16 @@ def imul(out: float, x: float, anc: float):
 
 @rvm.reversible
 def first_term(term: float, halfz_2: float, nu: int, z: float):
-    """term += (z/2)^nu / nu!; halfz_2 += (z/2)^2."""
-    with ancilla(fact_nu=1.0, halfz=0.0):
+    """term += (z/2)^nu / nu!; halfz_2 += (z/2)^2. The power is an integer one, nu
+    multiplications in place (as `halfz ^ nu` with an integer nu is in Julia), cheaper than
+    the float `**`."""
+    with ancilla(fact_nu=1.0, power=1.0, halfz=0.0):
         with compute() as setup:
             halfz += z / 2
             for i in range(1, nu + 1):
                 fact_nu *= i
-        term += halfz ** nu / fact_nu
+                power *= halfz
+        term += power / fact_nu
         halfz_2 += halfz * halfz
         ~setup
 
@@ -63,8 +66,10 @@ def besselj(out: float, nu: int, z: float):
 
 @rvm.reversible
 def besselj_inplace(out: float, nu: int, z: float):
-    """out += J_nu(z), for z != 0, with in-place multiplication (MUL/DIV) for the terms."""
-    with ancilla(k=0, halfz_2=0.0, term=0.0, sum_=0.0, d=0.0):
+    """out += J_nu(z), for z != 0, with in-place multiplication (MUL/DIV) for the terms:
+    each term is the previous one times the ratio -(z/2)^2 / (k (k + nu)), worked out
+    beside it, so a term waits for one multiplication, not for a division."""
+    with ancilla(k=0, halfz_2=0.0, term=0.0, sum_=0.0, d=0.0, ratio=0.0):
         with compute() as series:
             first_term(term, halfz_2, nu, z)
             sum_ += term
@@ -72,8 +77,8 @@ def besselj_inplace(out: float, nu: int, z: float):
                 k += 1
                 with compute() as step:
                     d -= k * (k + nu)
-                term *= halfz_2
-                term /= d
+                    ratio += halfz_2 / d
+                term *= ratio
                 ~step
                 sum_ += term
         out += sum_

@@ -1,7 +1,9 @@
 """Per-call costs from Python on the native engine (after a first call has compiled):
 a small forward call, a Bessel gradient, and rvm.vmap of the Bessel gradient per point,
 beside the same series and its derivative written by hand as one numba loop over the
-points (the fair reference for a compiled batch: no reversibility, no checks).
+points (the fair reference for a compiled batch: no reversibility, no checks), for both
+versions in examples/besselj.py: `besselj` (NiLang's approximate multiplier, terms down
+to 1e-8) and `besselj_inplace` (exact in-place multiplication, terms down to 1e-17).
 
     python tools/bench_calls.py
 """
@@ -14,16 +16,17 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "examples"), str(ROOT / "tools" / "bench")]
 
-from besselj import besselj
+from besselj import besselj, besselj_inplace
 from worker import per_call  # the benchmarks' timing: best of 5 sized batches
 
 import rvm
 from rvm.engines import native
 
-ATOL = 1e-8       # the example's stopping rule: add terms while |term| > ATOL
+ATOL = 1e-8       # the examples' stopping rules: add terms while |term| > ATOL
+ATOL_INPLACE = 1e-17
 
 
-def bessel_grad_by_hand(nu: int, zs, values, grads):
+def bessel_grad_by_hand(nu: int, zs, values, grads, atol=ATOL):
     """J_nu(z) and dJ_nu/dz at every z, from the series the example sums, each term
     from the previous one (ratio -(z/2)^2 / (k (k + nu))) with its z-derivative."""
     for i in range(zs.shape[0]):
@@ -34,7 +37,7 @@ def bessel_grad_by_hand(nu: int, zs, values, grads):
         term = h ** nu / fact
         dterm = nu * h ** (nu - 1) / (2 * fact) if nu > 0 else 0.0
         s, ds, k = term, dterm, 0
-        while abs(term) > ATOL:
+        while abs(term) > atol:
             k += 1
             ratio, dratio = -h * h / (k * (k + nu)), -h / (k * (k + nu))
             term, dterm = term * ratio, dterm * ratio + term * dratio
@@ -65,17 +68,22 @@ if __name__ == "__main__":
     if native.available:
         import numba
         hand = numba.njit(bessel_grad_by_hand)
-        values, grads = np.empty_like(zs), np.empty_like(zs)
-        hand(2, zs, values, grads)
-        ours = batch(0.0, 2, zs)
-        # the example multiplies approximately (a dirty ancilla): agreement to ~1e-8
-        assert np.allclose(grads, ours[2], atol=1e-7), "the references disagree"
-        h = per_call(lambda: hand(2, zs, values, grads))
-        native.THREAD_ROWS, rows = 10 ** 12, native.THREAD_ROWS    # rvm on one core too
-        t1 = per_call(lambda: batch(0.0, 2, zs))
-        native.THREAD_ROWS = rows
-        print(f"| rvm.vmap of that gradient on one core, per point | {t1 / len(zs) * 1e6:.2f} |")
-        print(f"| the same, a hand-written numba loop (one core), per point | "
-              f"{h / len(zs) * 1e6:.3f} |")
-        print(f"| rvm.vmap / hand-written numba: both cores, core for core | "
-              f"{t / h:.1f}, {t1 / h:.1f} |")
+        for f, atol in ((besselj, ATOL), (besselj_inplace, ATOL_INPLACE)):
+            batch = rvm.vmap(rvm.grad(f, loss="out", engine="native"), in_axes=(None, None, 0))
+            values, grads = np.empty_like(zs), np.empty_like(zs)
+            hand(2, zs, values, grads, atol)
+            ours = batch(0.0, 2, zs)
+            # besselj multiplies approximately (a dirty ancilla): agreement to ~1e-8
+            assert np.allclose(grads, ours[2], atol=1e-7), "the references disagree"
+            t = per_call(lambda: batch(0.0, 2, zs))
+            h = per_call(lambda: hand(2, zs, values, grads, atol))
+            native.THREAD_ROWS, rows = 10 ** 12, native.THREAD_ROWS    # rvm on one core too
+            t1 = per_call(lambda: batch(0.0, 2, zs))
+            native.THREAD_ROWS = rows
+            name = f.__name__
+            print(f"| {name}: rvm.vmap of the gradient, both cores / one core, per point | "
+                  f"{t / len(zs) * 1e6:.3f} / {t1 / len(zs) * 1e6:.3f} |")
+            print(f"| {name}: a hand-written numba loop (one core), per point | "
+                  f"{h / len(zs) * 1e6:.3f} |")
+            print(f"| {name}: rvm.vmap / hand-written numba: both cores, core for core | "
+                  f"{t / h:.1f}, {t1 / h:.1f} |")
