@@ -696,7 +696,8 @@ def test_a_float_that_stops_being_finite_is_reported_on_every_engine():
     p = rvm.assemble(FINITE, "finite.rasm")
     assert engines_agree(p, "stash", (3.0, 0.0), loss="f1")[0] == (3.0, 0.0)
     assert engines_agree(p, "spill", (np.zeros(1), 3.0))[0][0].tolist() == [9.0]
-    for name, args in [("stash", (1e200, 0.0)), ("spill", (np.zeros(1), 1e200)), ("hidden", (1e200, 0.0, 0.0)),
+    for name, args in [("stash", (1e200, 0.0)), ("spill", (np.zeros(1), 1e200)),
+                       ("hidden", (1e200, 0.0, 0.0)),
                        ("creep", (0, 0.0, float("nan"))),
                        ("creep", (0, 0.0, float("inf")))]:
         out = engines_agree(p, name, args)[0]

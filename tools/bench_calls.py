@@ -46,7 +46,7 @@ def bessel_grad_by_hand(nu: int, zs, values, grads, atol=ATOL):
         values[i], grads[i] = s, ds
 
 
-if __name__ == "__main__":
+def main():
     poly = rvm.load(ROOT / "asm" / "poly.rasm", engine="native")
     grad = rvm.grad(besselj, loss="out", engine="native")
     zs = np.linspace(0.5, 3.0, 100_000)
@@ -69,21 +69,30 @@ if __name__ == "__main__":
         import numba
         hand = numba.njit(bessel_grad_by_hand)
         for f, atol in ((besselj, ATOL), (besselj_inplace, ATOL_INPLACE)):
-            batch = rvm.vmap(rvm.grad(f, loss="out", engine="native"), in_axes=(None, None, 0))
-            values, grads = np.empty_like(zs), np.empty_like(zs)
-            hand(2, zs, values, grads, atol)
-            ours = batch(0.0, 2, zs)
-            # besselj multiplies approximately (a dirty ancilla): agreement to ~1e-8
-            assert np.allclose(grads, ours[2], atol=1e-7), "the references disagree"
-            t = per_call(lambda: batch(0.0, 2, zs))
-            h = per_call(lambda: hand(2, zs, values, grads, atol))
-            native.THREAD_ROWS, rows = 10 ** 12, native.THREAD_ROWS    # rvm on one core too
-            t1 = per_call(lambda: batch(0.0, 2, zs))
-            native.THREAD_ROWS = rows
-            name = f.__name__
-            print(f"| {name}: rvm.vmap of the gradient, both cores / one core, per point | "
-                  f"{t / len(zs) * 1e6:.3f} / {t1 / len(zs) * 1e6:.3f} |")
-            print(f"| {name}: a hand-written numba loop (one core), per point | "
-                  f"{h / len(zs) * 1e6:.3f} |")
-            print(f"| {name}: rvm.vmap / hand-written numba: both cores, core for core | "
-                  f"{t / h:.1f}, {t1 / h:.1f} |")
+            against_hand(f, atol, hand, zs)
+
+
+def against_hand(f, atol, hand, zs):
+    """rvm.vmap of f's gradient (both cores, then one) against the hand-written loop."""
+    batch = rvm.vmap(rvm.grad(f, loss="out", engine="native"), in_axes=(None, None, 0))
+    values, grads = np.empty_like(zs), np.empty_like(zs)
+    hand(2, zs, values, grads, atol)
+    ours = batch(0.0, 2, zs)
+    # besselj multiplies approximately (a dirty ancilla): agreement to ~1e-8
+    assert np.allclose(grads, ours[2], atol=1e-7), "the references disagree"
+    t = per_call(lambda: batch(0.0, 2, zs))
+    h = per_call(lambda: hand(2, zs, values, grads, atol))
+    native.THREAD_ROWS, rows = 10 ** 12, native.THREAD_ROWS    # rvm on one core too
+    t1 = per_call(lambda: batch(0.0, 2, zs))
+    native.THREAD_ROWS = rows
+    name = f.__name__
+    print(f"| {name}: rvm.vmap of the gradient, both cores / one core, per point | "
+          f"{t / len(zs) * 1e6:.3f} / {t1 / len(zs) * 1e6:.3f} |")
+    print(f"| {name}: a hand-written numba loop (one core), per point | "
+          f"{h / len(zs) * 1e6:.3f} |")
+    print(f"| {name}: rvm.vmap / hand-written numba: both cores, core for core | "
+          f"{t / h:.1f}, {t1 / h:.1f} |")
+
+
+if __name__ == "__main__":
+    main()

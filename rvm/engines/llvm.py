@@ -365,7 +365,7 @@ class _Lowering:
         x *= y, x /= y, rotations, swaps), so a value that stops being finite is still
         caught before it is seen, and a failed run goes to the interpreter, which reports
         where it happened."""
-        b, t = self.b, self.t
+        b = self.b
         terms = [b.fsub(v, v) for v in values if not isinstance(v, self.ir.Constant)]
         if terms:
             total = functools.reduce(b.fadd, terms)
