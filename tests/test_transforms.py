@@ -329,6 +329,25 @@ def test_hvp_repeated_calls_take_the_planned_path_and_stay_exact():
             assert got == (0.0, 4 * v[0] + 3 * v[1], 3 * v[0] + 8 * v[1]), (engine, got)
 
 
+def test_hvp_of_an_array_program_repeated_follows_its_arguments():
+    """From the second call with the same kinds of arguments an array program's HVP is
+    the planned gradient of its tangent program: new values, lengths and tangents give new
+    products, and bad tangents are still refused."""
+    from rvm.ad.derivatives import _HVP_PLANS
+    p = rvm.load(ROOT / "asm" / "arrays.rasm")
+    for engine in ENGINES:
+        for x, v in [(np.array([1.0, 2.0, 3.0]), np.array([1.0, -1.0, 0.5])),
+                     (np.array([4.0, 5.0]), np.array([0.0, 3.0])),
+                     (np.arange(6.0), np.ones(6))]:
+            h = rvm.hvp(p["sumsq"], (x, 0.0), (v, 0.0), loss=1, engine=engine)
+            assert np.array_equal(h[0], 2 * v) and h[1] == 0.0, (engine, h)
+        assert any(plan[0] == "arrays" for plan in _HVP_PLANS.values())
+        with pytest.raises(rvm.UsageError, match="shape"):
+            rvm.hvp(p["sumsq"], (np.ones(3), 0.0), (np.ones(2), 0.0), loss=1, engine=engine)
+        with pytest.raises(rvm.UsageError, match="integer"):
+            rvm.hvp(p["isum"], (np.array([1, 2]), 5), (None, 1.0), loss=1, engine=engine)
+
+
 def _example_cases():
     """(name, function, arguments) for the examples' reversible functions."""
     sys.path.insert(0, str(ROOT / "examples"))

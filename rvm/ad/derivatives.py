@@ -16,7 +16,7 @@ import numpy as np
 from ..core import isa
 from ..core.errors import UsageError, user_facing
 from ..core.program import Program
-from ..engines.arguments import first_row, read_array, scalar
+from ..engines.arguments import first_row
 from ..engines.machine import machine_for
 from . import transforms
 from .gradient import loss_index, target, with_inverse
@@ -255,13 +255,18 @@ def hvp(f, primals: Sequence, tangents: Sequence, loss=0, **options) -> tuple:
     primals, tangents = tuple(primals), tuple(tangents)
     _real_only(primals, "hvp")
     try:          # a plan for these argument types: the machine and entry of an earlier call
-        key = (f, tuple(map(type, primals)), tuple(t is None for t in tangents), loss,
-               tuple(sorted(options.items())))
+        key = (_identity(f), tuple((type(a), a.ndim, a.dtype.str) if isinstance(a, np.ndarray) else
+                        type(a) for a in primals),
+               tuple(t is None for t in tangents), loss, tuple(sorted(options.items())))
         plan = _HVP_PLANS.get(key)
     except TypeError:                         # something unhashable: no plan
         key = plan = None
+    if plan is not None and plan[0] == "arrays":
+        _, floats, g, _ = plan
+        return _hvp_packed(g, primals, _checked_tangents(tangents, floats, len(primals),
+                                                         "hvp"), floats)
     if plan is not None and all(type(t) in (float, int) for t in tangents if t is not None):
-        m, name, floats, n, seed = plan
+        m, name, floats, n, seed, _ = plan
         out = m.call(name, *primals, *seed, *[tangents[k] for k in floats],
                      *[0.0] * len(floats))
         return _spread(out[n + 2 * len(floats):], floats, n)
@@ -271,7 +276,10 @@ def hvp(f, primals: Sequence, tangents: Sequence, loss=0, **options) -> tuple:
     if element is not None:
         raise UsageError("hvp: the loss must be a float scalar argument, not an element")
     if any(isinstance(a, np.ndarray) for a in primals):
-        return _hvp_arrays(f, primals, dots, floats, which, options)
+        g = _hvp_gradient(f, primals, dots, floats, which, options)
+        if key is not None:
+            _HVP_PLANS[key] = ("arrays", floats, g, f)
+        return _hvp_packed(g, primals, dots, floats)
     seed = [1.0 if k == which else 0.0 for k in floats]
     inner = tangent(adjoint(f))
     args = primals + tuple(seed) + _spread(dots, floats, n) + (0.0,) * len(floats)
@@ -279,39 +287,54 @@ def hvp(f, primals: Sequence, tangents: Sequence, loss=0, **options) -> tuple:
     out = inner(*args, **options)
     if key is not None:
         program, name, _ = inner.specialize(args)
-        _HVP_PLANS[key] = (machine_for(program, **options), name, floats, n, seed)
+        _HVP_PLANS[key] = (machine_for(program, **options), name, floats, n, seed, f)
     # the tangent program's results: the adjoint's arguments (n primals, then the shadows),
     # then one tangent per float among them; the shadows' tangents are H @ tangents
     return _spread(out[n + 2 * len(floats):], floats, n)
 
 
-_HVP_PLANS: dict = {}         # (f, argument types, ...) -> (machine, entry, floats, n, seed)
+# (f, argument kinds, ...) -> (machine, entry, floats, n, seed, f) for register code,
+# ("arrays", floats, the tangent program's gradient, f) for programs with arrays
+_HVP_PLANS: dict = {}
 
 
-def _hvp_arrays(f, primals, dots, floats, which, options) -> tuple:
-    """Gradient mode on the tangent program, seeded on the loss's tangent: the shadows of
-    the values are H @ tangents."""
-    t = tangent(f)
-    args = tuple(primals) + tuple(dots)
-    program, name, _ = t.specialize(args)
-    m = machine_for(program, **options)     # reused from call to call
-    m.enter(name, *t.pack(args))
-    m.run(1)
-    m.check_locals(m.stack[0])
-    m.set_grad(True)
-    fr = m.stack[0]
+def _identity(f):
+    """f as a plan's key: itself, or, for a function of a loaded program (whose dicts are
+    not hashable), the program's identity and the function's name. Each plan keeps f, so
+    the program lives, and its identity stays its own, while the plan does."""
+    try:
+        hash(f)
+        return f
+    except TypeError:
+        return (id(getattr(f, "program", f)), getattr(f, "name", None),
+                getattr(f, "backward", False))
+
+
+def _hvp_gradient(f, primals, dots, floats, which, options):
+    """For programs with arrays, reverse over forward: rvm.grad of f's tangent program
+    (arrays interleaved with their tangents) seeded on the loss's tangent, whose shadows
+    of the values are H @ tangents. A gradient like any other, so repeated calls take its
+    direct path into native code; it is kept with the tangent program."""
+    program, name, _ = tangent(f).specialize(tuple(primals) + tuple(dots))
     scalars = [k for k in floats if not isinstance(primals[k], np.ndarray)]
-    tangent_param = len(m.bindings) - len(scalars) + scalars.index(which)
-    slot = fr.fn.slot(fr.fn.params[m.bindings[tangent_param].params[0]])
-    fr.G[slot] = 1.0
-    m.run(-1)
+    loss = len(primals) + scalars.index(which)       # the loss's tangent, after f's own
+    key = ("hvp", name, loss, tuple(sorted(options.items())))
+    if key not in program.cache:
+        from .gradient import grad
+        program.cache[key] = grad(program[name], loss=loss, **options)
+    return program.cache[key]
+
+
+def _hvp_packed(g, primals, dots, floats) -> tuple:
+    """H @ dots from the gradient of the tangent program (see _hvp_gradient)."""
+    dot = dict(zip(floats, dots))
+    grads = g(*[_interleave(a, dot.get(k)) if isinstance(a, np.ndarray) else a
+                for k, a in enumerate(primals)],
+              *[dot[k] for k in floats if not isinstance(primals[k], np.ndarray)])
     out: list = [None] * len(primals)
     for k in floats:
-        b = m.bindings[k]
-        if isinstance(primals[k], np.ndarray):
-            out[k] = read_array(m, b, shadows=True)[..., 0::2].copy()
-        else:
-            out[k] = scalar(fr, b, fr.G)
+        out[k] = grads[k][..., 0::2].copy() if isinstance(primals[k], np.ndarray) \
+            else grads[k]
     return tuple(out)
 
 
