@@ -60,3 +60,23 @@ def test_run_then_uncall_restores_inputs(seed, args):
             assert a == b
         else:
             assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9), program(seed)
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**32), args=ARGS, dots=st.tuples(*[FLOATS] * 3))
+def test_tangents_agree_with_gradients(seed, args, dots):
+    """Forward and reverse mode on one random program: the tangent of each float result
+    (rvm.jvp, whose program leaves out the registers no argument reaches) is the
+    gradient of that result (rvm.grad) dotted with the tangents."""
+    from rvm.ad.transforms import TransformError
+    p = rvm.assemble(program(seed), f"gen{seed}.rasm")
+    try:
+        _, out = rvm.jvp(p["main"], args, (None,) * 3 + dots)
+        grads = [rvm.grad(p["main"], loss=3 + k)(*args) for k in range(3)]
+    except (MachineError, TransformError):
+        return
+    for k in range(3):
+        terms = [g * d for g, d in zip(grads[k][3:], dots)]
+        scale = 1.0 + sum(abs(t) for t in terms)
+        assert math.isclose(out[3 + k], sum(terms), rel_tol=1e-9, abs_tol=1e-9 * scale), \
+            (k, out, grads, program(seed))
