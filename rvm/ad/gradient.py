@@ -27,6 +27,10 @@ def target(fn, args) -> tuple:
     """(program, function name, parameter names) of a loaded-program handle, a reversible
     function (compiled for these arguments) or a transformed one. For an inverse (`~f`)
     the function is f's bytecode inverse: derivative and inverse commute."""
+    if hasattr(fn, "pack") and any(isinstance(a, np.ndarray) for a in args):
+        raise UsageError(f"{fn.name} of a function of arrays is not differentiated again "
+                         "(its arrays travel packed with their derivatives): for second "
+                         "derivatives use rvm.hvp or rvm.hessian")
     if hasattr(fn, "specialize"):
         program, name, names = fn.specialize(args)
     else:
