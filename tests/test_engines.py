@@ -618,6 +618,14 @@ def test_counted_loops_agree_with_the_interpreter():
     assert engines_agree(p, "down", (7, 0, 1.0), loss="f0")[0] == (7, 28, 1.25 ** 7)
     assert engines_agree(p, "upto", (3, 0))[0] == (3, 1 + 2 + 3 + 4)
     assert engines_agree(p, "up", (1, 0, 0.5, 1.0), loss="f1")[0][1] == 1   # one pass
+    # the python engine's loops: a loop variable only where the body reads the counter
+    from rvm.engines.compiled import compiled
+    source = compiled(p).source
+    fw = {name: source[source.index(f"def {compiled(p).name(name, 'fw')}("):]
+          for name in ("up", "down", "upto")}
+    assert "for _ in _repeat(None, (r0 - r1)):" in fw["up"].split("def ")[1]
+    assert "for _ in _repeat(None, " in fw["down"].split("def ")[1]
+    assert "for r1 in range(r1 + 1, " in fw["upto"].split("def ")[1]
 
 
 def test_a_counted_loop_fails_where_the_general_loop_would():

@@ -415,12 +415,14 @@ class _Writer:
         self.emit(depth, f"if {' and '.join(guards)}:")
         depth += 1
         self.emit(depth, f"_n -= {trips} * {cost + c.passed} - {c.passed}")
-        if c.counter:
+        read = any(c.reg in _mentioned(code[i]) for i in range(start, end - 1)
+                   if i != c.at and i not in c.skip and code[i].op not in isa.COMEFROMS)
+        if c.counter and read:
             self.emit(depth, f"for {rv} in range({rv} {'+' if c.step > 0 else '-'} 1, "
                              f"{c.end} {'+' if c.step > 0 else '-'} 1"
                              f"{'' if c.step > 0 else ', -1'}):")
-        else:
-            self.emit(depth, f"for _ in range({trips}):")
+        else:                           # no loop variable: no int object made per pass
+            self.emit(depth, f"for _ in _repeat(None, {trips}):")
         before = len(self.lines)
         checked: set = set()
         self.defer = c.floats is not None
@@ -439,6 +441,8 @@ class _Writer:
         self.defer, self.drop = False, frozenset()
         if len(self.lines) == before:
             self.emit(depth + 1, "pass")
+        if c.counter and not read:
+            self.emit(depth, f"{rv} = {c.end}")
         if c.floats:
             self.emit(depth, "_fin += " + " + ".join(f"({x} - {x})" for x in c.floats))
         self.goto(depth, k, c.exit, c.exit_jumped)
@@ -500,7 +504,8 @@ class Compiled:
     def __init__(self, program: Program, checks: bool = True, native: bool = False):
         self.program, self.checks, self.native = program, checks, native
         self.names = {name: f"F{k}" for k, name in enumerate(program.functions)}
-        parts = ["def make(Fault, Limit, wrap, zero, sign, dpow_db, math):"]
+        parts = ["def make(Fault, Limit, wrap, zero, sign, dpow_db, math):",
+                 "    from itertools import repeat as _repeat"]
         self.bodies = {}
         for fname, fn in program.functions.items():
             inverse = inverse_function(fn)
