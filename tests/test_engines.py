@@ -713,6 +713,49 @@ def test_a_float_that_stops_being_finite_is_reported_on_every_engine():
     assert engines_agree(p, "creep", (0, 0.0, 2.5))[0][:2] == (4, 10.0)
 
 
+SHADOWS = """
+.func root(f0, f1)              ; out += sqrt(x): d/dx is 0.5 / sqrt(x)
+        ADD.sqrt f0, f1
+.end
+.func dropped(f0, f1)           ; out += sqrt(t) + x, t a local (zero): t's shadow is dropped
+        ADD.sqrt f0, f2
+        ADD     f0, f1
+.end
+.func zeroed(f0, f1)            ; the same, t's shadow dropped by ZERO before the return
+        ZERO    f2
+        ADD.sqrt f0, f2
+        ADD     f0, f1
+.end
+.func power(f0, f1)             ; out += x ** 0.5: d/dx is 0.5 * x ** -0.5, pow(0, -0.5)
+        ADD.pow f0, f1, 0.5
+.end
+.func cell(r0, r1, f0)          ; out += sqrt(x[0]): the shadow goes back to the array
+        EXCH    f1, [r0]
+        ADD.sqrt f0, f1
+        EXCH    f1, [r0]
+.end
+"""
+
+
+def test_a_partial_derivative_that_divides_by_zero_fails_alike_on_every_engine():
+    """The Python engines stop on the derivative of sqrt at 0 (a division by zero) or of
+    x ** 0.5 at 0 (math.pow's domain error); machine code would compute inf, so it tests
+    each division's divisor and each math call's result where Python would raise, and
+    the interpreter reports the error, whether the shadow reaches an argument, is dropped
+    with a local (nothing reads it: LLVM drops the computation, not the test), or goes
+    back into an array."""
+    p = rvm.assemble(SHADOWS, "shadows.rasm")
+    for name, args in [("root", (0.0, 0.0)), ("dropped", (0.0, 2.0)),
+                       ("zeroed", (0.0, 2.0)), ("cell", (np.zeros(1), 0.0))]:
+        grad = engines_agree(p, name, args, loss="f0")[2]
+        assert grad[0] == "MachineError" and "division by zero" in grad[1], (name, grad)
+    grad = engines_agree(p, "power", (0.0, 0.0), loss="f0")[2]       # math.pow raises
+    assert grad[0] == "MachineError" and "domain error" in grad[1], grad
+    assert engines_agree(p, "root", (0.0, 4.0), loss="f0")[2] == (1.0, 0.25)
+    assert engines_agree(p, "cell", (np.array([4.0]), 0.0), loss="f0")[2][0].tolist() == \
+        [0.25]
+
+
 @pytest.mark.skipif(not native.available, reason="numba is not installed")
 def test_a_nan_never_steers_a_native_loop(tmp_path):
     """A loop whose exit test reads a float that became nan would run until the step
@@ -748,6 +791,9 @@ def test_only_shadows_that_nothing_reads_are_dropped():
              "        gf2 += gf0 * f0", "    gf1 += gf0 * 2.0", "    gf0 += gf1 * 3.0",
              "    return (f0, gf0, )"]
     assert dead_shadows(lines) == lines[:2] + ["    if f0 > 0:", "        pass"] + lines[5:]
+    # an update that could fail (a division: the derivative of sqrt at 0) stays
+    lines[4] = "        gf2 += gf0 * (0.5 / math.sqrt(f0))"
+    assert dead_shadows(lines) == lines
 
 
 def _numba_native() -> bool:

@@ -59,6 +59,9 @@ def _recent() -> bool:
 _INT_NAMES = re.compile(r"g?r\d+|_n|_b|_a|T0|t0|b0")
 _FLOAT_NAMES = re.compile(r"g?f\d+|_fin|p|c|s")
 _REGISTER = re.compile(r"f\d+")     # a float register's value (not its shadow)
+# functions that raise in Python where machine code returns inf or nan
+_MATH_ERRORS = {"math.sin", "math.cos", "math.exp", "math.log", "math.sqrt", "math.pow",
+                "math.fmod", "np.fmod", "dpow_db"}
 _FLAGS = {"_ok", "_m"}
 FAULT, FULL = 1, 2      # fault codes: a failed check (or a limit); the heap is full
 MESSAGES = {FAULT: "invertibility check failed", FULL: "heap capacity exceeded"}
@@ -163,6 +166,8 @@ class _Lowering:
             if ty is None:
                 raise Unsupported(f"a local of unknown type: {name}")
             self.vars[name] = self.b.alloca(ty, name=name)
+        for ptr in self.vars.values():      # every local defined from the start
+            self.b.store(ptr.type.pointee(0), ptr)
         for name, arg in zip(self.params, self.fn.args[5:]):
             self.b.store(arg, self.vars[name])
         self.loops: list = []       # (continue block, break block)
@@ -364,7 +369,8 @@ class _Lowering:
         register's value only changes by arithmetic that keeps inf and nan (d += ...,
         x *= y, x /= y, rotations, swaps), so a value that stops being finite is still
         caught before it is seen, and a failed run goes to the interpreter, which reports
-        where it happened."""
+        where it happened. (Shadows are not tested: gradients may overflow as in the
+        Python engines; where those stop, see python_error.)"""
         b = self.b
         terms = [b.fsub(v, v) for v in values if not isinstance(v, self.ir.Constant)]
         if terms:
@@ -542,6 +548,8 @@ class _Lowering:
             name = _INT_OPS.get(type(op))
         if name is None:
             raise Unsupported(f"{a.type} {type(op).__name__}")
+        if name == "fdiv":              # Python stops on a float division by zero
+            self.guard(b.fcmp_ordered("==", c, t.f64(0.0)), self.fault_block)
         return getattr(b, name)(a, c)
 
     def floor_div_mod(self, a, c, mod: bool):
@@ -574,6 +582,26 @@ class _Lowering:
         return self.b.call(fn, list(args))
 
     def pure(self, name: str, args: list):
+        value = self.math(name, args)
+        if name in _MATH_ERRORS:
+            self.python_error(value, [self.coerce(a, self.t.f64) for a in args])
+        return value
+
+    def python_error(self, value, args) -> None:
+        """Fault where Python's math module would raise: a non-finite result from
+        finite arguments (an overflow, or a domain error such as log 0 or sqrt -1). The
+        interpreter then reports it, as the Python engines do, in a gradient's dead
+        shadows too (the derivative of sqrt at 0): LLVM may drop a computation nothing
+        uses, but not this test, so the same programs fail on every engine."""
+        b = self.b
+        bad = b.fcmp_unordered("uno", b.fsub(value, value), b.fsub(value, value))
+        terms = [b.fsub(a, a) for a in args if not isinstance(a, self.ir.Constant)]
+        if terms:
+            total = functools.reduce(b.fadd, terms)
+            bad = b.and_(bad, b.fcmp_ordered("ord", total, total))
+        self.guard(bad, self.fault_block)
+
+    def math(self, name: str, args: list):
         t, b = self.t, self.b
         if name in ("math.sin", "math.cos", "math.exp", "math.log", "math.sqrt"):
             return self.intrinsic(name[5:], self.coerce(args[0], t.f64))

@@ -248,10 +248,15 @@ _PURE_CALL = re.compile(r"\b(?:math\.\w+|sign|dpow_db)\([\w. +\-*/]*\)")
 _NAME = re.compile(r"[A-Za-z_]\w*")
 
 
+_MAY_FAIL = re.compile(r"/|%|\*\*|\w\(")    # Python float arithmetic that can raise
+
+
 def dead_shadows(lines: list[str]) -> list[str]:
     """Drop the updates of gradient shadows that nothing reads (a local's shadow the
     gradient pass accumulates but never passes on, like that of a constant step size):
-    a shadow is dead when every line naming it only adds into it."""
+    a shadow is dead when every line naming it only adds into it, with arithmetic that
+    cannot fail (a division or a call, like the derivative of sqrt at 0, would stop the
+    interpreter, so the line stays)."""
     lines = list(lines)
     while True:
         uses: dict[str, list[int]] = {}
@@ -262,7 +267,8 @@ def dead_shadows(lines: list[str]) -> list[str]:
         for name, where in uses.items():
             for k in where:
                 m = _ACCUMULATE.fullmatch(lines[k].strip())
-                if not m or m.group(1) != name or re.search(rf"\b{name}\b", m.group(2)):
+                if not m or m.group(1) != name or re.search(rf"\b{name}\b", m.group(2)) \
+                        or _MAY_FAIL.search(m.group(2)):
                     break
             else:
                 dead.update(where)
