@@ -24,6 +24,7 @@ import contextlib
 import ctypes
 import functools
 import importlib.util
+import math
 import os
 import pathlib
 import re
@@ -59,9 +60,11 @@ def _recent() -> bool:
 _INT_NAMES = re.compile(r"g?r\d+|_n|_b|_a|T0|t0|b0")
 _FLOAT_NAMES = re.compile(r"g?f\d+|_fin|p|c|s")
 _REGISTER = re.compile(r"f\d+")     # a float register's value (not its shadow)
-# functions that raise in Python where machine code returns inf or nan
-_MATH_ERRORS = {"math.sin", "math.cos", "math.exp", "math.log", "math.sqrt", "math.pow",
-                "math.fmod", "np.fmod", "dpow_db"}
+# functions that raise in Python where machine code returns inf or nan: those whose
+# domain is a half line, and the others (sin and cos raise only on inf, which no finite
+# register holds; tanh and atan2 never do)
+_DOMAIN = {"math.sqrt": "<", "math.log": "<="}
+_MATH_ERRORS = {"math.exp", "math.pow", "math.fmod", "np.fmod", "dpow_db"}
 _FLAGS = {"_ok", "_m"}
 FAULT, FULL = 1, 2      # fault codes: a failed check (or a limit); the heap is full
 MESSAGES = {FAULT: "invertibility check failed", FULL: "heap capacity exceeded"}
@@ -173,6 +176,7 @@ class _Lowering:
         self.loops: list = []       # (continue block, break block)
         self.cases: dict | None = None    # the dispatch loop's blocks (see dispatch)
         self.checking = False       # lowering a check (its failure is a fault anyway)
+        self.adjoint = False        # lowering a shadow's update (see python_error)
         self.fault_block, self.full_block = self.exit(FAULT), self.exit(FULL)
         self.passed = self.exit(None)          # a callee's fault: return, its code kept
         self.body(node.body)
@@ -274,6 +278,14 @@ class _Lowering:
             self.stmt(s)
 
     def stmt(self, s) -> None:
+        outer = self.adjoint
+        self.adjoint = outer or _writes_shadow(s)
+        try:
+            self.statement(s)
+        finally:
+            self.adjoint = outer
+
+    def statement(self, s) -> None:
         b, ir = self.b, self.ir
         if isinstance(s, ast.Assign) and len(s.targets) == 1:
             target = s.targets[0]
@@ -548,7 +560,7 @@ class _Lowering:
             name = _INT_OPS.get(type(op))
         if name is None:
             raise Unsupported(f"{a.type} {type(op).__name__}")
-        if name == "fdiv":              # Python stops on a float division by zero
+        if name == "fdiv" and self.adjoint:     # Python stops on a division by zero
             self.guard(b.fcmp_ordered("==", c, t.f64(0.0)), self.fault_block)
         return getattr(b, name)(a, c)
 
@@ -583,22 +595,29 @@ class _Lowering:
 
     def pure(self, name: str, args: list):
         value = self.math(name, args)
-        if name in _MATH_ERRORS:
+        if not self.adjoint:
+            return value
+        if name in _DOMAIN:             # sqrt of a negative, log of zero or less
+            x = self.coerce(args[0], self.t.f64)
+            self.guard(self.b.fcmp_ordered(_DOMAIN[name], x, self.t.f64(0.0)),
+                       self.fault_block)
+        elif name in _MATH_ERRORS:
             self.python_error(value, [self.coerce(a, self.t.f64) for a in args])
         return value
 
     def python_error(self, value, args) -> None:
         """Fault where Python's math module would raise: a non-finite result from
         finite arguments (an overflow, or a domain error such as log 0 or sqrt -1). The
-        interpreter then reports it, as the Python engines do, in a gradient's dead
-        shadows too (the derivative of sqrt at 0): LLVM may drop a computation nothing
-        uses, but not this test, so the same programs fail on every engine."""
-        b = self.b
-        bad = b.fcmp_unordered("uno", b.fsub(value, value), b.fsub(value, value))
-        terms = [b.fsub(a, a) for a in args if not isinstance(a, self.ir.Constant)]
-        if terms:
-            total = functools.reduce(b.fadd, terms)
-            bad = b.and_(bad, b.fcmp_ordered("ord", total, total))
+        interpreter then reports it, as the Python engines do. Made (with the test of a
+        division's divisor) in the updates of gradient shadows only, which are never
+        tested for finiteness and may be dead (the derivative of sqrt at 0 for a local
+        nothing reads: LLVM may drop the computation, but not this test); a value's own
+        computation leaves a non-finite value in a register, which finite() catches."""
+        b, inf = self.b, self.t.f64(math.inf)
+        bad = b.fcmp_unordered("==", self.intrinsic("fabs", value), inf)   # inf or nan
+        for a in args:
+            if not isinstance(a, self.ir.Constant):
+                bad = b.and_(bad, b.fcmp_ordered("!=", self.intrinsic("fabs", a), inf))
         self.guard(bad, self.fault_block)
 
     def math(self, name: str, args: list):
@@ -673,6 +692,18 @@ def _state_index(node) -> int | None:
             node.value.id == "TOP" and isinstance(node.slice, ast.Constant):
         return node.slice.value
     return None
+
+
+def _writes_shadow(s) -> bool:
+    """Does this statement update a gradient shadow (gfK, or a cell of HG)?"""
+    if isinstance(s, ast.Assign):
+        targets = [e for t in s.targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]
+    elif isinstance(s, ast.AugAssign):
+        targets = [s.target]
+    else:
+        return False
+    return any((isinstance(t, ast.Name) and t.id.startswith("gf")) or
+               (isinstance(t, ast.Subscript) and _named(t.value, "HG")) for t in targets)
 
 
 def _dispatch(loop: ast.While) -> dict | None:
