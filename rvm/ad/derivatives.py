@@ -16,7 +16,7 @@ import numpy as np
 from ..core import isa
 from ..core.errors import UsageError, user_facing
 from ..core.program import Program
-from ..engines.arguments import first_row
+from ..engines.arguments import call_kind, first_row
 from ..engines.machine import machine_for
 from . import transforms
 from .gradient import loss_index, target, with_inverse
@@ -69,6 +69,16 @@ def float_arguments(fn, args) -> list[int]:
                 out.append(i)
             k += 1
     return out
+
+
+def _pack(inner, floats: list[int], extra) -> list:
+    """f's arguments `inner` with one tangent (or shadow) per float argument in `extra`,
+    as its derivative program takes them: arrays interleaved with theirs, then the
+    scalars' ones."""
+    tangent = dict(zip(floats, extra))
+    packed = [_interleave(a, tangent.get(i)) if isinstance(a, np.ndarray) else a
+              for i, a in enumerate(inner)]
+    return packed + [tangent[i] for i in floats if not isinstance(inner[i], np.ndarray)]
 
 
 def _interleave(a: np.ndarray, t) -> np.ndarray:
@@ -144,10 +154,7 @@ class Transformed:
         if len(extra) != len(floats):
             raise UsageError(f"{self.name} takes {n} arguments and {len(floats)} "
                              f"{KINDS[self.kind][1]}s, got {len(args)} in all")
-        tangent = dict(zip(floats, extra))
-        packed = [_interleave(a, tangent.get(i)) if isinstance(a, np.ndarray) else a
-                  for i, a in enumerate(inner)]
-        return packed + [tangent[i] for i in floats if not isinstance(inner[i], np.ndarray)]
+        return _pack(inner, floats, extra)
 
     def unpack(self, args, results) -> tuple:
         n = arity(self.inner, args)
@@ -255,9 +262,8 @@ def hvp(f, primals: Sequence, tangents: Sequence, loss=0, **options) -> tuple:
     primals, tangents = tuple(primals), tuple(tangents)
     _real_only(primals, "hvp")
     try:          # a plan for these argument types: the machine and entry of an earlier call
-        key = (_identity(f), tuple((type(a), a.ndim, a.dtype.str) if isinstance(a, np.ndarray) else
-                        type(a) for a in primals),
-               tuple(t is None for t in tangents), loss, tuple(sorted(options.items())))
+        key = (_identity(f), call_kind(primals), tuple(t is None for t in tangents), loss,
+               tuple(sorted(options.items())))
         plan = _HVP_PLANS.get(key)
     except TypeError:                         # something unhashable: no plan
         key = plan = None
@@ -327,10 +333,7 @@ def _hvp_gradient(f, primals, dots, floats, which, options):
 
 def _hvp_packed(g, primals, dots, floats) -> tuple:
     """H @ dots from the gradient of the tangent program (see _hvp_gradient)."""
-    dot = dict(zip(floats, dots))
-    grads = g(*[_interleave(a, dot.get(k)) if isinstance(a, np.ndarray) else a
-                for k, a in enumerate(primals)],
-              *[dot[k] for k in floats if not isinstance(primals[k], np.ndarray)])
+    grads = g(*_pack(primals, floats, dots))
     out: list = [None] * len(primals)
     for k in floats:
         out[k] = grads[k][..., 0::2].copy() if isinstance(primals[k], np.ndarray) \

@@ -423,9 +423,7 @@ def _varied(fn: Function) -> set:
             continue
         elif op in ("SWAP", "ROT", "IROT"):
             flows.append((regs, floats(ins.args[:2])))
-        elif op in ("MUL", "DIV"):
-            flows.append((floats(ins.args[1:]), floats(ins.args[:1])))
-        else:                           # d (+|-)= F(args)
+        else:                           # d (+|-)= F(args); x *= y, x /= y
             flows.append((floats(ins.args[1:]), floats(ins.args[:1])))
     changed = True
     while changed:

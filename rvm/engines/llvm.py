@@ -24,7 +24,6 @@ import contextlib
 import ctypes
 import functools
 import importlib.util
-import math
 import os
 import pathlib
 import re
@@ -169,8 +168,6 @@ class _Lowering:
             if ty is None:
                 raise Unsupported(f"a local of unknown type: {name}")
             self.vars[name] = self.b.alloca(ty, name=name)
-        for ptr in self.vars.values():      # every local defined from the start
-            self.b.store(ptr.type.pointee(0), ptr)
         for name, arg in zip(self.params, self.fn.args[5:]):
             self.b.store(arg, self.vars[name])
         self.loops: list = []       # (continue block, break block)
@@ -383,11 +380,19 @@ class _Lowering:
         caught before it is seen, and a failed run goes to the interpreter, which reports
         where it happened. (Shadows are not tested: gradients may overflow as in the
         Python engines; where those stop, see python_error.)"""
+        bad = self.non_finite(values)
+        if bad is not None:
+            self.guard(bad, self.fault_block)
+
+    def non_finite(self, values):
+        """A flag: some value is inf or nan (x - x is nan then, 0 otherwise); None when
+        all are constants."""
         b = self.b
         terms = [b.fsub(v, v) for v in values if not isinstance(v, self.ir.Constant)]
-        if terms:
-            total = functools.reduce(b.fadd, terms)
-            self.guard(b.fcmp_unordered("uno", total, total), self.fault_block)
+        if not terms:
+            return None
+        total = functools.reduce(b.fadd, terms)
+        return b.fcmp_unordered("uno", total, total)
 
     def dispatch(self, cases: dict) -> None:
         """The generated code's loop over basic blocks (`while _b >= 0:` `if _b == 0: ...`
@@ -613,11 +618,9 @@ class _Lowering:
         tested for finiteness and may be dead (the derivative of sqrt at 0 for a local
         nothing reads: LLVM may drop the computation, but not this test); a value's own
         computation leaves a non-finite value in a register, which finite() catches."""
-        b, inf = self.b, self.t.f64(math.inf)
-        bad = b.fcmp_unordered("==", self.intrinsic("fabs", value), inf)   # inf or nan
-        for a in args:
-            if not isinstance(a, self.ir.Constant):
-                bad = b.and_(bad, b.fcmp_ordered("!=", self.intrinsic("fabs", a), inf))
+        bad, given = self.non_finite([value]), self.non_finite(args)
+        if given is not None:
+            bad = self.b.and_(bad, self.b.not_(given))
         self.guard(bad, self.fault_block)
 
     def math(self, name: str, args: list):
