@@ -78,5 +78,7 @@ def test_tangents_agree_with_gradients(seed, args, dots):
     for k in range(3):
         terms = [g * d for g, d in zip(grads[k][3:], dots)]
         scale = 1.0 + sum(abs(t) for t in terms)
-        assert math.isclose(out[3 + k], sum(terms), rel_tol=1e-9, abs_tol=1e-9 * scale), \
+        # the gradient pass works from states rebuilt by running backwards, so it
+        # carries their rounding, amplified by the derivatives (1e-8 seen at 1e5)
+        assert math.isclose(out[3 + k], sum(terms), rel_tol=1e-6, abs_tol=1e-6 * scale), \
             (k, out, grads, program(seed))
