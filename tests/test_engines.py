@@ -3,6 +3,7 @@ on the stepping interpreter (the reference) and on the compiled engine, compared
 bit for integers and within 1e-12 for floats."""
 
 import contextlib
+import math
 import pathlib
 import re
 import subprocess
@@ -666,6 +667,54 @@ done:   CF     exit
 """, "grow.rasm")
     assert engines_agree(p, "grow", (5, 2.0, 0.0))[0][1] > 0
     out = engines_agree(p, "grow", (40, 2.0, 0.0))[0]     # 2 ** (2 ** 40) overflows
+    assert out[0] == "InvertibilityError" and "not finite" in out[1]
+
+
+EXACT = """
+.func once(f0, f1)
+        ALLOC  r0, 1
+        EXCH   f1, [r0]
+        ADDM   f2, [r0]
+        ADD.atan2 f0, f2, -1.0
+        SUBM   f2, [r0]
+        EXCH   f1, [r0]
+        FREE   r0, 1
+.end
+
+.func loop(r2, f0, f1)
+        ALLOC  r0, 1
+        EXCH   f1, [r0]
+top:    CF.NE  r1, 0, back
+        ADDM   f2, [r0]
+        ADD.atan2 f0, f2, -1.0
+        SUBM   f2, [r0]
+        ADD    r1, 1
+exit:   BR.EQ  r1, r2, done
+back:   JMP    top
+done:   CF     exit
+        SUB    r1, r2
+        EXCH   f1, [r0]
+        FREE   r0, 1
+.end
+"""
+
+
+def test_reads_into_a_zero_register_keep_every_bit():
+    """Native code writes a read into a register known to be +0.0 as `0.0 + cell` and its
+    removal as `cell - cell` (no chain from one pass of a loop to the next): the same
+    values bit for bit, the sign of a zero and a non-finite cell included."""
+    from rvm.engines.compiled import compiled
+    p = rvm.assemble(EXACT, "exact.rasm")
+    source = compiled(p, native=True).native_bodies
+    for name in ("once", "loop"):
+        fw = source[source.index(f"def {compiled(p).name(name, 'fw')}("):].split("\ndef ")[0]
+        assert "f2 = 0.0 + (HF[_a])" in fw and "f2 = (HF[_a]) - (HF[_a])" in fw, fw
+    # a copy of the cell would give f2 = -0.0 and atan2(-0.0, -1) = -pi
+    out = engines_agree(p, "once", (0.0, -0.0), loss="f0")[0]
+    assert out[0] == math.pi and math.copysign(1.0, out[1]) == -1.0
+    out = engines_agree(p, "loop", (3, 0.0, -0.0), loss="f0")[0]
+    assert out[1] == pytest.approx(3 * math.pi)
+    out = engines_agree(p, "loop", (3, 0.0, math.inf))[0]
     assert out[0] == "InvertibilityError" and "not finite" in out[1]
 
 

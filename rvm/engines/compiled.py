@@ -83,6 +83,77 @@ def _mentioned(ins) -> set:
     return out
 
 
+# Exactly-zero float registers (native code). The frontend reads a value into a zeroed
+# ancilla, uses it and takes it back out (`t += e ... t -= e`): as written, each pass
+# around a loop waits for the ancilla's previous add and subtract, a chain LLVM may not
+# cut (x + e - e is not x in floating point). Where the register is known to hold +0.0,
+# `t = 0.0 + e` and then `t = e - e` compute the same values, bit for bit (nan and inf
+# included), without reading t.
+_HEAP_WRITES = frozenset({"EXCH", "PUSH", "POP", "ALLOC", "FREE"}) | isa.CALLS
+
+
+def _accumulates(ins) -> tuple | None:
+    """(sign, value) for a float `d (+|-)= value` (ADD, SUB and their families, ADDM,
+    SUBM): the value as its operation and operands."""
+    head, _, family = ins.op.partition(".")
+    if head not in ("ADD", "SUB", "ADDM", "SUBM") or not isinstance(ins.args[0], Reg) or \
+            ins.args[0].cls != isa.FLOAT:
+        return None
+    return ("+" if head.startswith("ADD") else "-"), (head in isa.READS, family, ins.args[1:])
+
+
+class _Zeros:
+    """Float registers known to hold +0.0, stepped through a block's instructions; an
+    accumulation into one is pending (`d = 0.0 + e`) until its opposite with the same value
+    (nothing it reads changed since) cancels it (`d = e - e`)."""
+
+    def __init__(self, zeros):
+        self.zeros, self.pending = set(zeros), {}
+
+    def step(self, ins) -> str | None:
+        """Account for ins; "fresh" or "cancel" when it is one of the two rewrites."""
+        acc = _accumulates(ins)
+        d = ins.args[0] if acc else None
+        action = None
+        if acc and d in self.zeros:
+            action = "fresh"
+        elif acc and self.pending.get(d) == ("-" if acc[0] == "+" else "+", acc[1]):
+            action = "cancel"
+        written, heap = _written(ins), ins.op in _HEAP_WRITES
+        for r, (_, (memory, _, args)) in list(self.pending.items()):
+            if r in written or (memory and heap) or written & _mentioned_args(args):
+                del self.pending[r]
+        swapped = [a in self.zeros for a in ins.args] if ins.op == "SWAP" else None
+        self.zeros -= written
+        if action == "fresh":
+            self.pending[d] = acc
+        elif action == "cancel":
+            self.zeros.add(d)
+        elif ins.op in ("ZERO", "PUSH") and ins.args[0].cls == isa.FLOAT:
+            self.zeros.add(ins.args[0])         # both set it to 0.0
+        elif swapped is not None:
+            self.zeros |= {b for b, z in zip(reversed(ins.args), swapped) if z}
+        return action
+
+
+def _mentioned_args(args) -> set:
+    return {r for a in args for r in ((a,) if isinstance(a, Reg) else
+                                      a.regs if isinstance(a, Mem) else ())}
+
+
+def _exact(template: str, action: str | None) -> str:
+    """The template with its value line rewritten for a known-zero destination."""
+    if action is None:
+        return template
+    first, _, rest = template.partition("\n")
+    head = "{d} = {d} "
+    assert first.startswith(head), first
+    value = first[len(head) + 2:]
+    line = f"{{d}} = 0.0 {first[len(head)]} ({value})" if action == "fresh" else \
+        f"{{d}} = ({value}) - ({value})"
+    return line + ("\n" + rest if rest else "")
+
+
 _MIRROR = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "EQ": "EQ", "NE": "NE"}
 _STEPS = {"INC": 1, "DEC": -1, "ADD": 1, "SUB": -1}
 # a back edge's check `counter op z` for every counter value in lo..hi
@@ -254,6 +325,7 @@ class _Writer:
         self.lines: list[str] = []
         self.defer = False      # finiteness checked after a counted loop, not in it
         self.drop: frozenset = frozenset()  # address checks a counted loop made on entry
+        self.zeros: list | None = None       # per block: float registers known +0.0 (native)
 
     def emit(self, depth: int, text: str) -> None:
         self.lines.append("    " * depth + text)
@@ -297,13 +369,14 @@ class _Writer:
         self.emit(depth, f"{', '.join(outs)}, = {target}(M, {', '.join(outs)})")
         self.emit(depth, "_n = M.budget")
 
-    def instruction(self, depth: int, ins) -> None:
+    def instruction(self, depth: int, ins, exact: str | None = None) -> None:
         spec = ins.spec
         ops = Operands(self.fn, ins, {}, _local)
         if self.gradient and ops.cls == isa.FLOAT:
             template = isa.OPS[spec.inverse].adjoint
         else:
             template = spec.forward[ops.cls]
+        template = _exact(template, exact)
         for line in render(template, ops, deferred=True):
             if (self.defer and line == "_fin += _v - _v") or \
                     (line.startswith("if not (") and line[8:line.find("): raise")] in self.drop):
@@ -365,6 +438,29 @@ class _Writer:
             out.add(self.block_of(self.resolve(end, False)[0][-1][0]))
         return out
 
+    def zero_entries(self, leaders: list[int]) -> list[set]:
+        """The float registers known to be +0.0 on entry to each block: the locals on
+        entry to the function, then whatever every way into a block leaves zero (to a
+        fixed point; a block reached only through another's pass-through: none)."""
+        code = self.fn.code
+        ends = leaders[1:] + [len(code)]
+        entry: list = [None] * len(leaders)
+        entry[0] = {r for r in self.fn.locals if r.cls == isa.FLOAT}
+        work = [0]
+        while work:
+            k = work.pop()
+            state = _Zeros(entry[k])
+            for ins in code[leaders[k]:ends[k]]:
+                state.step(ins)
+            for t in self.targets(leaders[k], ends[k]) if ends[k] > leaders[k] else ():
+                if t < 0:
+                    continue
+                new = set(state.zeros) if entry[t] is None else entry[t] & state.zeros
+                if new != entry[t]:
+                    entry[t] = new
+                    work.append(t)
+        return [e or set() for e in entry]
+
     def block_body(self, depth: int, k: int, start: int, end: int) -> None:
         """Block k, [start, end): its instructions, then the transfer at its end."""
         code, fn = self.fn.code, self.fn
@@ -374,9 +470,11 @@ class _Writer:
         last = None
         before = len(self.lines)
         checked: set = set()        # ASSERTs made in this block on unchanged registers
+        zeros = _Zeros(self.zeros[k]) if self.zeros is not None else None
         for i in range(start, end):
             ins = code[i]
             last = ins
+            exact = zeros.step(ins) if zeros is not None else None
             if ins.op in isa.COMEFROMS or _repeated(ins, checked):
                 continue
             if ins.op in isa.BRANCHES:
@@ -392,7 +490,7 @@ class _Writer:
             elif ins.op in isa.CALLS:
                 self.call(depth, ins)
             else:
-                self.instruction(depth, ins)
+                self.instruction(depth, ins, exact)
         if last is None or last.op not in isa.BRANCHES:
             if len(self.block) > 1:
                 self.goto(depth, k, end, False)
@@ -454,6 +552,7 @@ class _Writer:
                          | {i + 1 for i, ins in enumerate(code) if ins.op in isa.BRANCHES})
         leaders = [b for b in leaders if b < n] or [0]
         self.block = {start: k for k, start in enumerate(leaders)}
+        self.zeros = self.zero_entries(leaders) if self.c.native else None
         self.emit(1, f"def {name}(M, {', '.join(self.params())}):")
         params = set(fn.params)
         for r in fn.registers:

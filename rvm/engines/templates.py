@@ -165,9 +165,30 @@ def render(template: str, ops: Operands, deferred: bool = False) -> list[str]:
                     out.append("if _v - _v != 0.0: " + fault(
                         f"{esc(ops.src[target.group(1)])} would become {{_v}}: not finite"))
                 out.append(f"{ops.expr(lhs)} = _v")
+            elif (guard := _pullback_guard(line)) is not None:
+                out.append(f"if {ops.expr(guard)} != 0.0: {ops.expr(line)}")
             else:
                 out.append(ops.expr(line))
     return out
+
+
+_PULLBACK = re.compile(r"(\{g\w+\}) [-+]?= (.*)")
+# partials that can fail where their instruction's value did not (cos, exp... cannot)
+_PARTIAL_FAILS = re.compile(r"/|%|\*\*|\b(?:pow|log|sqrt|fmod|dpow_db)\(")
+
+
+def _pullback_guard(line: str) -> str | None:
+    """For a shadow update that could fail (a partial derivative with a division or a
+    call, like sqrt's at 0 or div's by a divisor that underflows when squared): the shadow
+    it pulls back, so it runs only when that shadow is not zero. A zero shadow carries no
+    gradient, and reverse mode does not evaluate the partials of what the loss does not
+    depend on (as PyTorch and JAX skip those nodes): the pass that recomputes an
+    uncomputed block runs with zero shadows and no divisions of its own."""
+    m = _PULLBACK.fullmatch(line.strip())
+    if m is None or not _PARTIAL_FAILS.search(m.group(2)):
+        return None
+    shadows = re.findall(r"\{g\w+\}", m.group(2))
+    return shadows[0] if shadows else None
 
 
 def condition(ops: Operands, cc: str) -> str:
@@ -195,7 +216,9 @@ def shows(ops: Operands, cc: str) -> str:
 _FIN = re.compile(r"_fin \+= (g?f\d+) - \1")
 _PURE = re.compile(r"g?[rf]\d+ = [^\[]*|_a = [^\[]*|_n -= \d+|_ok &= [^\[]*|_m = [^\[]*"
                    r"|if [^\[]*: raise \w+\(.*"
-                   r"|([rf]\d+) = \1 [+-] (?:M\.h[fi]|H[FI])\[_a\]")   # a read in place
+                   r"|([rf]\d+) = \1 [+-] (?:M\.h[fi]|H[FI])\[_a\]"   # a read in place
+                   r"|[rf]\d+ = (?:0\.0 [+-] )?\((?:M\.h[fi]|H[FI])\[_a\]\)"   # into a zero,
+                   r"(?: - \((?:M\.h[fi]|H[FI])\[_a\]\))?")                  # or back out
 
 
 def straighten(lines: list[str]) -> list[str]:
