@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from progen import program as random_program
 
 import rvm
-from rvm import Array, ancilla
+from rvm import Array, ancilla, compute
 from rvm.engines import native
 from rvm.engines.machine import resolve_engine
 
@@ -668,6 +668,65 @@ done:   CF     exit
     assert engines_agree(p, "grow", (5, 2.0, 0.0))[0][1] > 0
     out = engines_agree(p, "grow", (40, 2.0, 0.0))[0]     # 2 ** (2 ** 40) overflows
     assert out[0] == "InvertibilityError" and "not finite" in out[1]
+
+
+def test_a_gradient_starts_from_the_copy_and_still_checks_the_uncompute():
+    """The native value and gradient of a compute-copy-uncompute function runs forwards to
+    the copy and starts the gradient pass there (no uncompute, no recompute): the same
+    gradients, and the gradient pass's last part is the uncompute, so a residue it leaves
+    in an ancilla is still an error."""
+    from rvm.engines.compiled import split_point
+
+    @rvm.reversible
+    def scaled(out: float, x: float, y: float):
+        with ancilla(t=0.0):
+            with compute() as c:
+                t += x
+                t *= y
+            out += t
+            ~c
+
+    @rvm.reversible
+    def rescales(out: float, x: float, y: float):     # the copy changes what ~c reads
+        with ancilla(t=0.0):
+            with compute() as c:
+                t += x
+                t *= y
+            out += t
+            y *= 1.0
+            ~c
+
+    @rvm.reversible
+    def in_place(out: float, x: float):                # ~c changes a parameter back
+        with compute() as c:
+            x *= 2.0
+        out += x
+        ~c
+
+    def split(f, *args):
+        p, name, _ = f.specialize(args)
+        return split_point(p, p.functions[name])
+    assert split(scaled, 0.0, 1.0, 2.0) == 3        # t += x; t *= y | out += t | ...
+    assert split(rescales, 0.0, 1.0, 2.0) is None and split(in_place, 0.0, 1.0) is None
+    from rvm.engines.compiled import compiled
+    p, name, _ = scaled.specialize((0.0, 1.0, 2.0))
+    assert compiled(p, True, True).splits == {name: 4}       # fws returns out, x, y, t
+    for f, args in ((scaled, (0.0, 1.5, 1.1)), (rescales, (0.0, 1.5, 1.1)),
+                    (in_place, (0.0, 1.5))):
+        want = rvm.value_and_grad(f, loss="out", engine="interp")(*args)
+        assert rvm.value_and_grad(f, loss="out", engine="native")(*args) == want
+        batch = rvm.vmap(rvm.grad(f, loss="out", engine="native"),
+                         in_axes=(None,) + (0,) * (len(args) - 1))
+        rows = batch(0.0, *(np.full(3, a) for a in args[1:]))
+        assert all(np.array_equal(r, np.full(3, w)) for r, w in zip(rows[1:], want[1][1:]))
+    # (1e12 * 1.1) / 1.1 is 1e12 - 1.2e-4: t is not back to zero
+    with pytest.raises(rvm.InvertibilityError, match="t"):
+        scaled(0.0, 1e12, 1.1, engine="native")
+    with pytest.raises(rvm.InvertibilityError, match="t"):
+        rvm.value_and_grad(scaled, loss="out", engine="native")(0.0, 1e12, 1.1)
+    with pytest.raises(rvm.RvmError):
+        rvm.vmap(rvm.grad(scaled, loss="out", engine="native"), in_axes=(None, 0, 0))(
+            0.0, np.full(3, 1e12), np.full(3, 1.1))
 
 
 EXACT = """

@@ -27,7 +27,7 @@ import attrs
 from ..core import isa
 from ..core.errors import InvertibilityError, MachineError
 from ..core.inverse import inverse_function
-from ..core.program import INT64_MAX, INT64_MIN, Function, Imm, Mem, Program, Reg
+from ..core.program import INT64_MAX, INT64_MIN, Function, Imm, Label, Mem, Program, Reg
 from . import templates
 from .templates import Fault, Limit, Operands, condition, esc, fault, render, shows
 
@@ -141,8 +141,13 @@ def _mentioned_args(args) -> set:
                                       a.regs if isinstance(a, Mem) else ())}
 
 
-def _exact(template: str, action: str | None) -> str:
-    """The template with its value line rewritten for a known-zero destination."""
+def _exact(template: str, action: str | None, gradient: bool) -> str:
+    """The template with its value line rewritten for a known-zero destination. In a
+    gradient pass, where d is zero before the instruction it is zero as a function of the
+    inputs too (a local's start, a ZERO, or e - e), so nothing the loss depends on flows
+    through it: its shadow is set to zero instead of being pulled back (what it holds
+    would be pulled back through e twice, with opposite signs, when the pair's other half
+    runs; the gradient is the same, with fewer operations and less rounding)."""
     if action is None:
         return template
     first, _, rest = template.partition("\n")
@@ -151,6 +156,8 @@ def _exact(template: str, action: str | None) -> str:
     value = first[len(head) + 2:]
     line = f"{{d}} = 0.0 {first[len(head)]} ({value})" if action == "fresh" else \
         f"{{d}} = ({value}) - ({value})"
+    if gradient and action == "fresh":
+        rest = "{gd} = 0.0"
     return line + ("\n" + rest if rest else "")
 
 
@@ -320,8 +327,16 @@ def _hoisted(body, reg, step, at, last_value, invariant, text) -> tuple:
 class _Writer:
     """Python source for one function in one mode."""
 
-    def __init__(self, compiled: Compiled, fn: Function, gradient: bool):
+    def __init__(self, compiled: Compiled, fn: Function, gradient: bool,
+                 outputs: list | None = None, restores: list | None = None):
+        """outputs: the registers to return (default: the parameters, and in gradient
+        mode their shadows); restores: the registers that must be back to zero at the
+        end (default: the locals)."""
         self.c, self.fn, self.gradient = compiled, fn, gradient
+        self.outputs = outputs
+        self.entry_zeros: set = set()       # float registers known +0.0 on entry (native)
+        self.exit_zeros: set = set()        # and on leaving (after source())
+        self.restores = fn.locals if restores is None else restores
         self.lines: list[str] = []
         self.defer = False      # finiteness checked after a counted loop, not in it
         self.drop: frozenset = frozenset()  # address checks a counted loop made on entry
@@ -376,7 +391,7 @@ class _Writer:
             template = isa.OPS[spec.inverse].adjoint
         else:
             template = spec.forward[ops.cls]
-        template = _exact(template, exact)
+        template = _exact(template, exact, self.gradient)
         for line in render(template, ops, deferred=True):
             if (self.defer and line == "_fin += _v - _v") or \
                     (line.startswith("if not (") and line[8:line.find("): raise")] in self.drop):
@@ -445,20 +460,23 @@ class _Writer:
         code = self.fn.code
         ends = leaders[1:] + [len(code)]
         entry: list = [None] * len(leaders)
-        entry[0] = {r for r in self.fn.locals if r.cls == isa.FLOAT}
+        entry[0] = {r for r in self.fn.locals if r.cls == isa.FLOAT} | self.entry_zeros
+        exits: list = []
         work = [0]
         while work:
             k = work.pop()
             state = _Zeros(entry[k])
             for ins in code[leaders[k]:ends[k]]:
                 state.step(ins)
-            for t in self.targets(leaders[k], ends[k]) if ends[k] > leaders[k] else ():
+            for t in self.targets(leaders[k], ends[k]) if ends[k] > leaders[k] else [-1]:
                 if t < 0:
+                    exits.append(state.zeros)
                     continue
                 new = set(state.zeros) if entry[t] is None else entry[t] & state.zeros
                 if new != entry[t]:
                     entry[t] = new
                     work.append(t)
+        self.exit_zeros = set.intersection(*exits) if exits else set()
         return [e or set() for e in entry]
 
     def block_body(self, depth: int, k: int, start: int, end: int) -> None:
@@ -555,7 +573,7 @@ class _Writer:
         self.zeros = self.zero_entries(leaders) if self.c.native else None
         self.emit(1, f"def {name}(M, {', '.join(self.params())}):")
         params = set(fn.params)
-        for r in fn.registers:
+        for r in dict.fromkeys(fn.registers + (self.outputs or [])):
             value, shadow = _local(r)
             if r not in params:
                 self.emit(2, f"{value} = {'0' if r.cls == isa.INT else '0.0'}")
@@ -585,7 +603,7 @@ class _Writer:
                     self.inner, depth = True, depth + 1
             self.block_body(depth, k, start, end)
         if self.c.checks:
-            for r in fn.locals:
+            for r in self.restores:
                 value = _local(r)[0]
                 test = f"{value} != 0" if r.cls == isa.INT else f"abs({value}) > M.tol"
                 self.emit(2, f"if {test}: " + fault(
@@ -593,8 +611,85 @@ class _Writer:
                     "leaving the frame"))
         self.emit(2, "if _n < 0 or _fin != 0.0: " + BUDGET_OR_FINITE)
         self.emit(2, "M.budget = _n")
-        self.emit(2, f"return ({''.join(p + ', ' for p in self.params())})")
+        names = self.params() if self.outputs is None else \
+            [_local(r)[0] for r in self.outputs]
+        self.emit(2, f"return ({''.join(p + ', ' for p in names)})")
         return "\n".join(self.lines)
+
+
+# Compute, copy, uncompute: a function whose code is A (a compute block from its first
+# instruction), B, then A's inverse (its uncompute) and the ancillas' ZERO checks. Its
+# gradient pass runs A again (the inverse of the uncompute, with every shadow zero), then B
+# and A backwards with the adjoints. A value and gradient in one call need neither the
+# forward run's uncompute nor that recompute: run A and B (fws, which returns every
+# register), then the gradient pass from there (gbws). Nothing is lost: the gradient pass's
+# last part, A backwards, is the uncompute, computing the same values from the same
+# registers (B's results are not read by it), so it makes the same checks and fails
+# where the forward run would; and the uncompute changes no parameter, so the values
+# after A and B are the function's results.
+
+def _written_params(program: Program, fn: Function, memo: dict) -> set:
+    """The parameters of fn that a run may change (directly or through its calls)."""
+    if fn.name in memo:
+        return memo[fn.name] if memo[fn.name] is not None else set(fn.params)
+    memo[fn.name] = None            # recursion: assume all
+    out = _writes(program, fn.code, memo) & set(fn.params)
+    memo[fn.name] = out
+    return out
+
+
+def _writes(program: Program, code, memo: dict) -> set:
+    out = set()
+    for ins in code:
+        if ins.op in isa.CALLS:
+            callee = program.functions[ins.args[0].name]
+            changed = _written_params(program, callee, memo)
+            out |= {r for r, p in zip(ins.args[1:], callee.params) if p in changed}
+        else:
+            out |= set(ins.written)
+    return out
+
+
+def _mirrors(fn: Function, a: int, b: int) -> bool:
+    """Is code[b:b + a] the bytecode inverse of code[:a] (labels renamed alike)?"""
+    code, at = fn.code, fn.labels
+    for j in range(a):
+        one, two = code[a - 1 - j], code[b + j]
+        if two.op != isa.OPS[one.op].inverse or len(one.args) != len(two.args):
+            return False
+        for x, y in zip(one.args, two.args):
+            if isinstance(x, Label) and isinstance(y, Label):
+                if not 0 <= at[x.name] < a or at[y.name] != b + a - 1 - at[x.name]:
+                    return False
+            elif x != y:
+                return False
+    return True
+
+
+def split_point(program: Program, fn: Function) -> int | None:
+    """b, where fn is A = code[:a] (a compute block), B = code[a:b], A's uncompute, then
+    ZERO checks only, and its value and gradient may skip the uncompute and the recompute
+    (see above); None if fn does not have that shape."""
+    code, regions = fn.code, {(r[0], r[1]): r[2:] for r in fn.regions}
+    for (name, kind), (start, a) in regions.items():
+        if kind != "compute" or start != 0 or (name, "uncompute") not in regions:
+            continue
+        b, c = regions[(name, "uncompute")]
+        if not 0 < a < b or c - b != a or any(ins.op != "ZERO" for ins in code[c:]) or \
+                not _mirrors(fn, a, b):
+            continue
+        # B's control flow stays within B
+        if any(isinstance(x, Label) and not a <= fn.labels[x.name] < b
+               for ins in code[a:b] for x in ins.args):
+            continue
+        memo: dict = {}
+        uncompute = code[b:c]
+        if _writes(program, uncompute, memo) & set(fn.params):
+            continue
+        if _writes(program, code[a:b], memo) & set().union(*map(_mentioned, uncompute)):
+            continue
+        return b
+    return None
 
 
 class Compiled:
@@ -622,6 +717,12 @@ class Compiled:
                 head, _, rest = text.partition("\n")
                 text = "\n".join([head] + [f"        _m_{x} = _math_{x}" for x in names] + [rest])
                 parts.append(text)
+        self.splits: dict[str, int] = {}    # function -> registers its fws returns
+        if native and not self.uses_heap:
+            for fname, fn in program.functions.items():
+                b = split_point(program, fn)
+                if b is not None:
+                    self.split(fname, fn, b)
         used = sorted(set(re.findall(r"\b_m_(\w+)\(", "\n".join(parts))))
         parts[1:1] = [f"    _math_{name} = math.{name}" for name in used]
         parts.append("    return {" + ", ".join(
@@ -635,6 +736,22 @@ class Compiled:
 
     def name(self, function: str, mode: str) -> str:
         return f"{self.names[function]}_{mode}"
+
+    def split(self, fname: str, fn: Function, b: int) -> None:
+        """fws and gbws for a function split after code[:b] (see split_point)."""
+        regs = list(fn.params) + list(fn.locals)
+        head = attrs.evolve(fn, code=fn.code[:b],
+                            labels={k: i for k, i in fn.labels.items() if i < b})
+        forward = _Writer(self, head, False, outputs=regs, restores=[])
+        self.bodies[self.name(fname, "fws")] = forward.source(self.name(fname, "fws"))
+        inverse = inverse_function(fn)
+        s = len(fn.code) - b
+        tail = attrs.evolve(inverse, params=tuple(regs), code=inverse.code[s:],
+                            labels={k: i - s for k, i in inverse.labels.items() if i >= s})
+        backward = _Writer(self, tail, True, restores=list(fn.locals))
+        backward.entry_zeros = forward.exit_zeros       # the same registers, same values
+        self.bodies[self.name(fname, "gbws")] = backward.source(self.name(fname, "gbws"))
+        self.splits[fname] = len(regs)
 
     def bind(self, machine) -> dict:
         if self.native:         # compiled once per tolerance, then shared

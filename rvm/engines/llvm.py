@@ -799,7 +799,9 @@ def _entry(ir, t: _Types, module, name: str, inner, returns: list[str], fused=No
     fn, b, api, item, address, checked = _py_function(ir, t, module, name)
     first = fused[0] if fused else inner
     nparams = len(first.function_type.args) - 5
-    extra = (len(inner.function_type.args) - 5 - nparams) if fused else 0
+    split = fused[3] if fused else 0    # the forward run returns this many registers
+    extra = (len(inner.function_type.args) - 5 - nparams) if fused and not split else \
+        sum(ty == t.f64 for ty in first.function_type.args[5:]) if split else 0
     lead = [t.i64] if fused and fused[2] else []
     types = lead + list(first.function_type.args[5:]) + [t.f64] * extra
     code = b.alloca(t.i64, name="fault")
@@ -821,10 +823,10 @@ def _entry(ir, t: _Types, module, name: str, inner, returns: list[str], fused=No
         _guard(b, b.icmp_signed("!=", b.load(code), t.i64(0)), fault)
         return out
 
-    def boxed(out, names):
-        return [b.call(api("PyFloat_FromDouble" if t.of(r) == t.f64 else
+    def boxed(out, names, at=None):
+        return [b.call(api("PyFloat_FromDouble" if t.of(names[k]) == t.f64 else
                            "PyLong_FromLongLong"), [b.extract_value(out, k)])
-                for k, r in enumerate(names)]
+                for k in (range(len(names)) if at is None else at)]
 
     def pack(items):
         tup = b.call(api("PyTuple_New"), [t.i64(len(items))])
@@ -845,10 +847,13 @@ def _entry(ir, t: _Types, module, name: str, inner, returns: list[str], fused=No
         b.store(t.i64(FAULT), code)
         _guard(b, moved, fault)
         b.store(budget, state(1))
-        values = [b.extract_value(forward, k) for k in range(nparams)] + rest[nparams:]
+        values = [b.extract_value(forward, k) for k in range(split or nparams)] + \
+            rest[nparams:] + _local_shadows(t, inner, split, extra)
         back = run(inner, values)
         b.store(budget, state(1))
-        out = pack([pack(boxed(forward, fused[1])), pack(boxed(back, returns))])
+        keep = None if not split else [*range(nparams), *range(split, split + extra)]
+        out = pack([pack(boxed(forward, fused[1], range(nparams))),
+                    pack(boxed(back, returns, keep))])
     else:
         out = pack(boxed(run(inner, rest), returns))
     o = ir.IntType(8).as_pointer()
@@ -884,7 +889,16 @@ def _api(ir, t: _Types, module, fname: str):
     return f
 
 
-def _batch_entry(ir, t: _Types, module, name: str, mode: str, fw, gbw):
+def _local_shadows(t: _Types, gbw, split: int, seeds: int) -> list:
+    """A split function's gradient pass takes every register the forward run returned
+    (`split` of them), then the shadows of the float ones: the parameters' are the seeds,
+    the locals' start at zero."""
+    if not split:
+        return []
+    return [t.f64(0.0)] * (len(gbw.function_type.args) - 5 - split - seeds)
+
+
+def _batch_entry(ir, t: _Types, module, name: str, mode: str, fw, gbw, split: int = 0):
     """`rvm_py_<name>`, a native loop over rows of scalar arguments (rvm.vmap), as a CPython
     function (METH_FASTCALL) that runs without the GIL: mode "csb" calls fw on each row,
     "usb" calls fw (there the function's inverse), "vgsb" a value and gradient (fw then
@@ -941,23 +955,24 @@ def _batch_entry(ir, t: _Types, module, name: str, mode: str, fw, gbw):
     def one(row):
         b.store(t.i64(0), b.gep(S, [t.i64(0)]))
         out = run(fw, [b.load(b.gep(c, [row])) for c in cols])
-        values = [b.extract_value(out, j) for j in range(k)]
+        values = [b.extract_value(out, j) for j in range(split or k)]
         for j, c in enumerate(results):
             b.store(values[j], b.gep(c, [row]))
+        zeros = _local_shadows(t, gbw, split, len(floats))
         if mode == "vgsb":
-            back = run(gbw, values + seed)
+            back = run(gbw, values + seed + zeros)
             for j, g in enumerate(grads):
-                b.store(b.extract_value(back, k + j), b.gep(g, [row]))
+                b.store(b.extract_value(back, (split or k) + j), b.gep(g, [row]))
         elif mode == "jsb":
             width = t.i64(len(floats))
 
             def pass_(s):
                 back = run(gbw, values + [b.load(b.gep(seed, [b.add(b.mul(s, width),
                                                                      t.i64(j))]))
-                                          for j in range(len(floats))])
+                                          for j in range(len(floats))] + zeros)
                 base = b.mul(b.add(b.mul(row, nseeds), s), width)
                 for j in range(len(floats)):
-                    b.store(b.extract_value(back, k + j),
+                    b.store(b.extract_value(back, (split or k) + j),
                             b.gep(grads[0], [b.add(base, t.i64(j))]))
             _loop(b, t.i64(0), nseeds, pass_)
     _loop(b, t.i64(0), n, one, done)
@@ -988,11 +1003,11 @@ def ir_module(source: str, tol: float, fused: dict, batches: dict, runs: bool = 
     for node in nodes if runs else ():
         f, params, returns = functions[node.name]
         _entry(ir, t, module, node.name, f, returns)
-    for name, (fw, gbw, budget) in fused.items():
+    for name, (fw, gbw, budget, split) in fused.items():
         _entry(ir, t, module, name, functions[gbw][0], functions[gbw][2],
-               fused=(functions[fw][0], functions[fw][2], budget))
-    for name, (mode, fw, gbw) in batches.items():
-        _batch_entry(ir, t, module, name, mode, functions[fw][0], functions[gbw][0])
+               fused=(functions[fw][0], functions[fw][2], budget, split))
+    for name, (mode, fw, gbw, split) in batches.items():
+        _batch_entry(ir, t, module, name, mode, functions[fw][0], functions[gbw][0], split)
     return str(module)
 
 
@@ -1185,8 +1200,8 @@ def functions(source: str, fused: dict, batches: dict, tol: float, runs: bool = 
     names = re.findall(r"^def (\w+)\(", source, re.M)
     out: dict = {name: Run(lib, name) for name in names} if runs else {}
     out.update({name: (Fused if budget else Run)(lib, name)
-                for name, (_, _, budget) in fused.items()})
+                for name, (_, _, budget, _) in fused.items()})
     kinds = _kinds(source)
-    out.update({name: Batch(lib, name, mode, kinds[fw]) for name, (mode, fw, _) in
+    out.update({name: Batch(lib, name, mode, kinds[fw]) for name, (mode, fw, _, _) in
                 batches.items()})
     return out

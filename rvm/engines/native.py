@@ -322,16 +322,20 @@ class Functions(dict):
         if llvm.usable():
             names = [(compiled.name(f, "fw"), compiled.name(f, "gbw"), f)
                      for f in compiled.program.functions]
-            fused = {compiled.name(f, "vg"): (fw, gbw, False) for fw, gbw, f in names}
+            fused = {compiled.name(f, "vg"): (fw, gbw, False, 0) for fw, gbw, f in names}
             if not compiled.uses_heap:
-                fused.update({compiled.name(f, "vgs"): (fw, gbw, True)
-                              for fw, gbw, f in names})
                 for fw, gbw, f in names:
+                    # a compute-copy-uncompute function: forward to the copy, gradient
+                    # pass from there (rvm.engines.compiled.split_point)
+                    split = compiled.splits.get(f, 0)
+                    fws, gbws = (compiled.name(f, "fws"), compiled.name(f, "gbws")) \
+                        if split else (fw, gbw)
+                    fused[compiled.name(f, "vgs")] = (fws, gbws, True, split)
                     bw = compiled.name(f, "bw")
-                    self.batches.update({compiled.name(f, "csb"): ("csb", fw, gbw),
-                                         compiled.name(f, "usb"): ("usb", bw, gbw),
-                                         compiled.name(f, "vgsb"): ("vgsb", fw, gbw),
-                                         compiled.name(f, "jsb"): ("jsb", fw, gbw)})
+                    self.batches.update({compiled.name(f, "csb"): ("csb", fw, gbw, 0),
+                                         compiled.name(f, "usb"): ("usb", bw, gbw, 0),
+                                         compiled.name(f, "vgsb"): ("vgsb", fws, gbws, split),
+                                         compiled.name(f, "jsb"): ("jsb", fws, gbws, split)})
             self.llvm(fused, {})
 
     def llvm(self, fused: dict, batches: dict) -> None:
