@@ -62,7 +62,7 @@ class OpSpec:
 # this way as long as d is not among its arguments, which the verifier enforces.
 FAMILIES: dict[str, tuple[tuple[str, ...], str, tuple[str, ...], str | None]] = {
     "mul": (("a", "b"), "{a} * {b}", ("{b}", "{a}"), "{a} * {b}"),
-    "div": (("a", "b"), "{a} / {b}", ("1.0 / {b}", "-{a} / ({b} * {b})"), "{a} // {b}"),
+    "div": (("a", "b"), "{a} / {b}", ("1.0 / {b}", "-({a} / {b}) * (1.0 / {b})"), "{a} // {b}"),
     "mod": (("a", "b"), "math.fmod({a}, {b})", ("1.0", "-math.trunc({a} / {b})"),
             "{a} % {b}"),
     "pow": (("a", "b"), "math.pow({a}, {b})",

@@ -102,16 +102,31 @@ def _accumulates(ins) -> tuple | None:
     return ("+" if head.startswith("ADD") else "-"), (head in isa.READS, family, ins.args[1:])
 
 
-class _Zeros:
-    """Float registers known to hold +0.0, stepped through a block's instructions; an
-    accumulation into one is pending (`d = 0.0 + e`) until its opposite with the same value
-    (nothing it reads changed since) cancels it (`d = e - e`)."""
+class _Known:
+    """What native code may know about the float registers at a point, stepped through a
+    block's instructions: which hold +0.0; which were accumulated into from +0.0 and not
+    changed since (pending: `d = 0.0 + e`, until its opposite with the same value, nothing
+    it reads changed since, cancels it: `d = e - e`); and in a gradient pass, which shadows
+    hold 0.0 (an update that adds or scales only zero shadows is left out)."""
 
-    def __init__(self, zeros):
-        self.zeros, self.pending = set(zeros), {}
+    def __init__(self, zeros=(), gzeros=(), pending=None):
+        self.zeros, self.gzeros = set(zeros), set(gzeros)
+        self.pending = dict(pending or {})
 
-    def step(self, ins) -> str | None:
-        """Account for ins; "fresh" or "cancel" when it is one of the two rewrites."""
+    def copy(self) -> _Known:
+        return _Known(self.zeros, self.gzeros, self.pending)
+
+    def meet(self, other: _Known) -> _Known:
+        """What holds on both ways in."""
+        return _Known(self.zeros & other.zeros, self.gzeros & other.gzeros,
+                      {r: v for r, v in self.pending.items() if other.pending.get(r) == v})
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _Known) and (self.zeros, self.gzeros, self.pending) == \
+            (other.zeros, other.gzeros, other.pending)
+
+    def step(self, ins, gradient: bool) -> str | None:
+        """Account for ins; the template to emit for it (None: the usual one)."""
         acc = _accumulates(ins)
         d = ins.args[0] if acc else None
         action = None
@@ -119,6 +134,13 @@ class _Zeros:
             action = "fresh"
         elif acc and self.pending.get(d) == ("-" if acc[0] == "+" else "+", acc[1]):
             action = "cancel"
+        template = None
+        if ins.op not in isa.CALLS and ins.spec.group != "control":
+            template = _exact(_template(ins, gradient), action, gradient)
+            if gradient:
+                template = self.shadows(ins, template)
+        elif ins.op in isa.CALLS:
+            self.gzeros -= set(ins.args[1:])
         written, heap = _written(ins), ins.op in _HEAP_WRITES
         for r, (_, (memory, _, args)) in list(self.pending.items()):
             if r in written or (memory and heap) or written & _mentioned_args(args):
@@ -133,7 +155,49 @@ class _Zeros:
             self.zeros.add(ins.args[0])         # both set it to 0.0
         elif swapped is not None:
             self.zeros |= {b for b, z in zip(reversed(ins.args), swapped) if z}
-        return action
+        return template
+
+    def shadows(self, ins, template: str) -> str:
+        """The template without the shadow updates that add or scale only zeros, and
+        the zero shadows after it."""
+        regs = {n: a for n, a in zip(ins.spec.names, ins.args)
+                if isinstance(a, Reg) and a.cls == isa.FLOAT}
+        if len(set(regs.values())) < len(regs):    # one register twice: no shortcuts
+            self.gzeros -= set(regs.values())
+            return template
+        known = {n for n, a in regs.items() if a in self.gzeros}
+        out = []
+        for line in template.split("\n"):
+            lhs, op, rhs = re.fullmatch(r"(.*?)( [-+]?= |$)(.*)", line).groups()
+            targets = re.findall(r"\{g(\w+)\}", lhs)
+            used = set(re.findall(r"\{g(\w+)\}", rhs))
+            if len(targets) == 1 and lhs == f"{{g{targets[0]}}}":
+                target = targets[0]
+                if used and used <= known and (op != " = " or target in used):
+                    continue                    # adds or scales zeros
+                if op == " = " and rhs == "0.0":
+                    known.add(target)
+                else:
+                    known.discard(target)
+            elif targets and re.fullmatch(r"\{g(\w+)\}, \{g(\w+)\}", lhs) and \
+                    rhs == "{{g{1}}}, {{g{0}}}".format(*targets):
+                a, b = targets                  # a swap
+                known = (known - {a, b}) | ({b} if a in known else set()) | \
+                    ({a} if b in known else set())
+            else:
+                known -= set(targets)
+            out.append(line)
+        self.gzeros -= set(regs.values())
+        self.gzeros |= {regs[n] for n in known if n in regs}
+        return "\n".join(out)
+
+
+def _template(ins, gradient: bool) -> str:
+    """An instruction's statement template in a run or a gradient pass (rvm.core.isa)."""
+    cls = ins.written[0].cls if ins.written else isa.INT
+    if gradient and cls == isa.FLOAT:
+        return isa.OPS[ins.spec.inverse].adjoint
+    return ins.spec.forward[cls]
 
 
 def _mentioned_args(args) -> set:
@@ -334,8 +398,8 @@ class _Writer:
         end (default: the locals)."""
         self.c, self.fn, self.gradient = compiled, fn, gradient
         self.outputs = outputs
-        self.entry_zeros: set = set()       # float registers known +0.0 on entry (native)
-        self.exit_zeros: set = set()        # and on leaving (after source())
+        self.entry: _Known | None = None    # what is known on entry (native; default:
+        self.exit = _Known()                # the locals are zero) and on leaving
         self.restores = fn.locals if restores is None else restores
         self.lines: list[str] = []
         self.defer = False      # finiteness checked after a counted loop, not in it
@@ -384,14 +448,9 @@ class _Writer:
         self.emit(depth, f"{', '.join(outs)}, = {target}(M, {', '.join(outs)})")
         self.emit(depth, "_n = M.budget")
 
-    def instruction(self, depth: int, ins, exact: str | None = None) -> None:
-        spec = ins.spec
+    def instruction(self, depth: int, ins, template: str | None = None) -> None:
         ops = Operands(self.fn, ins, {}, _local)
-        if self.gradient and ops.cls == isa.FLOAT:
-            template = isa.OPS[spec.inverse].adjoint
-        else:
-            template = spec.forward[ops.cls]
-        template = _exact(template, exact, self.gradient)
+        template = _template(ins, self.gradient) if template is None else template
         for line in render(template, ops, deferred=True):
             if (self.defer and line == "_fin += _v - _v") or \
                     (line.startswith("if not (") and line[8:line.find("): raise")] in self.drop):
@@ -460,24 +519,26 @@ class _Writer:
         code = self.fn.code
         ends = leaders[1:] + [len(code)]
         entry: list = [None] * len(leaders)
-        entry[0] = {r for r in self.fn.locals if r.cls == isa.FLOAT} | self.entry_zeros
+        floats = {r for r in self.fn.locals if r.cls == isa.FLOAT}
+        entry[0] = self.entry.copy() if self.entry is not None else \
+            _Known(floats, floats if self.gradient else ())
         exits: list = []
         work = [0]
         while work:
             k = work.pop()
-            state = _Zeros(entry[k])
+            state = entry[k].copy()
             for ins in code[leaders[k]:ends[k]]:
-                state.step(ins)
+                state.step(ins, self.gradient)
             for t in self.targets(leaders[k], ends[k]) if ends[k] > leaders[k] else [-1]:
                 if t < 0:
-                    exits.append(state.zeros)
+                    exits.append(state)
                     continue
-                new = set(state.zeros) if entry[t] is None else entry[t] & state.zeros
+                new = state.copy() if entry[t] is None else entry[t].meet(state)
                 if new != entry[t]:
                     entry[t] = new
                     work.append(t)
-        self.exit_zeros = set.intersection(*exits) if exits else set()
-        return [e or set() for e in entry]
+        self.exit = functools.reduce(_Known.meet, exits) if exits else _Known()
+        return [e or _Known() for e in entry]
 
     def block_body(self, depth: int, k: int, start: int, end: int) -> None:
         """Block k, [start, end): its instructions, then the transfer at its end."""
@@ -488,11 +549,11 @@ class _Writer:
         last = None
         before = len(self.lines)
         checked: set = set()        # ASSERTs made in this block on unchanged registers
-        zeros = _Zeros(self.zeros[k]) if self.zeros is not None else None
+        known = self.zeros[k].copy() if self.zeros is not None else None
         for i in range(start, end):
             ins = code[i]
             last = ins
-            exact = zeros.step(ins) if zeros is not None else None
+            template = known.step(ins, self.gradient) if known is not None else None
             if ins.op in isa.COMEFROMS or _repeated(ins, checked):
                 continue
             if ins.op in isa.BRANCHES:
@@ -508,7 +569,7 @@ class _Writer:
             elif ins.op in isa.CALLS:
                 self.call(depth, ins)
             else:
-                self.instruction(depth, ins, exact)
+                self.instruction(depth, ins, template)
         if last is None or last.op not in isa.BRANCHES:
             if len(self.block) > 1:
                 self.goto(depth, k, end, False)
@@ -749,7 +810,9 @@ class Compiled:
         tail = attrs.evolve(inverse, params=tuple(regs), code=inverse.code[s:],
                             labels={k: i - s for k, i in inverse.labels.items() if i >= s})
         backward = _Writer(self, tail, True, restores=list(fn.locals))
-        backward.entry_zeros = forward.exit_zeros       # the same registers, same values
+        floats = {r for r in fn.locals if r.cls == isa.FLOAT}
+        backward.entry = _Known(forward.exit.zeros, floats, forward.exit.pending)  # the
+        # same registers, same values; the locals' shadows start at zero
         self.bodies[self.name(fname, "gbws")] = backward.source(self.name(fname, "gbws"))
         self.splits[fname] = len(regs)
 
