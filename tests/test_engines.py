@@ -729,6 +729,64 @@ def test_a_gradient_starts_from_the_copy_and_still_checks_the_uncompute():
             0.0, np.full(3, 1e12), np.full(3, 1.1))
 
 
+@rvm.reversible
+def _square_into(out: float, x: float):
+    out += x * x
+
+
+@rvm.reversible
+def _branchy(out: float, x: float, y: float):
+    with ancilla(a=0.0, b=0.0):
+        with compute() as c:
+            a += x * y
+            if (a > 0.0, a > 0.0):
+                b += sin(a) * y
+            else:
+                b += exp(a) - y
+        out += b * b + a
+        ~c
+
+
+@rvm.reversible
+def _looped(out: float, x: float, n: int):
+    with ancilla(t=0.0, s=0.0):
+        with compute() as c:
+            t += x
+            for i in range(n):
+                s += t * t / (1.0 + i)
+        out += s * x
+        ~c
+
+
+@rvm.reversible
+def _calls(out: float, x: float, y: float):
+    with ancilla(a=0.0):
+        with compute() as c:
+            _square_into(a, x)
+            a += y
+        out += a * y
+        ~c
+
+
+@settings(max_examples=25, deadline=None)
+@given(x=st.floats(-2.0, 2.0), y=st.floats(-2.0, 2.0), n=st.integers(0, 5))
+def test_split_gradients_agree_with_the_interpreter(x, y, n):
+    """Value and gradient of compute-copy-uncompute functions (branches, loops, calls in
+    the compute block) on the native engine, which starts the gradient pass at the copy,
+    against the interpreter's four passes; one at a time and as a batch."""
+    from rvm.engines.compiled import split_point
+    for f, args in ((_branchy, (0.0, x, y)), (_looped, (0.0, x, n)), (_calls, (0.0, x, y))):
+        p, name, _ = f.specialize(args)
+        assert split_point(p, p.functions[name]) is not None, f.name
+        want = rvm.value_and_grad(f, loss="out", engine="interp")(*args)
+        assert same(rvm.value_and_grad(f, loss="out", engine="native")(*args), want)
+        rows = rvm.vmap(rvm.grad(f, loss="out", engine="native"),
+                        in_axes=(None,) + (0,) * (len(args) - 1))(
+            0.0, *(np.full(2, a) for a in args[1:]))
+        assert all(same(float(r[0]), w) for r, w in zip(rows[1:], want[1][1:])
+                   if w is not None)
+
+
 EXACT = """
 .func once(f0, f1)
         ALLOC  r0, 1
