@@ -74,13 +74,12 @@ def _written(ins) -> set:
 
 
 def _mentioned(ins) -> set:
-    out = set()
-    for a in ins.args:
-        if isinstance(a, Reg):
-            out.add(a)
-        elif isinstance(a, Mem):
-            out |= {a.base} | ({a.off} if isinstance(a.off, Reg) else set())
-    return out
+    return _mentioned_args(ins.args)
+
+
+def _mentioned_args(args) -> set:
+    return {r for a in args for r in ((a,) if isinstance(a, Reg) else
+                                      a.regs if isinstance(a, Mem) else ())}
 
 
 # Exactly-zero float registers (native code). The frontend reads a value into a zeroed
@@ -198,11 +197,6 @@ def _template(ins, gradient: bool) -> str:
     if gradient and cls == isa.FLOAT:
         return isa.OPS[ins.spec.inverse].adjoint
     return ins.spec.forward[cls]
-
-
-def _mentioned_args(args) -> set:
-    return {r for a in args for r in ((a,) if isinstance(a, Reg) else
-                                      a.regs if isinstance(a, Mem) else ())}
 
 
 def _exact(template: str, action: str | None, gradient: bool) -> str:
@@ -404,7 +398,7 @@ class _Writer:
         self.lines: list[str] = []
         self.defer = False      # finiteness checked after a counted loop, not in it
         self.drop: frozenset = frozenset()  # address checks a counted loop made on entry
-        self.zeros: list | None = None       # per block: float registers known +0.0 (native)
+        self.known: list | None = None      # per block: what is known on entry (native)
 
     def emit(self, depth: int, text: str) -> None:
         self.lines.append("    " * depth + text)
@@ -512,10 +506,11 @@ class _Writer:
             out.add(self.block_of(self.resolve(end, False)[0][-1][0]))
         return out
 
-    def zero_entries(self, leaders: list[int]) -> list[set]:
-        """The float registers known to be +0.0 on entry to each block: the locals on
-        entry to the function, then whatever every way into a block leaves zero (to a
-        fixed point; a block reached only through another's pass-through: none)."""
+    def known_entries(self, leaders: list[int]) -> list[_Known]:
+        """What is known on entry to each block (see _Known): on entry to the function the
+        locals and their shadows are zero; then what every way into a block leaves known
+        (to a fixed point; a block reached only through another's pass-through: nothing).
+        Also sets self.exit, what is known on leaving."""
         code = self.fn.code
         ends = leaders[1:] + [len(code)]
         entry: list = [None] * len(leaders)
@@ -549,7 +544,7 @@ class _Writer:
         last = None
         before = len(self.lines)
         checked: set = set()        # ASSERTs made in this block on unchanged registers
-        known = self.zeros[k].copy() if self.zeros is not None else None
+        known = self.known[k].copy() if self.known is not None else None
         for i in range(start, end):
             ins = code[i]
             last = ins
@@ -631,7 +626,7 @@ class _Writer:
                          | {i + 1 for i, ins in enumerate(code) if ins.op in isa.BRANCHES})
         leaders = [b for b in leaders if b < n] or [0]
         self.block = {start: k for k, start in enumerate(leaders)}
-        self.zeros = self.zero_entries(leaders) if self.c.native else None
+        self.known = self.known_entries(leaders) if self.c.native else None
         self.emit(1, f"def {name}(M, {', '.join(self.params())}):")
         params = set(fn.params)
         for r in dict.fromkeys(fn.registers + (self.outputs or [])):
