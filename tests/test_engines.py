@@ -900,7 +900,22 @@ SHADOWS = """
         ADD.sqrt f0, f1
         EXCH    f1, [r0]
 .end
+.func aside(f0, f1, f2)         ; out += x and y += sqrt(x): the loss out does not need y
+        ADD     f0, f1
+        ADD.sqrt f2, f1
+.end
 """
+
+
+def test_a_partial_derivative_the_loss_does_not_need_is_not_taken():
+    """No gradient flows through y = sqrt(x) when the loss is out: the derivative of sqrt
+    at 0 is not evaluated (as PyTorch and JAX skip what the loss does not depend on), on
+    every engine; with the loss y it is, and fails."""
+    p = rvm.assemble(SHADOWS, "shadows.rasm")
+    assert engines_agree(p, "aside", (0.0, 0.0, 0.0), loss="f0")[2] == (1.0, 1.0, 0.0)
+    grad = engines_agree(p, "aside", (0.0, 0.0, 0.0), loss="f2")[2]
+    assert grad[0] == "MachineError" and "division by zero" in grad[1], grad
+    assert engines_agree(p, "aside", (0.0, 4.0, 0.0), loss="f2")[2] == (0.0, 0.25, 1.0)
 
 
 def test_a_partial_derivative_that_divides_by_zero_fails_alike_on_every_engine():
