@@ -671,8 +671,8 @@ done:   CF     exit
 
 
 def test_a_gradient_starts_from_the_copy_and_still_checks_the_uncompute():
-    """The native value and gradient of a compute-copy-uncompute function runs forwards to
-    the copy and starts the gradient pass there (no uncompute, no recompute): the same
+    """The value and gradient of a compute-copy-uncompute function (python and native
+    engines) runs forwards to the copy and starts the gradient pass there (no uncompute, no recompute): the same
     gradients, and the gradient pass's last part is the uncompute, so a residue it leaves
     in an ancilla is still an error."""
     from rvm.engines.compiled import split_point
@@ -722,8 +722,9 @@ def test_a_gradient_starts_from_the_copy_and_still_checks_the_uncompute():
     # (1e12 * 1.1) / 1.1 is 1e12 - 1.2e-4: t is not back to zero
     with pytest.raises(rvm.InvertibilityError, match="t"):
         scaled(0.0, 1e12, 1.1, engine="native")
-    with pytest.raises(rvm.InvertibilityError, match="t"):
-        rvm.value_and_grad(scaled, loss="out", engine="native")(0.0, 1e12, 1.1)
+    for engine in ("python", "native"):
+        with pytest.raises(rvm.InvertibilityError, match="t"):
+            rvm.value_and_grad(scaled, loss="out", engine=engine)(0.0, 1e12, 1.1)
     with pytest.raises(rvm.RvmError):
         rvm.vmap(rvm.grad(scaled, loss="out", engine="native"), in_axes=(None, 0, 0))(
             0.0, np.full(3, 1e12), np.full(3, 1.1))
@@ -772,19 +773,20 @@ def _calls(out: float, x: float, y: float):
 @given(x=st.floats(-2.0, 2.0), y=st.floats(-2.0, 2.0), n=st.integers(0, 5))
 def test_split_gradients_agree_with_the_interpreter(x, y, n):
     """Value and gradient of compute-copy-uncompute functions (branches, loops, calls in
-    the compute block) on the native engine, which starts the gradient pass at the copy,
-    against the interpreter's four passes; one at a time and as a batch."""
+    the compute block) on the python and native engines, which start the gradient pass at
+    the copy, against the interpreter's four passes; one at a time and as a batch."""
     from rvm.engines.compiled import split_point
     for f, args in ((_branchy, (0.0, x, y)), (_looped, (0.0, x, n)), (_calls, (0.0, x, y))):
         p, name, _ = f.specialize(args)
         assert split_point(p, p.functions[name]) is not None, f.name
         want = rvm.value_and_grad(f, loss="out", engine="interp")(*args)
-        assert same(rvm.value_and_grad(f, loss="out", engine="native")(*args), want)
-        rows = rvm.vmap(rvm.grad(f, loss="out", engine="native"),
-                        in_axes=(None,) + (0,) * (len(args) - 1))(
-            0.0, *(np.full(2, a) for a in args[1:]))
-        assert all(same(float(r[0]), w) for r, w in zip(rows[1:], want[1][1:])
-                   if w is not None)
+        for engine in ("python", "native"):
+            assert same(rvm.value_and_grad(f, loss="out", engine=engine)(*args), want)
+            rows = rvm.vmap(rvm.grad(f, loss="out", engine=engine),
+                            in_axes=(None,) + (0,) * (len(args) - 1))(
+                0.0, *(np.full(2, a) for a in args[1:]))
+            assert all(same(float(r[0]), w) for r, w in zip(rows[1:], want[1][1:])
+                       if w is not None), engine
 
 
 EXACT = """

@@ -209,6 +209,18 @@ class _Direct:
                                                     m.max_steps, fn, floats, seed)
         elif comp.native:       # forwards and gradient pass in one native call
             both = funcs[comp.name(fn.name, "vg")]
+        elif fn.name in comp.splits:    # forwards to the copy, the gradient pass from there
+            fws, gbws = funcs[comp.name(fn.name, "fws")], funcs[comp.name(fn.name, "gbws")]
+            k, every = len(fn.params), comp.splits[fn.name]
+            zeros = (0.0,) * (sum(r.cls == isa.FLOAT for r in fn.locals))
+            shadows = slice(every, every + len(floats))
+
+            def both(m_, *a):
+                m.budget = m.max_steps
+                out = fws(m_, *a[:k])
+                m.budget = m.max_steps
+                back = gbws(m_, *out, *a[k:], *zeros)
+                return out[:k], back[:k] + back[shadows]
         else:
             fw, gbw = funcs[comp.name(fn.name, "fw")], funcs[comp.name(fn.name, "gbw")]
             h, k = len(heap), len(fn.params)

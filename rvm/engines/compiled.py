@@ -748,8 +748,21 @@ def split_point(program: Program, fn: Function) -> int | None:
     return None
 
 
+def _python(body: str) -> str:
+    """A generated function as the python engine runs it: direct assignments, finiteness
+    once per straight run, math functions as local names."""
+    lines = templates.straighten(body.split("\n"))
+    lines = templates.common_calls(templates.dead_shadows(lines))
+    lines = templates.wrap_once(lines)
+    text = re.sub(r"\bmath\.(\w+)\(", r"_m_\1(", "\n".join(lines))
+    names = sorted(set(re.findall(r"\b_m_(\w+)\(", text)))
+    head, _, rest = text.partition("\n")
+    return "\n".join([head] + [f"        _m_{x} = _math_{x}" for x in names] + [rest])
+
+
 class Compiled:
-    """The generated functions of one program (all four modes of every function)."""
+    """The generated functions of one program (all four modes of every function, and for
+    a compute-copy-uncompute function without heap the split value and gradient)."""
 
     def __init__(self, program: Program, checks: bool = True, native: bool = False):
         self.program, self.checks, self.native = program, checks, native
@@ -763,27 +776,17 @@ class Compiled:
                 writer = _Writer(self, inverse if backward else fn, gradient)
                 body = writer.source(self.name(fname, mode))
                 self.bodies[self.name(fname, mode)] = body
-                # generated Python: direct assignments, finiteness once per straight run,
-                # math functions as local names
-                lines = templates.straighten(body.split("\n"))
-                lines = templates.common_calls(templates.dead_shadows(lines))
-                lines = templates.wrap_once(lines)
-                text = re.sub(r"\bmath\.(\w+)\(", r"_m_\1(", "\n".join(lines))
-                names = sorted(set(re.findall(r"\b_m_(\w+)\(", text)))
-                head, _, rest = text.partition("\n")
-                text = "\n".join([head] + [f"        _m_{x} = _math_{x}" for x in names] + [rest])
-                parts.append(text)
         self.splits: dict[str, int] = {}    # function -> registers its fws returns
-        if native and not self.uses_heap:
+        if not self.uses_heap:
             for fname, fn in program.functions.items():
                 b = split_point(program, fn)
                 if b is not None:
                     self.split(fname, fn, b)
+        parts += [_python(body) for body in self.bodies.values()]
         used = sorted(set(re.findall(r"\b_m_(\w+)\(", "\n".join(parts))))
         parts[1:1] = [f"    _math_{name} = math.{name}" for name in used]
-        parts.append("    return {" + ", ".join(
-            f"'{self.name(f, m)}': {self.name(f, m)}" for f in program.functions
-            for m in MODES) + "}")
+        parts.append("    return {" + ", ".join(f"'{name}': {name}" for name in self.bodies)
+                     + "}")
         self.source = "\n".join(parts) + "\n"
         namespace: dict = {}
         exec(compile(self.source, "<rvm compiled>", "exec"), namespace)  # from verified code
