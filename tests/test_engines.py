@@ -672,9 +672,9 @@ done:   CF     exit
 
 def test_a_gradient_starts_from_the_copy_and_still_checks_the_uncompute():
     """The value and gradient of a compute-copy-uncompute function (python and native
-    engines) runs forwards to the copy and starts the gradient pass there (no uncompute, no recompute): the same
-    gradients, and the gradient pass's last part is the uncompute, so a residue it leaves
-    in an ancilla is still an error."""
+    engines) runs forwards to the copy and starts the gradient pass there (no uncompute,
+    no recompute): the same gradients, and the gradient pass's last part is the
+    uncompute, so a residue it leaves in an ancilla is still an error."""
     from rvm.engines.compiled import split_point
 
     @rvm.reversible
