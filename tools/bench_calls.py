@@ -3,7 +3,8 @@ a small forward call, a Bessel gradient, and rvm.vmap of the Bessel gradient per
 beside the same series and its derivative written by hand as one numba loop over the
 points (the fair reference for a compiled batch: no reversibility, no checks), for both
 versions in examples/besselj.py: `besselj` (NiLang's approximate multiplier, terms down
-to 1e-8) and `besselj_inplace` (exact in-place multiplication, terms down to 1e-17).
+to 1e-8) and `besselj_inplace` (exact in-place multiplication, terms down to 1e-17); and
+JAX's jit(vmap(grad)) of the series over the same points, if JAX is installed.
 
     python tools/bench_calls.py
 """
@@ -70,6 +71,16 @@ def main():
         hand = numba.njit(bessel_grad_by_hand)
         for f, atol in ((besselj, ATOL), (besselj_inplace, ATOL_INPLACE)):
             against_hand(f, atol, hand, zs)
+    try:
+        import jax
+    except ImportError:
+        return
+    from worker import bessel_jax       # J_2 summed over a fixed 20 terms
+    batch_jax = jax.jit(jax.vmap(jax.grad(bessel_jax())))
+    zj = jax.numpy.asarray(zs)
+    assert np.allclose(np.asarray(batch_jax(zj)), batch(0.0, 2, zs)[2], atol=1e-7)
+    print(f"| jax.jit(jax.vmap(jax.grad)) of J_2, per point (10^5 points) | "
+          f"{per_call(lambda: batch_jax(zj).block_until_ready()) / len(zs) * 1e6:.3f} |")
 
 
 def against_hand(f, atol, hand, zs):
