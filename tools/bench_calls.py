@@ -75,7 +75,7 @@ def main():
         import jax
     except ImportError:
         return
-    from worker import bessel_jax       # J_2 summed over a fixed 20 terms
+    from worker import bessel_jax  # J_2 summed over a fixed 20 terms
     batch_jax = jax.jit(jax.vmap(jax.grad(bessel_jax())))
     zj = jax.numpy.asarray(zs)
     assert np.allclose(np.asarray(batch_jax(zj)), batch(0.0, 2, zs)[2], atol=1e-7)
