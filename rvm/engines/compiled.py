@@ -11,6 +11,8 @@ its adjoint.
 
     fw   f forwards                gfw   f forwards, inverting adjoint steps
     bw   invert(f) forwards        gbw   invert(f) forwards with adjoints (the gradient pass)
+    fws  f forwards to its copy    gbws  the gradient pass from there (a compute-copy-
+                                         uncompute f without heap: see split_point)
 
 The stepping interpreter stays the reference (and the debugger's engine); the tests check
 that both give the same results.
