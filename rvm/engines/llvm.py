@@ -800,8 +800,8 @@ def _entry(ir, t: _Types, module, name: str, inner, returns: list[str], fused=No
     first = fused[0] if fused else inner
     nparams = len(first.function_type.args) - 5
     split = fused[3] if fused else 0    # the forward run returns this many registers
-    extra = (len(inner.function_type.args) - 5 - nparams) if fused and not split else \
-        sum(ty == t.f64 for ty in first.function_type.args[5:]) if split else 0
+    # the seeds: one per float parameter
+    extra = sum(ty == t.f64 for ty in first.function_type.args[5:]) if fused else 0
     lead = [t.i64] if fused and fused[2] else []
     types = lead + list(first.function_type.args[5:]) + [t.f64] * extra
     code = b.alloca(t.i64, name="fault")

@@ -179,8 +179,8 @@ _PARTIAL_FAILS = re.compile(r"/|%|\*\*|\b(?:pow|log|sqrt|fmod|dpow_db)\(")
 
 def _pullback_guard(line: str) -> str | None:
     """For a shadow update that could fail (a partial derivative with a division or a
-    call, like sqrt's at 0 or div's by a divisor that underflows when squared): the shadow
-    it pulls back, so it runs only when that shadow is not zero. A zero shadow carries no
+    call, like sqrt's at 0): the shadow it pulls back, so it runs only when that shadow
+    is not zero. A zero shadow carries no
     gradient, and reverse mode does not evaluate the partials of what the loss does not
     depend on (as PyTorch and JAX skip those nodes): the pass that recomputes an
     uncomputed block runs with zero shadows and no divisions of its own."""
