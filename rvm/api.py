@@ -164,8 +164,8 @@ def vmap(fn, in_axes=0, out_axes=0, backend: str | None = None):
             batch, options = fn.func.batch, fn.keywords      # machine options, as in a call
         if batch is not None and all(np.ndim(a) == (1 if ax is not None else 0)
                                      for a, ax in zip(args, axes)):
-            columns = [np.asarray(a) if ax is not None else np.full(n, a)
-                       for a, ax in zip(args, axes)]
+            columns = [np.asarray(a) if ax is not None else np.broadcast_to(a, (n,))
+                       for a, ax in zip(args, axes)]   # (a view: no copies)
             done = batch(columns, **options)    # one native call for the whole batch, if it can
             if done is not None:
                 return done

@@ -16,7 +16,15 @@ from ..core import isa
 from ..core.errors import MachineError, UsageError, user_facing
 from ..core.inverse import inverse_function
 from ..core.program import Function, Program
-from ..engines.arguments import Binding, call_kind, first_row, place_keywords, read_array, scalar
+from ..engines.arguments import (
+    Binding,
+    batch_columns,
+    call_kind,
+    first_row,
+    place_keywords,
+    read_array,
+    scalar,
+)
 from ..engines.machine import NATIVE_AFTER, Machine, machine_for
 from ..engines.native import compiling, on_threads
 
@@ -172,9 +180,11 @@ class _Direct:
         (funcs, name), budget, fn, floats, seed = plan
         loop = funcs[name]
         n = len(columns[0])
-        cols = [np.ascontiguousarray(c, dtype=np.int64 if p.cls == isa.INT else np.float64)
-                for c, p in zip(columns, fn.params)]
-        outs = [np.empty(n, c.dtype) for c in cols]
+        cols = batch_columns(columns, fn.params, loop)
+        if self.values or not getattr(loop, "spreads", False):
+            outs = [np.empty(n, c.dtype) for c in cols]
+        else:                   # gradients only: the loop need not store the values
+            outs = [None] * len(cols)
         grads = [np.empty(n) for _ in floats]
         try:
             with compiling(self.runner.name, loop):
@@ -625,8 +635,7 @@ def jacobian(fn, outputs: Sequence[Loss], wrt: Sequence[Loss], has_aux: bool = F
             return None
         loop, budget, params, S, picks = plan
         n = len(columns[0])
-        cols = [np.ascontiguousarray(c, dtype=np.int64 if p.cls == isa.INT else np.float64)
-                for c, p in zip(columns, params)]
+        cols = batch_columns(columns, params, loop)
         outs = [np.empty(n, c.dtype) for c in cols]
         G = np.empty((n, S.shape[0], S.shape[1]))
         try:

@@ -117,6 +117,22 @@ def first_row(columns: list) -> tuple:
     return tuple(c[0].item() if isinstance(c[0], np.generic) else c[0] for c in columns)
 
 
+def batch_columns(columns: list, params, loop) -> list:
+    """The argument columns of a native batch loop: int64 or float64 arrays, one entry per
+    row. A column that is one value for every row (rvm.vmap's in_axes None: a view with
+    stride 0) stays one value where the loop takes that (rvm.engines.llvm.Batch), so no
+    array of copies is made."""
+    out = []
+    for c, p in zip(columns, params):
+        c = np.asarray(c)
+        dtype = np.int64 if p.cls == isa.INT else np.float64
+        if c.ndim == 1 and c.strides == (0,) and len(c) and getattr(loop, "spreads", False):
+            out.append(np.broadcast_to(c[:1].astype(dtype), c.shape))
+        else:
+            out.append(np.ascontiguousarray(c, dtype=dtype))
+    return out
+
+
 def as_floats(a: np.ndarray) -> np.ndarray:
     """A 1-D complex array as its n x 2 float layout (a copy: the caller's array is
     never written)."""

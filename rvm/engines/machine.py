@@ -19,7 +19,7 @@ from ..core import isa
 from ..core.errors import InvertibilityError, MachineError, RvmError, UsageError
 from ..core.program import Function, Program
 from . import closures, templates
-from .arguments import bind, call_kind, first_row, read_array, scalar
+from .arguments import batch_columns, bind, call_kind, first_row, read_array, scalar
 from .closures import END
 from .explain import explain, explain_locals
 from .templates import Fault, Limit
@@ -552,8 +552,7 @@ class Machine:
         from .native import compiling, on_threads
         loop = self._compiled_functions[c.name(name, "usb" if backward else "csb")]
         n = len(columns[0])
-        cols = [np.ascontiguousarray(col, dtype=np.int64 if p.cls == isa.INT else np.float64)
-                for col, p in zip(columns, fn.params)]
+        cols = batch_columns(columns, fn.params, loop)
         outs = [np.empty(n, col.dtype) for col in cols]
         try:
             with compiling(name, loop):

@@ -280,15 +280,26 @@ def on_threads(loop, n: int, head: tuple, inputs: list, middle: tuple, outputs: 
     if threads < 2 or not getattr(loop, "signatures", None):
         loop(*head, *inputs, *middle, *outputs)
         return
-    from concurrent.futures import ThreadPoolExecutor
     cuts = [n * k // threads for k in range(threads + 1)]
 
     def part(k):
         a, b = cuts[k], cuts[k + 1]
-        loop(*head, *(x[a:b] for x in inputs), *middle, *(y[a:b] for y in outputs))
-    with ThreadPoolExecutor(threads) as pool:
-        for f in [pool.submit(part, k) for k in range(threads)]:
+        loop(*head, *(x[a:b] for x in inputs), *middle,
+             *(None if y is None else y[a:b] for y in outputs))
+    futures = [_pool().submit(part, k) for k in range(1, threads)]
+    try:
+        part(0)               # this thread takes the first slice
+    finally:
+        for f in futures:
             f.result()        # re-raises a slice's error
+
+
+@functools.cache
+def _pool():
+    """Worker threads for on_threads, started once (starting them per batch cost about
+    a millisecond)."""
+    from concurrent.futures import ThreadPoolExecutor
+    return ThreadPoolExecutor(max(1, _cores() - 1), thread_name_prefix="rvm-batch")
 
 
 @functools.cache

@@ -1,0 +1,681 @@
+"""The lowering of generated functions to LLVM IR (rvm.engines.llvm): each local's type
+from its name, each statement of the small subset of Python that rvm.engines.compiled
+writes as LLVM instructions, with the same checks and faults. rvm.engines.lanes lowers the
+same functions with every local a vector of rows."""
+
+from __future__ import annotations
+
+import ast
+import functools
+import re
+
+from ..core.isa import MIN_NORMAL
+
+# a local's type follows from its name
+_INT_NAMES = re.compile(r"g?r\d+|_n|_b|_a|T0|t0|b0")
+FLOAT_NAMES = re.compile(r"g?f\d+|_fin|p|c|s")
+_REGISTER = re.compile(r"f\d+")     # a float register's value (not its shadow)
+# functions that raise in Python where machine code returns inf or nan: those whose
+# domain is a half line, and the others (sin and cos raise only on inf, which no finite
+# register holds; tanh and atan2 never do)
+_DOMAIN = {"math.sqrt": "<", "math.log": "<="}
+_MATH_ERRORS = {"math.exp", "math.pow", "math.fmod", "np.fmod", "dpow_db"}
+_FLAGS = {"_ok", "_m"}
+FAULT, FULL = 1, 2      # fault codes: a failed check (or a limit); the heap is full
+MESSAGES = {FAULT: "invertibility check failed", FULL: "heap capacity exceeded"}
+
+
+class Types:
+    def __init__(self, ir):
+        self.i64, self.f64, self.i1 = ir.IntType(64), ir.DoubleType(), ir.IntType(1)
+        self.s64 = self.i64         # scalar int64 (also where the locals are vectors)
+        self.ptr = self.i64.as_pointer()
+        self.fptr = self.f64.as_pointer()
+
+    def of(self, name: str):
+        if name in _FLAGS:
+            return self.i1
+        if _INT_NAMES.fullmatch(name):
+            return self.i64
+        if FLOAT_NAMES.fullmatch(name):
+            return self.f64
+        return None
+
+
+_FLOAT_OPS = {ast.Add: "fadd", ast.Sub: "fsub", ast.Mult: "fmul", ast.Div: "fdiv"}
+_INT_OPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul"}
+
+
+def loop_over(b, lo, hi, body, after=None) -> None:
+    """body(i) for i in range(lo, hi), leaving to `after` (a new block if None), where the
+    builder ends up. The counter lives in the entry block (in the loop, it would take a
+    new stack slot every time round)."""
+    fn = b.function
+    with b.goto_block(fn.entry_basic_block):
+        i = b.alloca(lo.type)
+    b.store(lo, i)
+    head, loop = fn.append_basic_block(), fn.append_basic_block()
+    after = after or fn.append_basic_block()
+    b.branch(head)
+    b.position_at_end(head)
+    b.cbranch(b.icmp_signed("<", b.load(i), hi), loop, after)
+    b.position_at_end(loop)
+    body(b.load(i))
+    b.store(b.add(b.load(i), lo.type(1)), i)
+    b.branch(head)
+    b.position_at_end(after)
+
+
+def guard(b, bad, block) -> None:
+    """Leave through `block` where `bad` holds; go on where it does not."""
+    ok = b.function.append_basic_block()
+    b.cbranch(bad, block, ok)
+    b.position_at_end(ok)
+
+
+class Unsupported(Exception):
+    """Source outside the subset this back end lowers (the caller falls back to numba)."""
+
+
+class Lowering:
+    """One generated function (an ast.FunctionDef) as an LLVM function."""
+
+    def __init__(self, ir, t: Types, functions: dict, node: ast.FunctionDef):
+        self.ir, self.t, self.functions, self.node = ir, t, functions, node
+        self.fn = functions[node.name][0]
+        self.params = functions[node.name][1]
+        entry = self.fn.append_basic_block("entry")
+        self.b = ir.IRBuilder(entry)
+        self.S, self.flag, self.H, self.G, self.cap = self.fn.args[:5]
+        self.vars: dict = {}
+        for name in _assigned(node) | set(self.params):
+            ty = t.of(name)
+            if ty is None:
+                raise Unsupported(f"a local of unknown type: {name}")
+            self.vars[name] = self.b.alloca(ty, name=name)
+        self.prologue()
+        self.loops: list = []       # (continue block, break block)
+        self.cases: dict | None = None    # the dispatch loop's blocks (see dispatch)
+        self.checking = False       # lowering a check (its failure is a fault anyway)
+        self.adjoint = False        # lowering a shadow's update (see python_error)
+        self.fault_block, self.full_block = self.exit(FAULT), self.exit(FULL)
+        self.passed = self.exit(None)          # a callee's fault: return, its code kept
+        self.body(node.body)
+        if not self.b.block.is_terminated:
+            self.b.unreachable()
+
+    def prologue(self) -> None:
+        """The parameters into their locals (after the five heap arguments)."""
+        for name, arg in zip(self.params, self.fn.args[5:]):
+            self.b.store(arg, self.vars[name])
+
+    def exit(self, code: int | None):
+        """A block that sets the fault flag to `code` (if any) and returns."""
+        block = self.fn.append_basic_block(f"fault{code or ''}")
+        with self.b.goto_block(block):
+            if code is not None:
+                self.b.store(self.t.s64(code), self.flag)
+            self.b.ret(self.ir.Constant(self.fn.return_value.type, None))
+        return block
+
+    def slot(self, k: int):
+        return self.b.gep(self.S, [self.t.i64(k)])
+
+    def cell(self, view: str, index):
+        """A pointer to heap cell `index` of view HI, HF (HI's cells as floats) or HG."""
+        b, t = self.b, self.t
+        index = self.coerce(index, t.i64)
+        if view == "HI":
+            return b.gep(self.H, [index])
+        if view == "HF":
+            return b.gep(b.bitcast(self.H, t.fptr), [index])
+        if view == "HG":
+            return b.gep(self.G, [index])
+        raise Unsupported(f"heap view {view}")
+
+    def guard(self, bad, block) -> None:
+        guard(self.b, bad, block)
+
+    def helper(self, name: str, args: list):
+        """The heap helpers of rvm.engines.native (alloc, free, push, pop, gpush, gpop),
+        inline, with the same checks: the value (or values) they return, or None."""
+        b, t = self.b, self.t
+        top = lambda: b.load(self.slot(0))
+        value = lambda k: self.expr(args[k])
+        if name == "alloc":                     # alloc(HI, TOP, n)
+            n, base = self.coerce(value(2), t.i64), top()
+            self.guard(b.or_(b.icmp_signed("<", n, t.i64(0)),
+                             b.icmp_signed(">", n, b.sub(self.cap, base))), self.full_block)
+            b.store(b.add(base, n), self.slot(0))
+            return base
+        if name == "free":                      # free(HI, HF, HG, TOP, d, n)
+            d, n = self.coerce(value(4), t.i64), self.coerce(value(5), t.i64)
+            end = top()
+            self.guard(b.or_(b.icmp_signed("<", n, t.i64(0)),
+                             b.icmp_signed("!=", d, b.sub(end, n))), self.fault_block)
+
+            def zero(c):
+                x = self.intrinsic("fabs", b.load(self.cell("HF", c)))
+                small = b.and_(b.fcmp_ordered("<=", t.f64(MIN_NORMAL), x),
+                               b.fcmp_ordered("<=", x, t.f64(self.functions["TOL"])))
+                bad = b.and_(b.icmp_signed("!=", b.load(self.cell("HI", c)), t.i64(0)),
+                             b.not_(small))
+                self.guard(bad, self.fault_block)
+
+            def clear(c):
+                b.store(t.i64(0), self.cell("HI", c))
+                b.store(t.f64(0.0), self.cell("HG", c))
+            loop_over(b, d, end, zero)
+            loop_over(b, d, end, clear)
+            b.store(d, self.slot(0))
+            return None
+        if name in ("push", "gpush"):           # push(view, TOP, v); gpush(HF, HG, TOP, v, g)
+            view, v = args[0].id, value(2 if name == "push" else 3)
+            at = top()
+            self.guard(b.icmp_signed(">=", at, self.cap), self.full_block)
+            ptr = self.cell(view, at)
+            if v.type == t.f64:
+                self.finite(v)
+            b.store(self.coerce(v, ptr.type.pointee), ptr)
+            b.store(b.add(at, t.i64(1)), self.slot(0))
+            if name == "gpush":
+                b.store(self.coerce(value(4), t.f64), self.cell("HG", at))
+            return None
+        if name in ("pop", "gpop"):             # pop(view, HI, TOP); gpop(HI, HF, HG, TOP)
+            view = args[0].id if name == "pop" else "HF"
+            at = top()
+            self.guard(b.icmp_signed("==", at, t.i64(0)), self.fault_block)
+            at = b.sub(at, t.i64(1))
+            b.store(at, self.slot(0))
+            v = b.load(self.cell(view, at))
+            b.store(t.i64(0), self.cell("HI", at))
+            if name == "pop":
+                return v
+            g = b.load(self.cell("HG", at))
+            b.store(t.f64(0.0), self.cell("HG", at))
+            return v, g
+        raise Unsupported(name)
+
+    # ------------------------------------------------------------ statements
+    def body(self, stmts) -> None:
+        for s in stmts:
+            if self.b.block.is_terminated:
+                return
+            self.stmt(s)
+
+    def stmt(self, s) -> None:
+        outer = self.adjoint
+        self.adjoint = outer or _writes_shadow(s)
+        try:
+            self.statement(s)
+        finally:
+            self.adjoint = outer
+
+    def statement(self, s) -> None:
+        b, ir = self.b, self.ir
+        if isinstance(s, ast.Assign) and len(s.targets) == 1:
+            target = s.targets[0]
+            if isinstance(target, ast.Tuple) and isinstance(s.value, ast.Call) and \
+                    isinstance(s.value.func, ast.Name) and s.value.func.id in self.functions:
+                self.call(target, s.value)
+            elif isinstance(target, ast.Tuple) and isinstance(s.value, ast.Call):
+                for t_, v in zip(target.elts, self.expr(s.value)):    # gpop
+                    self.store(t_, v)
+            elif isinstance(target, ast.Tuple):
+                values = [self.expr(v) for v in s.value.elts]
+                for t_, v in zip(target.elts, values):
+                    self.store(t_, v)
+            elif self.cases is not None and _named(target, "_b") and \
+                    isinstance(s.value, (ast.Constant, ast.UnaryOp)):
+                self.jump(ast.literal_eval(s.value))
+            elif isinstance(target, ast.Name) and target.id == "_m" and \
+                    (terms := _address_terms(s.value)):
+                self.store(target, self.in_heap(*terms))
+            else:
+                self.store(target, self.expr(s.value))
+        elif isinstance(s, ast.AugAssign) and _named(s.target, "_ok"):
+            # a check: rvm.engines.native.defer_checks folds them into a flag tested when
+            # control leaves a straight run of code (fewer blocks for numba); here each is
+            # its own branch to the fault exit, so `_ok` stays true (its tests are
+            # dropped) and an address `(a) * _m` comes after its check has passed
+            self.checking = True        # its comparisons fail alike on nan: no finite()
+            self.guard(self.b.not_(self.truth(self.expr(s.value))), self.fault_block)
+            self.checking = False
+        elif isinstance(s, ast.AugAssign) and _named(s.target, "_fin"):
+            pass                        # finiteness: see finite()
+        elif isinstance(s, ast.AugAssign):
+            self.store(s.target, self.binop(s.op, self.expr(s.target), self.expr(s.value)))
+        elif isinstance(s, ast.If):
+            if is_raise(s.body) and isinstance(s.test, ast.UnaryOp) and \
+                    _named(s.test.operand, "_ok"):
+                return
+            if is_raise(s.body):
+                self.checking = True
+                self.guard(self.truth(self.expr(s.test)), self.fault_block)
+                self.checking = False
+                return
+            then, other, after = (self.fn.append_basic_block() for _ in range(3))
+            b.cbranch(self.truth(self.expr(s.test)), then, other)
+            for block, stmts in ((then, s.body), (other, s.orelse)):
+                b.position_at_end(block)
+                self.body(stmts)
+                if not b.block.is_terminated:
+                    b.branch(after)
+            b.position_at_end(after)
+        elif isinstance(s, ast.While) and (cases := block_cases(s)) is not None:
+            self.dispatch(cases)
+        elif isinstance(s, ast.While):
+            head, loop, after = (self.fn.append_basic_block() for _ in range(3))
+            b.branch(head)
+            b.position_at_end(head)
+            b.cbranch(self.truth(self.expr(s.test)), loop, after)
+            b.position_at_end(loop)
+            self.loops.append((head, after))
+            self.body(s.body)
+            self.loops.pop()
+            if not b.block.is_terminated:
+                b.branch(head)
+            b.position_at_end(after)
+        elif isinstance(s, ast.Expr) and isinstance(s.value, ast.Call):
+            self.expr(s.value)
+        elif isinstance(s, ast.Break):
+            b.branch(self.loops[-1][1])
+        elif isinstance(s, ast.Continue):
+            b.branch(self.loops[-1][0])
+        elif isinstance(s, ast.Pass):
+            pass
+        elif isinstance(s, ast.Raise):
+            b.branch(self.fault_block)
+        elif isinstance(s, ast.Return):
+            self.finite(*(b.load(self.vars[name]) for name in sorted(self.vars)
+                          if _REGISTER.fullmatch(name)))
+            elts = s.value.elts if isinstance(s.value, ast.Tuple) else [s.value]
+            out = ir.Constant(self.fn.return_value.type, None)
+            for k, e in enumerate(elts):
+                v = self.expr(e)
+                out = b.insert_value(out, self.coerce(v, self.fn.return_value.type.elements[k]),
+                                     k)
+            b.ret(out)
+        else:
+            raise Unsupported(ast.unparse(s))
+
+    def finite(self, *values) -> None:
+        """Fault unless every value is finite. The Python code tests each float result
+        (`_fin += x - x`, once per straight run); here only where a non-finite value could
+        stop showing: in a comparison (it would steer control flow), on its way to the
+        heap, and in every float register when the function returns. Elsewhere a
+        register's value only changes by arithmetic that keeps inf and nan (d += ...,
+        x *= y, x /= y, rotations, swaps), so a value that stops being finite is still
+        caught before it is seen, and a failed run goes to the interpreter, which reports
+        where it happened. (Shadows are not tested: gradients may overflow as in the
+        Python engines; where those stop, see python_error.)"""
+        bad = self.non_finite(values)
+        if bad is not None:
+            self.guard(bad, self.fault_block)
+
+    def non_finite(self, values):
+        """A flag: some value is inf or nan (x - x is nan then, 0 otherwise); None when
+        all are constants."""
+        b = self.b
+        terms = [b.fsub(v, v) for v in values if not isinstance(v, self.ir.Constant)]
+        if not terms:
+            return None
+        total = functools.reduce(b.fadd, terms)
+        return b.fcmp_unordered("uno", total, total)
+
+    def dispatch(self, cases: dict) -> None:
+        """The generated code's loop over basic blocks (`while _b >= 0:` `if _b == 0: ...`
+        `elif _b == 1: ...`) as the blocks themselves: each `_b = k` is a branch to case
+        k (k < 0: out of the loop), so LLVM sees the program's own control flow instead of
+        every transfer meeting at one switch."""
+        b = self.b
+        head, after = self.fn.append_basic_block(), self.fn.append_basic_block()
+        blocks = {k: self.fn.append_basic_block() for k in cases}
+        outer, self.cases = self.cases, (head, after, blocks)
+        b.branch(head)
+        b.position_at_end(head)
+        at = b.load(self.vars["_b"])
+        switch = b.switch(at, after)
+        for k, block in blocks.items():
+            switch.add_case(self.t.i64(k), block)
+        for k, stmts in cases.items():
+            b.position_at_end(blocks[k])
+            self.body(stmts)
+            if not b.block.is_terminated:
+                b.branch(head)           # no transfer: the same case again, as in Python
+        self.cases = outer
+        b.position_at_end(after)
+
+    def jump(self, k: int) -> None:
+        head, after, blocks = self.cases
+        self.b.store(self.t.i64(k), self.vars["_b"])
+        self.b.branch(after if k < 0 else blocks.get(k, head))
+
+    def in_heap(self, base: str, off: str):
+        """The address check of a register offset (rvm.engines.templates.address_check:
+        base + off in 0 .. T0 - 1, with two negative terms refused) as one overflow test and
+        one unsigned comparison: the true sum lies in the heap iff int64 addition does not
+        overflow and the sum is below T0 unsigned."""
+        b, t = self.b, self.t
+        fn = b.module.globals.get("llvm.sadd.with.overflow.i64") or self.ir.Function(
+            b.module, self.ir.FunctionType(self.ir.LiteralStructType([t.i64, t.i1]),
+                                           [t.i64, t.i64]), "llvm.sadd.with.overflow.i64")
+        out = b.call(fn, [b.load(self.vars[base]), b.load(self.vars[off])])
+        inside = b.icmp_unsigned("<", b.extract_value(out, 0), b.load(self.vars["T0"]))
+        return b.and_(inside, b.not_(b.extract_value(out, 1)))
+
+    def call(self, target: ast.Tuple, value: ast.Call) -> None:
+        callee = self.functions[value.func.id][0]
+        args = [self.S, self.flag, self.H, self.G, self.cap] + [
+            self.coerce(self.expr(a), ty)
+            for a, ty in zip(value.args[4:], callee.function_type.args[5:])]
+        out = self.b.call(callee, args)
+        self.guard(self.b.icmp_signed("!=", self.b.load(self.flag), self.t.i64(0)), self.passed)
+        for k, t_ in enumerate(target.elts):
+            self.store(t_, self.b.extract_value(out, k))
+
+    def store(self, target, value) -> None:
+        if isinstance(target, ast.Name):
+            ptr = self.vars[target.id]
+        elif isinstance(target, ast.Subscript) and state_index(target) is not None:
+            ptr = self.slot(state_index(target))
+        elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+            ptr = self.cell(target.value.id, self.expr(target.slice))
+        else:
+            raise Unsupported(ast.unparse(target))
+        if value.type == self.t.f64 and isinstance(target, ast.Subscript) and \
+                state_index(target) is None and target.value.id != "HG":
+            self.finite(value)          # a value leaving the registers for the heap
+        self.b.store(self.coerce(value, ptr.type.pointee), ptr)
+
+    # ----------------------------------------------------------- expressions
+    def coerce(self, v, ty):
+        t, b = self.t, self.b
+        if v.type == ty:
+            return v
+        if ty == t.f64:
+            return b.uitofp(v, ty) if v.type == t.i1 else b.sitofp(v, ty)
+        if ty == t.i64 and v.type == t.i1:
+            return b.zext(v, ty)
+        if ty == t.i1:
+            return self.truth(v)
+        raise Unsupported(f"a float value where an int is wanted: {ty}")
+
+    def truth(self, v):
+        t, b = self.t, self.b
+        if v.type == t.i1:
+            return v
+        if v.type == t.i64:
+            return b.icmp_signed("!=", v, t.i64(0))
+        return b.fcmp_unordered("!=", v, t.f64(0.0))
+
+    def expr(self, e):
+        t, b = self.t, self.b
+        if isinstance(e, ast.Constant):
+            if isinstance(e.value, bool):
+                return t.i1(int(e.value))
+            if isinstance(e.value, int):
+                return t.i64(e.value)
+            if isinstance(e.value, float):
+                return t.f64(e.value)
+        elif isinstance(e, ast.Name):
+            if e.id in self.vars:
+                return b.load(self.vars[e.id])
+            if e.id == "TOL":
+                return t.f64(self.functions["TOL"])
+        elif isinstance(e, ast.Subscript) and state_index(e) is not None:
+            return b.load(self.slot(state_index(e)))
+        elif isinstance(e, ast.Subscript) and isinstance(e.value, ast.Name):
+            return b.load(self.cell(e.value.id, self.expr(e.slice)))
+        elif isinstance(e, ast.BinOp):
+            return self.binop(e.op, self.expr(e.left), self.expr(e.right))
+        elif isinstance(e, ast.UnaryOp):
+            v = self.expr(e.operand)
+            if isinstance(e.op, ast.USub):
+                return b.fneg(v) if v.type == t.f64 else b.neg(self.coerce(v, t.i64))
+            if isinstance(e.op, ast.UAdd):
+                return v
+            if isinstance(e.op, ast.Not):
+                return b.not_(self.truth(v))
+            if isinstance(e.op, ast.Invert) and v.type != t.f64:
+                return b.not_(v)
+        elif isinstance(e, ast.Compare) and len(e.ops) == 1:
+            return self.compare(e.ops[0], self.expr(e.left), self.expr(e.comparators[0]))
+        elif isinstance(e, ast.BoolOp):
+            values = [self.truth(self.expr(v)) for v in e.values]
+            out = values[0]
+            for v in values[1:]:
+                out = b.and_(out, v) if isinstance(e.op, ast.And) else b.or_(out, v)
+            return out
+        elif isinstance(e, ast.Call):
+            return self.function(e)
+        elif isinstance(e, ast.IfExp):
+            return self.select(self.truth(self.expr(e.test)), self.expr(e.body),
+                               self.expr(e.orelse))
+        raise Unsupported(ast.unparse(e))
+
+    def select(self, cond, a, b_):
+        if a.type != b_.type:
+            a, b_ = self.coerce(a, self.t.f64), self.coerce(b_, self.t.f64)
+        return self.b.select(cond, a, b_)
+
+    def compare(self, op, a, c):
+        t, b = self.t, self.b
+        sym = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">",
+               ast.GtE: ">="}[type(op)]
+        if t.f64 in (a.type, c.type):
+            a, c = self.coerce(a, t.f64), self.coerce(c, t.f64)
+            if not self.checking:       # no float steers control flow unless finite
+                self.finite(a, c)
+            if sym == "!=":             # as Python: nan != anything
+                return b.fcmp_unordered(sym, a, c)
+            return b.fcmp_ordered(sym, a, c)
+        a, c = self.coerce(a, t.i64), self.coerce(c, t.i64)
+        return b.icmp_signed(sym, a, c)
+
+    def binop(self, op, a, c):
+        t, b = self.t, self.b
+        if isinstance(op, (ast.BitAnd, ast.BitOr, ast.BitXor)):
+            if a.type == t.i1 and c.type == t.i1:
+                ty = t.i1
+            else:
+                ty = t.i64
+                a, c = self.coerce(a, ty), self.coerce(c, ty)
+            return {ast.BitAnd: b.and_, ast.BitOr: b.or_, ast.BitXor: b.xor}[type(op)](a, c)
+        if isinstance(op, (ast.Div, ast.Pow)) or t.f64 in (a.type, c.type):
+            a, c = self.coerce(a, t.f64), self.coerce(c, t.f64)
+            if isinstance(op, ast.Pow):
+                return self.intrinsic("pow", a, c)
+            name = _FLOAT_OPS.get(type(op))
+        else:
+            a, c = self.coerce(a, t.i64), self.coerce(c, t.i64)
+            if isinstance(op, (ast.FloorDiv, ast.Mod)):
+                return self.floor_div_mod(a, c, isinstance(op, ast.Mod))
+            name = _INT_OPS.get(type(op))
+        if name is None:
+            raise Unsupported(f"{a.type} {type(op).__name__}")
+        if name == "fdiv" and self.adjoint:     # Python stops on a division by zero
+            self.guard(b.fcmp_ordered("==", c, t.f64(0.0)), self.fault_block)
+        return getattr(b, name)(a, c)
+
+    def floor_div_mod(self, a, c, mod: bool):
+        """Python's a // c or a % c on int64 (wrapping, as numba): c = 0 faults, and
+        c = -1 is taken apart (the hardware traps on INT64_MIN / -1)."""
+        t, b = self.t, self.b
+        self.guard(b.icmp_signed("==", c, t.i64(0)), self.fault_block)
+        minus_one = b.icmp_signed("==", c, t.i64(-1))
+        # (c = 0 too: rows in lockstep, rvm.engines.lanes, divide where a row is idle)
+        safe = b.select(b.or_(minus_one, b.icmp_signed("==", c, t.i64(0))), t.i64(1), c)
+        q, r = b.sdiv(a, safe), b.srem(a, safe)
+        # floor: step down where the remainder is non-zero and its sign differs from c's
+        adjust = b.and_(b.icmp_signed("!=", r, t.i64(0)),
+                        b.icmp_signed("<", b.xor(r, safe), t.i64(0)))
+        if mod:
+            r = b.select(adjust, b.add(r, safe), r)
+            return b.select(minus_one, t.i64(0), r)
+        q = b.select(adjust, b.sub(q, t.i64(1)), q)
+        return b.select(minus_one, b.neg(a), q)
+
+    def intrinsic(self, name: str, *args):
+        f64 = self.t.f64
+        fn = self.b.module.declare_intrinsic(f"llvm.{name}", [f64])
+        return self.b.call(fn, list(args))
+
+    def libm(self, name: str, *args):
+        module, f64 = self.b.module, self.t.f64
+        fn = module.globals.get(name)
+        if fn is None:
+            fn = self.ir.Function(module, self.ir.FunctionType(f64, [f64] * len(args)), name)
+        return self.b.call(fn, list(args))
+
+    def pure(self, name: str, args: list):
+        value = self.math(name, args)
+        if not self.adjoint:
+            return value
+        if name in _DOMAIN:             # sqrt of a negative, log of zero or less
+            x = self.coerce(args[0], self.t.f64)
+            self.guard(self.b.fcmp_ordered(_DOMAIN[name], x, self.t.f64(0.0)),
+                       self.fault_block)
+        elif name in _MATH_ERRORS:
+            self.python_error(value, [self.coerce(a, self.t.f64) for a in args])
+        return value
+
+    def python_error(self, value, args) -> None:
+        """Fault where Python's math module would raise: a non-finite result from
+        finite arguments (an overflow, or a domain error such as log 0 or sqrt -1). The
+        interpreter then reports it, as the Python engines do. Made (with the test of a
+        division's divisor) in the updates of gradient shadows only, which are never
+        tested for finiteness and may be dead (the derivative of sqrt at 0 for a local
+        nothing reads: LLVM may drop the computation, but not this test); a value's own
+        computation leaves a non-finite value in a register, which finite() catches."""
+        bad, given = self.non_finite([value]), self.non_finite(args)
+        if given is not None:
+            bad = self.b.and_(bad, self.b.not_(given))
+        self.guard(bad, self.fault_block)
+
+    def math(self, name: str, args: list):
+        t, b = self.t, self.b
+        if name in ("math.sin", "math.cos", "math.exp", "math.log", "math.sqrt"):
+            return self.intrinsic(name[5:], self.coerce(args[0], t.f64))
+        if name in ("math.pow",):
+            return self.intrinsic("pow", *(self.coerce(a, t.f64) for a in args))
+        if name in ("math.tanh", "math.atan2"):
+            return self.libm(name[5:], *(self.coerce(a, t.f64) for a in args))
+        if name in ("np.fmod", "math.fmod"):
+            return b.frem(self.coerce(args[0], t.f64), self.coerce(args[1], t.f64))
+        if name == "math.trunc":
+            return self.intrinsic("trunc", self.coerce(args[0], t.f64))
+        if name == "abs":
+            v = args[0]
+            if v.type == t.f64:
+                return self.intrinsic("fabs", v)
+            v = self.coerce(v, t.i64)
+            return b.select(b.icmp_signed("<", v, t.i64(0)), b.neg(v), v)
+        if name == "sign":
+            v = self.coerce(args[0], t.f64)
+            pos = b.uitofp(b.fcmp_ordered(">", v, t.f64(0.0)), t.f64)
+            neg = b.uitofp(b.fcmp_ordered("<", v, t.f64(0.0)), t.f64)
+            return b.fsub(pos, neg)
+        if name == "dpow_db":
+            x, y = (self.coerce(a, t.f64) for a in args)
+            value = b.fmul(self.intrinsic("pow", x, y), self.intrinsic("log", x))
+            return b.select(b.fcmp_ordered(">", x, t.f64(0.0)), value, t.f64(0.0))
+        if name == "zero":
+            return b.fcmp_ordered("<=", self.intrinsic("fabs", self.coerce(args[1], t.f64)),
+                                  args[0])
+        if name == "float":
+            return self.coerce(args[0], t.f64)
+        if name == "int":
+            if args[0].type == t.f64:
+                raise Unsupported("int() of a float")
+            return self.coerce(args[0], t.i64)
+        if name == "wrap":
+            return args[0]
+        raise Unsupported(name)
+
+    def function(self, e: ast.Call):
+        name = ast.unparse(e.func)
+        if name in ("alloc", "free", "push", "pop", "gpush", "gpop"):
+            return self.helper(name, e.args)
+        return self.pure(name, [self.expr(a) for a in e.args])
+
+
+_ADDRESS = ast.dump(ast.parse("((A >= 0) | (B >= 0)) & ((0 <= A + B) & (A + B < T0))",
+                               mode="eval").body)
+
+
+def _address_terms(e) -> tuple[str, str] | None:
+    """(base, offset) if e is the native text of a register-offset address check."""
+    try:
+        a = e.left.left.left.id
+        c = e.left.right.left.id
+    except AttributeError:
+        return None
+    pattern = _ADDRESS.replace("id='A'", f"id={a!r}").replace("id='B'", f"id={c!r}")
+    return (a, c) if ast.dump(e) == pattern else None
+
+
+def _named(node, name: str) -> bool:
+    return isinstance(node, ast.Name) and node.id == name
+
+
+def state_index(node) -> int | None:
+    """k for TOP[k] (the state array), else None."""
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and \
+            node.value.id == "TOP" and isinstance(node.slice, ast.Constant):
+        return node.slice.value
+    return None
+
+
+def _writes_shadow(s) -> bool:
+    """Does this statement update a gradient shadow (gfK, or a cell of HG)?"""
+    if isinstance(s, ast.Assign):
+        targets = [e for t in s.targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]
+    elif isinstance(s, ast.AugAssign):
+        targets = [s.target]
+    else:
+        return False
+    return any((isinstance(t, ast.Name) and t.id.startswith("gf")) or
+               (isinstance(t, ast.Subscript) and _named(t.value, "HG")) for t in targets)
+
+
+def block_cases(loop: ast.While) -> dict | None:
+    """{k: statements} of the generated code's block loop (`while _b >= 0:` with one
+    if/elif chain on `_b == k`), or None for any other loop."""
+    test = loop.test
+    if not (isinstance(test, ast.Compare) and _named(test.left, "_b") and
+            isinstance(test.ops[0], ast.GtE) and len(loop.body) == 1 and
+            ast.dump(test.comparators[0]) == ast.dump(ast.Constant(0))):
+        return None
+    cases, s = {}, loop.body[0]
+    while isinstance(s, ast.If):
+        t = s.test
+        if not (isinstance(t, ast.Compare) and _named(t.left, "_b") and
+                isinstance(t.ops[0], ast.Eq) and isinstance(t.comparators[0], ast.Constant)):
+            return None
+        cases[t.comparators[0].value] = s.body
+        if not s.orelse:
+            return cases
+        if len(s.orelse) != 1:
+            return None
+        s = s.orelse[0]
+    return None
+
+
+def is_raise(stmts) -> bool:
+    return len(stmts) == 1 and isinstance(stmts[0], ast.Raise)
+
+
+def _assigned(node) -> set[str]:
+    out = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            out.add(n.id)
+    return out
+
+
+def returns_of(node: ast.FunctionDef) -> list[str]:
+    for n in ast.walk(node):
+        if isinstance(n, ast.Return):
+            return [e.id for e in n.value.elts]
+    raise Unsupported(f"{node.name} returns nothing")

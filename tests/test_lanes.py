@@ -1,0 +1,208 @@
+"""Rows in lockstep (rvm.engines.lanes): rvm.vmap's native batch loops run groups of rows
+through vector versions of the generated functions. Each row must compute exactly what it
+computes alone, however the rows' paths part (branches, loops with their own trip counts,
+calls), and a check that fails in one row must fail the batch as it fails that row."""
+
+import functools
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import rvm
+from rvm import ancilla, compute
+from rvm.engines import lanes, llvm, native
+from rvm.engines.compiled import compiled
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "examples"))
+
+pytestmark = pytest.mark.skipif(not llvm.usable(), reason="needs llvmlite's LLVM back end")
+
+
+@rvm.reversible
+def _square_into(out: float, x: float):
+    out += x * x
+
+
+@rvm.reversible
+def _parted(out: float, x: float, n: int):
+    """A branch on the row's value, a loop with the row's own trip count, a call."""
+    with ancilla(a=0.0, s=0.0):
+        with compute() as c:
+            a += x * 0.5
+            if (a > 0.0, a > 0.0):
+                _square_into(s, a)
+            else:
+                s += exp(a) - x
+            for i in range(n):
+                s += sin(a + i) * a / (1.0 + i)
+        out += s * x + a
+        ~c
+
+
+def exactly(a, b) -> bool:
+    return np.array_equal(np.asarray(a), np.asarray(b))
+
+
+def in_lockstep(program, name: str) -> bool:
+    """Does the batch loop of `name`'s calls get lane functions?"""
+    c = compiled(program, True, native=True)
+    f = c.name(name, "")
+    text = llvm.ir_module(c.native_bodies, 1e-9, {}, {f + "csb": ("csb", f + "fw", f + "gbw", 0)},
+                          runs=False)
+    return f"{f}fw_lanes" in text
+
+
+@pytest.fixture
+def batches(monkeypatch):
+    """The modes of the native batch loops called, and whether each raised."""
+    seen = []
+    run = llvm.Batch.__call__
+
+    def call(self, *a):
+        try:
+            run(self, *a)
+        except Exception:
+            seen.append((self.mode, "raised"))
+            raise
+        seen.append((self.mode, "ok"))
+    monkeypatch.setattr(llvm.Batch, "__call__", call)
+    return seen
+
+
+@settings(max_examples=20, deadline=None)
+@given(xs=st.lists(st.floats(-3.0, 3.0), min_size=8, max_size=40),
+       seed=st.integers(0, 2 ** 16))
+def test_rows_in_lockstep_compute_what_each_computes_alone(xs, seed):
+    """Gradients and values of a batch (whole groups of rows and a remainder) equal the
+    single calls' to the bit, with each row taking its own branch and trip count."""
+    xs = np.array(xs)
+    ns = np.random.default_rng(seed).integers(0, 7, len(xs))
+    g = rvm.grad(_parted, loss="out", engine="native")
+    vg = rvm.value_and_grad(_parted, loss="out", engine="native")
+    with pytest.MonkeyPatch.context() as mp:
+        seen: list = []
+        run = llvm.Batch.__call__
+        mp.setattr(llvm.Batch, "__call__", lambda self, *a: run(self, *a) or seen.append(1))
+        grads = rvm.vmap(g, in_axes=(None, 0, 0))(0.0, xs, ns)
+        values, grads2 = rvm.vmap(vg, in_axes=(None, 0, 0))(0.0, xs, ns)
+    assert seen == [1, 1]       # both in one native call each, no row failed
+    rows = [vg(0.0, float(x), int(n)) for x, n in zip(xs, ns)]
+    for k in (0, 1):
+        want = [r[1][k] for r in rows]
+        assert exactly(grads[k], want) and exactly(grads2[k], want)
+    assert exactly(values[0], [r[0][0] for r in rows])
+    interp = [rvm.grad(_parted, loss="out", engine="interp")(0.0, float(x), int(n))
+              for x, n in zip(xs[:3], ns[:3])]
+    assert np.allclose(grads[1][:3], [r[1] for r in interp], rtol=1e-12)
+
+
+def test_the_batch_entries_have_lane_functions():
+    """The gradient and call loops of a program without heap get lane versions of the
+    functions they run (the Jacobian loop stays row by row); RVM_LANES=0 turns them off."""
+    p, name, _ = _parted.specialize((0.0, 1.0, 3))
+    c = compiled(p, True, native=True)
+    f = c.name(name, "")
+    batches = {f + "vgsb": ("vgsb", f + "fws", f + "gbws", c.splits[name]),
+               f + "csb": ("csb", f + "fw", f + "gbw", 0)}
+    text = llvm.ir_module(c.native_bodies, 1e-9, {}, batches, runs=False)
+    for fn in ("fws", "gbws", "fw"):
+        assert f"{f}{fn}_lanes" in text
+    assert "<8 x double>" in text and "llvm.vector.reduce.smin" in text
+    was, lanes.enabled = lanes.enabled, False
+    try:
+        assert "_lanes" not in llvm.ir_module(c.native_bodies, 1e-9, {}, batches, runs=False)
+    finally:
+        lanes.enabled = was
+
+
+def test_calls_and_uncalls_in_lockstep(batches):
+    """rvm.vmap of a call and of its inverse (isqrt: a loop that runs sqrt(n) times)."""
+    p = rvm.load(ROOT / "asm" / "isqrt.rasm", engine="native")
+    assert in_lockstep(p, "isqrt")
+    ns = np.arange(0, 300, 7)
+    out = rvm.vmap(p["isqrt"])(ns, np.zeros_like(ns))
+    assert exactly(out[1], np.floor(np.sqrt(ns)).astype(np.int64))
+    back = rvm.vmap(~p["isqrt"])(*out)
+    assert exactly(back[0], ns) and exactly(back[1], np.zeros_like(ns))
+    assert batches == [("csb", "ok"), ("usb", "ok")]
+
+
+def test_idle_rows_never_divide_by_zero(batches):
+    """A row that skips a division may be idle while the others divide: it divides by 1
+    there, so nothing traps, and its result is its own."""
+    p = rvm.assemble(".func t(r0, r1, r2)\n"
+                     "br:     BR.EQ   r1, 0, skip\n"
+                     "        ADD.div r0, r2, r1\n"
+                     "skip:   CF.EQ   r1, 0, br\n"
+                     ".end\n")
+    d = np.array([0, 3, -2, 0, 5, 1, 0, 7, 0, 0, 4, -1, 6, 0, 2, 9, 0])
+    assert in_lockstep(p, "t")
+    t = functools.partial(p["t"], engine="native")
+    out = rvm.vmap(t)(np.zeros_like(d), d, np.full_like(d, 100))
+    assert exactly(out[0], [100 // x if x else 0 for x in d])
+    assert batches == [("csb", "ok")]
+
+
+def test_a_row_that_fails_fails_the_batch_as_alone(batches):
+    """A failed check in one row of a group (a division's inverse that does not restore
+    zero), and a row that exhausts the step budget: the batch raises what that row raises
+    alone, and the other rows' results are never returned half made."""
+    p = rvm.assemble(".func t(f0, r0)\n    ADD f0, r0\n    ASSERT.LT r0, 50\n.end\n")
+    t = functools.partial(p["t"], engine="native")
+    ns = np.arange(40)
+    assert exactly(rvm.vmap(t)(np.zeros(40), ns)[0], ns.astype(float))
+    ns[13] = 77
+    with pytest.raises(rvm.RvmError) as alone:
+        t(0.0, 77)
+    with pytest.raises(type(alone.value)):
+        rvm.vmap(t)(np.zeros(40), ns)
+    assert batches == [("csb", "ok"), ("csb", "raised")]
+    p = rvm.load(ROOT / "asm" / "isqrt.rasm")
+    isqrt = functools.partial(p["isqrt"], engine="native", max_steps=10_000)
+    ns = np.full(24, 49)
+    assert exactly(rvm.vmap(isqrt)(ns, np.zeros_like(ns))[1], np.full(24, 7))
+    ns[17] = 10 ** 12                   # a million iterations in one row
+    with pytest.raises(rvm.MachineError, match="step"):
+        rvm.vmap(isqrt)(ns, np.zeros_like(ns))
+    assert batches[2:] == [("csb", "ok"), ("csb", "raised")]
+
+
+def test_batch_loops_take_one_value_for_every_row():
+    """A column given as one value (a stride-0 view, as rvm.vmap passes in_axes None) is
+    read as that value in every row, without an array of copies; values not wanted are
+    not stored (None)."""
+    from rvm.engines.native import Functions
+    p = rvm.assemble(".func t(f0, f1, r0)\n    ADD.mul f0, f1, r0\n.end\n")
+    funcs = Functions(compiled(p, True, native=True), 1e-9)
+    loop = funcs["F0_csb"]
+    assert loop.spreads
+    n = 21
+    ys, o0, o1, o2 = np.linspace(0, 2, n), np.empty(n), np.empty(n), np.empty(n, np.int64)
+    loop(1000, np.broadcast_to(np.float64(1.5), (n,)), ys,
+         np.broadcast_to(np.int64(3), (n,)), o0, o1, o2)
+    assert exactly(o0, 1.5 + ys * 3) and exactly(o2, np.full(n, 3))
+    grad = funcs["F0_vgsb"]
+    g0, g1 = np.empty(n), np.empty(n)
+    grad(1000, np.zeros(n), ys, np.broadcast_to(np.int64(2), (n,)), 1.0, 0.0,
+         None, None, None, g0, g1)
+    assert exactly(g0, np.ones(n)) and exactly(g1, np.full(n, 2.0))
+    loop(1000, np.zeros(0), np.zeros(0), np.zeros(0, np.int64), np.empty(0), np.empty(0),
+         np.empty(0, np.int64))                             # no rows: nothing read
+
+
+def test_batches_on_threads_keep_their_rows():
+    """Split across the worker threads (a pool started once), every slice writes its own
+    rows; a failed slice raises after the others have finished."""
+    from besselj import besselj_inplace
+    g = rvm.grad(besselj_inplace, loss="out", engine="native")
+    zs = np.linspace(0.5, 3.0, 3 * native.THREAD_ROWS + 5)
+    batch = rvm.vmap(g, in_axes=(None, None, 0))
+    got = batch(0.0, 2, zs)
+    picks = [0, 1, native.THREAD_ROWS, len(zs) // 2, len(zs) - 1]
+    assert exactly(got[2][picks], [g(0.0, 2, float(zs[i]))[2] for i in picks])
+    assert native._pool() is native._pool()
