@@ -132,7 +132,7 @@ def test_the_block_loop_is_lowered_as_the_programs_own_branches():
     program = rvm.assemble((root / "asm" / "isqrt.rasm").read_text())
     source = compiled(program, True, native=True).native_bodies
     assert "while _b >= 0:" in source
-    text = llvm.ir_module(source, 1e-9, {}, {}, runs=False)
+    text = llvm.ir_module(source, 1e-9, {}, {})
     stores = 0
     for function in re.findall(r"define .*?\n}", text, re.S):
         lines = [line.strip() for line in function.splitlines()]

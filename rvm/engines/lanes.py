@@ -31,6 +31,8 @@ from .lowering import (
     Types,
     Unsupported,
     block_cases,
+    callees,
+    calls_of,
     guard,
     is_raise,
     returns_of,
@@ -69,17 +71,12 @@ def signature(ir, t: LaneTypes, node: ast.FunctionDef):
     return ir.FunctionType(ret, head + [t.of(n) for n in params]), params, returns
 
 
-def callees(nodes: list, roots: set) -> set:
-    """The generated functions that `roots` run, themselves included."""
-    calls = {n.name: {c.func.id for c in ast.walk(n) if isinstance(c, ast.Call) and
-                      isinstance(c.func, ast.Name)} for n in nodes}
-    seen, work = set(), list(roots)
-    while work:
-        name = work.pop()
-        if name in calls and name not in seen:
-            seen.add(name)
-            work += calls[name]
-    return seen
+def inlined(nodes: list, names) -> set:
+    """Those of `names` that never call themselves (directly or not): their lane versions
+    are inlined where they are called, so a call from a block every row runs passes the
+    constant mask, and the callee's masks fold away."""
+    calls = calls_of(nodes)
+    return {n for n in names if n not in callees(nodes, calls.get(n, ()))}
 
 
 class Lanes(Lowering):
@@ -112,6 +109,22 @@ class Lanes(Lowering):
             fn = self.ir.Function(module, self.ir.FunctionType(result, args), name)
         return fn
 
+    def both_(self, a, b):
+        """a and b, row by row (the constant masks folded here: less IR for LLVM)."""
+        if a is self.everyone or b is self.none:
+            return b
+        if b is self.everyone or a is self.none:
+            return a
+        return self.b.and_(a, b)
+
+    def either(self, a, b):
+        """a or b, row by row."""
+        if a is self.none or b is self.everyone:
+            return b
+        if b is self.none or a is self.everyone:
+            return a
+        return self.b.or_(a, b)
+
     def some(self, v):
         """Is v true in some row? (a scalar flag)"""
         return self.reduce("or", v)
@@ -122,7 +135,7 @@ class Lanes(Lowering):
         straight run of code (see flush): until then the row computes on harmlessly (no
         heap, no trapping arithmetic), and the others need no branch per check."""
         b = self.b
-        bad = b.and_(bad, self.mask)
+        bad = self.both_(bad, self.mask)
         if block is self.fault_block:
             b.store(b.or_(b.load(self.failed), bad), self.failed)
         else:
@@ -144,7 +157,9 @@ class Lanes(Lowering):
         else:
             raise Unsupported("the heap, in lockstep")
         value = self.coerce(value, ptr.type.pointee)
-        self.b.store(self.b.select(self.mask, value, self.b.load(ptr)), ptr)
+        if self.mask is not self.everyone:      # (every row: a plain store)
+            value = self.b.select(self.mask, value, self.b.load(ptr))
+        self.b.store(value, ptr)
 
     def jump(self, k: int) -> None:
         """`_b = k`: the rows in the mask go to block k, and leave this one. From a block
@@ -198,17 +213,17 @@ class Lanes(Lowering):
         if isinstance(s, ast.If) and not is_raise(s.body):
             test = self.truth(self.expr(s.test))
             outer = self.mask
-            self.mask = b.and_(outer, test)
+            self.mask = self.both_(outer, test)
             self.body(s.body)
             then = self.mask
-            self.mask = b.and_(outer, b.not_(test))
+            self.mask = self.both_(outer, b.not_(test))
             self.body(s.orelse)
-            self.mask = b.or_(then, self.mask)
+            self.mask = self.either(then, self.mask)
         elif isinstance(s, ast.While) and block_cases(s) is None:
             self.loop(s)
         elif isinstance(s, (ast.Break, ast.Continue)):
             ptr = self.loops[-1][isinstance(s, ast.Break)]
-            b.store(b.or_(b.load(ptr), self.mask), ptr)
+            b.store(self.either(b.load(ptr), self.mask), ptr)
             self.mask = self.none
         elif isinstance(s, ast.Raise):
             self.guard(self.t.i1(1), self.fault_block)
@@ -243,7 +258,7 @@ class Lanes(Lowering):
             self.loops.append((cont, out))
             self.body(s.body)
             self.loops.pop()
-            b.store(b.or_(self.mask, b.load(cont)), live)
+            b.store(self.either(self.mask, b.load(cont)), live)
         self.both(mask, once)
         self.flush()
         b.branch(head)

@@ -39,6 +39,7 @@ from .lowering import (
     Lowering,
     Types,
     Unsupported,
+    callees,
     guard,
     loop_over,
     returns_of,
@@ -415,7 +416,8 @@ def ir_module(source: str, tol: float, fused: dict, batches: dict, runs: bool = 
     entry `rvm_py_<name>` for each, for each of `fused` ({name: (forward, gradient pass,
     budget argument?)}) and for each of `batches` ({name: (mode, forward, gradient
     pass)}), the batches with rows in lockstep where the functions allow it
-    (rvm.engines.lanes). runs=False: no entries for the generated functions themselves."""
+    (rvm.engines.lanes). runs=False: no entries for the generated functions themselves,
+    and only the functions the other entries run are lowered."""
     from . import lanes
     if batches and lanes.enabled:
         with contextlib.suppress(Unsupported):
@@ -442,16 +444,24 @@ def _module(source: str, tol: float, fused: dict, batches: dict, runs: bool,
                     arg.add_attribute("noalias")
                 functions[node.name] = (f, params, returns)
         return functions
-    functions = declare(t, _signature, "", {n.name for n in nodes})
+    # the functions the entries run (all of them when each has its own entry)
+    needed = {n.name for n in nodes} if runs else callees(nodes, {
+        f for entry in (*fused.values(), *batches.values()) for f in entry
+        if isinstance(f, str) and f in {n.name for n in nodes}})
+    functions = declare(t, _signature, "", needed)
     for node in nodes:
-        Lowering(ir, t, functions, node)
+        if node.name in needed:
+            Lowering(ir, t, functions, node)
     lanes: dict = {}
     if lockstep:
-        from .lanes import Lanes, LaneTypes, callees, signature
+        from .lanes import Lanes, LaneTypes, inlined, signature
         vt = LaneTypes(ir)
         roots = {f for mode, fw, gbw, _ in batches.values() if mode != "jsb"
                  for f in ((fw, gbw) if mode == "vgsb" else (fw,))}
-        lanes = declare(vt, signature, "lanes", callees(nodes, roots))
+        wanted = callees(nodes, roots)
+        lanes = declare(vt, signature, "lanes", wanted)
+        for name in inlined(nodes, wanted):
+            lanes[name][0].attributes.add("alwaysinline")
         for node in nodes:
             if node.name in lanes:
                 Lanes(ir, vt, lanes, node)

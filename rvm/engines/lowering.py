@@ -679,3 +679,21 @@ def returns_of(node: ast.FunctionDef) -> list[str]:
         if isinstance(n, ast.Return):
             return [e.id for e in n.value.elts]
     raise Unsupported(f"{node.name} returns nothing")
+
+
+def calls_of(nodes: list) -> dict:
+    """{generated function: the names it calls}."""
+    return {n.name: {c.func.id for c in ast.walk(n) if isinstance(c, ast.Call) and
+                     isinstance(c.func, ast.Name)} for n in nodes}
+
+
+def callees(nodes: list, roots) -> set:
+    """The generated functions that `roots` run, themselves included."""
+    calls = calls_of(nodes)
+    seen, work = set(), list(roots)
+    while work:
+        name = work.pop()
+        if name in calls and name not in seen:
+            seen.add(name)
+            work += calls[name]
+    return seen

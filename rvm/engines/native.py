@@ -351,8 +351,8 @@ class Functions(dict):
 
     def llvm(self, fused: dict, batches: dict) -> None:
         """Add the LLVM back end's entries: the run modes and `fused` when `batches` is
-        empty, else only those batch loops (compiled on the first rvm.vmap: a call or a
-        gradient does not wait for them)."""
+        empty, else only those batch loops (each compiled on the first rvm.vmap that runs
+        it: a call or a gradient does not wait for them)."""
         from . import llvm
         # (never with the llvmlite that numba installs: then numba's path)
         failed = (llvm.Unsupported, ImportError, AttributeError, RuntimeError)
@@ -362,9 +362,8 @@ class Functions(dict):
                                        self.tol, runs=not batches))
 
     def __missing__(self, name: str):
-        if name in self.batches:
-            batches, self.batches = self.batches, {}
-            self.llvm({}, batches)
+        if name in self.batches:        # only the loop asked for (rows in lockstep make
+            self.llvm({}, {name: self.batches.pop(name)})   # each a second's compile)
             if name in self:
                 return self[name]
         if self.numba is None:
