@@ -11,7 +11,7 @@ import os
 import attrs
 import numpy as np
 
-from .ad.derivatives import adjoint, tangent
+from .ad.derivatives import Transformed, adjoint, tangent
 from .core.errors import RvmError, UsageError, user_facing
 from .core.program import Program
 from .engines.machine import machine_for, resolve_engine
@@ -160,7 +160,7 @@ def vmap(fn, in_axes=0, out_axes=0, backend: str | None = None):
             return ()                 # an empty batch: nothing to call, an empty result
         batch, options = getattr(fn, "batch", None), {}
         if isinstance(fn, functools.partial) and not fn.args and \
-                isinstance(fn.func, (FunctionHandle, ReversibleFunction)):
+                isinstance(fn.func, (FunctionHandle, ReversibleFunction, Transformed)):
             batch, options = fn.func.batch, fn.keywords      # machine options, as in a call
         if batch is not None and all(np.ndim(a) == (1 if ax is not None else 0)
                                      for a, ax in zip(args, axes)):

@@ -206,3 +206,15 @@ def test_batches_on_threads_keep_their_rows():
     picks = [0, 1, native.THREAD_ROWS, len(zs) // 2, len(zs) - 1]
     assert exactly(got[2][picks], [g(0.0, 2, float(zs[i]))[2] for i in picks])
     assert native._pool() is native._pool()
+
+
+def test_forward_mode_batches_run_in_lockstep(batches):
+    """rvm.vmap of a tangent (with machine options given by functools.partial, as to a
+    call): one native loop, the rows' tangents equal to single calls'."""
+    t = rvm.tangent(_parted)
+    xs, ns = np.linspace(-2, 2, 19), np.arange(19) % 5
+    out = rvm.vmap(functools.partial(t, engine="native"), in_axes=(None, 0, 0, None, None))(
+        0.0, xs, ns, 0.0, 1.0)
+    want = [t(0.0, float(x), int(n), 0.0, 1.0, engine="native") for x, n in zip(xs, ns)]
+    assert all(exactly(out[k], [w[k] for w in want]) for k in range(5))
+    assert batches == [("csb", "ok")]
