@@ -102,8 +102,8 @@ def test_rows_in_lockstep_compute_what_each_computes_alone(xs, seed):
 
 
 def test_the_batch_entries_have_lane_functions():
-    """The gradient and call loops of a program without heap get lane versions of the
-    functions they run (the Jacobian loop stays row by row); RVM_LANES=0 turns them off."""
+    """The batch loops of a program without heap get lane versions of the functions they
+    run; RVM_LANES=0 turns them off."""
     p, name, _ = _parted.specialize((0.0, 1.0, 3))
     c = compiled(p, True, native=True)
     f = c.name(name, "")
@@ -218,3 +218,14 @@ def test_forward_mode_batches_run_in_lockstep(batches):
     want = [t(0.0, float(x), int(n), 0.0, 1.0, engine="native") for x, n in zip(xs, ns)]
     assert all(exactly(out[k], [w[k] for w in want]) for k in range(5))
     assert batches == [("csb", "ok")]
+
+
+def test_jacobian_batches_run_in_lockstep(batches):
+    """rvm.vmap of a Jacobian: per group one forward run, then a gradient pass per output,
+    the same numbers as row by row."""
+    jac = rvm.jacobian(_parted, outputs=("out",), wrt=("out", "x"), engine="native")
+    xs, ns = np.linspace(-2, 2, 21), np.arange(21) % 6
+    got = rvm.vmap(jac, in_axes=(None, 0, 0))(0.0, xs, ns)
+    want = [jac(0.0, float(x), int(n)) for x, n in zip(xs, ns)]
+    assert exactly(got, want) and got.shape == (21, 1, 2)
+    assert batches == [("jsb", "ok")]

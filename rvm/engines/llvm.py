@@ -344,14 +344,14 @@ def _batch_entry(ir, t: Types, module, name: str, mode: str, fw, gbw, split: int
     start = t.i64(0)
     if lanes:
         start = _groups(b, t, lanes, mode, (cols, steps, results, wanted, grads), seed,
-                        split, budget, n, code, done)
+                        split, budget, n, nseeds, code, done)
     loop_over(b, start, n, one, done)
     b.call(api("PyEval_RestoreThread"), [saved])
     b.ret(b.call(api("PyLong_FromLongLong"), [b.load(code)]))
 
 
 def _groups(b, t: Types, lanes: tuple, mode: str, columns: tuple, seed, split: int,
-            budget, n, code, done):
+            budget, n, nseeds, code, done):
     """The batch loop over whole groups of rows in lockstep (see _batch_entry): each
     group's columns (arguments, results, gradients) loaded as vectors, run through the
     lane functions, stored back. Returns the first row left over."""
@@ -364,9 +364,9 @@ def _groups(b, t: Types, lanes: tuple, mode: str, columns: tuple, seed, split: i
     with b.goto_block(b.function.entry_basic_block):   # fixed stack slots
         S, flag = b.alloca(vt.i64, t.i64(2)), b.alloca(t.i64)
     budgets = splat(b, vt, budget)
+    nf = sum(ty == vt.f64 for ty in ptypes)            # float parameters
     seeds = [splat(b, vt, s) for s in seed] if mode == "vgsb" else []
-    zeros = [vt.f64(0.0)] * (len(gbw.function_type.args) - 6 - split - len(seeds)) \
-        if split else []
+    zeros = [vt.f64(0.0)] * (len(gbw.function_type.args) - 6 - split - nf) if split else []
     heap = [b.inttoptr(t.i64(0), t.ptr), b.inttoptr(t.i64(0), t.fptr), t.i64(0)]
 
     def rows(column, ty, base):
@@ -406,6 +406,21 @@ def _groups(b, t: Types, lanes: tuple, mode: str, columns: tuple, seed, split: i
             for j, column in enumerate(grads):
                 b.store(b.extract_value(back, (split or k) + j), rows(column, vt.f64, base),
                         align=8)
+        elif mode == "jsb":         # a gradient pass per seed row, for the whole group
+
+            def pass_(s):
+                at = lambda j: b.add(b.mul(s, t.i64(nf)), t.i64(j))
+                back = run(gbw, values + [splat(b, vt, b.load(b.gep(seed, [at(j)])))
+                                          for j in range(nf)] + zeros)
+                for j in range(nf):
+                    g = b.extract_value(back, (split or k) + j)
+                    for lane in range(vt.lanes):    # G[row, s, j]: rows apart
+                        row = b.add(base, t.i64(lane))
+                        cell = b.add(b.mul(b.add(b.mul(row, nseeds), s), t.i64(nf)),
+                                     t.i64(j))
+                        b.store(b.extract_element(g, t.i64(lane)),
+                                b.gep(grads[0], [cell]))
+            loop_over(b, t.i64(0), nseeds, pass_)
     groups = b.sdiv(n, width)
     loop_over(b, t.i64(0), groups, group)
     return b.mul(groups, width)
@@ -456,8 +471,8 @@ def _module(source: str, tol: float, fused: dict, batches: dict, runs: bool,
     if lockstep:
         from .lanes import Lanes, LaneTypes, inlined, signature
         vt = LaneTypes(ir)
-        roots = {f for mode, fw, gbw, _ in batches.values() if mode != "jsb"
-                 for f in ((fw, gbw) if mode == "vgsb" else (fw,))}
+        roots = {f for mode, fw, gbw, _ in batches.values()
+                 for f in ((fw, gbw) if mode in ("vgsb", "jsb") else (fw,))}
         wanted = callees(nodes, roots)
         lanes = declare(vt, signature, "lanes", wanted)
         for name in inlined(nodes, wanted):
@@ -474,7 +489,7 @@ def _module(source: str, tol: float, fused: dict, batches: dict, runs: bool,
     for name, (mode, fw, gbw, split) in batches.items():
         group = (vt, lanes[fw][0], lanes.get(gbw, (None,))[0]) if fw in lanes else None
         _batch_entry(ir, t, module, name, mode, functions[fw][0], functions[gbw][0], split,
-                     group if mode != "jsb" else None)
+                     group)
     return str(module)
 
 
