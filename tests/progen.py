@@ -9,8 +9,8 @@ INT_DATA, FLOAT_DATA = ["r0", "r1", "r2"], ["f0", "f1", "f2"]
 
 class Gen:
     def __init__(self, rng: random.Random, calls: bool, ints=INT_DATA, floats=FLOAT_DATA,
-                 wild: bool = False):
-        self.rng, self.calls, self.n, self.wild = rng, calls, 0, wild
+                 wild: bool = False, heap: bool = True):
+        self.rng, self.calls, self.n, self.wild, self.heap = rng, calls, 0, wild, heap
         self.ints, self.floats = ints, floats
         self.lines: list[str] = []
 
@@ -69,6 +69,8 @@ class Gen:
             return self.if_else(frozen, depth)
         if kind < 0.75:
             return self.loop(frozen, depth)
+        if not self.heap and (kind < 0.92 or not self.calls):
+            return self.if_else(frozen, depth)
         if kind < 0.85:
             return self.heap_block(frozen, depth)
         if kind < 0.92 or not self.calls:
@@ -164,13 +166,14 @@ class Gen:
         self.lines.append(f"        {op} helper, {a}, {b}, {fa}, {fb}")
 
 
-def program(seed: int, wild: bool = False) -> str:
+def program(seed: int, wild: bool = False, heap: bool = True) -> str:
     """A random verified program (wild: heap accesses may also use register offsets, and
-    then may fail at run time)."""
+    then may fail at run time; heap=False: none at all, no PUSH/POP either)."""
     rng = random.Random(seed)
-    helper = Gen(rng, calls=False, ints=["r0", "r1"], floats=["f0", "f1"], wild=wild)
+    helper = Gen(rng, calls=False, ints=["r0", "r1"], floats=["f0", "f1"], wild=wild,
+                 heap=heap)
     helper.block(set(), 2, rng.randint(1, 5))
-    main = Gen(rng, calls=True, wild=wild)
+    main = Gen(rng, calls=True, wild=wild, heap=heap)
     main.block(set(), 3, rng.randint(2, 7))
     return (".func helper(r0, r1, f0, f1)\n" + "\n".join(helper.lines) + "\n.end\n\n"
             ".func main(r0, r1, r2, f0, f1, f2)\n" + "\n".join(main.lines) + "\n.end\n")

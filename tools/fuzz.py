@@ -301,10 +301,68 @@ def case_program_native(rng: random.Random) -> str:
     return case_program(rng, engines=("native",))
 
 
+def case_batches(rng: random.Random) -> str:
+    """rvm.vmap of a random program without heap (a call and a gradient) over 8-30 rows,
+    on the native engine, where the rows run in lockstep: the results of a batch are each
+    row's alone, to the bit; a row that fails alone fails the batch with the same error
+    as the first such row."""
+    import functools
+
+    import numpy as np
+    from progen import program
+
+    import rvm
+    from rvm.engines import native
+    if not native.available:
+        return "ok"
+    text = program(rng.randrange(2 ** 32), heap=False)
+    if rng.random() < 0.5:      # a check at main's end that fails where r2 ends as 7
+        text = text[:text.rindex(".end")] + "        ASSERT.NE r2, 7\n.end\n"
+    p = rvm.assemble(text, "gen.rasm")
+    n = rng.randint(8, 30)
+    rows = [tuple(rng.randint(-9, 9) for _ in range(3)) +
+            tuple(rng.randint(-16, 16) / 8 for _ in range(3)) for _ in range(n)]
+    if rng.random() < 0.5:      # a row with a huge value, which may overflow there only
+        k = rng.randrange(n)
+        rows[k] = rows[k][:3] + tuple(rng.choice((1e300, -1e300, 1e-300, v))
+                                      for v in rows[k][3:])
+    for k in rng.sample(range(n), 2):
+        rows[k] = rows[k][:2] + (7,) + rows[k][3:]
+    cols = [np.array([r[k] for r in rows]) for k in range(6)]
+    outcome = "ok"
+    for f in (functools.partial(p["main"], engine="native"),
+              rvm.grad(p["main"], loss=3 + rng.randrange(3), engine="native")):
+        alone = []
+        for r in rows:
+            try:
+                alone.append(f(*r))
+            except rvm.RvmError as e:
+                alone.append(type(e).__name__)
+        try:
+            together = rvm.vmap(f)(*cols)
+        except rvm.RvmError as e:
+            failed = [a for a in alone if isinstance(a, str)]
+            if not failed or failed[0] != type(e).__name__:
+                return "wrong"
+            outcome = "clean"
+            continue
+        if any(isinstance(a, str) for a in alone):
+            return "wrong"
+        for k, column in enumerate(together):
+            want = [a[k] for a in alone]
+            if column is None or any(w is None for w in want):
+                if column is not None or any(w is not None for w in want):
+                    return "wrong"
+            elif not np.array_equal(column, np.array(want, dtype=column.dtype),
+                                    equal_nan=column.dtype.kind == "f"):
+                return "wrong"
+    return outcome
+
+
 CATEGORIES = {"rasm": case_rasm, "rvmb": case_rvmb, "frontend": case_frontend,
               "janus": case_janus,
               "debugger": case_debugger, "cli": case_cli, "programs": case_program,
-              "programs-native": case_program_native}
+              "programs-native": case_program_native, "batches": case_batches}
 
 
 # ------------------------------------------------------------------ running
