@@ -306,16 +306,8 @@ def _batch_entry(ir, t: Types, module, name: str, mode: str, fw, gbw, split: int
     heap = [ir.Constant(t.ptr, None), ir.Constant(t.fptr, None), t.i64(0)]
 
     def run(f, values):
-        b.store(t.i64(0), flag)
         b.store(budget, b.gep(S, [t.i64(1)]))
-        out = b.call(f, [S, flag, *heap, *values])
-        failed, ok = fn.append_basic_block(), fn.append_basic_block()
-        b.cbranch(b.icmp_signed("!=", b.load(flag), t.i64(0)), failed, ok)
-        with b.goto_block(failed):
-            b.store(b.load(flag), code)
-            b.branch(done)
-        b.position_at_end(ok)
-        return out
+        return _call_or_leave(b, t, f, [S, flag, *heap, *values], code, done)
 
     def one(row):
         b.store(t.i64(0), b.gep(S, [t.i64(0)]))
@@ -350,6 +342,21 @@ def _batch_entry(ir, t: Types, module, name: str, mode: str, fw, gbw, split: int
     b.ret(b.call(api("PyLong_FromLongLong"), [b.load(code)]))
 
 
+def _call_or_leave(b, t: Types, f, args: list, code, done):
+    """Call f (its second argument the fault flag, cleared first); where it faults, its
+    code goes to `code` and control to `done`."""
+    flag = args[1]
+    b.store(t.i64(0), flag)
+    out = b.call(f, args)
+    failed, ok = b.function.append_basic_block(), b.function.append_basic_block()
+    b.cbranch(b.icmp_signed("!=", b.load(flag), t.i64(0)), failed, ok)
+    with b.goto_block(failed):
+        b.store(b.load(flag), code)
+        b.branch(done)
+    b.position_at_end(ok)
+    return out
+
+
 def _groups(b, t: Types, lanes: tuple, mode: str, columns: tuple, seed, split: int,
             budget, n, nseeds, code, done):
     """The batch loop over whole groups of rows in lockstep (see _batch_entry): each
@@ -373,17 +380,9 @@ def _groups(b, t: Types, lanes: tuple, mode: str, columns: tuple, seed, split: i
         return b.bitcast(b.gep(column, [base]), ty.as_pointer())
 
     def run(f, values):
-        b.store(t.i64(0), flag)
         b.store(vt.i64(0), b.gep(S, [t.i64(0)]))
         b.store(budgets, b.gep(S, [t.i64(1)]))
-        out = b.call(f, [S, flag, *heap, vt.i1(1), *values])
-        failed, ok = b.function.append_basic_block(), b.function.append_basic_block()
-        b.cbranch(b.icmp_signed("!=", b.load(flag), t.i64(0)), failed, ok)
-        with b.goto_block(failed):
-            b.store(b.load(flag), code)
-            b.branch(done)
-        b.position_at_end(ok)
-        return out
+        return _call_or_leave(b, t, f, [S, flag, *heap, vt.i1(1), *values], code, done)
 
     sources = []        # a column of one value: LANES copies of it, read every time
     for c, step, ty in zip(cols, steps, ptypes):
