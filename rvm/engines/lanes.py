@@ -237,6 +237,9 @@ class Lanes(Lowering):
         """A loop that runs while its test holds in some row still in it: rows leave it
         by break (or a jump to another block), stay by continue or its body's end."""
         b, t = self.b, self.t
+        # every row can be in the loop only if every row came to it (in a block's masked
+        # version, some rows are elsewhere: no version without masks there)
+        whole = self.mask is self.everyone or self.mask is self.fn.args[5]
         with b.goto_block(self.fn.entry_basic_block):
             live, cont, out = (b.alloca(t.i1) for _ in range(3))
         b.store(self.mask, live)
@@ -259,7 +262,11 @@ class Lanes(Lowering):
             self.body(s.body)
             self.loops.pop()
             b.store(self.either(self.mask, b.load(cont)), live)
-        self.both(mask, once)
+        if whole:
+            self.both(mask, once)
+        else:
+            self.mask = mask
+            once()
         self.flush()
         b.branch(head)
         b.position_at_end(after)
