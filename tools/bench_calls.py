@@ -4,7 +4,8 @@ beside the same series and its derivative written by hand as one numba loop over
 points (the fair reference for a compiled batch: no reversibility, no checks), for both
 versions in examples/besselj.py: `besselj` (NiLang's approximate multiplier, terms down
 to 1e-8) and `besselj_inplace` (exact in-place multiplication, terms down to 1e-17); and
-JAX's jit(vmap(grad)) of the series over the same points, if JAX is installed.
+JAX's jit(vmap(grad)) of the series over the same points, if JAX is installed; and
+rvm.vmap of the forward-mode derivative (rvm.tangent) of each version.
 
     python tools/bench_calls.py
 """
@@ -103,6 +104,13 @@ def against_hand(f, atol, hand, zs):
           f"{h / len(zs) * 1e6:.3f} |")
     print(f"| {name}: rvm.vmap / hand-written numba: both cores, core for core | "
           f"{t / h:.1f}, {t1 / h:.1f} |")
+    tangent = rvm.vmap(rvm.tangent(f, engine="native"), in_axes=(None, None, 0, None, None))
+    assert np.allclose(tangent(0.0, 2, zs, 0.0, 1.0)[3], grads, atol=1e-7)
+    native.THREAD_ROWS, rows = 10 ** 12, native.THREAD_ROWS
+    t1 = per_call(lambda: tangent(0.0, 2, zs, 0.0, 1.0))
+    native.THREAD_ROWS = rows
+    print(f"| {name}: rvm.vmap of rvm.tangent (forward mode), one core, per point | "
+          f"{t1 / len(zs) * 1e6:.3f} |")
 
 
 if __name__ == "__main__":
