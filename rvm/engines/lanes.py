@@ -5,11 +5,18 @@ Each generated function gets a lane version (`<name>_lanes`) in which every loca
 vector with one element per row, and control flow is the rows' own, made of masks: an
 `if` runs both arms, each under the rows its test picks; a loop runs while some row is
 still in it; the generated code's block loop (`while _b >= 0:` with a case per basic
-block, see rvm.engines.llvm.dispatch) runs, each time round, the lowest-numbered block
-that some row is at, for the rows at it. Every assignment changes only the rows in the
-current mask, so a row computes exactly what it computes alone, instruction by
+block, see rvm.engines.lowering's dispatch) runs, each time round, the lowest-numbered
+block that some row is at, for the rows at it. Every assignment changes only the rows in
+the current mask, so a row computes exactly what it computes alone, instruction by
 instruction (the same IEEE operations, in the same order: the results are the scalar
 loop's to the bit), and rows that finish early wait for the others.
+
+Masks cost more than their selects: a value computed under a mask waits for the test
+that made it, where the scalar code's predicted branch lets the processor run ahead. So
+each block (and each loop that every row enters) is lowered twice, once without masks for
+when every row runs it, chosen by a predicted branch; a block whose rows all go to one
+block goes straight there; and failed checks are collected per row and acted on where
+control leaves a straight run of code, not by a branch per check.
 
 A check that fails in any active row (an invertibility check, a non-finite value
 steering control flow, an exhausted step budget, which each row counts for itself) ends

@@ -274,8 +274,10 @@ def _cores() -> int:
 
 def on_threads(loop, n: int, head: tuple, inputs: list, middle: tuple, outputs: list):
     """Run a native batch loop (compiled without the GIL) over rows 0..n-1, split into
-    contiguous slices, one thread per core: rows are independent, and each slice writes
-    only its own rows of the outputs. The first row runs alone (it compiles the loop)."""
+    contiguous slices, one per core: this thread takes the first, worker threads (started
+    once) the others; rows are independent, and each slice writes only its own rows of
+    the outputs (an output may be None: not wanted). A numba loop not compiled yet runs
+    whole on this thread (its first call compiles it)."""
     threads = 0 if n < 2 * THREAD_ROWS else min(_cores(), n // THREAD_ROWS)
     if threads < 2 or not getattr(loop, "signatures", None):
         loop(*head, *inputs, *middle, *outputs)
