@@ -127,7 +127,8 @@ def batch_columns(columns: list, params, loop) -> list:
         c = np.asarray(c)
         dtype = np.int64 if p.cls == isa.INT else np.float64
         if c.ndim == 1 and c.strides == (0,) and len(c) and getattr(loop, "spreads", False):
-            out.append(np.broadcast_to(c[:1].astype(dtype), c.shape))
+            out.append(c if c.dtype == dtype else np.broadcast_to(c[:1].astype(dtype),
+                                                                  c.shape))
         else:
             out.append(np.ascontiguousarray(c, dtype=dtype))
     return out
