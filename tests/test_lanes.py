@@ -229,3 +229,17 @@ def test_jacobian_batches_run_in_lockstep(batches):
     want = [jac(0.0, float(x), int(n)) for x, n in zip(xs, ns)]
     assert exactly(got, want) and got.shape == (21, 1, 2)
     assert batches == [("jsb", "ok")]
+
+
+def test_one_value_columns_are_never_copied():
+    """rvm.vmap passes an unbatched argument as a stride-0 view; the loop gets that view
+    (or, for another dtype, a view of one converted value), never n copies."""
+    from rvm.engines.arguments import batch_columns
+    from rvm.engines.native import Functions
+    p = rvm.assemble(".func t(f0, r0)\n    ADD f0, r0\n.end\n")
+    fn = p.functions["t"]
+    loop = Functions(compiled(p, True, native=True), 1e-9)["F0_csb"]
+    one = np.broadcast_to(np.float64(2.5), (10 ** 6,))
+    cols = batch_columns([one, np.broadcast_to(np.int32(3), (10 ** 6,))], fn.params, loop)
+    assert cols[0] is one and cols[1].strides == (0,) and cols[1].dtype == np.int64
+    assert cols[1].base.size == 1
