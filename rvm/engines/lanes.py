@@ -39,7 +39,6 @@ from .lowering import (
     Unsupported,
     block_cases,
     callees,
-    calls_of,
     guard,
     is_raise,
     returns_of,
@@ -78,12 +77,11 @@ def signature(ir, t: LaneTypes, node: ast.FunctionDef):
     return ir.FunctionType(ret, head + [t.of(n) for n in params]), params, returns
 
 
-def inlined(nodes: list, names) -> set:
-    """Those of `names` that never call themselves (directly or not): their lane versions
-    are inlined where they are called, so a call from a block every row runs passes the
-    constant mask, and the callee's masks fold away."""
-    calls = calls_of(nodes)
-    return {n for n in names if n not in callees(nodes, calls.get(n, ()))}
+def inlined(calls: dict, names) -> set:
+    """Those of `names` that never call themselves (directly or not; calls: calls_of):
+    their lane versions are inlined where they are called, so a call from a block every
+    row runs passes the constant mask, and the callee's masks fold away."""
+    return {n for n in names if n not in callees(calls, calls.get(n, ()))}
 
 
 class Lanes(Lowering):
@@ -108,13 +106,6 @@ class Lanes(Lowering):
         ty = v.type
         name = f"llvm.vector.reduce.{op}.v{self.t.lanes}{ty.element}"
         return self.b.call(self.declare(name, ty.element, [ty]), [v])
-
-    def declare(self, name: str, result, args: list):
-        module = self.b.module
-        fn = module.globals.get(name)
-        if fn is None:
-            fn = self.ir.Function(module, self.ir.FunctionType(result, args), name)
-        return fn
 
     def both_(self, a, b):
         """a and b, row by row (the constant masks folded here: less IR for LLVM)."""

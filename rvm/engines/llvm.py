@@ -40,6 +40,7 @@ from .lowering import (
     Types,
     Unsupported,
     callees,
+    calls_of,
     guard,
     loop_over,
     returns_of,
@@ -239,13 +240,14 @@ def _api(ir, t: Types, module, fname: str):
     return f
 
 
-def _local_shadows(t: Types, gbw, split: int, seeds: int) -> list:
-    """A split function's gradient pass takes every register the forward run returned
-    (`split` of them), then the shadows of the float ones: the parameters' are the seeds,
-    the locals' start at zero."""
+def _local_shadows(t: Types, gbw, split: int, seeds: int, lead: int = 5) -> list:
+    """A split function's gradient pass takes, after its `lead` arguments (the heap's;
+    a lane function's also its mask), every register the forward run returned (`split`
+    of them), then the shadows of the float ones: the parameters' are the seeds, the
+    locals' start at zero."""
     if not split:
         return []
-    return [t.f64(0.0)] * (len(gbw.function_type.args) - 5 - split - seeds)
+    return [t.f64(0.0)] * (len(gbw.function_type.args) - lead - split - seeds)
 
 
 def _batch_entry(ir, t: Types, module, name: str, mode: str, fw, gbw, split: int = 0,
@@ -373,7 +375,7 @@ def _groups(b, t: Types, lanes: tuple, mode: str, columns: tuple, seed, split: i
     budgets = splat(b, vt, budget)
     nf = sum(ty == vt.f64 for ty in ptypes)            # float parameters
     seeds = [splat(b, vt, s) for s in seed] if mode == "vgsb" else []
-    zeros = [vt.f64(0.0)] * (len(gbw.function_type.args) - 6 - split - nf) if split else []
+    zeros = _local_shadows(vt, gbw, split, nf, lead=6)
     heap = [b.inttoptr(t.i64(0), t.ptr), b.inttoptr(t.i64(0), t.fptr), t.i64(0)]
 
     def rows(column, ty, base):
@@ -458,10 +460,11 @@ def _module(source: str, tol: float, fused: dict, batches: dict, runs: bool,
                     arg.add_attribute("noalias")
                 functions[node.name] = (f, params, returns)
         return functions
+    calls = calls_of(nodes)
     # the functions the entries run (all of them when each has its own entry)
-    needed = {n.name for n in nodes} if runs else callees(nodes, {
+    needed = set(calls) if runs else callees(calls, {
         f for entry in (*fused.values(), *batches.values()) for f in entry
-        if isinstance(f, str) and f in {n.name for n in nodes}})
+        if isinstance(f, str) and f in calls})
     functions = declare(t, _signature, "", needed)
     for node in nodes:
         if node.name in needed:
@@ -472,9 +475,9 @@ def _module(source: str, tol: float, fused: dict, batches: dict, runs: bool,
         vt = LaneTypes(ir)
         roots = {f for mode, fw, gbw, _ in batches.values()
                  for f in ((fw, gbw) if mode in ("vgsb", "jsb") else (fw,))}
-        wanted = callees(nodes, roots)
+        wanted = callees(calls, roots)
         lanes = declare(vt, signature, "lanes", wanted)
-        for name in inlined(nodes, wanted):
+        for name in inlined(calls, wanted):
             lanes[name][0].attributes.add("alwaysinline")
         for node in nodes:
             if node.name in lanes:

@@ -357,9 +357,8 @@ class Lowering:
         one unsigned comparison: the true sum lies in the heap iff int64 addition does not
         overflow and the sum is below T0 unsigned."""
         b, t = self.b, self.t
-        fn = b.module.globals.get("llvm.sadd.with.overflow.i64") or self.ir.Function(
-            b.module, self.ir.FunctionType(self.ir.LiteralStructType([t.i64, t.i1]),
-                                           [t.i64, t.i64]), "llvm.sadd.with.overflow.i64")
+        fn = self.declare("llvm.sadd.with.overflow.i64",
+                          self.ir.LiteralStructType([t.i64, t.i1]), [t.i64, t.i64])
         out = b.call(fn, [b.load(self.vars[base]), b.load(self.vars[off])])
         inside = b.icmp_unsigned("<", b.extract_value(out, 0), b.load(self.vars["T0"]))
         return b.and_(inside, b.not_(b.extract_value(out, 1)))
@@ -521,12 +520,18 @@ class Lowering:
         fn = self.b.module.declare_intrinsic(f"llvm.{name}", [f64])
         return self.b.call(fn, list(args))
 
-    def libm(self, name: str, *args):
-        module, f64 = self.b.module, self.t.f64
+    def declare(self, name: str, result, args: list):
+        """The module's function `name` (result and argument types as given), declared
+        on first use."""
+        module = self.b.module
         fn = module.globals.get(name)
         if fn is None:
-            fn = self.ir.Function(module, self.ir.FunctionType(f64, [f64] * len(args)), name)
-        return self.b.call(fn, list(args))
+            fn = self.ir.Function(module, self.ir.FunctionType(result, args), name)
+        return fn
+
+    def libm(self, name: str, *args):
+        f64 = self.t.f64
+        return self.b.call(self.declare(name, f64, [f64] * len(args)), list(args))
 
     def pure(self, name: str, args: list):
         value = self.math(name, args)
@@ -687,9 +692,8 @@ def calls_of(nodes: list) -> dict:
                      isinstance(c.func, ast.Name)} for n in nodes}
 
 
-def callees(nodes: list, roots) -> set:
-    """The generated functions that `roots` run, themselves included."""
-    calls = calls_of(nodes)
+def callees(calls: dict, roots) -> set:
+    """The generated functions that `roots` run, themselves included (calls: calls_of)."""
     seen, work = set(), list(roots)
     while work:
         name = work.pop()
