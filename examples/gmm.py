@@ -52,29 +52,28 @@ def point_term(out: float, i: int, alphas: Array[float], means: Array[float, 2],
                sum_q: Array[float]):
     """out += logsumexp_k(alpha_k + sum_j q_kj - |Q_k (x_i - mu_k)|^2 / 2).
 
-    The centred points and their products with Q_k are kept for every k (ancilla
-    matrices) until the log-sum-exp has read the terms, then uncomputed together: the
-    matrix-vector products run twice per point and component, not four times."""
+    The products Q_k (x_i - mu_k) are kept for every k (an ancilla matrix) until the
+    log-sum-exp has read the terms, then uncomputed together: the matrix-vector products
+    run twice per point and component, not four times. Q_k is applied column by column
+    (the layout of L in icf), each entry of the centred point worked out once per column
+    in a register; row c of the product is complete after column c, so its square goes
+    into the component's term there."""
     with ancilla(d=means.shape[1], main=zeros(len(alphas)),
-                 xc=zeros((len(alphas), means.shape[1])),
                  qxc=zeros((len(alphas), means.shape[1]))):
         with compute() as terms:
             for k in range(len(alphas)):
-                for j in range(d):
-                    xc[k, j] += x[i, j] - means[k, j]
-                    qxc[k, j] += expq[k, j] * xc[k, j]
                 with ancilla(e=d):              # L's entries follow q_k in icf's row k
                     for c in range(d):          # L's column c holds rows c+1 .. d-1
-                        with ancilla(t=0.0):    # xc[k, c], read once per column
-                            t += xc[k, c]
+                        with ancilla(t=0.0):    # x_ic - mu_kc
+                            t += x[i, c] - means[k, c]
+                            qxc[k, c] += expq[k, c] * t
                             for r in range(c + 1, d):
                                 qxc[k, r] += icf[k, e] * t
                                 e += 1
-                            t -= xc[k, c]
+                            t -= x[i, c] - means[k, c]
+                        main[k] -= 0.5 * qxc[k, c] ** 2
                     e -= d * (d - 1) // 2
                 main[k] += alphas[k] + sum_q[k]
-                for j in range(d):
-                    main[k] -= 0.5 * qxc[k, j] ** 2
         logsumexp(out, main)
         ~terms
 

@@ -213,6 +213,27 @@ def test_heap_programs_agree_with_the_python_engine(name):
         assert isinstance(out["native"], str)
 
 
+@pytest.mark.parametrize("at", [0, 1, 7, 8, 30, 36])
+@pytest.mark.parametrize("value", [1.5, 1e-12, 5e-324, float("nan")])
+def test_free_tests_every_cell_of_the_block(at, value):
+    """FREE of a 37-cell block (a vector loop's body and remainder) fails wherever the
+    one dirty cell is, as on the python engine, and passes a value within the tolerance
+    (1e-12); the block's cells are tested together, after the scan."""
+    text = (".func t(r0, r1, f0)\n    ALLOC r0, 37\n    EXCH f0, [r0 + r1]\n"
+            "    FREE r0, 37\n.end\n")
+    out = {}
+    for engine in ("python", "native"):
+        p = rvm.assemble(text)
+        try:
+            out[engine] = p.call("t", 0, at, value, engine=engine)
+        except rvm.RvmError as e:
+            out[engine] = str(e)
+        if engine == "native":
+            assert on_llvm(p)
+    assert out["python"] == out["native"]
+    assert isinstance(out["native"], str) == (value != 1e-12)
+
+
 ADDRESSES = [(0, 3), (3, 0), (2, -1), (-1, 1), (4, 0), (0, -1), (-1, -1),
              (-2 ** 63, -2 ** 63), (2 ** 63 - 1, 1), (2 ** 62, 2 ** 62), (1, 2 ** 63 - 1)]
 

@@ -154,18 +154,25 @@ class Lowering:
             self.guard(b.or_(b.icmp_signed("<", n, t.i64(0)),
                              b.icmp_signed("!=", d, b.sub(end, n))), self.fault_block)
 
+            # the cells' test is one flag for the block, tested after it (no branch per
+            # cell: LLVM vectorises the scan)
+            with b.goto_block(self.fn.entry_basic_block):
+                any_bad = b.alloca(t.i1)
+            b.store(t.i1(0), any_bad)
+
             def zero(c):
                 x = self.intrinsic("fabs", b.load(self.cell("HF", c)))
                 small = b.and_(b.fcmp_ordered("<=", t.f64(MIN_NORMAL), x),
                                b.fcmp_ordered("<=", x, t.f64(self.functions["TOL"])))
                 bad = b.and_(b.icmp_signed("!=", b.load(self.cell("HI", c)), t.i64(0)),
                              b.not_(small))
-                self.guard(bad, self.fault_block)
+                b.store(b.or_(b.load(any_bad), bad), any_bad)
 
             def clear(c):
                 b.store(t.i64(0), self.cell("HI", c))
                 b.store(t.f64(0.0), self.cell("HG", c))
             loop_over(b, d, end, zero)
+            self.guard(b.load(any_bad), self.fault_block)
             loop_over(b, d, end, clear)
             b.store(d, self.slot(0))
             return None
