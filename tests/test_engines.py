@@ -670,6 +670,57 @@ done:   CF     exit
     assert out[0] == "InvertibilityError" and "not finite" in out[1]
 
 
+ROW = """
+.func row(r1, r3, r6, f0, f1)   ; f1 += cells r3 * r1 .. r3 * r1 + r1 - 1 of 12 (f0 in 9)
+        ALLOC  r4, 12
+        EXCH   f0, [r4 + 9]
+top:    CF.NE  r7, 0, back
+        ADD.mul r8, r3, r1      ; the frontend's element address: made, used, unmade
+        ADD    r8, r7
+        ASSERT.GE r6, 0         ; a second index, two per pass
+        ASSERT.LT r6, 24
+        ADDM   f1, [r4 + r8]
+        SUB    r8, r7
+        SUB.mul r8, r3, r1
+        ADD    r6, 2
+        INC    r7
+exit:   BR.EQ  r7, r1, done
+back:   JMP    top
+done:   CF     exit
+        SUB    r7, r1
+        EXCH   f0, [r4 + 9]
+        FREE   r4, 12
+.end
+"""
+
+
+def test_checks_on_addresses_a_pass_makes_and_unmakes_are_made_once():
+    """The frontend's element addresses live in registers made and unmade around each
+    access, and a second index may step beside the counter: their checks depend on the
+    pass only through affine functions of it, so a counted loop makes them on entry, for
+    the first and last passes; a check that would fail on some pass (or values past the
+    int64 range, which registers wrap) sends the run down the general loop, which stops
+    where the interpreter stops."""
+    p = rvm.assemble(ROW, "row.rasm")
+    from rvm.engines.compiled import compiled
+    source = compiled(p).source
+    loop = source[source.index("for _ in _repeat("):]
+    loop = loop[:loop.index("else:")]
+    assert "outside the heap" not in loop and "assertion" not in loop
+    assert engines_agree(p, "row", (4, 2, 0, 1.5, 0.0), loss="f1")[0] == \
+        (4, 2, 8, 1.5, 1.5)
+    for args in [(4, 3, 0, 1.5, 0.0),       # the whole row outside the heap
+                 (5, 2, 0, 1.5, 0.0),       # its third element
+                 (4, 2, 20, 1.5, 0.0),      # the second index on the third pass
+                 (4, -1, 0, 1.5, 0.0),      # a negative address
+                 (4, 2, -2, 1.5, 0.0)]:     # the second index on the first pass
+        assert engines_agree(p, "row", args, loss="f1")[0][0] == "InvertibilityError", args
+    # r3 * r1 = 2 ** 64 wraps to 0: the interpreter reads row 0, and so does every engine
+    assert engines_agree(p, "row", (4, 2 ** 62, 0, 1.5, 0.0), loss="f1")[0] == \
+        (4, 2 ** 62, 8, 1.5, 0.0)
+    assert engines_agree(p, "row", (4, 2 ** 62 + 2, 0, 1.5, 0.0))[0][4] == 1.5
+
+
 def test_a_gradient_starts_from_the_copy_and_still_checks_the_uncompute():
     """The value and gradient of a compute-copy-uncompute function (python and native
     engines) runs forwards to the copy and starts the gradient pass there (no uncompute,

@@ -234,6 +234,20 @@ def test_free_tests_every_cell_of_the_block(at, value):
     assert isinstance(out["native"], str) == (value != 1e-12)
 
 
+def test_counted_loops_are_lowered_with_an_exact_entry_test():
+    """A counted loop's entry test is Python arithmetic (unbounded ints); LLVM code makes
+    it with overflow-checked operations, and the loop's passes without per-pass checks
+    (the test's results and failures are in test_engines)."""
+    from test_engines import ROW
+    p = rvm.assemble(ROW, "row.rasm")
+    assert p.call("row", 4, 2, 0, 1.5, 0.0, engine="native") == (4, 2, 8, 1.5, 1.5)
+    assert on_llvm(p)
+    source = compiled(p, True, native=True).native_bodies
+    assert "if _exact(" in source and "for _ in range(" in source
+    text = llvm.ir_module(source, 1e-9, {}, {})
+    assert "llvm.smul.with.overflow.i64" in text and "llvm.sadd.with.overflow.i64" in text
+
+
 ADDRESSES = [(0, 3), (3, 0), (2, -1), (-1, 1), (4, 0), (0, -1), (-1, -1),
              (-2 ** 63, -2 ** 63), (2 ** 63 - 1, 1), (2 ** 62, 2 ** 62), (1, 2 ** 63 - 1)]
 

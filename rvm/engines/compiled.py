@@ -30,7 +30,7 @@ from ..core import isa
 from ..core.errors import InvertibilityError, MachineError
 from ..core.inverse import inverse_function
 from ..core.program import INT64_MAX, INT64_MIN, Function, Imm, Label, Mem, Program, Reg
-from . import templates
+from . import affine, templates
 from .templates import Fault, Limit, Operands, condition, esc, fault, render, shows
 
 MODES = {"fw": (False, False), "bw": (True, False), "gfw": (False, True), "gbw": (True, True)}
@@ -351,16 +351,39 @@ def _hoisted(body, reg, step, at, last_value, invariant, text) -> tuple:
                         for _, ins in body)
     local = (lambda r: _local(r)[0])
     hoisted, skip, addresses = [], set(), set()
+    # the registers as affine functions of the pass number (rvm.engines.affine), for the
+    # checks whose operands the loop changes otherwise than by its counter
+    last = f"({last_value} - {rv} - 1)" if step > 0 else f"({rv} - {last_value} - 1)"
+    states = functools.cache(lambda: affine.passes(body, reg, step) or {})
+    ends = ("0", last)
+
+    def value(i, x):
+        if isinstance(x, (int, Imm)):
+            return affine.Affine(x if isinstance(x, int) else x.value)
+        return states().get(i, {}).get(x, affine.Affine(terms={local(x): 1}))
+
+    def in_int64(v) -> list[str]:
+        return [] if v.fixed and v.c == 0 and list(v.terms.values()) in ([], [1]) else \
+            [f"{INT64_MIN} <= {v.text(e)} <= {INT64_MAX}" for e in ends]
+
     for i, ins in body:
         lo, hi = before if i < at else after
         if ins.op.startswith("ASSERT."):
             cc, (p, q) = ins.op.split(".")[1], ins.args
+            op = isa.CONDITIONS[cc]
             if invariant(p) and invariant(q):
-                hoisted.append(f"{text(p)} {isa.CONDITIONS[cc]} {text(q)}")
+                hoisted.append(f"{text(p)} {op} {text(q)}")
             elif p == reg and invariant(q):
                 hoisted.append(_RANGE[cc].format(z=text(q)).format(lo=lo, hi=hi))
             elif q == reg and invariant(p):
                 hoisted.append(_RANGE[_MIRROR[cc]].format(z=text(p)).format(lo=lo, hi=hi))
+            elif p.cls == q.cls == isa.INT and \
+                    None not in (a := value(i, p), b := value(i, q)) and \
+                    (cc not in ("EQ", "NE") or (a - b).fixed):
+                # a - b is monotonic in the pass: the first and last passes bound it
+                hoisted.append(" and ".join(
+                    [*in_int64(a), *in_int64(b),
+                     *(f"{(a - b).text(e)} {op} 0" for e in ends)]))
             else:
                 continue
             skip.add(i)
@@ -377,6 +400,12 @@ def _hoisted(body, reg, step, at, last_value, invariant, text) -> tuple:
                                    f"{z} + {hi} < M.top")
                 else:                       # counter + a constant
                     hoisted.append(f"0 <= {lo} + ({off}) and {hi} + ({off}) < M.top")
+            elif None not in (vs := [value(i, x) for x in (base, off)]):
+                # both terms not negative and their sum in the heap, on the first and
+                # the last pass: then on every pass (a stronger test than the check's)
+                hoisted.append(" and ".join(
+                    [*(f"{v.text(e)} >= 0" for v in vs[:len(terms)] for e in ends),
+                     *(f"0 <= {(vs[0] + vs[1]).text(e)} < M.top" for e in ends)]))
             else:
                 continue
             addresses.add(check)
@@ -448,8 +477,11 @@ class _Writer:
         ops = Operands(self.fn, ins, {}, _local)
         template = _template(ins, self.gradient) if template is None else template
         for line in render(template, ops, deferred=True):
-            if (self.defer and line == "_fin += _v - _v") or \
-                    (line.startswith("if not (") and line[8:line.find("): raise")] in self.drop):
+            if self.defer and line == "_fin += _v - _v":
+                continue
+            if line.startswith("if not (") and line[8:line.find("): raise")] in self.drop:
+                if self.c.native:       # the address needs no mask (native.defer_checks)
+                    self.emit(depth, "_m = True")
                 continue
             self.emit(depth, line)
 
@@ -583,10 +615,14 @@ class _Writer:
         trips = f"({c.end} - {rv})" if c.step > 0 else f"({rv} - {c.end})"
         first, last = (f"{rv} + 1", f"{c.end} - 1") if c.step > 0 else \
             (f"{c.end} + 1", f"{rv} - 1")
-        guards = [f"{rv} < {c.end}" if c.step > 0 else f"{c.end} < {rv}", *c.bounds,
-                  f"{trips} * {cost + c.passed} <= _n"]
+        # (Python code: a loop of one or two passes runs faster without the entry test)
+        up, down = ("", "") if self.c.native else (" - 2", " + 2")
+        guards = [f"{rv} < {c.end}{up}" if c.step > 0 else f"{c.end}{down} < {rv}",
+                  *c.bounds, f"{trips} * {cost + c.passed} <= _n"]
         guards += [check.format(lo=first, hi=last) for check in c.checks] + list(c.hoisted)
-        self.emit(depth, f"if {' and '.join(guards)}:")
+        test = " and ".join(guards)
+        # native code: the test in Python's unbounded ints (rvm.engines.lowering.counted)
+        self.emit(depth, f"if _exact({test}):" if self.c.native else f"if {test}:")
         depth += 1
         self.emit(depth, f"_n -= {trips} * {cost + c.passed} - {c.passed}")
         read = any(c.reg in _mentioned(code[i]) for i in range(start, end - 1)
@@ -595,14 +631,19 @@ class _Writer:
             self.emit(depth, f"for {rv} in range({rv} {'+' if c.step > 0 else '-'} 1, "
                              f"{c.end} {'+' if c.step > 0 else '-'} 1"
                              f"{'' if c.step > 0 else ', -1'}):")
+        elif self.c.native:
+            self.emit(depth, f"for _ in range({trips}):")
         else:                           # no loop variable: no int object made per pass
             self.emit(depth, f"for _ in _repeat(None, {trips}):")
         before = len(self.lines)
         checked: set = set()
         self.defer = c.floats is not None
         self.drop = c.addresses
+        # what holds on entry to the block holds at the start of every pass (native)
+        known = self.known[k].copy() if self.known is not None else None
         for i in range(start, end - 1):
             ins = code[i]
+            template = known.step(ins, self.gradient) if known is not None else None
             if ins.op in isa.COMEFROMS or i in c.skip or _repeated(ins, checked):
                 continue
             if i == c.at:
@@ -611,7 +652,7 @@ class _Writer:
             elif ins.op in isa.CALLS:
                 self.call(depth + 1, ins)
             else:
-                self.instruction(depth + 1, ins)
+                self.instruction(depth + 1, ins, template)
         self.defer, self.drop = False, frozenset()
         if len(self.lines) == before:
             self.emit(depth + 1, "pass")
@@ -652,7 +693,7 @@ class _Writer:
                 self.emit(3, f"{'if' if k == 0 else 'elif'} _b == {k}:")
                 depth = 4
                 if k in self.targets(start, end):     # the block loops onto itself
-                    loop_info = None if self.c.native else counted(self, k, start, end)
+                    loop_info = counted(self, k, start, end)
                     if loop_info is not None:
                         self.counted_loop(depth, k, start, end, loop_info)
                         self.emit(depth, "else:")

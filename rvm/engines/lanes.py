@@ -40,6 +40,7 @@ from .lowering import (
     block_cases,
     callees,
     guard,
+    is_exact,
     is_raise,
     returns_of,
     state_index,
@@ -208,7 +209,9 @@ class Lanes(Lowering):
 
     def statement(self, s) -> None:
         b = self.b
-        if isinstance(s, ast.If) and not is_raise(s.body):
+        if isinstance(s, ast.If) and is_exact(s.test):
+            self.body(s.orelse)         # rows would loop different numbers of times
+        elif isinstance(s, ast.If) and not is_raise(s.body):
             test = self.truth(self.expr(s.test))
             outer = self.mask
             self.mask = self.both_(outer, test)

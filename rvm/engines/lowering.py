@@ -44,6 +44,7 @@ class Types:
 
 _FLOAT_OPS = {ast.Add: "fadd", ast.Sub: "fsub", ast.Mult: "fmul", ast.Div: "fdiv"}
 _INT_OPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul"}
+_CHECKED = {ast.Add: "sadd", ast.Sub: "ssub", ast.Mult: "smul"}
 
 
 def loop_over(b, lo, hi, body, after=None) -> None:
@@ -252,6 +253,8 @@ class Lowering:
             pass                        # finiteness: see finite()
         elif isinstance(s, ast.AugAssign):
             self.store(s.target, self.binop(s.op, self.expr(s.target), self.expr(s.value)))
+        elif isinstance(s, ast.If) and is_exact(s.test):
+            self.counted(s)
         elif isinstance(s, ast.If):
             if is_raise(s.body) and isinstance(s.test, ast.UnaryOp) and \
                     _named(s.test.operand, "_ok"):
@@ -269,6 +272,8 @@ class Lowering:
                 if not b.block.is_terminated:
                     b.branch(after)
             b.position_at_end(after)
+        elif isinstance(s, ast.For):
+            self.for_(s)
         elif isinstance(s, ast.While) and (cases := block_cases(s)) is not None:
             self.dispatch(cases)
         elif isinstance(s, ast.While):
@@ -305,6 +310,83 @@ class Lowering:
             b.ret(out)
         else:
             raise Unsupported(ast.unparse(s))
+
+    def counted(self, s: ast.If) -> None:
+        """`if _exact(c): <a counted loop> else: <the general loop>` (rvm.engines.compiled:
+        counted loops): c is the loop's entry test, over ints, in Python's unbounded
+        arithmetic; here each +, - and * is checked for overflow, and one that overflows
+        makes c false (the general loop then runs, which checks every pass)."""
+        b = self.b
+        overflow = [self.t.i1(0)]
+        ok = self.truth(self.exact(s.test.args[0], overflow))
+        then, other, after = (self.fn.append_basic_block() for _ in range(3))
+        b.cbranch(b.and_(ok, b.not_(overflow[0])), then, other)
+        for block, stmts in ((then, s.body), (other, s.orelse)):
+            b.position_at_end(block)
+            self.body(stmts)
+            if not b.block.is_terminated:
+                b.branch(after)
+        b.position_at_end(after)
+
+    def exact(self, e, overflow: list):
+        """An int condition or value of a counted loop's entry test, its overflows or-ed
+        into overflow[0]."""
+        b, t = self.b, self.t
+        if isinstance(e, ast.BinOp) and type(e.op) in _CHECKED:
+            a, c = (self.coerce(self.exact(x, overflow), t.i64) for x in (e.left, e.right))
+            fn = self.declare(f"llvm.{_CHECKED[type(e.op)]}.with.overflow.i64",
+                              self.ir.LiteralStructType([t.i64, t.i1]), [t.i64, t.i64])
+            out = b.call(fn, [a, c])
+            overflow[0] = b.or_(overflow[0], b.extract_value(out, 1))
+            return b.extract_value(out, 0)
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
+            return self.exact(ast.BinOp(ast.Constant(0), ast.Sub(), e.operand), overflow)
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
+            return b.not_(self.truth(self.exact(e.operand, overflow)))
+        if isinstance(e, ast.BoolOp):
+            values = [self.truth(self.exact(v, overflow)) for v in e.values]
+            return functools.reduce(b.and_ if isinstance(e.op, ast.And) else b.or_, values)
+        if isinstance(e, ast.Compare):
+            terms = [self.exact(x, overflow) for x in (e.left, *e.comparators)]
+            return functools.reduce(b.and_, [
+                self.compare(op, x, y) for op, x, y in zip(e.ops, terms, terms[1:])])
+        if isinstance(e, (ast.Constant, ast.Name)):
+            return self.expr(e)
+        raise Unsupported(ast.unparse(e))
+
+    def for_(self, s: ast.For) -> None:
+        """`for x in range(a, b[, -1]):` or `for _ in range(n):` (a counted loop's passes,
+        rvm.engines.compiled); x keeps its last value, as in Python."""
+        b, t = self.b, self.t
+        call = s.iter
+        if not (isinstance(call, ast.Call) and _named(call.func, "range") and
+                1 <= len(call.args) <= 3 and not s.orelse and
+                isinstance(s.target, ast.Name)):
+            raise Unsupported(ast.unparse(s))
+        args = [self.coerce(self.expr(a), t.i64) for a in call.args]
+        lo, hi = (t.i64(0), args[0]) if len(args) == 1 else args[:2]
+        down = len(call.args) == 3
+        if down and ast.dump(call.args[2]) != ast.dump(ast.UnaryOp(ast.USub(), ast.Constant(1))):
+            raise Unsupported(ast.unparse(s))
+        with b.goto_block(self.fn.entry_basic_block):
+            i = b.alloca(t.i64)
+        b.store(lo, i)
+        head, loop, step, after = (self.fn.append_basic_block() for _ in range(4))
+        b.branch(head)
+        b.position_at_end(head)
+        b.cbranch(b.icmp_signed(">" if down else "<", b.load(i), hi), loop, after)
+        b.position_at_end(loop)
+        if s.target.id != "_":
+            b.store(b.load(i), self.vars[s.target.id])
+        self.loops.append((step, after))
+        self.body(s.body)
+        self.loops.pop()
+        if not b.block.is_terminated:
+            b.branch(step)
+        b.position_at_end(step)
+        b.store(b.add(b.load(i), t.i64(-1 if down else 1)), i)
+        b.branch(head)
+        b.position_at_end(after)
 
     def finite(self, *values) -> None:
         """Fault unless every value is finite. The Python code tests each float result
@@ -674,6 +756,11 @@ def block_cases(loop: ast.While) -> dict | None:
     return None
 
 
+def is_exact(test) -> bool:
+    """A counted loop's entry test, `_exact(c)` (see Lowering.counted)."""
+    return isinstance(test, ast.Call) and _named(test.func, "_exact") and len(test.args) == 1
+
+
 def is_raise(stmts) -> bool:
     return len(stmts) == 1 and isinstance(stmts[0], ast.Raise)
 
@@ -681,7 +768,7 @@ def is_raise(stmts) -> bool:
 def _assigned(node) -> set[str]:
     out = set()
     for n in ast.walk(node):
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id != "_":
             out.add(n.id)
     return out
 

@@ -123,6 +123,10 @@ def defer_checks(source: str) -> str:
                 out.append(f"{ind}_ok &= {cond}")
             dirty = True
             continue
+        if stripped == "_m = True":     # checked on a counted loop's entry
+            out.append(line)
+            mask = True
+            continue
         if stripped.startswith("_a = "):
             if not mask:        # never: an unmasked address could reach outside the heap
                 raise AssertionError(f"heap address without its check: {stripped}")
@@ -315,6 +319,10 @@ def module_source(functions_source: str, names: list[str], tol: float, cache: bo
     """The text of a module defining the helpers and the generated functions, each
     wrapped by numba.njit (compiled lazily, on a function's first call)."""
     helpers = helpers_source()
+    # numba runs every loop by its general code: a counted loop's entry test would be in
+    # wrapping int64 arithmetic here (rvm.engines.lowering.counted makes it exact)
+    functions_source = re.sub(r"\bif _exact\(.*\):$", "if False:", functions_source,
+                              flags=re.M)
     jits = "\n".join(f"{f.__name__} = _jit({f.__name__})" for f in HELPERS)
     tail = "\n".join(f"{name} = _jit{'_nogil' if name.endswith('sb') else ''}({name})"
                      for name in names)
