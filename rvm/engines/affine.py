@@ -26,7 +26,7 @@ from ..core.program import Imm, Reg
 class Affine:
     """c + sum(k * term) + p * P, P the pass number; terms are texts of entry values."""
 
-    __slots__ = ("c", "terms", "p")
+    __slots__ = ("c", "p", "terms")
 
     def __init__(self, c: int = 0, terms: dict | None = None, p: int = 0):
         self.c, self.p = c, p
