@@ -104,6 +104,7 @@ class Gen:
         # register, which may leave the heap) and checks the counter, before or after
         # its step, against a constant or a data register (which may fail)
         cells = self.local() if self.wild and rng.random() < 0.4 else None
+        second: list = []
         readers = [r for r in self.ints + self.floats if r not in frozen]
         if cells is None or not readers:
             self.lines.append(f"{top}: CF.NE {c}, 0, {back}")
@@ -114,14 +115,31 @@ class Gen:
             at = c if rng.random() < 0.8 else rng.choice([r for r in self.ints if r != y])
             check = f"        ASSERT.{rng.choice(['LT', 'LE', 'GE', 'NE'])} {c}, " \
                 f"{rng.choice(self.ints + ['3', '0'])}"
+            # sometimes the cell's offset is made and unmade around the read, as the
+            # frontend makes an element's (a data register, which may be anything,
+            # times a constant, plus the counter), and a second index steps by 2
+            idx, made, unmade, fixed = at, [], [], {c, y, at}
+            others = [r for r in self.ints if r not in frozen and r not in fixed]
+            if others and rng.random() < 0.5:
+                idx, d, m = self.local(), rng.choice(others), rng.choice("0124")
+                made = [f"        ADD.mul {idx}, {d}, {m}", f"        ADD {idx}, {at}"]
+                unmade = [f"        SUB {idx}, {at}", f"        SUB.mul {idx}, {d}, {m}"]
+                fixed.add(d)
+            if rng.random() < 0.5:
+                e = self.local()
+                second = [f"        ASSERT.{rng.choice(['LT', 'GE'])} {e}, "
+                          f"{rng.choice(self.ints + ['5', '0'])}", f"        ADD {e}, 2"]
             self.lines += [f"        ALLOC {cells}, 4", f"{top}: CF.NE {c}, 0, {back}",
-                           check, f"        ADDM {y}, [{cells} + {at}]"]
-            self.block(frozen | {c, y, at}, depth - 1, rng.randint(0, 2))
-            self.lines += [f"        SUBM {y}, [{cells} + {at}]", f"        INC {c}", check]
+                           check, *made, f"        ADDM {y}, [{cells} + {idx}]"]
+            self.block(frozen | fixed, depth - 1, rng.randint(0, 2))
+            self.lines += [f"        SUBM {y}, [{cells} + {idx}]", *unmade, *second,
+                           f"        INC {c}", check]
         self.lines += [f"{ex}: BR.EQ {c}, {k}, {alias if two else done}",
                        f"{back}: JMP {top}", f"{done}: {alias + ': ' if two else ''}CF {ex}",
                        f"        SUB {c}, {k}"]
         if cells is not None and readers:
+            if second:
+                self.lines.append(f"        SUB {e}, {2 * k}")
             self.lines.append(f"        FREE {cells}, 4")
 
     def heap_block(self, frozen: set, depth: int) -> None:

@@ -721,6 +721,58 @@ def test_checks_on_addresses_a_pass_makes_and_unmakes_are_made_once():
     assert engines_agree(p, "row", (4, 2 ** 62 + 2, 0, 1.5, 0.0))[0][4] == 1.5
 
 
+def test_a_counted_loop_that_stores_a_float_that_is_not_finite_still_fails():
+    """Native code tests the floats a counted loop stores in the heap once, after the
+    loop (no branch in it), where no float becomes an int in the loop; the run fails all
+    the same, with the interpreter's error. A loop that makes an int of a float tests
+    each store in place."""
+    p = rvm.assemble("""
+.func scale(r1, f0, f1)        ; cells 0 .. r1 - 1 of 8 get f0 * f0; f1 += cell 3
+        ALLOC  r4, 8
+top:    CF.NE  r7, 0, back
+        EXCH   f2, [r4 + r7]
+        ADD.mul f2, f0, f0
+        EXCH   f2, [r4 + r7]
+        INC    r7
+exit:   BR.EQ  r7, r1, done
+back:   JMP    top
+done:   CF     exit
+        ADDM   f1, [r4 + 3]
+top2:   CF.NE  r7, r1, back2
+        DEC    r7
+        EXCH   f2, [r4 + r7]
+        SUB.mul f2, f0, f0
+        EXCH   f2, [r4 + r7]
+exit2:  BR.EQ  r7, 0, done2
+back2:  JMP    top2
+done2:  CF     exit2
+        FREE   r4, 8
+.end
+.func sign(r1, r2, f0)         ; r2 counts the cells whose value is above f0
+        ALLOC  r4, 8
+top:    CF.NE  r7, 0, back
+        EXCH   f2, [r4 + r7]
+        ADD    f2, f0
+        XOR.gt r2, f2, 1.0
+        EXCH   f2, [r4 + r7]
+        INC    r7
+exit:   BR.EQ  r7, r1, done
+back:   JMP    top
+done:   CF     exit
+        SUB    r7, r1
+.end
+""", "scale.rasm")
+    from rvm.engines.compiled import compiled
+    source = compiled(p, True, native=True).native_bodies
+    scale, sign = source.split("def F1_fw")[0], source.split("def F1_fw")[1]
+    sign = sign.split("def ")[0]
+    assert "_finite_after(range(" in scale and "_finite_after(" not in sign
+    assert "for _ in range(" in sign
+    out = engines_agree(p, "scale", (8, 1e200, 0.0))[0]
+    assert out[0] == "InvertibilityError" and "not finite" in out[1], out
+    assert engines_agree(p, "scale", (8, 2.0, 0.0), loss="f1")[0] == (8, 2.0, 4.0)
+
+
 def test_a_gradient_starts_from_the_copy_and_still_checks_the_uncompute():
     """The value and gradient of a compute-copy-uncompute function (python and native
     engines) runs forwards to the copy and starts the gradient pass there (no uncompute,

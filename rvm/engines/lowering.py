@@ -99,6 +99,7 @@ class Lowering:
         self.cases: dict | None = None    # the dispatch loop's blocks (see dispatch)
         self.checking = False       # lowering a check (its failure is a fault anyway)
         self.adjoint = False        # lowering a shadow's update (see python_error)
+        self.later = None           # a counted loop's flag: a float was not finite (for_)
         self.fault_block, self.full_block = self.exit(FAULT), self.exit(FULL)
         self.passed = self.exit(None)          # a callee's fault: return, its code kept
         self.body(node.body)
@@ -317,10 +318,19 @@ class Lowering:
         arithmetic; here each +, - and * is checked for overflow, and one that overflows
         makes c false (the general loop then runs, which checks every pass)."""
         b = self.b
-        overflow = [self.t.i1(0)]
-        ok = self.truth(self.exact(s.test.args[0], overflow))
         then, other, after = (self.fn.append_basic_block() for _ in range(3))
-        b.cbranch(b.and_(ok, b.not_(overflow[0])), then, other)
+        test = s.test.args[0]
+        # its parts in turn, each a branch (the first, that the loop is long enough, is
+        # often false: then the rest is not worked out)
+        parts = test.values if isinstance(test, ast.BoolOp) and \
+            isinstance(test.op, ast.And) else [test]
+        for k, part in enumerate(parts):
+            overflow = [self.t.i1(0)]
+            ok = b.and_(self.truth(self.exact(part, overflow)), b.not_(overflow[0]))
+            if k + 1 < len(parts):
+                guard(b, b.not_(ok), other)
+            else:
+                b.cbranch(ok, then, other)
         for block, stmts in ((then, s.body), (other, s.orelse)):
             b.position_at_end(block)
             self.body(stmts)
@@ -340,6 +350,8 @@ class Lowering:
             overflow[0] = b.or_(overflow[0], b.extract_value(out, 1))
             return b.extract_value(out, 0)
         if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
+            if isinstance(e.operand, ast.Constant):     # -2 ** 63 is a constant here
+                return t.i64(-e.operand.value)
             return self.exact(ast.BinOp(ast.Constant(0), ast.Sub(), e.operand), overflow)
         if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
             return b.not_(self.truth(self.exact(e.operand, overflow)))
@@ -356,9 +368,17 @@ class Lowering:
 
     def for_(self, s: ast.For) -> None:
         """`for x in range(a, b[, -1]):` or `for _ in range(n):` (a counted loop's passes,
-        rvm.engines.compiled); x keeps its last value, as in Python."""
+        rvm.engines.compiled); x keeps its last value, as in Python. In `for x in
+        _finite_after(range(...))`, floats on their way to the heap are tested after the
+        loop (one flag, no branch in it: LLVM may vectorise it), which the writer allows
+        where no float becomes an int in the loop: a nan then never reaches an address or
+        a branch, and a run that made one still fails (later, with the same error, found
+        by the interpreter's run)."""
         b, t = self.b, self.t
         call = s.iter
+        later = isinstance(call, ast.Call) and _named(call.func, "_finite_after")
+        if later:
+            call = call.args[0]
         if not (isinstance(call, ast.Call) and _named(call.func, "range") and
                 1 <= len(call.args) <= 3 and not s.orelse and
                 isinstance(s.target, ast.Name)):
@@ -379,6 +399,10 @@ class Lowering:
         if s.target.id != "_":
             b.store(b.load(i), self.vars[s.target.id])
         self.loops.append((step, after))
+        if later:
+            with b.goto_block(self.fn.entry_basic_block):
+                self.later = b.alloca(t.i1)
+            b.store(t.i1(0), self.later)
         self.body(s.body)
         self.loops.pop()
         if not b.block.is_terminated:
@@ -387,6 +411,9 @@ class Lowering:
         b.store(b.add(b.load(i), t.i64(-1 if down else 1)), i)
         b.branch(head)
         b.position_at_end(after)
+        if later:
+            flag, self.later = self.later, None
+            self.guard(b.load(flag), self.fault_block)
 
     def finite(self, *values) -> None:
         """Fault unless every value is finite. The Python code tests each float result
@@ -399,7 +426,9 @@ class Lowering:
         where it happened. (Shadows are not tested: gradients may overflow as in the
         Python engines; where those stop, see python_error.)"""
         bad = self.non_finite(values)
-        if bad is not None:
+        if bad is not None and self.later is not None:     # tested after the loop
+            self.b.store(self.b.or_(self.b.load(self.later), bad), self.later)
+        elif bad is not None:
             self.guard(bad, self.fault_block)
 
     def non_finite(self, values):

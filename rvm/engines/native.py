@@ -323,6 +323,8 @@ def module_source(functions_source: str, names: list[str], tol: float, cache: bo
     # wrapping int64 arithmetic here (rvm.engines.lowering.counted makes it exact)
     functions_source = re.sub(r"\bif _exact\(.*\):$", "if False:", functions_source,
                               flags=re.M)
+    functions_source = re.sub(r"\b_finite_after\((range\(.*\))\):$", r"\1:",
+                              functions_source, flags=re.M)
     jits = "\n".join(f"{f.__name__} = _jit({f.__name__})" for f in HELPERS)
     tail = "\n".join(f"{name} = _jit{'_nogil' if name.endswith('sb') else ''}({name})"
                      for name in names)
