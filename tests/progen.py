@@ -114,7 +114,7 @@ class Gen:
             y = rng.choice(readers)
             at = c if rng.random() < 0.8 else rng.choice([r for r in self.ints if r != y])
             check = f"        ASSERT.{rng.choice(['LT', 'LE', 'GE', 'NE'])} {c}, " \
-                f"{rng.choice(self.ints + ['3', '0'])}"
+                f"{rng.choice(self.ints + ['3', '0', '13'])}"
             # sometimes the cell's offset is made and unmade around the read, as the
             # frontend makes an element's (a data register, which may be anything,
             # times a constant, plus the counter), and a second index steps by 2
@@ -128,8 +128,9 @@ class Gen:
             if rng.random() < 0.5:
                 e = self.local()
                 second = [f"        ASSERT.{rng.choice(['LT', 'GE'])} {e}, "
-                          f"{rng.choice(self.ints + ['5', '0'])}", f"        ADD {e}, 2"]
-            self.lines += [f"        ALLOC {cells}, 4", f"{top}: CF.NE {c}, 0, {back}",
+                          f"{rng.choice(self.ints + ['5', '0', '30'])}", f"        ADD {e}, 2"]
+            k = rng.choice([k, k, rng.randint(8, 12)])     # native: 8 passes or more
+            self.lines += [f"        ALLOC {cells}, 12", f"{top}: CF.NE {c}, 0, {back}",
                            check, *made, f"        ADDM {y}, [{cells} + {idx}]"]
             self.block(frozen | fixed, depth - 1, rng.randint(0, 2))
             self.lines += [f"        SUBM {y}, [{cells} + {idx}]", *unmade, *second,
@@ -140,7 +141,7 @@ class Gen:
         if cells is not None and readers:
             if second:
                 self.lines.append(f"        SUB {e}, {2 * k}")
-            self.lines.append(f"        FREE {cells}, 4")
+            self.lines.append(f"        FREE {cells}, 12")
 
     def heap_block(self, frozen: set, depth: int) -> None:
         x = self.rng.choice([r for r in self.ints + self.floats if r not in frozen] or ["NONE"])
