@@ -265,14 +265,9 @@ class Lowering:
                 self.guard(self.truth(self.expr(s.test)), self.fault_block)
                 self.checking = False
                 return
-            then, other, after = (self.fn.append_basic_block() for _ in range(3))
+            then, other = (self.fn.append_basic_block() for _ in range(2))
             b.cbranch(self.truth(self.expr(s.test)), then, other)
-            for block, stmts in ((then, s.body), (other, s.orelse)):
-                b.position_at_end(block)
-                self.body(stmts)
-                if not b.block.is_terminated:
-                    b.branch(after)
-            b.position_at_end(after)
+            self.arms(((then, s.body), (other, s.orelse)))
         elif isinstance(s, ast.For):
             self.for_(s)
         elif isinstance(s, ast.While) and (cases := block_cases(s)) is not None:
@@ -318,7 +313,7 @@ class Lowering:
         arithmetic; here each +, - and * is checked for overflow, and one that overflows
         makes c false (the general loop then runs, which checks every pass)."""
         b = self.b
-        then, other, after = (self.fn.append_basic_block() for _ in range(3))
+        then, other = (self.fn.append_basic_block() for _ in range(2))
         test = s.test.args[0]
         # its parts in turn, each a branch (the first, that the loop is long enough, is
         # often false: then the rest is not worked out)
@@ -331,7 +326,13 @@ class Lowering:
                 guard(b, b.not_(ok), other)
             else:
                 b.cbranch(ok, then, other)
-        for block, stmts in ((then, s.body), (other, s.orelse)):
+        self.arms(((then, s.body), (other, s.orelse)))
+
+    def arms(self, arms) -> None:
+        """Each (block, statements) lowered from its block, all meeting after."""
+        b = self.b
+        after = self.fn.append_basic_block()
+        for block, stmts in arms:
             b.position_at_end(block)
             self.body(stmts)
             if not b.block.is_terminated:
