@@ -138,6 +138,17 @@ class Lowering:
     def guard(self, bad, block) -> None:
         guard(self.b, bad, block)
 
+    def new_flag(self):
+        """A fresh flag (false here), for failures a loop tests once, after it."""
+        b = self.b
+        with b.goto_block(self.fn.entry_basic_block):
+            ptr = b.alloca(self.t.i1)
+        b.store(self.t.i1(0), ptr)
+        return ptr
+
+    def raise_flag(self, ptr, bad) -> None:
+        self.b.store(self.b.or_(self.b.load(ptr), bad), ptr)
+
     def helper(self, name: str, args: list):
         """The heap helpers of rvm.engines.native (alloc, free, push, pop, gpush, gpop),
         inline, with the same checks: the value (or values) they return, or None."""
@@ -158,9 +169,7 @@ class Lowering:
 
             # the cells' test is one flag for the block, tested after it (no branch per
             # cell: LLVM vectorises the scan)
-            with b.goto_block(self.fn.entry_basic_block):
-                any_bad = b.alloca(t.i1)
-            b.store(t.i1(0), any_bad)
+            any_bad = self.new_flag()
 
             def zero(c):
                 x = self.intrinsic("fabs", b.load(self.cell("HF", c)))
@@ -168,7 +177,7 @@ class Lowering:
                                b.fcmp_ordered("<=", x, t.f64(self.functions["TOL"])))
                 bad = b.and_(b.icmp_signed("!=", b.load(self.cell("HI", c)), t.i64(0)),
                              b.not_(small))
-                b.store(b.or_(b.load(any_bad), bad), any_bad)
+                self.raise_flag(any_bad, bad)
 
             def clear(c):
                 b.store(t.i64(0), self.cell("HI", c))
@@ -389,29 +398,14 @@ class Lowering:
         down = len(call.args) == 3
         if down and ast.dump(call.args[2]) != ast.dump(ast.UnaryOp(ast.USub(), ast.Constant(1))):
             raise Unsupported(ast.unparse(s))
-        with b.goto_block(self.fn.entry_basic_block):
-            i = b.alloca(t.i64)
-        b.store(lo, i)
-        head, loop, step, after = (self.fn.append_basic_block() for _ in range(4))
-        b.branch(head)
-        b.position_at_end(head)
-        b.cbranch(b.icmp_signed(">" if down else "<", b.load(i), hi), loop, after)
-        b.position_at_end(loop)
-        if s.target.id != "_":
-            b.store(b.load(i), self.vars[s.target.id])
-        self.loops.append((step, after))
         if later:
-            with b.goto_block(self.fn.entry_basic_block):
-                self.later = b.alloca(t.i1)
-            b.store(t.i1(0), self.later)
-        self.body(s.body)
-        self.loops.pop()
-        if not b.block.is_terminated:
-            b.branch(step)
-        b.position_at_end(step)
-        b.store(b.add(b.load(i), t.i64(-1 if down else 1)), i)
-        b.branch(head)
-        b.position_at_end(after)
+            self.later = self.new_flag()
+
+        def pass_(j):           # (counting down: x = a - j, j = 0 .. a - b - 1)
+            if s.target.id != "_":
+                b.store(b.sub(lo, j) if down else j, self.vars[s.target.id])
+            self.body(s.body)
+        loop_over(b, t.i64(0), b.sub(lo, hi), pass_) if down else loop_over(b, lo, hi, pass_)
         if later:
             flag, self.later = self.later, None
             self.guard(b.load(flag), self.fault_block)
@@ -428,7 +422,7 @@ class Lowering:
         Python engines; where those stop, see python_error.)"""
         bad = self.non_finite(values)
         if bad is not None and self.later is not None:     # tested after the loop
-            self.b.store(self.b.or_(self.b.load(self.later), bad), self.later)
+            self.raise_flag(self.later, bad)
         elif bad is not None:
             self.guard(bad, self.fault_block)
 
