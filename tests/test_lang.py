@@ -53,6 +53,26 @@ def test_swap_neg_rot_mul_xor_roundtrip():
 
 
 @rvm.reversible
+def swap_element(x: float, n: int, a: Array[float], b: Array[int]):
+    a[1], x = x, a[1]
+    n, b[0] = b[0], n
+    a[0] += 2.0 * x           # x is now a[1]'s old value
+
+
+def test_swap_of_a_scalar_and_an_element_is_one_exchange():
+    prog = swap_element.compile()
+    ops = [ins.op for ins in prog.functions["swap_element"].code]
+    assert ops.count("EXCH") == 2 + 2 and "SWAP" not in ops     # + a[0]'s update
+    a, b = np.array([1.0, 5.0]), np.array([7, 8])
+    x, n, a2, b2 = swap_element(3.0, 4, a, b)
+    assert (x, n, list(a2), list(b2)) == (5.0, 7, [11.0, 3.0], [4, 8])
+    back = (~swap_element)(x, n, a2, b2)
+    assert (back[0], back[1], list(back[2]), list(back[3])) == (3.0, 4, [1.0, 5.0], [7, 8])
+    g = rvm.grad(swap_element, argnums=(0, 2), loss="x")(3.0, 4, a, b)
+    assert g[0] == 0.0 and list(g[1]) == [0.0, 1.0]
+
+
+@rvm.reversible
 def branches(x: float, n: int, flag: int):
     if n > 2 and not flag:
         x += 1.0

@@ -610,6 +610,16 @@ class FunctionCompiler(Complexes, Lowering):
         if not all(kinds):
             scalar, element = (b, a) if kinds[0] else (a, b)
             var = self.variable(scalar)
+            array = self.lookup(element.value.id) if isinstance(element.value, ast.Name) \
+                else None
+            if var.kind in ("int", "float") and array is not None and \
+                    array.kind == "array" and not array.complex and array.dtype == var.cls:
+                # an element of the scalar's own type: one exchange
+                addr_code, (_, mem) = self.capture(lambda: self.address(element))
+                self.code += addr_code
+                self.emit("EXCH", var.reg, mem)
+                self.code += invert(addr_code, self.fresh)
+                return None
             return self.into(element, lambda r: self.emit("SWAP", var.reg, r), node)
         # two elements: exchange through one temporary; same array needs distinct indices
         code_a, (va, ma) = self.capture(lambda: self.address(a))
