@@ -921,16 +921,22 @@ done:   CF     exit
 """
 
 
-def test_reads_into_a_zero_register_keep_every_bit():
-    """Native code writes a read into a register known to be +0.0 as `0.0 + cell` and its
-    removal as `cell - cell` (no chain from one pass of a loop to the next): the same
-    values bit for bit, the sign of a zero and a non-finite cell included."""
+def native_fw(p, name: str) -> str:
     from rvm.engines.compiled import compiled
-    p = rvm.assemble(EXACT, "exact.rasm")
     source = compiled(p, native=True).native_bodies
+    return source[source.index(f"def {compiled(p).name(name, 'fw')}("):].split("\ndef ")[0]
+
+
+def test_reads_into_a_zero_register_keep_every_bit():
+    """Native code writes a read into a register known to be +0.0 as the cell, made
+    `0.0 + cell` before a use that could tell -0.0 from +0.0 (here atan2), and its removal
+    as `cell - cell` (no chain from one pass of a loop to the next): the same values bit
+    for bit, the sign of a zero and a non-finite cell included."""
+    p = rvm.assemble(EXACT, "exact.rasm")
     for name in ("once", "loop"):
-        fw = source[source.index(f"def {compiled(p).name(name, 'fw')}("):].split("\ndef ")[0]
-        assert "f2 = 0.0 + (HF[_a])" in fw and "f2 = (HF[_a]) - (HF[_a])" in fw, fw
+        fw = native_fw(p, name)
+        assert "f2 = HF[_a]" in fw and "f2 = 0.0 + f2" in fw, fw
+        assert "f2 = (HF[_a]) - (HF[_a])" in fw, fw
     # a copy of the cell would give f2 = -0.0 and atan2(-0.0, -1) = -pi
     out = engines_agree(p, "once", (0.0, -0.0), loss="f0")[0]
     assert out[0] == math.pi and math.copysign(1.0, out[1]) == -1.0
@@ -938,6 +944,47 @@ def test_reads_into_a_zero_register_keep_every_bit():
     assert out[1] == pytest.approx(3 * math.pi)
     out = engines_agree(p, "loop", (3, 0.0, math.inf))[0]
     assert out[0] == "InvertibilityError" and "not finite" in out[1]
+
+
+RAW = """
+.func dot(r2, f0, f4, f5)       ; f0 += sum of cell0 * cell1 over r2 passes, f4 and f5 the
+        ALLOC  r0, 2            ; cells; f3 (a local: +0.0) the same sum
+        EXCH   f4, [r0]
+        EXCH   f5, [r0 + 1]
+top:    CF.NE  r1, 0, back
+        ADDM   f1, [r0]
+        ADDM   f2, [r0 + 1]
+        ADD.mul f0, f1, f2
+        ADD.mul f3, f2, f1
+        SUBM   f2, [r0 + 1]
+        SUBM   f1, [r0]
+        ADD    r1, 1
+exit:   BR.EQ  r1, r2, done
+back:   JMP    top
+done:   CF     exit
+        SUB    r1, r2
+        EXCH   f5, [r0 + 1]
+        EXCH   f4, [r0]
+        FREE   r0, 2
+        ADD.atan2 f5, f0, -1.0
+        ADD.atan2 f0, f3, -1.0
+.end
+"""
+
+
+@pytest.mark.parametrize("sum0", [0.0, -0.0, 1.0])
+@pytest.mark.parametrize("passes", [1, 9])
+@pytest.mark.parametrize("cells", [(-0.0, 2.0), (0.0, -2.0), (-0.0, -0.0), (3.0, 0.5),
+                                   (math.inf, 1.0)])
+def test_raw_reads_in_products_keep_every_bit(sum0, passes, cells):
+    """A cell read into a zero register stays as read where it is only a factor of a
+    product added to a sum that cannot hold -0.0 (a local from +0.0; a parameter a
+    counted loop tests on entry): the zero signs the interpreter has, everywhere (atan2
+    of the sums tells them apart)."""
+    p = rvm.assemble(RAW, "raw.rasm")
+    fw = native_fw(p, "dot")
+    assert "_plus(f0)" in fw and "f1 = HF[_a]" in fw, fw
+    engines_agree(p, "dot", (passes, sum0, *cells), loss="f5")
 
 
 FINITE = """

@@ -107,24 +107,53 @@ class _Known:
     """What native code may know about the float registers at a point, stepped through a
     block's instructions: which hold +0.0; which were accumulated into from +0.0 and not
     changed since (pending: `d = 0.0 + e`, until its opposite with the same value, nothing
-    it reads changed since, cancels it: `d = e - e`); and in a gradient pass, which shadows
-    hold 0.0 (an update that adds or scales only zero shadows is left out)."""
+    it reads changed since, cancels it: `d = e - e`); which cannot hold -0.0 (plus: a sum
+    is -0.0 only if both terms are, so a register that starts at +0.0 and is only
+    accumulated into never is); which hold a heap cell as read, not yet `0.0 + cell`
+    (raw: the two differ only for a cell holding -0.0); and in a gradient pass, which
+    shadows hold 0.0 (an update that adds or scales only zero shadows is left out).
 
-    def __init__(self, zeros=(), gzeros=(), pending=None):
+    A raw register is made by a read into a known-zero register (`d = cell`, one addition
+    fewer per read: the element loops of the frontend read every operand so). Where it
+    is a factor of a product accumulated into a register that cannot hold -0.0, and (in a
+    gradient pass) the product's other factors' shadows are zero, the raw value gives the
+    same results: at most the sign of a zero product changes, and x + 0.0 == x + -0.0
+    for every x but -0.0. Before any other use, and on leaving the function, the register
+    is made `0.0 + cell` (self.canon: the registers to do that for before the
+    instruction)."""
+
+    def __init__(self, zeros=(), gzeros=(), pending=None, plus=(), raw=(), lent=None):
         self.zeros, self.gzeros = set(zeros), set(gzeros)
         self.pending = dict(pending or {})
+        self.plus, self.raw = set(plus), set(raw)
+        # registers exchanged into a cell: {register: (the cell, was it zero, plus)}; the
+        # same exchange again, the cell not written since, gives the register back
+        self.lent = dict(lent or {})
+        self.canon: list = []
 
     def copy(self) -> _Known:
-        return _Known(self.zeros, self.gzeros, self.pending)
+        return _Known(self.zeros, self.gzeros, self.pending, self.plus, self.raw, self.lent)
 
     def meet(self, other: _Known) -> _Known:
-        """What holds on both ways in."""
+        """What holds on both ways in (a register raw on either way may be raw)."""
         return _Known(self.zeros & other.zeros, self.gzeros & other.gzeros,
-                      {r: v for r, v in self.pending.items() if other.pending.get(r) == v})
+                      {r: v for r, v in self.pending.items() if other.pending.get(r) == v},
+                      self.plus & other.plus, self.raw | other.raw,
+                      {r: v for r, v in self.lent.items() if other.lent.get(r) == v})
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, _Known) and (self.zeros, self.gzeros, self.pending) == \
-            (other.zeros, other.gzeros, other.pending)
+        return isinstance(other, _Known) and (self.zeros, self.gzeros, self.pending,
+                                              self.plus, self.raw, self.lent) == \
+            (other.zeros, other.gzeros, other.pending, other.plus, other.raw, other.lent)
+
+    def _raw_ok(self, ins, acc, gradient: bool) -> bool:
+        """May ins read its raw registers as they are (a product accumulated as above)?"""
+        if acc is None or acc[1][1] != "mul" or acc[1][0]:
+            return False
+        d, a, b = ins.args
+        factors = {x for x in (a, b) if isinstance(x, Reg)}
+        return d not in self.raw and d in self.plus and d not in factors and \
+            (not gradient or factors <= self.gzeros)
 
     def step(self, ins, gradient: bool) -> str | None:
         """Account for ins; the template to emit for it (None: the usual one)."""
@@ -135,9 +164,17 @@ class _Known:
             action = "fresh"
         elif acc and self.pending.get(d) == ("-" if acc[0] == "+" else "+", acc[1]):
             action = "cancel"
+        # (a comparison does not tell -0.0 from +0.0)
+        read = _mentioned(ins) & self.raw if ins.spec.group != "control" else set()
+        if action == "cancel":
+            read.discard(d)                     # `d = e - e` does not read d
+        self.canon = [] if not read or self._raw_ok(ins, acc, gradient) else \
+            sorted(read, key=str)
+        self.raw -= set(self.canon)
         template = None
+        raw = action == "fresh" and acc[0] == "+" and acc[1][0]
         if ins.op not in isa.CALLS and ins.spec.group != "control":
-            template = _exact(_template(ins, gradient), action, gradient)
+            template = _exact(_template(ins, gradient), "raw" if raw else action, gradient)
             if gradient:
                 template = self.shadows(ins, template)
         elif ins.op in isa.CALLS:
@@ -146,16 +183,39 @@ class _Known:
         for r, (_, (memory, _, args)) in list(self.pending.items()):
             if r in written or (memory and heap) or written & _mentioned_args(args):
                 del self.pending[r]
-        swapped = [a in self.zeros for a in ins.args] if ins.op == "SWAP" else None
+        back = None
+        if ins.op == "EXCH" and ins.args[0].cls == isa.FLOAT:
+            back = self.lent.pop(ins.args[0], None)
+            back = back[1:] if back is not None and back[0] == ins.args[1] else None
+        for r, (m, _, _) in list(self.lent.items()) if heap or written else ():
+            if heap or written & _mentioned_args((m,)):
+                del self.lent[r]
+        if ins.op == "EXCH" and ins.args[0].cls == isa.FLOAT and back is None:
+            x = ins.args[0]
+            self.lent[x] = (ins.args[1], x in self.zeros, x in self.plus)
+        swapped = [[a in s for a in ins.args] for s in (self.zeros, self.plus)] \
+            if ins.op == "SWAP" else None
         self.zeros -= written
+        self.raw -= written
+        if not acc:
+            self.plus -= written
         if action == "fresh":
             self.pending[d] = acc
+            self.plus.add(d)
+            if raw:
+                self.raw.add(d)
         elif action == "cancel":
             self.zeros.add(d)
+            self.plus.add(d)
         elif ins.op in ("ZERO", "PUSH") and ins.args[0].cls == isa.FLOAT:
             self.zeros.add(ins.args[0])         # both set it to 0.0
+            self.plus.add(ins.args[0])
+        elif back is not None:                  # what it held before it was lent
+            self.zeros |= {ins.args[0]} if back[0] else set()
+            self.plus |= {ins.args[0]} if back[1] else set()
         elif swapped is not None:
-            self.zeros |= {b for b, z in zip(reversed(ins.args), swapped) if z}
+            self.zeros |= {b for b, z in zip(reversed(ins.args), swapped[0]) if z}
+            self.plus |= {b for b, z in zip(reversed(ins.args), swapped[1]) if z}
         return template
 
     def shadows(self, ins, template: str) -> str:
@@ -193,6 +253,13 @@ class _Known:
         return "\n".join(out)
 
 
+def _sums(code) -> set:
+    """The float registers the code only accumulates into, at least once a product."""
+    sums = {ins.args[0] for ins in code if (acc := _accumulates(ins)) and acc[1][1] == "mul"}
+    return {r for r in sums if all(_accumulates(ins) and ins.args[0] == r
+                                   for ins in code if r in _written(ins))}
+
+
 def _template(ins, gradient: bool) -> str:
     """An instruction's statement template in a run or a gradient pass (rvm.core.isa)."""
     cls = ins.written[0].cls if ins.written else isa.INT
@@ -207,16 +274,17 @@ def _exact(template: str, action: str | None, gradient: bool) -> str:
     inputs too (a local's start, a ZERO, or e - e), so nothing the loss depends on flows
     through it: its shadow is set to zero instead of being pulled back (what it holds
     would be pulled back through e twice, with opposite signs, when the pair's other half
-    runs; the gradient is the same, with fewer operations and less rounding)."""
+    runs; the gradient is the same, with fewer operations and less rounding). action "raw":
+    a heap cell read into a known-zero register as it is (see _Known)."""
     if action is None:
         return template
     first, _, rest = template.partition("\n")
     head = "{d} = {d} "
     assert first.startswith(head), first
     value = first[len(head) + 2:]
-    line = f"{{d}} = 0.0 {first[len(head)]} ({value})" if action == "fresh" else \
-        f"{{d}} = ({value}) - ({value})"
-    if gradient and action == "fresh":
+    line = {"fresh": f"{{d}} = 0.0 {first[len(head)]} ({value})", "raw": f"{{d}} = {value}",
+            "cancel": f"{{d}} = ({value}) - ({value})"}[action]
+    if gradient and action in ("fresh", "raw"):
         rest = "{gd} = 0.0"
     return line + ("\n" + rest if rest else "")
 
@@ -479,6 +547,13 @@ class _Writer:
         self.emit(depth, f"{', '.join(outs)}, = {target}(M, {', '.join(outs)})")
         self.emit(depth, "_n = M.budget")
 
+    def canonical(self, depth: int, known: _Known | None, regs=None) -> None:
+        """Raw registers made `0.0 + cell` (see _Known): those the instruction just
+        stepped through reads in another way, or `regs`."""
+        for r in (known.canon if known is not None else []) if regs is None else regs:
+            x = _local(r)[0]
+            self.emit(depth, f"{x} = 0.0 + {x}")
+
     def instruction(self, depth: int, ins, template: str | None = None) -> None:
         ops = Operands(self.fn, ins, {}, _local)
         template = _template(ins, self.gradient) if template is None else template
@@ -556,7 +631,7 @@ class _Writer:
         entry: list = [None] * len(leaders)
         floats = {r for r in self.fn.locals if r.cls == isa.FLOAT}
         entry[0] = self.entry.copy() if self.entry is not None else \
-            _Known(floats, floats if self.gradient else ())
+            _Known(floats, floats if self.gradient else (), plus=floats)
         exits: list = []
         work = [0]
         while work:
@@ -589,6 +664,7 @@ class _Writer:
             ins = code[i]
             last = ins
             template = known.step(ins, self.gradient) if known is not None else None
+            self.canonical(depth, known)
             if ins.op in isa.COMEFROMS or _repeated(ins, checked):
                 continue
             if ins.op in isa.BRANCHES:
@@ -627,6 +703,13 @@ class _Writer:
         guards = [f"{rv} < {c.end}{up}" if c.step > 0 else f"{c.end}{down} < {rv}",
                   *c.bounds, f"{trips} * {cost + c.passed} <= _n"]
         guards += [check.format(lo=first, hi=last) for check in c.checks] + list(c.hoisted)
+        # native code: the sums of products the block only accumulates into cannot hold
+        # -0.0 in any pass if they do not on entry (see _Known)
+        known = self.known[k].copy() if self.known is not None else None
+        if known is not None:
+            sums = _sums(code[start:end - 1]) - known.plus
+            guards += [f"_plus({_local(r)[0]})" for r in sorted(sums, key=str)]
+            known.plus |= sums
         test = " and ".join(guards)
         # native code: the test in Python's unbounded ints (rvm.engines.lowering.counted)
         self.emit(depth, f"if _exact({test}):" if self.c.native else f"if {test}:")
@@ -649,10 +732,10 @@ class _Writer:
         self.defer = c.floats is not None
         self.drop = c.addresses
         # what holds on entry to the block holds at the start of every pass (native)
-        known = self.known[k].copy() if self.known is not None else None
         for i in range(start, end - 1):
             ins = code[i]
             template = known.step(ins, self.gradient) if known is not None else None
+            self.canonical(depth + 1, known)
             if ins.op in isa.COMEFROMS or i in c.skip or _repeated(ins, checked):
                 continue
             if i == c.at:
@@ -663,8 +746,12 @@ class _Writer:
             else:
                 self.instruction(depth + 1, ins, template)
         self.defer, self.drop = False, frozenset()
+        if known is not None:   # no register raw where the general loop's analysis has not
+            self.canonical(depth + 1, None, sorted(known.raw - self.known[k].raw, key=str))
         if len(self.lines) == before:
             self.emit(depth + 1, "pass")
+        if known is not None:
+            self.canonical(depth, None, sorted(known.raw, key=str))
         if c.counter and not read:
             self.emit(depth, f"{rv} = {c.end}")
         if c.floats:
@@ -710,6 +797,8 @@ class _Writer:
                     self.emit(depth, "while True:")
                     self.inner, depth = True, depth + 1
             self.block_body(depth, k, start, end)
+        if self.known is not None:      # the values leave as the interpreter has them
+            self.canonical(2, None, sorted(self.exit.raw, key=str))
         if self.c.checks:
             for r in self.restores:
                 value = _local(r)[0]
@@ -861,7 +950,8 @@ class Compiled:
                             labels={k: i - s for k, i in inverse.labels.items() if i >= s})
         backward = _Writer(self, tail, True, restores=list(fn.locals))
         floats = {r for r in fn.locals if r.cls == isa.FLOAT}
-        backward.entry = _Known(forward.exit.zeros, floats, forward.exit.pending)  # the
+        backward.entry = _Known(forward.exit.zeros, floats, forward.exit.pending,
+                                forward.exit.plus)  # the
         # same registers, same values; the locals' shadows start at zero
         self.bodies[self.name(fname, "gbws")] = backward.source(self.name(fname, "gbws"))
         self.splits[fname] = len(regs)

@@ -501,6 +501,7 @@ def compile_ir(text: str) -> bytes:
     mod = ll.parse_assembly(text)
     mod.verify()
     pto = ll.create_pipeline_tuning_options(speed_level=2)
+    pto.slp_vectorization = True
     pb = ll.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
     return tm.emit_object(mod)

@@ -372,6 +372,9 @@ class Lowering:
             terms = [self.exact(x, overflow) for x in (e.left, *e.comparators)]
             return functools.reduce(b.and_, [
                 self.compare(op, x, y) for op, x, y in zip(e.ops, terms, terms[1:])])
+        if isinstance(e, ast.Call) and _named(e.func, "_plus"):     # not -0.0
+            x = b.bitcast(self.coerce(self.expr(e.args[0]), t.f64), t.i64)
+            return b.icmp_signed("!=", x, t.i64(-2 ** 63))
         if isinstance(e, (ast.Constant, ast.Name)):
             return self.expr(e)
         raise Unsupported(ast.unparse(e))
