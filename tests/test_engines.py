@@ -1210,3 +1210,28 @@ done:   CF     exit
         assert isinstance(out[0], int) == fits, (args, out)
         if fits:
             assert out[3] == (3.0 if args[1] <= 2 < args[1] + args[0] else 0.0)
+
+
+STOPPED = """
+.func f(r0, f0)                 ; fails with a live block holding f0 when r0 >= 5
+        ALLOC  r1, 4
+        EXCH   f0, [r1 + 2]
+        ASSERT.LT r0, 5
+        EXCH   f0, [r1 + 2]
+        FREE   r1, 4
+.end
+"""
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_run_that_stopped_leaves_nothing_for_the_next_call(engine):
+    """Entering a function clears the cells below the heap top only (above it every cell
+    is zero between instructions): a run that stopped with a live block, or a larger
+    call before, leaves nothing the next call could see."""
+    from rvm.engines.machine import Machine
+    m = Machine(rvm.assemble(STOPPED, "stopped.rasm"), engine=engine)
+    with pytest.raises(rvm.RvmError, match="assertion"):
+        m.call("f", 7, 3.0)
+    assert m.top == 4 and m.hf[2] == 3.0            # stopped where the check failed
+    assert m.call("f", 1, 2.0) == (1, 2.0) and m.top == 0
+    assert not any(m.hi) and not any(m.hg)

@@ -173,9 +173,16 @@ class Machine:
         return np.frombuffer(self._gbuf if shadows else self._buf, dtype=dtype, count=n,
                              offset=8 * base)
 
+    def _clear(self, buf: bytearray) -> None:
+        """Zero the cells below the heap top: every cell above it is zero already (the
+        heap's invariant between instructions: ALLOC takes zero cells, FREE and POP leave
+        the cells they give back zero, shadows included, and nothing else writes above
+        the top)."""
+        np.frombuffer(buf, np.uint8, 8 * self.top)[:] = 0
+
     def clear_shadows(self) -> None:
         """Zero every gradient shadow (registers of all frames and heap cells)."""
-        self._gbuf[:] = bytes(len(self._gbuf))
+        self._clear(self._gbuf)
         for fr in self.stack:
             if fr.G is not None:
                 fr.G[:] = [0.0] * len(fr.G)
@@ -451,9 +458,9 @@ class Machine:
         if fn is None:
             raise MachineError(f"no function {name!r} in the program (it has: "
                                f"{', '.join(self.program.functions) or 'none'})")
+        self._clear(self._buf)
+        self._clear(self._gbuf)
         self.top = 0
-        self._buf[:] = bytes(len(self._buf))
-        self._gbuf[:] = bytes(len(self._gbuf))
         values, self.bindings = bind(self, fn, args, names or list(fn.names) or None)
         self.entry_top = self.top          # the argument arrays; the rest must be freed
         fr = Frame(fn, -1 if backward else 1, 2 * len(fn.code) if backward else 0)
