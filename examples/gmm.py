@@ -76,8 +76,8 @@ def point_term(out: float, i: int, W: Array[float, 2], P: Array[float, 2]):
                     part[k, 1], s1 = s1, part[k, 1]
                     part[k, 2], s2 = s2, part[k, 2]
                     part[k, 3], s3 = s3, part[k, 3]
-                for c in range(4):
-                    main[k] += part[k, c]
+                    for c in range(4):
+                        main[k] += part[k, c]
         logsumexp(out, main)
         ~terms
 
