@@ -155,7 +155,7 @@ def case_program(rng: random.Random, engines=("python",)) -> str:
     from rvm.engines import native
     text = program(rng.randrange(2 ** 32), wild=True)
     args = tuple(rng.randint(-9, 9) for _ in range(3)) + \
-        tuple(rng.randint(-16, 16) / 8 for _ in range(3))
+        tuple(rng.randint(-16, 16) / 8 * rng.choice((1, -1)) for _ in range(3))   # -0.0 too
     p = rvm.assemble(text, "gen.rasm")
     outcome = "ok"
 
