@@ -29,6 +29,7 @@ from .lang import (
     irot,
     loop,
     neg,
+    nograd,
     reversible,
     rot,
     zeros,
@@ -40,7 +41,7 @@ __all__ = [
     "VerifyError",
     "adjoint", "ancilla", "assemble", "compute", "delocal", "disassemble", "draw", "dumps",
     "from_", "grad", "hessian", "hvp", "inverse", "irot", "isa", "jacobian", "jvp", "load",
-    "loads", "loop", "neg", "reversible",
+    "loads", "loop", "neg", "nograd", "reversible",
     "rot", "save", "tangent", "value_and_grad",
     "vmap", "zeros",
 ]

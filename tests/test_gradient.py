@@ -90,6 +90,32 @@ def test_memory_instructions_move_gradients_with_values():
     assert np.allclose(jac, [[0, 1, 0, 0, 0], [0, 7, 0, 0, 2], [0, 0, 0, 1, 0]])
 
 
+CONSTANT_READ = """
+.func t(r0, r1, f0)        ; f0 += x[0] * x[1], x[1] read as a constant, then f0 -= x[1]
+    ADDM    f1, [r0]
+    ADDK    f2, [r0 + 1]
+    ADD.mul f0, f1, f2
+    SUBK    f2, [r0 + 1]
+    SUBM    f1, [r0]
+    SUBK    f0, [r0 + 1]
+.end"""
+
+
+@pytest.mark.parametrize("engine", ["interp", "python", "native"])
+def test_a_constant_read_passes_no_gradient_to_its_cell(engine):
+    """ADDK/SUBK read a cell like ADDM/SUBM, but as a constant: the gradient and the
+    tangent see x[1] as fixed, on every engine and in the derivative programs."""
+    p = rvm.assemble(CONSTANT_READ)
+    x = np.array([3.0, 5.0])
+    assert p.call("t", x, 1.0, engine=engine)[1] == 1.0 + 15.0 - 5.0
+    g = rvm.grad(p["t"], loss="f0", wrt=[0, 1], engine=engine)(x, 1.0)
+    assert list(g[0]) == [5.0, 0.0] and g[1] == 1.0      # not [5, 3 - 1]
+    _, tangents = rvm.jvp(p["t"], (x, 1.0), (np.array([1.0, 1.0]), 0.0), engine=engine)
+    assert tangents[1] == 5.0
+    out = rvm.adjoint(p["t"], engine=engine)(x, 1.0, np.zeros(2), 1.0)
+    assert list(out[2]) == [5.0, 0.0] and out[3] == 1.0
+
+
 def test_zero_drops_the_gradient_of_an_ancilla():
     p = rvm.assemble(".func f(f0, f1)\n ADD.mul f2, f0, 1e-12\n ZERO f2\n ADD f1, f0\n.end")
     assert rvm.grad(p["f"], loss=1)(3.0, 0.0) == (1.0, 1.0)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import rvm
-from rvm import Array, ancilla, compute, inverse, irot, neg, rot, zeros
+from rvm import Array, ancilla, compute, inverse, irot, neg, nograd, rot, zeros
 
 SCALE = 2.5
 
@@ -50,6 +50,40 @@ def test_swap_neg_rot_mul_xor_roundtrip():
     x, y = x * math.cos(0.5) + y * math.sin(0.5), -x * math.sin(0.5) + y * math.cos(0.5)
     assert out == pytest.approx((x, y, t, 5 ^ 6 ^ 1, 7), rel=1e-14)
     assert (~statements)(*out) == pytest.approx(args, rel=1e-14)
+
+
+@rvm.reversible
+def weighted(out: float, w: Array[float], x: Array[float]):
+    for i in range(len(w)):
+        out += w[i] * nograd(x[i])
+        out -= nograd(x[i])
+
+
+def test_nograd_reads_an_element_as_a_constant():
+    """nograd(x[i]) has x[i]'s value, but no gradient flows into x (JAX's stop_gradient,
+    PyTorch's detach, for an element read)."""
+    w, x = np.array([1.0, 2.0]), np.array([3.0, -4.0])
+    assert weighted(0.0, w, x)[0] == 3.0 - 8.0 - 3.0 + 4.0
+    ops = [ins.op for ins in weighted.compile().functions["weighted"].code]
+    assert (ops.count("ADDK"), ops.count("SUBK"), ops.count("ADDM")) == (1, 2, 1)
+    gw, gx = rvm.grad(weighted, loss="out", argnums=(1, 2))(0.0, w, x)
+    assert list(gw) == [3.0, -4.0] and list(gx) == [0.0, 0.0]
+    _, tangents = rvm.jvp(weighted, (0.0, w, x), (0.0, np.zeros(2), np.ones(2)))
+    assert tangents[0] == 0.0
+
+
+@pytest.mark.parametrize("body", ["out += 2.0 * nograd(2.0)", "out += nograd(w[0] * 2.0)",
+                                  "out += nograd(w[0], w[1])"])
+def test_nograd_takes_one_float_element(tmp_path, body):
+    path = tmp_path / "bad_nograd.py"
+    path.write_text("import rvm\nfrom rvm import Array, nograd\n\n\n@rvm.reversible\n"
+                    f"def f(out: float, w: Array[float]):\n    {body}\n")
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("bad_nograd", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(rvm.CompileError, match="nograd takes one element"):
+        module.f.compile()
 
 
 @rvm.reversible

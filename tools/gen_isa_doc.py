@@ -29,6 +29,8 @@ GROUPS = [("arith", "Arithmetic"), ("family", "Function families (d op= f(args))
 def tangent_rule(s: isa.OpSpec) -> str:
     """The tangent rule as the tangent transform emits it, for one float instruction with
     its operands in registers: x' is the tangent of x, t0, t1, ... zeroed temporaries."""
+    if s.name in isa.CONSTANT_READS:             # a constant has no tangent
+        return f"`{s.name} x, [2a]` (the value cell only; a the address)"
     if s.name in isa.READS or s.name == "EXCH":   # on the interleaved heap
         return (f"`{s.name} x, [2a]`<br>`{s.name} x', [2a + 1]` (each cell followed by its "
                 "tangent; a the address)")

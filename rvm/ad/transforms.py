@@ -345,7 +345,7 @@ def _memory_rule(code: _Code, ins: Instruction, tan: dict) -> None:
         x, mem = a
         addr, undo = _address(code, mem, line)
         code.emit(op, x, Mem(addr), line=line)
-        if x.cls == isa.FLOAT:
+        if x.cls == isa.FLOAT and op not in isa.CONSTANT_READS:
             code.emit(op, tan[x], Mem(addr, 1), line=line)
         for u in undo:
             code.emit(u.op, *u.args, line=line)
@@ -384,7 +384,7 @@ def _read_adjoint(code: _Code, ins: Instruction, sh: dict) -> None:
     x, mem = ins.args
     addr, undo = _address(code, mem, ins.line)
     code.emit(ins.op, x, Mem(addr), line=ins.line)
-    if x.cls == isa.FLOAT:
+    if x.cls == isa.FLOAT and ins.op not in isa.CONSTANT_READS:
         t = code.temp()
         cell = Mem(addr, 1)
         for op in ("EXCH", isa.OPS[ins.op].inverse[:3], "EXCH"):

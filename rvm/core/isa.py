@@ -109,15 +109,20 @@ def _accumulate(sign: str, name: str, family: str | None = None) -> OpSpec:
                   forward, "\n".join(adjoint), "arith" if family is None else "family")
 
 
-def _read(sign: str, name: str) -> OpSpec:
+def _read(sign: str, name: str, constant: bool = False) -> OpSpec:
     """ADDM/SUBM: d (+|-)= a heap cell, read in place (the cell is not moved). A read is
     a pair, ADDM into a zeroed register and SUBM after the use: no store, where a read by
-    exchange stores twice (the cell's value out and back)."""
+    exchange stores twice (the cell's value out and back). ADDK/SUBK read the cell as a
+    constant: no gradient flows back into it, and no tangent out of it."""
     undo = "-" if sign == "+" else "+"
-    return OpSpec(name, ("d:D", "m:M"), "SUBM" if sign == "+" else "ADDM",
-                  f"d {sign}= heap cell m (read in place; the cell keeps its value)",
+    inverse = ("SUB" if sign == "+" else "ADD") + name[3:]
+    doc = f"d {sign}= heap cell m (read in place; the cell keeps its value)"
+    if constant:
+        doc = f"d {sign}= heap cell m, as a constant (no gradient flows into the cell)"
+    return OpSpec(name, ("d:D", "m:M"), inverse, doc,
                   {FLOAT: f"{{d}} = {{d}} {sign} {{m}}", INT: f"{{d}} = {{d}} {sign} {{m}}"},
-                  f"{{d}} = {{d}} {undo} {{m}}\n{{gm}} {sign}= {{gd}}", "memory")
+                  f"{{d}} = {{d}} {undo} {{m}}" + ("" if constant else
+                                                   f"\n{{gm}} {sign}= {{gd}}"), "memory")
 
 
 _ROT = ("let c = math.cos({t})\nlet s = math.sin({t})\n"
@@ -222,6 +227,7 @@ TABLE: list[OpSpec] = [
            "run function f on the registers (by reference), backwards", group="call"),
     # added after the first bytecode release: new rows go last, so opcode numbers stay
     *(_read(sign, name) for sign, name in (("+", "ADDM"), ("-", "SUBM"))),
+    *(_read(sign, name, True) for sign, name in (("+", "ADDK"), ("-", "SUBK"))),
 ]
 
 OPS: dict[str, OpSpec] = {spec.name: spec for spec in TABLE}
@@ -230,7 +236,8 @@ OPCODES: dict[str, int] = {spec.name: i for i, spec in enumerate(TABLE)}
 BRANCHES = frozenset(n for n in OPS if n == "JMP" or n.startswith("BR."))
 COMEFROMS = frozenset(n for n in OPS if n == "CF" or n.startswith("CF."))
 CALLS = frozenset({"CALL", "UNCALL"})
-READS = frozenset({"ADDM", "SUBM"})          # heap reads in place: d (+|-)= [m]
+READS = frozenset({"ADDM", "SUBM", "ADDK", "SUBK"})  # heap reads in place: d (+|-)= [m]
+CONSTANT_READS = frozenset({"ADDK", "SUBK"})   # ... that pass no gradient to the cell
 
 
 def condition(mnemonic: str) -> str | None:

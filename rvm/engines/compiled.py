@@ -97,7 +97,7 @@ def _accumulates(ins) -> tuple | None:
     """(sign, value) for a float `d (+|-)= value` (ADD, SUB and their families, ADDM,
     SUBM): the value as its operation and operands."""
     head, _, family = ins.op.partition(".")
-    if head not in ("ADD", "SUB", "ADDM", "SUBM") or not isinstance(ins.args[0], Reg) or \
+    if head not in ("ADD", "SUB", *isa.READS) or not isinstance(ins.args[0], Reg) or \
             ins.args[0].cls != isa.FLOAT:
         return None
     return ("+" if head.startswith("ADD") else "-"), (head in isa.READS, family, ins.args[1:])

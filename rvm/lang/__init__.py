@@ -48,6 +48,7 @@ def _marker(name: str):
 ancilla, compute, inverse = _marker("ancilla"), _marker("compute"), _marker("inverse")
 neg, rot, irot, zeros = _marker("neg"), _marker("rot"), _marker("irot"), _marker("zeros")
 from_, loop, delocal = _marker("from_"), _marker("loop"), _marker("delocal")
+nograd = _marker("nograd")
 
 
 class Session:

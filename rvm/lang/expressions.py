@@ -217,16 +217,17 @@ class Lowering:
             return self.accumulate(target, -sign if isinstance(e.op, ast.USub) else sign,
                                    e.operand, node)
         family, args = self.operation(e, target.cls)
-        if not family and self.element_of(args[0], target.cls):    # += A[i]: in place
-            code, (var, mem) = self.capture(lambda: self.address(args[0]))
+        element, read = self.read_of(args[0]) if not family else (None, "M")
+        if not family and self.element_of(element, target.cls):    # += A[i]: in place
+            code, (var, mem) = self.capture(lambda: self.address(element))
             self.code += code
             if target not in mem.regs:
-                self.emit("ADDM" if sign > 0 else "SUBM", target, mem)
+                self.emit(("ADD" if sign > 0 else "SUB") + read, target, mem)
             else:               # the target is in the address: through a temporary
                 x = self.reg(var.dtype)
-                self.emit("ADDM", x, mem)
+                self.emit("ADD" + read, x, mem)
                 self.emit("ADD" if sign > 0 else "SUB", target, x)
-                self.emit("SUBM", x, mem)
+                self.emit("SUB" + read, x, mem)
                 self.release(x)
             self.code += invert(code, self.fresh)
             return
@@ -234,6 +235,16 @@ class Lowering:
         self.with_operands(args, lambda ops: self.emit(
             head + ("." + family if family else ""), target, *ops),
             cls=target.cls if family in ("", "abs") else None)
+
+    def read_of(self, e) -> tuple:
+        """(the element, "K") for `nograd(A[i])`, an element read as a constant (no gradient
+        flows back into A; ADDK/SUBK), else (e, "M")."""
+        if not (isinstance(e, ast.Call) and self.callee_name(e.func) == "nograd"):
+            return e, "M"
+        if len(e.args) != 1 or e.keywords or not self.element_of(e.args[0], FLOAT):
+            raise self.error(e, "nograd takes one element of a float array, e.g. nograd(x[i])",
+                             "it reads the element as a constant: no gradient flows into x")
+        return e.args[0], "K"
 
     def element_of(self, e, cls: str) -> bool:
         """Is e an element of a real array of class cls (readable straight into cls)?"""
@@ -268,7 +279,7 @@ class Lowering:
                 if cls == INT and family not in ("abs",):
                     raise self.error(e, f"{name} gives a float; the target is an integer")
                 return family, list(e.args)
-            if name == "len":
+            if name in ("len", "nograd"):
                 return "", [e]
             raise self.error(e, f"{name}() cannot be used in an expression",
                              "expressions may use + - * / // % **, exp log sin cos tanh "
@@ -315,10 +326,11 @@ class Lowering:
         if isinstance(e, ast.Subscript) and isinstance(e.value, ast.Attribute) and \
                 e.value.attr == "shape":
             return self.shape(e)
-        if isinstance(e, ast.Subscript):
-            var, mem = self.address(e)
+        element, read = self.read_of(e)
+        if isinstance(element, ast.Subscript):
+            var, mem = self.address(element)
             x = self.reg(var.dtype)
-            self.emit("ADDM", x, mem)       # taken back out by the caller's uncompute
+            self.emit("ADD" + read, x, mem)     # taken back out by the caller's uncompute
             return x
         t = self.reg(INT if self.typeof(e) == "int" else FLOAT)
         if self.integer_valued(e, t):
@@ -537,6 +549,8 @@ class Lowering:
             return "float" if "float" in kinds else "int"
         if isinstance(e, ast.UnaryOp) and isinstance(e.op, (ast.USub, ast.UAdd)):
             return self.typeof(e.operand)
+        if isinstance(e, ast.Call) and self.callee_name(e.func) == "nograd":
+            return self.typeof(self.read_of(e)[0])
         if isinstance(e, ast.Call):
             name = self.callee_name(e.func)
             if name == "len":
