@@ -172,6 +172,22 @@ def test_a_row_that_fails_fails_the_batch_as_alone(batches):
     assert batches[2:] == [("csb", "ok"), ("csb", "raised")]
 
 
+def test_a_value_that_stops_being_finite_at_the_return_fails_the_batch(batches):
+    """The gradient pass's product overflows (its rotation backwards leaves f1 at 1e284
+    rounding error instead of 0.375) and nothing looks at f2 again before the return: the
+    registers' finiteness test there fails the batch as it fails the row alone, even after
+    a call of that row (which plans the batch without trying a row first)."""
+    p = rvm.assemble(".func t(f0, f1, f2)\n    SUB.mul f2, f1, f0\n"
+                     "    ROT f0, f1, 0.7395861745469263\n.end\n")
+    g = rvm.grad(p["t"], loss=0, engine="native")
+    row = (1e300, 0.375, 1.25)
+    with pytest.raises(rvm.RvmError, match="f2 would become -inf") as alone:
+        g(*row)
+    with pytest.raises(type(alone.value), match="f2 would become -inf"):
+        rvm.vmap(g)(*(np.full(8, v) for v in row))
+    assert ("vgsb", "raised") in batches
+
+
 def test_batch_loops_take_one_value_for_every_row():
     """A column given as one value (a stride-0 view, as rvm.vmap passes in_axes None) is
     read as that value in every row, without an array of copies; values not wanted are

@@ -144,6 +144,8 @@ class Lanes(Lowering):
         """Fault if a check failed in some row."""
         guard(self.b, self.some(self.b.load(self.failed)), self.fault_block)
 
+    leaving = flush         # a return: after the registers' finiteness, which it tests
+
     # ---------------------------------------------------------- statements
     def slot(self, k: int):
         return self.b.gep(self.S, [self.t.s64(k)])
@@ -228,9 +230,6 @@ class Lanes(Lowering):
             self.mask = self.none
         elif isinstance(s, ast.Raise):
             self.guard(self.t.i1(1), self.fault_block)
-        elif isinstance(s, ast.Return):
-            self.flush()
-            super().statement(s)
         else:
             super().statement(s)
 

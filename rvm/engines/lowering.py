@@ -306,6 +306,7 @@ class Lowering:
         elif isinstance(s, ast.Return):
             self.finite(*(b.load(self.vars[name]) for name in sorted(self.vars)
                           if _REGISTER.fullmatch(name)))
+            self.leaving()
             elts = s.value.elts if isinstance(s.value, ast.Tuple) else [s.value]
             out = ir.Constant(self.fn.return_value.type, None)
             for k, e in enumerate(elts):
@@ -412,6 +413,10 @@ class Lowering:
         if later:
             flag, self.later = self.later, None
             self.guard(b.load(flag), self.fault_block)
+
+    def leaving(self) -> None:
+        """Control leaves the function (rvm.engines.lanes acts on its rows' failed checks
+        here, the last of them the finiteness of the registers returned)."""
 
     def finite(self, *values) -> None:
         """Fault unless every value is finite. The Python code tests each float result
