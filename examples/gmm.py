@@ -25,8 +25,11 @@ block ends, so the program is reversible and rvm.grad differentiates it with no 
     python examples/gmm.py [FILE]      # default: the D = 2, K = 5, n = 1000 input
 """
 
+import itertools
 import math
+import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -145,11 +148,11 @@ def monomials(P: Array[float, 2], x: Array[float, 2], lin: int):
 
 
 @rvm.reversible
-def gmm_objective(out: float, alphas: Array[float], means: Array[float, 2],
-                  icf: Array[float, 2], x: Array[float, 2], gamma: float, m: float,
-                  const: float, lin: int, width: int):
-    """out += the GMM objective (const: the terms that depend on no parameter; lin: the
-    number of quadratic monomials, D (D + 1) / 2; width: a row of monomials, padded)."""
+def gmm_points(out: float, alphas: Array[float], means: Array[float, 2],
+               icf: Array[float, 2], x: Array[float, 2], lin: int, width: int):
+    """out += the points' part of the objective: sum_i logsumexp_k(...) - n logsumexp(alpha)
+    over the points x (lin: the number of quadratic monomials, D (D + 1) / 2; width: a row
+    of monomials, padded)."""
     with ancilla(d=means.shape[1], sum_q=zeros(len(alphas)),
                  expq=zeros((len(alphas), means.shape[1])), lse=0.0,
                  W=zeros((len(alphas), width)), P=zeros((x.shape[0], width))):
@@ -164,14 +167,29 @@ def gmm_objective(out: float, alphas: Array[float], means: Array[float, 2],
         for i in range(x.shape[0]):
             point_term(out, i, W, P)
         out -= x.shape[0] * lse
-        for k in range(len(alphas)):
-            for j in range(d):
-                out += 0.5 * gamma ** 2 * expq[k, j] ** 2
-                out -= m * icf[k, j]
-            for j in range(d, icf.shape[1]):
-                out += 0.5 * gamma ** 2 * icf[k, j] ** 2
-        out += const
         ~pre
+
+
+@rvm.reversible
+def gmm_prior(out: float, icf: Array[float, 2], d: int, gamma: float, m: float):
+    """out += the Wishart prior: sum_k (gamma^2 / 2 (|exp(q_k)|^2 + |l_k|^2) - m sum_j q_kj)."""
+    for k in range(icf.shape[0]):
+        for j in range(d):
+            out += 0.5 * gamma ** 2 * exp(2.0 * icf[k, j])
+            out -= m * icf[k, j]
+        for j in range(d, icf.shape[1]):
+            out += 0.5 * gamma ** 2 * icf[k, j] ** 2
+
+
+@rvm.reversible
+def gmm_objective(out: float, alphas: Array[float], means: Array[float, 2],
+                  icf: Array[float, 2], x: Array[float, 2], gamma: float, m: float,
+                  const: float, lin: int, width: int):
+    """out += the GMM objective (const: the terms that depend on no parameter)."""
+    gmm_points(out, alphas, means, icf, x, lin, width)
+    with ancilla(d=means.shape[1]):
+        gmm_prior(out, icf, d, gamma, m)
+    out += const
 
 
 def load(path) -> dict:
@@ -208,15 +226,69 @@ def arguments(data: dict) -> tuple:
 STEPS = 10 ** 13       # the machine's step budget: the full-size inputs run 10^9 and more
 
 
-def objective(data: dict, engine=None) -> float:
-    return gmm_objective(*arguments(data), engine=engine, max_steps=STEPS)[0]
+SPLIT_FROM = 2 ** 18    # products (points x components x monomials) before the points are
+# split across cores: below it a second thread costs more than it saves
 
 
-def gradient(data: dict, engine=None) -> tuple[float, np.ndarray]:
-    """(objective, gradient ordered alpha, mu row by row, icf row by row)."""
-    value, grads = rvm.value_and_grad(gmm_objective, loss="out", argnums=(1, 2, 3),
-                                      engine=engine, max_steps=STEPS)(*arguments(data))
-    return value[0], np.concatenate([g.ravel() for g in grads])
+def cores(data: dict, threads: int | None = None) -> int:
+    """How many threads to split the points across: `threads` if given, else every core
+    this process may run on, once the problem is big enough to gain from them."""
+    if threads is None:
+        n, (k, d) = len(data["x"]), data["means"].shape
+        big = n * k * (d * (d + 3) // 2 + 1) >= SPLIT_FROM
+        threads = len(os.sched_getaffinity(0)) if big and hasattr(os, "sched_getaffinity") \
+            else (os.cpu_count() or 1) if big else 1
+    return max(1, min(threads, len(data["x"])))
+
+
+def over_points(run, data: dict, threads: int) -> list:
+    """run(x) for `threads` contiguous slices of the points x, one thread each (the native
+    code runs without the GIL, each thread on its own machine)."""
+    x = data["x"]
+    cuts = [len(x) * j // threads for j in range(threads + 1)]
+    if threads not in POOLS:        # the same threads every time: each keeps its machine
+        POOLS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="gmm")
+    return list(POOLS[threads].map(run, [x[a:b] for a, b in itertools.pairwise(cuts)]))
+
+
+POOLS: dict = {}
+
+
+def objective(data: dict, engine=None, threads: int | None = None) -> float:
+    """The objective; the points split across `threads` (default: see cores)."""
+    args = arguments(data)
+    threads = cores(data, threads)
+    if threads == 1:
+        return gmm_objective(*args, engine=engine, max_steps=STEPS)[0]
+    _, alphas, means, icf, _, gamma, m, const, lin, width = args
+    parts = over_points(lambda x: gmm_points(0.0, alphas, means, icf, x, lin, width,
+                                             engine=engine, max_steps=STEPS)[0],
+                        data, threads)
+    prior = gmm_prior(0.0, icf, means.shape[1], gamma, m, engine=engine)[0]
+    return sum(parts) + prior + const
+
+
+def gradient(data: dict, engine=None, threads: int | None = None) -> tuple[float, np.ndarray]:
+    """(objective, gradient ordered alpha, mu row by row, icf row by row); the points split
+    across `threads` (default: see cores), each slice's gradient a reversible run of its
+    own, the slices' gradients summed."""
+    args = arguments(data)
+    threads = cores(data, threads)
+    if threads == 1:
+        value, grads = rvm.value_and_grad(gmm_objective, loss="out", argnums=(1, 2, 3),
+                                          engine=engine, max_steps=STEPS)(*args)
+        return value[0], np.concatenate([g.ravel() for g in grads])
+    _, alphas, means, icf, _, gamma, m, const, lin, width = args
+    points = rvm.value_and_grad(gmm_points, loss="out", argnums=(1, 2, 3), engine=engine,
+                                max_steps=STEPS)
+    parts = over_points(lambda x: points(0.0, alphas, means, icf, x, lin, width), data,
+                        threads)
+    value, (g_icf,) = rvm.value_and_grad(gmm_prior, loss="out", argnums=(1,),
+                                         engine=engine)(0.0, icf, means.shape[1], gamma, m)
+    grads = [sum(g[j] for _, g in parts) for j in range(3)]
+    grads[2] = grads[2] + g_icf
+    return (sum(v[0] for v, _ in parts) + value[0] + const,
+            np.concatenate([g.ravel() for g in grads]))
 
 
 if __name__ == "__main__":

@@ -72,6 +72,20 @@ def test_gmm_on_the_adbench_layout_and_reversed(tmp_path):
         np.testing.assert_array_equal(a, b)
 
 
+def test_gmm_split_across_threads_is_the_same_objective_and_gradient(tmp_path):
+    """The points split across threads (each slice's points term a run of its own, the
+    prior once): the objective and gradient of the whole, up to the order of the sums."""
+    data = gmm.load(gmm_file(tmp_path, 3, 4, n=13))
+    value, grad = gmm.gradient(data, engine="python", threads=1)
+    assert gmm.cores(data) == 1                 # too small to gain from a second thread
+    for threads in (2, 3):
+        v, g = gmm.gradient(data, engine="python", threads=threads)
+        assert v == pytest.approx(value, rel=1e-13)
+        np.testing.assert_allclose(g, grad, rtol=1e-12, atol=1e-12)
+        assert gmm.objective(data, engine="python", threads=threads) == pytest.approx(
+            value, rel=1e-13)
+
+
 JAX_GMM = """
 import json, sys
 import numpy as np

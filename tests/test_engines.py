@@ -199,10 +199,11 @@ def test_vmap_over_values_and_gradients():
 
 def test_repeated_calls_reuse_one_machine():
     p = rvm.load(ROOT / "asm" / "fib.rasm")
+    from rvm.engines.machine import machines
     p.call("fib", 5, 0, 0)
-    machines = [v for k, v in p.cache.items() if k[0] == "machine"]
+    mine = list(machines(p).values())
     p.call("fib", 6, 0, 0)
-    assert [v for k, v in p.cache.items() if k[0] == "machine"] == machines
+    assert list(machines(p).values()) == mine and len(mine) == 1
     with pytest.raises(rvm.MachineError):
         p.call("fib", 0, 0, 0, max_steps=1000)        # a failed run...
     assert p.call("fib", 7, 0, 0, max_steps=1000) == (7, 13, 21)   # ...leaves no trace
@@ -1234,3 +1235,58 @@ def test_a_run_that_stopped_leaves_nothing_for_the_next_call(engine):
     assert m.top == 4 and m.hf[2] == 3.0            # stopped where the check failed
     assert m.call("f", 1, 2.0) == (1, 2.0) and m.top == 0
     assert not any(m.hi) and not any(m.hg)
+
+
+@rvm.reversible
+def _spin(out: float, a: Array[float], n: int):
+    """out += n * sum(a) * 1e-9, element by element: a long native run on the heap."""
+    for _k in range(n):
+        for j in range(len(a)):
+            out += a[j] * 1e-9
+
+
+@pytest.mark.skipif(not native.available, reason="numba is not installed")
+def test_native_runs_release_the_gil():
+    """While one thread runs native code, the others run Python: the longest pause the
+    main thread sees is a small part of the native run's length."""
+    import threading
+    import time
+    a = np.linspace(0.0, 1.0, 1000)
+    run = lambda n: _spin(0.0, a, n, engine="native", max_steps=10 ** 12)
+    run(1)                                              # compiled before timing
+    t = time.perf_counter()
+    run(200_000)
+    alone = time.perf_counter() - t
+    worker = threading.Thread(target=run, args=(200_000,))
+    worker.start()
+    longest, last = 0.0, time.perf_counter()
+    while worker.is_alive():
+        now = time.perf_counter()
+        longest, last = max(longest, now - last), now
+    worker.join()
+    assert alone > 0.05 and longest < alone / 3, (alone, longest)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_threads_calling_one_program_get_their_own_answers(engine):
+    """Calls, gradients and Hessian-vector products of one function from several threads
+    at once (each thread on its own machine and its own direct-call buffers) give each
+    thread what a call alone gives."""
+    from concurrent.futures import ThreadPoolExecutor
+    g = rvm.value_and_grad(_spin, argnums=1, engine=engine)
+    arrays = [np.linspace(0.0, k, 50) for k in range(1, 9)]
+
+    def answers(k):
+        a = arrays[k % 8]
+        out, back = _spin(0.0, a, 3, engine=engine), g(0.0, a, 3)
+        hv = rvm.hvp(_cube, (0.0, float(k % 8)), (0.0, 1.0), engine=engine)
+        return out[0], back[0][0], back[1].tolist(), hv
+    want = [answers(k) for k in range(8)]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda k: [answers(k) for _ in range(5)], range(16)))
+    assert all(runs == [want[k % 8]] * 5 for k, runs in enumerate(got))
+
+
+@rvm.reversible
+def _cube(out: float, x: float):
+    out += x * x * x

@@ -6,7 +6,10 @@ PyTorch and a numpy/scipy objective, on the ADBench input files.
 
 Times are the best of --repeat runs after a first (compiling) call, in seconds. rvm's
 native code is compiled once per machine and cached; the first call's time is printed
-separately. JAX runs with 64-bit floats.
+separately. JAX runs with 64-bit floats. rvm's GMM splits the points across the cores
+this process may run on where the problem is big enough (examples/gmm.py: cores), as
+JAX's and PyTorch's thread pools use them; "rvm grad, 1 thread" is the gradient on the
+calling thread alone.
 
     python tools/bench_adbench.py gmm|ba --memory [--files ...]
 
@@ -103,8 +106,9 @@ def torch_gmm(data: dict):
 
 def bench_gmm(files: list[str], repeat: int) -> None:
     print("| file | numpy obj | JAX obj | JAX grad | PyTorch grad | rvm obj | rvm grad | "
-          "rvm grad/obj | rvm grad / JAX grad | rvm grad / PyTorch grad | rvm first grad |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "rvm grad/obj | rvm grad / JAX grad | rvm grad / PyTorch grad | rvm first grad | "
+          "rvm threads | rvm grad, 1 thread |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in files:
         data = gmm.load(DATA / "gmm" / name)
         args = [data[k] for k in ("alphas", "means", "icf", "x", "gamma", "m")]
@@ -119,9 +123,10 @@ def bench_gmm(files: list[str], repeat: int) -> None:
         gmm.objective(data, engine="native")
         t_rf = best(lambda data=data: gmm.objective(data, engine="native"), repeat)
         t_rg = best(lambda data=data: gmm.gradient(data, engine="native"), repeat)
+        t_r1 = best(lambda data=data: gmm.gradient(data, engine="native", threads=1), repeat)
         print(f"| {name} | {t_np:.4f} | {t_jf:.5f} | {t_jg:.5f} | {t_tg:.5f} | {t_rf:.4f} | "
               f"{t_rg:.4f} | {t_rg / t_rf:.2f} | {t_rg / t_jg:.1f} | {t_rg / t_tg:.1f} | "
-              f"{first:.1f} |", flush=True)
+              f"{first:.1f} | {gmm.cores(data)} | {t_r1:.4f} |", flush=True)
 
 
 PEAK_TOOLS = ("numpy-obj", "jax-grad", "torch-grad", "rvm-obj", "rvm-grad")

@@ -9,6 +9,7 @@ last axis and unpack the results, so users pass and get arrays of f's shapes.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -263,7 +264,7 @@ def hvp(f, primals: Sequence, tangents: Sequence, loss=0, **options) -> tuple:
     _real_only(primals, "hvp")
     try:          # a plan for these argument types: the machine and entry of an earlier call
         key = (_identity(f), call_kind(primals), tuple(t is None for t in tangents), loss,
-               tuple(sorted(options.items())))
+               tuple(sorted(options.items())), threading.get_ident())   # (a machine each)
         plan = _HVP_PLANS.get(key)
     except TypeError:                         # something unhashable: no plan
         key = plan = None

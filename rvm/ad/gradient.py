@@ -8,6 +8,7 @@ extra memory is one shadow per float register and heap cell, whatever the step c
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -156,6 +157,13 @@ class _Pass:
         m.run(1)
 
 
+def _thread_key(args) -> tuple:
+    """A direct call's plan key: the arguments' kinds, and the thread, as a plan's buffers
+    (a private heap, the state array) serve one native call at a time, which runs without
+    the GIL."""
+    return threading.get_ident(), call_kind(args)
+
+
 class _Direct:
     """Scalar arguments on a compiled engine: call the generated forward and adjoint
     functions directly, with no machine frame in between. Any error (or anything unusual)
@@ -172,7 +180,7 @@ class _Direct:
         one native call, or None (no native batch loop for these: the caller loops)."""
         first = first_row(columns)
         key = tuple(map(type, first))
-        if self.plans.get(key, False) is False and self(first) is None:
+        if self.plans.get(_thread_key(first), False) is False and self(first) is None:
             return None                              # (that planned, and tried a row)
         plan = self.batches.get(key)
         if plan is None:
@@ -346,7 +354,7 @@ class _Direct:
         return run
 
     def __call__(self, args):
-        key = call_kind(args)
+        key = _thread_key(args)
         plan = self.plans.get(key, False)
         if plan is False:
             plan = self.plans[key] = self.make(args)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import threading
 
 import attrs
 
@@ -32,6 +33,8 @@ from ..core.inverse import inverse_function
 from ..core.program import INT64_MAX, INT64_MIN, Function, Imm, Label, Mem, Program, Reg
 from . import affine, templates
 from .templates import Fault, Limit, Operands, condition, esc, fault, render, shows
+
+_COMPILING = threading.RLock()      # one native compile at a time (Compiled.bind)
 
 MODES = {"fw": (False, False), "bw": (True, False), "gfw": (False, True), "gbw": (True, True)}
 
@@ -961,7 +964,9 @@ class Compiled:
             key = (machine.tol,)
             if key not in self._native:
                 from . import native
-                self._native[key] = native.Functions(self, *key)
+                with _COMPILING:         # threads wanting the same code wait for one compile
+                    if key not in self._native:
+                        self._native[key] = native.Functions(self, *key)
             return self._native[key]
         zero = lambda v: abs(v) <= machine.tol
         return self._make(Fault, Limit, templates.wrap, zero, templates.sign, templates.dpow_db,

@@ -170,7 +170,11 @@ def _entry(ir, t: Types, module, name: str, inner, returns: list[str], fused=Non
 
     def run(f, values):
         b.store(t.i64(0), code)
+        # without the GIL: the generated code touches only the machine's buffers, so
+        # other Python threads (another machine's run, say) go on meanwhile
+        saved = b.call(api("PyEval_SaveThread"), [])
         out = b.call(f, [S, code, H, G, cap] + values)
+        b.call(api("PyEval_RestoreThread"), [saved])
         guard(b, b.icmp_signed("!=", b.load(code), t.i64(0)), fault)
         return out
 

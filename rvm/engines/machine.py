@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 import time
 
 import numpy as np
@@ -711,18 +712,39 @@ OPTIONS = ("engine", "checks", "max_steps", "heap_limit", "tol", "max_depth")
 
 def machine_for(program: Program, **options) -> Machine:
     """A machine for program with these options, reused from call to call (entering a
-    function resets it), so repeated calls do not pay for setting one up. Not for use by
-    two threads at once."""
+    function resets it), so repeated calls do not pay for setting one up. One per thread:
+    threads calling the same program each run their own (natively compiled code runs
+    without the GIL, so they run side by side)."""
     unknown = [k for k in options if k not in OPTIONS]
     if unknown:
         raise TypeError(f"unknown option {unknown[0]!r}; the options are "
                         f"{', '.join(OPTIONS)}")
-    key = ("machine", tuple(sorted(options.items())))
-    m = program.cache.get(key)
+    mine = machines(program)
+    key = tuple(sorted(options.items()))
+    m = mine.get(key)
     if m is None or (m.stack and not (m.at_end or m.at_start)):
-        m = program.cache[key] = Machine(program, **options)
+        m = mine[key] = Machine(program, **options)
     m.set_grad(False)
     return m
+
+
+def machines(program: Program) -> dict:
+    """This thread's reusable machines for program, by options (thread-local: a thread's
+    machines go when it ends)."""
+    local = program.cache.get("machines")
+    if local is None:
+        local = program.cache.setdefault("machines", _PerThread())
+    if not hasattr(local, "by_options"):
+        local.by_options = {}
+    return local.by_options
+
+
+class _PerThread(threading.local):
+    """Thread-local storage that pickles as empty (a program sent to another process, a
+    dask worker's, say, starts there with no machines)."""
+
+    def __reduce__(self):
+        return _PerThread, ()
 
 
 NATIVE_AFTER = 3      # runs of a program before engine=None compiles it natively
