@@ -1290,3 +1290,17 @@ def test_threads_calling_one_program_get_their_own_answers(engine):
 @rvm.reversible
 def _cube(out: float, x: float):
     out += x * x * x
+
+
+@pytest.mark.skipif(not native.available, reason="numba is not installed")
+def test_native_runs_never_compile_the_python_functions():
+    """Only the python engine runs the generated Python functions: a program that runs
+    natively never compiles them (Python's compiler holds on to about 60 bytes of memory
+    per byte of their source)."""
+    from rvm.engines.compiled import compiled
+    p = rvm.load(ROOT / "asm" / "poly.rasm")
+    assert p.call("f", 0.0, 1.0, 3.0, engine="native") == (484.0, 1.0, 3.0)
+    assert rvm.grad(p["f"], loss=0, engine="native")(0.0, 1.0, 3.0)[2] == 2 * 22 * 2 * 6
+    assert "_make" not in compiled(p, True, native=True).__dict__
+    assert p.call("f", 0.0, 1.0, 3.0, engine="python") == (484.0, 1.0, 3.0)
+    assert "_make" in compiled(p, True, native=False).__dict__
