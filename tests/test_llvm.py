@@ -10,6 +10,7 @@ import pytest
 from test_roundtrip import CASES, build
 
 import rvm
+from rvm import Array, ancilla, compute
 from rvm.core import isa
 from rvm.engines import llvm, native
 from rvm.engines.compiled import compiled
@@ -438,3 +439,57 @@ def test_heap_programs_in_gradient_mode_agree_with_the_python_engine():
         if engine == "native":
             assert on_llvm(p)
     assert agree(got["python"], got["native"]), got
+
+
+
+def _weighted():
+    """A fresh reversible function (its own program, compiled anew) with heap arrays,
+    calls and a compute block."""
+    @rvm.reversible
+    def square_into(out: float, s: float):
+        out += s * s
+
+    @rvm.reversible
+    def weighted(out: float, a: Array[float], b: Array[float]):
+        with ancilla(s=0.0):
+            with compute() as c:
+                for i in range(len(a)):
+                    s += a[i] * b[i]
+            square_into(out, s)
+            ~c
+    return weighted
+
+
+@pytest.mark.parametrize("worker", ["process", "failing", "none"])
+def test_a_large_program_compiles_in_two_halves(worker, monkeypatch, tmp_path):
+    """From SPLIT_FROM characters of generated source the plain and the gradient modes
+    compile as two modules at once (the gradient half in a second process; this one
+    compiles it should that fail) and link as one library: calls and gradients agree
+    with the program compiled whole, and the halves come back from the cache."""
+    import subprocess
+    monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(llvm, "_worker_ok", lambda: True)
+    started = []
+    popen = subprocess.Popen
+
+    def spy(args, **kw):
+        started.append(args)
+        if worker == "none":
+            raise OSError("no processes here")
+        if worker == "failing":
+            args = [args[0], "-c", "import sys; sys.exit(3)"]
+        return popen(args, **kw)
+    monkeypatch.setattr(subprocess, "Popen", spy)
+    a, b = np.linspace(1.0, 2.0, 7), np.linspace(-1.0, 3.0, 7)
+
+    def results(f):
+        call = f(0.5, a, b, engine="native")
+        value, grads = rvm.value_and_grad(f, loss="out", engine="native")(0.5, a, b)
+        return call[0], value[0], grads[1].tolist(), grads[2].tolist()
+    want = results(_weighted())                 # whole: the source is below SPLIT_FROM
+    assert started == [] and len(list(tmp_path.iterdir())) == 1
+    monkeypatch.setattr(llvm, "SPLIT_FROM", 0)
+    assert results(_weighted()) == want
+    assert len(started) == 1 and len(list(tmp_path.iterdir())) == 3    # two halves more
+    assert results(_weighted()) == want and len(started) == 1         # from the cache
+    assert want[0] == pytest.approx(0.5 + (a @ b) ** 2)

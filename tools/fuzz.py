@@ -185,13 +185,15 @@ def case_program(rng: random.Random, engines=("python",)) -> str:
                 outcome = "clean"
             elif not _close(a, b):
                 return "wrong"
-    ref = ref[0]
+    ref, back = ref[0], (ref[1:] or [None])[0]
     if isinstance(ref, tuple):
         # float reversibility is exact only up to rounding, which accumulates over a run
         # and grows with the magnitudes it reached (x + 1e16 - 1e16 is not x): integers
-        # must come back exactly, floats within 1e-6 of the largest final magnitude
+        # must come back exactly, floats within 1e-6 of the largest final magnitude (an
+        # uncall that failed so, a float overflowing on the way back, failed alike on
+        # every engine: compared above)
         scale = max([1.0] + [abs(v) for v in ref if isinstance(v, float)])
-        if not _close(p.uncall("main", *ref, engine="interp"), args, 1e-6 * scale):
+        if isinstance(back, tuple) and not _close(back, args, 1e-6 * scale):
             return "wrong"
         m = rvm.Machine(p, engine="interp")
         m.enter("main", *args)

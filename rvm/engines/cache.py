@@ -85,29 +85,46 @@ def _from_file(where: pathlib.Path, source: Callable[[bool], str]):
 
 def load_object(text: str, make: Callable[[], bytes]) -> bytes:
     """Machine code for `text` (everything it depends on, LLVM's version and the CPU
-    included): read from the cache directory, or made by `make` and written there. The
-    file holds a digest of its contents: one that does not match (damaged, or not
-    written by rvm) is made again, never loaded (machine code that is not what LLVM
-    wrote would crash the process)."""
+    included): read from the cache directory, or made by `make` and written there."""
+    obj = cached_object(text)
+    if obj is None:
+        obj = make()
+        store_object(text, obj)
+    return obj
+
+
+def _object_name(text: str) -> str:
+    import hashlib
+    return "rvm_llvm_" + hashlib.sha256(f"{VERSION}\n{text}".encode()).hexdigest()[:32] + ".o"
+
+
+def cached_object(text: str) -> bytes | None:
+    """The cached machine code for `text`, or None. The file holds a digest of its
+    contents: one that does not match (damaged, or not written by rvm) is never loaded
+    (machine code that is not what LLVM wrote would crash the process)."""
     import hashlib
     where = directory()
-    name = "rvm_llvm_" + hashlib.sha256(f"{VERSION}\n{text}".encode()).hexdigest()[:32] + ".o"
     if where is not None:
         with contextlib.suppress(OSError):
-            data = (where / name).read_bytes()
+            data = (where / _object_name(text)).read_bytes()
             head, obj = data[:len(_MAGIC) + 32], data[len(_MAGIC) + 32:]
             if head == _MAGIC + hashlib.sha256(obj).digest():
                 return obj
-    obj = make()
+    return None
+
+
+def store_object(text: str, obj: bytes) -> None:
+    """Keep the machine code for `text` in the cache directory (if there is one)."""
+    import hashlib
+    where = directory()
     if where is not None:
         with contextlib.suppress(OSError):
             where.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=where, suffix=".tmp")
             with os.fdopen(fd, "wb") as f:
                 f.write(_MAGIC + hashlib.sha256(obj).digest() + obj)
-            os.replace(tmp, where / name)
+            os.replace(tmp, where / _object_name(text))
             _evict(where)
-    return obj
 
 
 _MAGIC = b"rvm object\n"

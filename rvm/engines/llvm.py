@@ -439,19 +439,28 @@ def ir_module(source: str, tol: float, fused: dict, batches: dict, runs: bool = 
     (rvm.engines.lanes). runs=False: no entries for the generated functions themselves,
     and only the functions the other entries run are lowered."""
     from . import lanes
+    nodes = _nodes(source)
     if batches and lanes.enabled:
         with contextlib.suppress(Unsupported):
-            return _module(source, tol, fused, batches, runs, True)
-    return _module(source, tol, fused, batches, runs, False)
+            return _module(nodes, tol, fused, batches, runs, True)
+    return _module(nodes, tol, fused, batches, runs, False)
 
 
-def _module(source: str, tol: float, fused: dict, batches: dict, runs: bool,
-            lockstep: bool) -> str:
+def _nodes(source: str) -> list:
+    return [n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)]
+
+
+def _module(nodes: list, tol: float, fused: dict, batches: dict, runs: bool,
+            lockstep: bool, half: tuple | None = None) -> str:
+    """The module's IR; with `half` = (functions, shared), only those of the generated
+    functions, their entries and the fused entries whose gradient pass is among them,
+    with `shared` (forward functions those fused entries call) visible to the other
+    half: defined here if among the functions, else declared (see _halves)."""
     _, ir, _ = _llvm()
     t = Types(ir)
     module = ir.Module(name="rvm")
     module.triple = _llvm()[2].triple
-    nodes = [n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)]
+    shared = half[1] if half else set()
 
     def declare(types, signature, suffix: str, wanted) -> dict:
         functions: dict = {"TOL": tol}
@@ -459,7 +468,8 @@ def _module(source: str, tol: float, fused: dict, batches: dict, runs: bool,
             if node.name in wanted:
                 ftype, params, returns = signature(ir, types, node)
                 f = ir.Function(module, ftype, f"{node.name}_{suffix}")
-                f.linkage = "internal"
+                if node.name not in shared:
+                    f.linkage = "internal"
                 for arg in f.args[:4]:  # state, fault flag, cells, shadows: four buffers
                     arg.add_attribute("noalias")
                 functions[node.name] = (f, params, returns)
@@ -469,7 +479,9 @@ def _module(source: str, tol: float, fused: dict, batches: dict, runs: bool,
     needed = set(calls) if runs else callees(calls, {
         f for entry in (*fused.values(), *batches.values()) for f in entry
         if isinstance(f, str) and f in calls})
-    functions = declare(t, _signature, "", needed)
+    if half:
+        needed &= half[0]
+    functions = declare(t, _signature, "", needed | shared)
     for node in nodes:
         if node.name in needed:
             Lowering(ir, t, functions, node)
@@ -487,11 +499,13 @@ def _module(source: str, tol: float, fused: dict, batches: dict, runs: bool,
             if node.name in lanes:
                 Lanes(ir, vt, lanes, node)
     for node in nodes if runs else ():
-        f, _, returns = functions[node.name]
-        _entry(ir, t, module, node.name, f, returns)
+        if node.name in needed:
+            f, _, returns = functions[node.name]
+            _entry(ir, t, module, node.name, f, returns)
     for name, (fw, gbw, budget, split) in fused.items():
-        _entry(ir, t, module, name, functions[gbw][0], functions[gbw][2],
-               fused=(functions[fw][0], functions[fw][2], budget, split))
+        if gbw in needed:
+            _entry(ir, t, module, name, functions[gbw][0], functions[gbw][2],
+                   fused=(functions[fw][0], functions[fw][2], budget, split))
     for name, (mode, fw, gbw, split) in batches.items():
         group = (vt, lanes[fw][0], lanes.get(gbw, (None,))[0]) if fw in lanes else None
         _batch_entry(ir, t, module, name, mode, functions[fw][0], functions[gbw][0], split,
@@ -511,13 +525,104 @@ def compile_ir(text: str) -> bytes:
     return tm.emit_object(mod)
 
 
+SPLIT_FROM = 300_000    # characters of generated source from which a program compiles in
+# two halves at once, one in a second process (below it, starting one costs more)
+
+
+def _worker_ok() -> bool:
+    """May a compile use a second process? Only with a second core to run it, unless
+    RVM_COMPILE_WORKER=0."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        (os.cpu_count() or 1)
+    return cores > 1 and os.environ.get("RVM_COMPILE_WORKER", "1") != "0"
+
+
+def _halves(source: str, fused: dict) -> tuple | None:
+    """The generated functions in two halves that call nothing in each other: the plain
+    modes (fw, bw, fws) and the gradient modes (gfw, gbw, gbws), with the forward
+    functions the fused entries (all in the gradient half) call from the plain one; None
+    if some function calls across."""
+    nodes = _nodes(source)
+    calls = calls_of(nodes)
+    names = set(calls)
+    plain = {n for n in names if n.rsplit("_", 1)[-1] in ("fw", "bw", "fws")}
+    grad = names - plain
+    if any((calls[n] & names) - group for group in (plain, grad) for n in group):
+        return None
+    shared = {fw for fw, _, _, _ in fused.values()}
+    if not shared <= plain or any(gbw not in grad for _, gbw, _, _ in fused.values()):
+        return None
+    return nodes, (plain, shared), (grad, shared)
+
+
+_WORKER = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from rvm.engines.llvm import compile_half
+sys.stdout.buffer.write(compile_half(json.loads(sys.stdin.buffer.read())))
+"""
+
+
+def compile_half(job: dict) -> bytes:
+    """The object file of one half (a second process's job: see _compile_halves)."""
+    fused = {name: tuple(entry) for name, entry in job["fused"].items()}
+    half = tuple(set(names) for names in job["half"])
+    return compile_ir(_module(_nodes(job["source"]), job["tol"], fused, {}, True, False,
+                              half))
+
+
+def _compile_halves(text: str, source: str, tol: float, fused: dict) -> list[bytes] | None:
+    """The object files of a program's two halves (see _halves), from the cache or
+    compiled at once: a second Python process writes and compiles the plain half while
+    this one does the gradient half (should the process fail, this one does both); None
+    if the program does not split."""
+    import json
+    import subprocess
+    import threading
+
+    from . import cache
+    keys = [f"{text}|half {k}" for k in range(2)]
+    objects = [cache.cached_object(key) for key in keys]
+    if all(objects):
+        return objects
+    halves = _halves(source, fused)
+    if halves is None:
+        return None
+    nodes, *parts = halves
+    job = {"source": source, "tol": tol, "fused": fused,
+           "half": [sorted(parts[0][0]), sorted(parts[0][1])]}
+    worker, done = None, {}
+    if objects[0] is None:
+        with contextlib.suppress(OSError):
+            worker = subprocess.Popen(
+                [sys.executable, "-c", _WORKER, str(pathlib.Path(__file__).parents[2])],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+
+            def talk():
+                with contextlib.suppress(OSError, ValueError):
+                    done["out"] = worker.communicate(json.dumps(job).encode())[0]
+            talker = threading.Thread(target=talk, daemon=True)
+            talker.start()
+    if objects[1] is None:
+        objects[1] = compile_ir(_module(nodes, tol, fused, {}, True, False, parts[1]))
+        cache.store_object(keys[1], objects[1])
+    if objects[0] is None:
+        if worker is not None:
+            talker.join()
+        obj = done.get("out")
+        objects[0] = obj if obj and worker.returncode == 0 else compile_half(job)
+        cache.store_object(keys[0], objects[0])
+    return objects
+
+
 class Library:
     """Machine code loaded for calling: entry addresses by name."""
 
-    def __init__(self, obj: bytes):
+    def __init__(self, *objects: bytes):
         ll = _llvm()[0]
         self.engine = ll.create_mcjit_compiler(ll.parse_assembly(""), _target_machine())
-        self.engine.add_object_file(ll.ObjectFileRef.from_data(obj))
+        for obj in objects:        # (one, or two halves: the engine links their symbols)
+            self.engine.add_object_file(ll.ObjectFileRef.from_data(obj))
         self.engine.finalize_object()
         self.tables: list = []      # the builtins' method tables (see _builtin)
 
@@ -698,9 +803,10 @@ def functions(source: str, fused: dict, batches: dict, tol: float, runs: bool = 
         f"{ll.get_host_cpu_name()}|{ll.get_host_cpu_features().flatten()}|{sys.version}|" \
         f"{tol!r}|{lanes.enabled and lanes.LANES}|" \
         f"{sorted(fused.items())}|{sorted(batches.items())}|{runs}"
-    obj = cache.load_object(stamp + source, lambda: compile_ir(ir_module(source, tol, fused,
-                                                                           batches, runs)))
-    lib = Library(obj)
+    halves = None if batches or not runs or len(source) < SPLIT_FROM or not _worker_ok() \
+        else _compile_halves(stamp + source, source, tol, fused)
+    lib = Library(*halves) if halves else Library(cache.load_object(
+        stamp + source, lambda: compile_ir(ir_module(source, tol, fused, batches, runs))))
     names = re.findall(r"^def (\w+)\(", source, re.M)
     out: dict = {name: Run(lib, name) for name in names} if runs else {}
     out.update({name: (Fused if budget else Run)(lib, name)
