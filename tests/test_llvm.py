@@ -460,12 +460,13 @@ def _weighted():
     return weighted
 
 
-@pytest.mark.parametrize("worker", ["process", "failing", "none"])
+@pytest.mark.parametrize("worker", ["process", "failing", "hanging", "none"])
 def test_a_large_program_compiles_in_two_halves(worker, monkeypatch, tmp_path):
     """From SPLIT_FROM characters of generated source the plain and the gradient modes
-    compile as two modules at once (the gradient half in a second process; this one
-    compiles it should that fail) and link as one library: calls and gradients agree
-    with the program compiled whole, and the halves come back from the cache."""
+    compile as two modules at once (the plain half in a second process; this one
+    compiles it should that fail, hang past WORKER_TIMEOUT or not start) and link as one
+    library: calls and gradients agree with the program compiled whole, and the halves
+    come back from the cache."""
     import subprocess
     monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(llvm, "_worker_ok", lambda: True)
@@ -478,8 +479,11 @@ def test_a_large_program_compiles_in_two_halves(worker, monkeypatch, tmp_path):
             raise OSError("no processes here")
         if worker == "failing":
             args = [args[0], "-c", "import sys; sys.exit(3)"]
+        if worker == "hanging":
+            args = [args[0], "-c", "import time; time.sleep(60)"]
         return popen(args, **kw)
     monkeypatch.setattr(subprocess, "Popen", spy)
+    monkeypatch.setattr(llvm, "WORKER_TIMEOUT", 1.0)
     a, b = np.linspace(1.0, 2.0, 7), np.linspace(-1.0, 3.0, 7)
 
     def results(f):

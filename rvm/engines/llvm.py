@@ -527,6 +527,8 @@ def compile_ir(text: str) -> bytes:
 
 SPLIT_FROM = 300_000    # characters of generated source from which a program compiles in
 # two halves at once, one in a second process (below it, starting one costs more)
+WORKER_TIMEOUT = 600     # seconds the second process may take before its half is compiled
+# here instead
 
 
 def _worker_ok() -> bool:
@@ -599,8 +601,12 @@ def _compile_halves(text: str, source: str, tol: float, fused: dict) -> list[byt
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
 
             def talk():
-                with contextlib.suppress(OSError, ValueError):
-                    done["out"] = worker.communicate(json.dumps(job).encode())[0]
+                try:
+                    done["out"] = worker.communicate(json.dumps(job).encode(),
+                                                     timeout=WORKER_TIMEOUT)[0]
+                except (OSError, ValueError, subprocess.TimeoutExpired):
+                    worker.kill()       # (this process compiles the half instead)
+                    worker.wait()
             talker = threading.Thread(target=talk, daemon=True)
             talker.start()
     if objects[1] is None:
