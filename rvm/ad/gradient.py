@@ -8,7 +8,6 @@ extra memory is one shadow per float register and heap cell, whatever the step c
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -26,7 +25,7 @@ from ..engines.arguments import (
     read_array,
     scalar,
 )
-from ..engines.machine import NATIVE_AFTER, Machine, machine_for
+from ..engines.machine import NATIVE_AFTER, Machine, PerThread, machine_for
 from ..engines.native import compiling, on_threads
 
 Loss = int | str | tuple
@@ -157,30 +156,39 @@ class _Pass:
         m.run(1)
 
 
-def _thread_key(args) -> tuple:
-    """A direct call's plan key: the arguments' kinds, and the thread, as a plan's buffers
-    (a private heap, the state array) serve one native call at a time, which runs without
-    the GIL."""
-    return threading.get_ident(), call_kind(args)
-
-
 class _Direct:
     """Scalar arguments on a compiled engine: call the generated forward and adjoint
     functions directly, with no machine frame in between. Any error (or anything unusual)
     sends the call down the general path, which reports it exactly."""
 
     def __init__(self, runner: _Pass, loss: Loss, values: bool = True):
-        self.runner, self.loss, self.plans = runner, loss, {}
+        self.runner, self.loss = runner, loss
+        self.local = PerThread()     # plans per thread: a plan's buffers (a private heap, the
+        # state array) serve one native call at a time, and native calls run without the GIL
         self.values = values         # False: the caller wants gradients only
         self.batches: dict = {}      # argument types -> the native batch loop, if any
-        self.warm: set = set()       # argument types whose plan has run once
+
+    @property
+    def plans(self) -> dict:
+        """This thread's plans, by argument kinds."""
+        return self._mine().plans
+
+    @property
+    def warm(self) -> set:
+        """This thread's argument kinds whose plan has run once."""
+        return self._mine().warm
+
+    def _mine(self):
+        if not hasattr(self.local, "plans"):
+            self.local.plans, self.local.warm = {}, set()
+        return self.local
 
     def batch(self, columns: list) -> tuple | None:
         """(values, gradients) for rows of scalar arguments (one array per parameter) in
         one native call, or None (no native batch loop for these: the caller loops)."""
         first = first_row(columns)
         key = tuple(map(type, first))
-        if self.plans.get(_thread_key(first), False) is False and self(first) is None:
+        if self.plans.get(call_kind(first), False) is False and self(first) is None:
             return None                              # (that planned, and tried a row)
         plan = self.batches.get(key)
         if plan is None:
@@ -354,7 +362,7 @@ class _Direct:
         return run
 
     def __call__(self, args):
-        key = _thread_key(args)
+        key = call_kind(args)
         plan = self.plans.get(key, False)
         if plan is False:
             plan = self.plans[key] = self.make(args)

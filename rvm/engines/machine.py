@@ -733,18 +733,18 @@ def machines(program: Program) -> dict:
     machines go when it ends)."""
     local = program.cache.get("machines")
     if local is None:
-        local = program.cache.setdefault("machines", _PerThread())
+        local = program.cache.setdefault("machines", PerThread())
     if not hasattr(local, "by_options"):
         local.by_options = {}
     return local.by_options
 
 
-class _PerThread(threading.local):
+class PerThread(threading.local):
     """Thread-local storage that pickles as empty (a program sent to another process, a
     dask worker's, say, starts there with no machines)."""
 
     def __reduce__(self):
-        return _PerThread, ()
+        return PerThread, ()
 
 
 NATIVE_AFTER = 3      # runs of a program before engine=None compiles it natively
