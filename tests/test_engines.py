@@ -1305,3 +1305,32 @@ def test_native_runs_never_compile_the_python_functions():
     assert "_make" not in compiled(p, True, native=True).__dict__
     assert p.call("f", 0.0, 1.0, 3.0, engine="python") == (484.0, 1.0, 3.0)
     assert "_make" in compiled(p, True, native=False).__dict__
+
+
+@pytest.mark.skipif(not native.available, reason="numba is not installed")
+def test_threads_calling_a_new_function_at_once_compile_it_once(monkeypatch):
+    """The first calls of a reversible function from several threads at once share one
+    program and one native compile (the others wait for it)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rvm.engines import llvm
+    if not llvm.usable():
+        pytest.skip("needs the LLVM back end")
+    compiles = []
+    functions = llvm.functions
+
+    def counted(*args, **kw):
+        compiles.append(args[0])
+        return functions(*args, **kw)
+    monkeypatch.setattr(llvm, "functions", counted)
+
+    @rvm.reversible
+    def fresh(out: float, a: Array[float]):
+        for i in range(len(a)):
+            out += a[i] * a[i] * 0.25
+    a = np.linspace(0.0, 1.0, 10)
+    g = rvm.value_and_grad(fresh, loss="out", argnums=1, engine="native")
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda _: g(0.0, a), range(8)))
+    assert len(compiles) == 1
+    assert all(np.allclose(grad, a / 2, rtol=1e-15, atol=0) for _, grad in got)

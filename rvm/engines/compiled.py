@@ -1156,5 +1156,7 @@ def _rows(signature: str) -> list[str]:
 def compiled(program: Program, checks: bool = True, native: bool = False) -> Compiled:
     key = ("compiled", checks, native)
     if key not in program.cache:
-        program.cache[key] = Compiled(program, checks, native)
+        with _COMPILING:        # threads wanting it at once share one (and its native code)
+            if key not in program.cache:
+                program.cache[key] = Compiled(program, checks, native)
     return program.cache[key]

@@ -17,6 +17,7 @@ import contextlib
 import inspect
 import linecache
 import textwrap
+import threading
 from typing import Any
 
 import attrs
@@ -48,7 +49,10 @@ def _marker(name: str):
 ancilla, compute, inverse = _marker("ancilla"), _marker("compute"), _marker("inverse")
 neg, rot, irot, zeros = _marker("neg"), _marker("rot"), _marker("irot"), _marker("zeros")
 from_, loop, delocal = _marker("from_"), _marker("loop"), _marker("delocal")
+
 nograd = _marker("nograd")
+
+_SPECIALIZING = threading.RLock()    # (ReversibleFunction.specialize)
 
 
 class Session:
@@ -230,10 +234,12 @@ class ReversibleFunction:
         """(program, entry name, parameter names) for these arguments' signature."""
         sig = self.check_signature(tuple(sig_of(a) for a in args))
         if sig not in self._cache:
-            session = Session()
-            name = session.request(self, sig)
-            program = session.run(self.source.file)
-            self._cache[sig] = (program, name, session.params[name])
+            with _SPECIALIZING:     # threads calling at once share one program (and its code)
+                if sig not in self._cache:
+                    session = Session()
+                    name = session.request(self, sig)
+                    program = session.run(self.source.file)
+                    self._cache[sig] = (program, name, session.params[name])
         return self._cache[sig]
 
     def compile(self, sig: tuple | None = None) -> Program:
