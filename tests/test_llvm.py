@@ -497,3 +497,23 @@ def test_a_large_program_compiles_in_two_halves(worker, monkeypatch, tmp_path):
     assert len(started) == 1 and len(list(tmp_path.iterdir())) == 3    # two halves more
     assert results(_weighted()) == want and len(started) == 1         # from the cache
     assert want[0] == pytest.approx(0.5 + (a @ b) ** 2)
+
+
+def test_an_entry_keeps_its_code_and_method_table_alive():
+    """A native entry (a CPython builtin) holds the library with its machine code and its
+    method table: the garbage collector may free what refers to them in any order (at
+    interpreter exit it once freed the library first, and the process crashed reading the
+    method table of a function still to be freed)."""
+    import gc
+    import weakref
+    p = rvm.assemble(".func f(f0)\n    ADD f0, 1.0\n.end\n", "tiny.rasm")
+    c = compiled(p, True, native=True)
+    entries = llvm.functions(c.native_bodies, {}, {}, 1e-9)
+    run = entries[c.name("f", "fw")]
+    call, library = run.call, weakref.ref(run.library)
+    del entries, run
+    gc.collect()
+    assert library() is not None and call.__name__ == c.name("f", "fw")
+    del call
+    gc.collect()
+    assert library() is None

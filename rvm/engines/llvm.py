@@ -630,7 +630,6 @@ class Library:
         for obj in objects:        # (one, or two halves: the engine links their symbols)
             self.engine.add_object_file(ll.ObjectFileRef.from_data(obj))
         self.engine.finalize_object()
-        self.tables: list = []      # the builtins' method tables (see _builtin)
 
     def address(self, name: str) -> int:
         return self.engine.get_function_address(f"rvm_{name}")
@@ -645,14 +644,16 @@ _METH_FASTCALL = 0x80
 
 
 def _builtin(library: Library, name: str):
-    """The entry rvm_py_<name> as a Python builtin function (its method table entry kept
-    alive with the library that holds its code)."""
+    """The entry rvm_py_<name> as a Python builtin function. The function's `self` (which
+    the entry ignores) holds its method table entry and the library with its code, so
+    both live as long as the function does, in whatever order the garbage collector
+    frees what refers to them (CPython reads the method table when it traverses or frees
+    the function: freed first, at interpreter exit, it crashed the process)."""
     new = ctypes.pythonapi.PyCFunction_NewEx
     new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.py_object,
                                                    ctypes.py_object]
     table = _MethodDef(name.encode(), library.address(f"py_{name}"), _METH_FASTCALL, None)
-    library.tables.append(table)
-    return new(ctypes.addressof(table), None, None)
+    return new(ctypes.addressof(table), (table, library), None)
 
 
 class _Call:
