@@ -184,12 +184,14 @@ def gmm_prior(out: float, icf: Array[float, 2], d: int, gamma: float, m: float):
 @rvm.reversible
 def gmm_objective(out: float, alphas: Array[float], means: Array[float, 2],
                   icf: Array[float, 2], x: Array[float, 2], gamma: float, m: float,
-                  const: float, lin: int, width: int):
-    """out += the GMM objective (const: the terms that depend on no parameter)."""
+                  const: float, lin: int, width: int, whole: int):
+    """out += the GMM objective (const: the terms that depend on no parameter); with
+    whole = 0 only the points' part (a slice of the points: see over_points)."""
     gmm_points(out, alphas, means, icf, x, lin, width)
-    with ancilla(d=means.shape[1]):
-        gmm_prior(out, icf, d, gamma, m)
-    out += const
+    if (whole != 0, whole != 0):
+        with ancilla(d=means.shape[1]):
+            gmm_prior(out, icf, d, gamma, m)
+        out += const
 
 
 def load(path) -> dict:
@@ -220,7 +222,7 @@ def arguments(data: dict) -> tuple:
     lin = d * (d + 1) // 2
     width = -(-(lin + d + 1) // 4) * 4          # monomials, padded to a multiple of 4
     return (0.0, data["alphas"], data["means"], data["icf"], data["x"], data["gamma"],
-            data["m"], c, lin, width)
+            data["m"], c, lin, width, 1)
 
 
 STEPS = 10 ** 13       # the machine's step budget: the full-size inputs run 10^9 and more
@@ -242,13 +244,19 @@ def cores(data: dict, threads: int | None = None) -> int:
 
 
 def over_points(run, data: dict, threads: int) -> list:
-    """run(x) for `threads` contiguous slices of the points x, one thread each (the native
-    code runs without the GIL, each thread on its own machine)."""
-    x = data["x"]
+    """run(args) for gmm_objective's arguments on `threads` contiguous slices of the
+    points, one thread each (the native code runs without the GIL, each thread on its
+    own machine), the first slice with the prior and the constant, the others without."""
+    args = arguments(data)
+    x = args[4]
     cuts = [len(x) * j // threads for j in range(threads + 1)]
+    parts = [args[:4] + (x[a:b],) + args[5:10] + (int(a == 0),)
+             for a, b in itertools.pairwise(cuts)]
+    if threads == 1:
+        return [run(parts[0])]
     if threads not in POOLS:        # the same threads every time: each keeps its machine
         POOLS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="gmm")
-    return list(POOLS[threads].map(run, [x[a:b] for a, b in itertools.pairwise(cuts)]))
+    return list(POOLS[threads].map(run, parts))
 
 
 POOLS: dict = {}
@@ -256,39 +264,20 @@ POOLS: dict = {}
 
 def objective(data: dict, engine=None, threads: int | None = None) -> float:
     """The objective; the points split across `threads` (default: see cores)."""
-    args = arguments(data)
-    threads = cores(data, threads)
-    if threads == 1:
-        return gmm_objective(*args, engine=engine, max_steps=STEPS)[0]
-    _, alphas, means, icf, _, gamma, m, const, lin, width = args
-    parts = over_points(lambda x: gmm_points(0.0, alphas, means, icf, x, lin, width,
-                                             engine=engine, max_steps=STEPS)[0],
-                        data, threads)
-    prior = gmm_prior(0.0, icf, means.shape[1], gamma, m, engine=engine)[0]
-    return sum(parts) + prior + const
+    return sum(over_points(lambda args: gmm_objective(*args, engine=engine,
+                                                      max_steps=STEPS)[0],
+                           data, cores(data, threads)))
 
 
 def gradient(data: dict, engine=None, threads: int | None = None) -> tuple[float, np.ndarray]:
     """(objective, gradient ordered alpha, mu row by row, icf row by row); the points split
     across `threads` (default: see cores), each slice's gradient a reversible run of its
-    own, the slices' gradients summed."""
-    args = arguments(data)
-    threads = cores(data, threads)
-    if threads == 1:
-        value, grads = rvm.value_and_grad(gmm_objective, loss="out", argnums=(1, 2, 3),
-                                          engine=engine, max_steps=STEPS)(*args)
-        return value[0], np.concatenate([g.ravel() for g in grads])
-    _, alphas, means, icf, _, gamma, m, const, lin, width = args
-    points = rvm.value_and_grad(gmm_points, loss="out", argnums=(1, 2, 3), engine=engine,
-                                max_steps=STEPS)
-    parts = over_points(lambda x: points(0.0, alphas, means, icf, x, lin, width), data,
-                        threads)
-    value, (g_icf,) = rvm.value_and_grad(gmm_prior, loss="out", argnums=(1,),
-                                         engine=engine)(0.0, icf, means.shape[1], gamma, m)
+    own, the slices' values and gradients summed."""
+    run = rvm.value_and_grad(gmm_objective, loss="out", argnums=(1, 2, 3), engine=engine,
+                             max_steps=STEPS)
+    parts = over_points(lambda args: run(*args), data, cores(data, threads))
     grads = [sum(g[j] for _, g in parts) for j in range(3)]
-    grads[2] = grads[2] + g_icf
-    return (sum(v[0] for v, _ in parts) + value[0] + const,
-            np.concatenate([g.ravel() for g in grads]))
+    return sum(v[0] for v, _ in parts), np.concatenate([g.ravel() for g in grads])
 
 
 if __name__ == "__main__":
