@@ -237,9 +237,10 @@ def cores(data: dict, threads: int | None = None) -> int:
     this process may run on, once the problem is big enough to gain from them."""
     if threads is None:
         n, (k, d) = len(data["x"]), data["means"].shape
-        big = n * k * (d * (d + 3) // 2 + 1) >= SPLIT_FROM
-        threads = len(os.sched_getaffinity(0)) if big and hasattr(os, "sched_getaffinity") \
-            else (os.cpu_count() or 1) if big else 1
+        if n * k * (d * (d + 3) // 2 + 1) < SPLIT_FROM:
+            return 1
+        threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+            os.cpu_count() or 1
     return max(1, min(threads, len(data["x"])))
 
 
