@@ -261,6 +261,7 @@ def over_points(run, data: dict, threads: int) -> list:
 
 
 POOLS: dict = {}
+GRADIENTS: dict = {}
 
 
 def objective(data: dict, engine=None, threads: int | None = None) -> float:
@@ -274,8 +275,11 @@ def gradient(data: dict, engine=None, threads: int | None = None) -> tuple[float
     """(objective, gradient ordered alpha, mu row by row, icf row by row); the points split
     across `threads` (default: see cores), each slice's gradient a reversible run of its
     own, the slices' values and gradients summed."""
-    run = rvm.value_and_grad(gmm_objective, loss="out", argnums=(1, 2, 3), engine=engine,
-                             max_steps=STEPS)
+    if engine not in GRADIENTS:     # one per engine, kept: from its second call on (per
+        # thread) it runs forwards and back in one native call, on arrays at fixed places
+        GRADIENTS[engine] = rvm.value_and_grad(gmm_objective, loss="out", argnums=(1, 2, 3),
+                                               engine=engine, max_steps=STEPS)
+    run = GRADIENTS[engine]
     parts = over_points(lambda args: run(*args), data, cores(data, threads))
     grads = [sum(g[j] for _, g in parts) for j in range(3)]
     return sum(v[0] for v, _ in parts), np.concatenate([g.ravel() for g in grads])
