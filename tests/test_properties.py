@@ -40,9 +40,13 @@ def test_step_forward_then_back_restores_every_state(seed, args):
             states.append(m.snapshot())
     except MachineError:
         return      # e.g. a float overflow: refused cleanly, nothing more to check
+    # float steps are reversible up to rounding, which grows with the magnitudes the run
+    # reached (MUL by 1.5 backwards divides, which rounds; cancellation then shows it)
+    scale = max([1.0] + [abs(v) for st_ in states for fr in st_[0] for v in fr[3]
+                         if type(v) is float and math.isfinite(v)])
     for s in reversed(states[:-1]):
         assert m.back()
-        assert states_close(m.snapshot(), s, 1e-9), program(seed)
+        assert states_close(m.snapshot(), s, 1e-9 * scale), program(seed)
     assert m.at_start and m.steps == 0
 
 
