@@ -338,7 +338,7 @@ def test_hvp_of_an_array_program_repeated_follows_its_arguments():
     """From the second call with the same kinds of arguments an array program's HVP is
     the planned gradient of its tangent program: new values, lengths and tangents give new
     products, and bad tangents are still refused."""
-    from rvm.ad.derivatives import _hvp_plans
+    from rvm.ad.derivatives import _HVP_PLANS
     p = rvm.load(ROOT / "asm" / "arrays.rasm")
     for engine in ENGINES:
         for x, v in [(np.array([1.0, 2.0, 3.0]), np.array([1.0, -1.0, 0.5])),
@@ -346,7 +346,7 @@ def test_hvp_of_an_array_program_repeated_follows_its_arguments():
                      (np.arange(6.0), np.ones(6))]:
             h = rvm.hvp(p["sumsq"], (x, 0.0), (v, 0.0), loss=1, engine=engine)
             assert np.array_equal(h[0], 2 * v) and h[1] == 0.0, (engine, h)
-        assert any(plan[0] == "arrays" for plan in _hvp_plans().values())
+        assert any(plan[0] == "arrays" for plan in _HVP_PLANS.plans.values())
         with pytest.raises(rvm.UsageError, match="shape"):
             rvm.hvp(p["sumsq"], (np.ones(3), 0.0), (np.ones(2), 0.0), loss=1, engine=engine)
         with pytest.raises(rvm.UsageError, match="integer"):

@@ -9,7 +9,6 @@ last axis and unpack the results, so users pass and get arrays of f's shapes.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -18,7 +17,7 @@ from ..core import isa
 from ..core.errors import UsageError, user_facing
 from ..core.program import Program
 from ..engines.arguments import call_kind, first_row
-from ..engines.machine import machine_for
+from ..engines.machine import PerThread, machine_for
 from . import transforms
 from .gradient import loss_index, target, with_inverse
 
@@ -265,7 +264,7 @@ def hvp(f, primals: Sequence, tangents: Sequence, loss=0, **options) -> tuple:
     try:          # a plan for these argument types: the machine and entry of an earlier call
         key = (_identity(f), call_kind(primals), tuple(t is None for t in tangents), loss,
                tuple(sorted(options.items())))
-        plan = _hvp_plans().get(key)
+        plan = _HVP_PLANS.plans.get(key)
     except TypeError:                         # something unhashable: no plan
         key = plan = None
     if plan is not None and plan[0] == "arrays":
@@ -285,7 +284,7 @@ def hvp(f, primals: Sequence, tangents: Sequence, loss=0, **options) -> tuple:
     if any(isinstance(a, np.ndarray) for a in primals):
         g = _hvp_gradient(f, primals, dots, floats, which, options)
         if key is not None:
-            _hvp_plans()[key] = ("arrays", floats, g, f)
+            _HVP_PLANS.plans[key] = ("arrays", floats, g, f)
         return _hvp_packed(g, primals, dots, floats)
     seed = [1.0 if k == which else 0.0 for k in floats]
     inner = tangent(adjoint(f))
@@ -294,7 +293,7 @@ def hvp(f, primals: Sequence, tangents: Sequence, loss=0, **options) -> tuple:
     out = inner(*args, **options)
     if key is not None:
         program, name, _ = inner.specialize(args)
-        _hvp_plans()[key] = (machine_for(program, **options), name, floats, n, seed, f)
+        _HVP_PLANS.plans[key] = (machine_for(program, **options), name, floats, n, seed, f)
     # the tangent program's results: the adjoint's arguments (n primals, then the shadows),
     # then one tangent per float among them; the shadows' tangents are H @ tangents
     return _spread(out[n + 2 * len(floats):], floats, n)
@@ -302,13 +301,7 @@ def hvp(f, primals: Sequence, tangents: Sequence, loss=0, **options) -> tuple:
 
 # (f, argument kinds, ...) -> (machine, entry, floats, n, seed, f) for register code,
 # ("arrays", floats, the tangent program's gradient, f) for programs with arrays
-_HVP_PLANS = threading.local()     # per thread: a plan's machine serves one call at a time
-
-
-def _hvp_plans() -> dict:
-    if not hasattr(_HVP_PLANS, "plans"):
-        _HVP_PLANS.plans = {}
-    return _HVP_PLANS.plans
+_HVP_PLANS = PerThread(plans=dict)     # per thread: a plan's machine serves one call at a time
 
 
 def _identity(f):

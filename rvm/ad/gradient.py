@@ -163,25 +163,20 @@ class _Direct:
 
     def __init__(self, runner: _Pass, loss: Loss, values: bool = True):
         self.runner, self.loss = runner, loss
-        self.local = PerThread()     # plans per thread: a plan's buffers (a private heap, the
-        # state array) serve one native call at a time, and native calls run without the GIL
+        self.local = PerThread(plans=dict, warm=set)    # per thread: a plan's buffers (a
+        # private heap, the state array) serve one native call at a time, without the GIL
         self.values = values         # False: the caller wants gradients only
         self.batches: dict = {}      # argument types -> the native batch loop, if any
 
     @property
     def plans(self) -> dict:
         """This thread's plans, by argument kinds."""
-        return self._mine().plans
+        return self.local.plans
 
     @property
     def warm(self) -> set:
         """This thread's argument kinds whose plan has run once."""
-        return self._mine().warm
-
-    def _mine(self):
-        if not hasattr(self.local, "plans"):
-            self.local.plans, self.local.warm = {}, set()
-        return self.local
+        return self.local.warm
 
     def batch(self, columns: list) -> tuple | None:
         """(values, gradients) for rows of scalar arguments (one array per parameter) in

@@ -9,6 +9,7 @@ so it runs its function backwards while the machine moves forwards.
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 import threading
@@ -733,18 +734,22 @@ def machines(program: Program) -> dict:
     machines go when it ends)."""
     local = program.cache.get("machines")
     if local is None:
-        local = program.cache.setdefault("machines", PerThread())
-    if not hasattr(local, "by_options"):
-        local.by_options = {}
+        local = program.cache.setdefault("machines", PerThread(by_options=dict))
     return local.by_options
 
 
 class PerThread(threading.local):
-    """Thread-local storage that pickles as empty (a program sent to another process, a
+    """Thread-local fields, each made by its factory (dict, set, ...) in every thread
+    that uses them; pickled, it comes back empty (a program sent to another process, a
     dask worker's, say, starts there with no machines)."""
 
+    def __init__(self, **factories):
+        self._factories = factories
+        for name, make in factories.items():
+            setattr(self, name, make())
+
     def __reduce__(self):
-        return PerThread, ()
+        return functools.partial(PerThread, **self._factories), ()
 
 
 NATIVE_AFTER = 3      # runs of a program before engine=None compiles it natively
