@@ -38,7 +38,7 @@ import rvm
 from rvm import Array, ancilla, compute, nograd, zeros
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "adbench"
-SHORT = 8       # monomials in a row (D = 2: 6) up to which one running sum is fastest
+SHORT = 8       # monomials in a row (D = 2: 6) up to which the short-row variants are faster
 
 
 @rvm.reversible
@@ -168,6 +168,26 @@ def monomials(P: Array[float, 2], x: Array[float, 2], lin: int):
 
 
 @rvm.reversible
+def monomial_columns(P: Array[float, 2], x: Array[float, 2], lin: int):
+    """monomials for short rows (D = 2), each monomial one loop over the points: the
+    short loops over a point's coordinates cost more than the products (for longer rows
+    each point's row is filled at once: the rows stay in cache)."""
+    with ancilla(d=x.shape[1]):
+        with ancilla(e=0):
+            for r in range(d):
+                for c in range(r, d):
+                    for i in range(x.shape[0]):
+                        P[i, e] += nograd(x[i, r]) * nograd(x[i, c])
+                    e += 1
+            e -= d * (d + 1) // 2
+        for r in range(d):
+            for i in range(x.shape[0]):
+                P[i, lin + r] += nograd(x[i, r])
+        for i in range(x.shape[0]):
+            P[i, lin + d] += 1.0
+
+
+@rvm.reversible
 def gmm_points(out: float, alphas: Array[float], means: Array[float, 2],
                icf: Array[float, 2], x: Array[float, 2], lin: int, width: int):
     """out += the points' part of the objective: sum_i logsumexp_k(...) - n logsumexp(alpha)
@@ -183,7 +203,10 @@ def gmm_points(out: float, alphas: Array[float], means: Array[float, 2],
                     expq[k, j] += exp(icf[k, j])
             logsumexp(lse, alphas)
             weights(W, alphas, means, expq, icf, sum_q, lin)
-            monomials(P, x, lin)
+            if (width <= SHORT, width <= SHORT):
+                monomial_columns(P, x, lin)
+            else:
+                monomials(P, x, lin)
         if (width <= SHORT, width <= SHORT):
             for i in range(x.shape[0]):
                 point_term_short(out, i, W, P)
