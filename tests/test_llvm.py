@@ -442,12 +442,17 @@ def test_heap_programs_in_gradient_mode_agree_with_the_python_engine():
 
 
 
-def _weighted():
+def _weighted(minus: bool = False):
     """A fresh reversible function (its own program, compiled anew) with heap arrays,
-    calls and a compute block."""
+    calls and a compute block (minus: the same but for one instruction, SUB for ADD)."""
     @rvm.reversible
     def square_into(out: float, s: float):
         out += s * s
+
+    if minus:
+        @rvm.reversible
+        def square_into(out: float, s: float):
+            out -= s * s
 
     @rvm.reversible
     def weighted(out: float, a: Array[float], b: Array[float]):
@@ -458,6 +463,29 @@ def _weighted():
             square_into(out, s)
             ~c
     return weighted
+
+
+def test_a_cached_program_loads_without_writing_its_functions(monkeypatch, tmp_path):
+    """Machine code in the cache is found by the program and the code generator's own
+    text: a program whose code is there is never written out as generated functions nor
+    rewritten for native code (seconds for a large program), and a native run never
+    makes the Python engine's module either; the code loaded computes what the code
+    compiled did, and a program that differs in one instruction is compiled anew."""
+    monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path))
+    a, b = np.linspace(1.0, 2.0, 7), np.linspace(-1.0, 3.0, 7)
+    made = []
+    for _ in range(2):                  # compiled, then loaded from the cache
+        f = _weighted()
+        value, grads = rvm.value_and_grad(f, loss="out", engine="native")(0.5, a, b)
+        program = f.specialize((0.5, a, b))[0]
+        comp = compiled(program, native=True)
+        made.append(("bodies" in vars(comp), "native_bodies" in vars(comp),
+                     "source" in vars(comp), value[0], grads[1].tolist()))
+    assert made[0][:3] == (True, True, False) and made[1][:3] == (False, False, False)
+    assert made[0][3:] == made[1][3:]
+    assert made[0][3] == pytest.approx(0.5 + (a @ b) ** 2)
+    assert _weighted(minus=True)(0.5, a, b, engine="native")[0] == \
+        pytest.approx(0.5 - (a @ b) ** 2)
 
 
 @pytest.mark.parametrize("worker", ["process", "failing", "hanging", "none"])
@@ -492,9 +520,11 @@ def test_a_large_program_compiles_in_two_halves(worker, monkeypatch, tmp_path):
         return call[0], value[0], grads[1].tolist(), grads[2].tolist()
     want = results(_weighted())                 # whole: the source is below SPLIT_FROM
     assert started == [] and len(list(tmp_path.iterdir())) == 1
+    for f in tmp_path.iterdir():     # (machine code in the cache is loaded, whole or halves)
+        f.unlink()
     monkeypatch.setattr(llvm, "SPLIT_FROM", 0)
     assert results(_weighted()) == want
-    assert len(started) == 1 and len(list(tmp_path.iterdir())) == 3    # two halves more
+    assert len(started) == 1 and len(list(tmp_path.iterdir())) == 2    # the two halves
     assert results(_weighted()) == want and len(started) == 1         # from the cache
     assert want[0] == pytest.approx(0.5 + (a @ b) ** 2)
 

@@ -904,6 +904,24 @@ def _python(body: str) -> str:
     return "\n".join([head] + [f"        _m_{x} = _math_{x}" for x in names] + [rest])
 
 
+@functools.cache
+def _generator_digest() -> str:
+    """A digest of the text of the code that writes the generated functions (the
+    engines' and the machine model's modules): a cache key made of a program and this
+    digest changes with either. Where the text cannot be read (a frozen install), the
+    cache's version stands in."""
+    import hashlib
+    import pathlib
+    here = pathlib.Path(__file__).resolve().parent
+    try:
+        text = b"".join(f.read_bytes() for folder in (here, here.parent / "core")
+                        for f in sorted(folder.glob("*.py")))
+        return hashlib.sha256(text).hexdigest()[:16]
+    except OSError:
+        from .cache import VERSION
+        return VERSION
+
+
 class Compiled:
     """The generated functions of one program (all four modes of every function, and for
     a compute-copy-uncompute function without heap the split value and gradient)."""
@@ -911,28 +929,56 @@ class Compiled:
     def __init__(self, program: Program, checks: bool = True, native: bool = False):
         self.program, self.checks, self.native = program, checks, native
         self.names = {name: f"F{k}" for k, name in enumerate(program.functions)}
-        parts = ["def make(Fault, Limit, wrap, zero, sign, dpow_db, math):",
-                 "    from itertools import repeat as _repeat"]
-        self.bodies = {}
-        for fname, fn in program.functions.items():
-            inverse = inverse_function(fn)
-            for mode, (backward, gradient) in MODES.items():
-                writer = _Writer(self, inverse if backward else fn, gradient)
-                body = writer.source(self.name(fname, mode))
-                self.bodies[self.name(fname, mode)] = body
-        self.splits: dict[str, int] = {}    # function -> registers its fws returns
+        self.split_at: dict[str, int] = {}   # function -> where its fws stops
         if not self.uses_heap:
             for fname, fn in program.functions.items():
                 b = split_point(program, fn)
                 if b is not None:
-                    self.split(fname, fn, b)
+                    self.split_at[fname] = b
+        self.splits = {fname: len(program.functions[fname].params) +   # function ->
+                       len(program.functions[fname].locals)     # registers its fws returns
+                       for fname in self.split_at}
+        self._native: dict = {}
+
+    @functools.cached_property
+    def bodies(self) -> dict[str, str]:
+        """The generated functions' text by name (see body_names), made on first need:
+        a native program found in the disk cache never needs them (see key)."""
+        bodies = {}
+        for fname, fn in self.program.functions.items():
+            inverse = inverse_function(fn)
+            for mode, (backward, gradient) in MODES.items():
+                writer = _Writer(self, inverse if backward else fn, gradient)
+                bodies[self.name(fname, mode)] = writer.source(self.name(fname, mode))
+        for fname, b in self.split_at.items():
+            bodies.update(self.split(fname, self.program.functions[fname], b))
+        return bodies
+
+    def body_names(self) -> list[str]:
+        """The generated functions' names, in the order of bodies."""
+        return [self.name(f, mode) for f in self.program.functions for mode in MODES] + \
+            [self.name(f, mode) for f in self.split_at for mode in ("fws", "gbws")]
+
+    @functools.cached_property
+    def key(self) -> str:
+        """Text that determines the generated functions: the program's functions as they
+        print (every field, debug symbols included) and the text of the code that writes
+        them, for finding the machine code in the disk cache without writing them."""
+        return f"{_generator_digest()}|{self.checks}|{self.native}|" \
+            f"{[repr(fn) for fn in self.program.functions.values()]}"
+
+    @functools.cached_property
+    def source(self) -> str:
+        """The Python engine's module: a factory of the generated functions (made on
+        first need: native runs never read it)."""
+        parts = ["def make(Fault, Limit, wrap, zero, sign, dpow_db, math):",
+                 "    from itertools import repeat as _repeat"]
         parts += [_python(body) for body in self.bodies.values()]
         used = sorted(set(re.findall(r"\b_m_(\w+)\(", "\n".join(parts))))
         parts[1:1] = [f"    _math_{name} = math.{name}" for name in used]
         parts.append("    return {" + ", ".join(f"'{name}': {name}" for name in self.bodies)
                      + "}")
-        self.source = "\n".join(parts) + "\n"
-        self._native: dict = {}
+        return "\n".join(parts) + "\n"
 
     @functools.cached_property
     def _make(self):
@@ -946,13 +992,13 @@ class Compiled:
     def name(self, function: str, mode: str) -> str:
         return f"{self.names[function]}_{mode}"
 
-    def split(self, fname: str, fn: Function, b: int) -> None:
+    def split(self, fname: str, fn: Function, b: int) -> dict[str, str]:
         """fws and gbws for a function split after code[:b] (see split_point)."""
         regs = list(fn.params) + list(fn.locals)
         head = attrs.evolve(fn, code=fn.code[:b],
                             labels={k: i for k, i in fn.labels.items() if i < b})
         forward = _Writer(self, head, False, outputs=regs, restores=[])
-        self.bodies[self.name(fname, "fws")] = forward.source(self.name(fname, "fws"))
+        out = {self.name(fname, "fws"): forward.source(self.name(fname, "fws"))}
         inverse = inverse_function(fn)
         s = len(fn.code) - b
         tail = attrs.evolve(inverse, params=tuple(regs), code=inverse.code[s:],
@@ -962,8 +1008,8 @@ class Compiled:
         backward.entry = _Known(forward.exit.zeros, floats, forward.exit.pending,
                                 forward.exit.plus)  # the
         # same registers, same values; the locals' shadows start at zero
-        self.bodies[self.name(fname, "gbws")] = backward.source(self.name(fname, "gbws"))
-        self.splits[fname] = len(regs)
+        out[self.name(fname, "gbws")] = backward.source(self.name(fname, "gbws"))
+        return out
 
     def bind(self, machine) -> dict:
         if self.native:         # compiled once per tolerance, then shared

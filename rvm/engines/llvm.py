@@ -781,8 +781,9 @@ def _kinds(source: str) -> dict:
 
 @functools.cache
 def _lowering_digest() -> str:
-    """A digest of the back end's text (this module, rvm.engines.lowering and
-    rvm.engines.lanes: the lowering and the code generator's options): machine code cached
+    """A digest of the back end's text (this module, rvm.engines.lowering,
+    rvm.engines.lanes, and rvm.engines.native and templates, which rewrite the generated
+    functions for it: the lowering and the code generator's options): machine code cached
     by one version is never loaded by another (an editable install changes without a
     version number). Where the text cannot be read (a frozen install), the cache's
     version stands in."""
@@ -790,35 +791,52 @@ def _lowering_digest() -> str:
     here = pathlib.Path(__file__)
     try:
         text = b"".join(here.with_name(f).read_bytes()
-                        for f in ("llvm.py", "lowering.py", "lanes.py"))
+                        for f in ("llvm.py", "lowering.py", "lanes.py", "native.py",
+                                  "templates.py"))
         return hashlib.sha256(text).hexdigest()[:16]
     except OSError:
         from .cache import VERSION
         return VERSION
 
 
-def functions(source: str, fused: dict, batches: dict, tol: float, runs: bool = True) -> dict:
+def functions(source, fused: dict, batches: dict, tol: float, runs: bool = True,
+              key: str | None = None, names: list[str] | None = None) -> dict:
     """Callables for the generated functions in `source`: a Run for each (unless runs is
     False), one for each of
     `fused` ({name: (forward, gradient pass, budget argument?)}: a Fused with the budget
     argument, a Run without), a Batch for each of `batches` ({name: (mode, forward,
     gradient pass)}). The machine code comes from the on-disk cache, or is compiled and
-    put there."""
+    put there. `source` may be a function that makes the text, with `key` (text that
+    determines it) and `names` (its functions): it is then made only if the machine code
+    is not in the cache (making it takes longer than loading the code: seconds for a
+    large program)."""
     from . import cache, lanes
     ll, _, tm = _llvm()
     stamp = f"{_lowering_digest()}|{ll.llvm_version_info}|{tm.triple}|" \
         f"{ll.get_host_cpu_name()}|{ll.get_host_cpu_features().flatten()}|{sys.version}|" \
         f"{tol!r}|{lanes.enabled and lanes.LANES}|" \
         f"{sorted(fused.items())}|{sorted(batches.items())}|{runs}"
-    halves = None if batches or not runs or len(source) < SPLIT_FROM or not _worker_ok() \
-        else _compile_halves(stamp + source, source, tol, fused)
-    lib = Library(*halves) if halves else Library(cache.load_object(
-        stamp + source, lambda: compile_ir(ir_module(source, tol, fused, batches, runs))))
-    names = re.findall(r"^def (\w+)\(", source, re.M)
+    if key is None:
+        key, names = source, re.findall(r"^def (\w+)\(", source, re.M)
+    text = stamp + key
+    objects = None
+    if runs and not batches:        # (in two halves, or whole)
+        objects = [cache.cached_object(f"{text}|half {k}") for k in range(2)]
+        if not all(objects):
+            objects = [cache.cached_object(text)]
+    if objects is None or not all(objects):
+        if callable(source):
+            source = source()
+        halves = None if batches or not runs or len(source) < SPLIT_FROM or \
+            not _worker_ok() else _compile_halves(text, source, tol, fused)
+        objects = halves or [cache.load_object(
+            text, lambda: compile_ir(ir_module(source, tol, fused, batches, runs)))]
+    lib = Library(*objects)
     out: dict = {name: Run(lib, name) for name in names} if runs else {}
     out.update({name: (Fused if budget else Run)(lib, name)
                 for name, (_, _, budget, _) in fused.items()})
-    kinds = _kinds(source)
-    out.update({name: Batch(lib, name, mode, kinds[fw]) for name, (mode, fw, _, _) in
-                batches.items()})
+    if batches:
+        kinds = _kinds(source() if callable(source) else source)
+        out.update({name: Batch(lib, name, mode, kinds[fw]) for name, (mode, fw, _, _) in
+                    batches.items()})
     return out
