@@ -488,6 +488,31 @@ def test_a_cached_program_loads_without_writing_its_functions(monkeypatch, tmp_p
         pytest.approx(0.5 - (a @ b) ** 2)
 
 
+def _scalar():
+    """A fresh scalar reversible function (its own program: rvm.vmap runs it natively)."""
+    @rvm.reversible
+    def cube(out: float, x: float):
+        out += x * x * x
+    return cube
+
+
+def test_a_cached_batch_loop_loads_without_writing_its_functions(monkeypatch, tmp_path):
+    """The same for a batch loop (rvm.vmap of a gradient): from the cache, the program
+    is not written out, and the rows' gradients are the same."""
+    monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path))
+    xs = np.linspace(-2.0, 2.0, 50)
+    made = []
+    for _ in range(2):
+        f = _scalar()
+        grads = rvm.vmap(rvm.grad(f, loss="out", engine="native"))(np.zeros(50), xs)[1]
+        comp = compiled(f.specialize((0.0, 1.0))[0], native=True)
+        assert any(name.endswith("_vgsb") for name in comp._native[(1e-8,)])  # the loop
+        made.append(("bodies" in vars(comp), np.asarray(grads).tolist()))
+    assert made[0][0] and not made[1][0]
+    assert made[0][1] == made[1][1]
+    np.testing.assert_allclose(made[1][1], 3 * xs ** 2)
+
+
 @pytest.mark.parametrize("worker", ["process", "failing", "hanging", "none"])
 def test_a_large_program_compiles_in_two_halves(worker, monkeypatch, tmp_path):
     """From SPLIT_FROM characters of generated source the plain and the gradient modes

@@ -959,6 +959,13 @@ class Compiled:
         return [self.name(f, mode) for f in self.program.functions for mode in MODES] + \
             [self.name(f, mode) for f in self.split_at for mode in ("fws", "gbws")]
 
+    def param_kinds(self) -> dict[str, list[str]]:
+        """{generated function: its parameters' dtypes} for the forward, backward and split
+        forward modes (their parameters are the function's)."""
+        return {self.name(f, mode): ["float64" if p.cls == isa.FLOAT else "int64"
+                                     for p in fn.params]
+                for f, fn in self.program.functions.items() for mode in ("fw", "bw", "fws")}
+
     @functools.cached_property
     def key(self) -> str:
         """Text that determines the generated functions: the program's functions as they

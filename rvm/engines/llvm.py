@@ -800,16 +800,17 @@ def _lowering_digest() -> str:
 
 
 def functions(source, fused: dict, batches: dict, tol: float, runs: bool = True,
-              key: str | None = None, names: list[str] | None = None) -> dict:
+              key: str | None = None, names: list[str] | None = None,
+              kinds: dict | None = None) -> dict:
     """Callables for the generated functions in `source`: a Run for each (unless runs is
     False), one for each of
     `fused` ({name: (forward, gradient pass, budget argument?)}: a Fused with the budget
     argument, a Run without), a Batch for each of `batches` ({name: (mode, forward,
     gradient pass)}). The machine code comes from the on-disk cache, or is compiled and
     put there. `source` may be a function that makes the text, with `key` (text that
-    determines it) and `names` (its functions): it is then made only if the machine code
-    is not in the cache (making it takes longer than loading the code: seconds for a
-    large program)."""
+    determines it), `names` (its functions) and `kinds` (as _kinds gives them): it is then
+    made only if the machine code is not in the cache (making it takes longer than
+    loading the code: seconds for a large program)."""
     from . import cache, lanes
     ll, _, tm = _llvm()
     stamp = f"{_lowering_digest()}|{ll.llvm_version_info}|{tm.triple}|" \
@@ -818,13 +819,13 @@ def functions(source, fused: dict, batches: dict, tol: float, runs: bool = True,
         f"{sorted(fused.items())}|{sorted(batches.items())}|{runs}"
     if key is None:
         key, names = source, re.findall(r"^def (\w+)\(", source, re.M)
+        kinds = _kinds(source) if batches else None
     text = stamp + key
-    objects = None
-    if runs and not batches:        # (in two halves, or whole)
-        objects = [cache.cached_object(f"{text}|half {k}") for k in range(2)]
-        if not all(objects):
-            objects = [cache.cached_object(text)]
-    if objects is None or not all(objects):
+    objects = [cache.cached_object(f"{text}|half {k}") for k in range(2)] \
+        if runs and not batches else [None]         # (in two halves, or whole)
+    if not all(objects):
+        objects = [cache.cached_object(text)]
+    if not all(objects):
         if callable(source):
             source = source()
         halves = None if batches or not runs or len(source) < SPLIT_FROM or \
@@ -836,7 +837,6 @@ def functions(source, fused: dict, batches: dict, tol: float, runs: bool = True,
     out.update({name: (Fused if budget else Run)(lib, name)
                 for name, (_, _, budget, _) in fused.items()})
     if batches:
-        kinds = _kinds(source() if callable(source) else source)
         out.update({name: Batch(lib, name, mode, kinds[fw]) for name, (mode, fw, _, _) in
                     batches.items()})
     return out

@@ -370,14 +370,12 @@ class Functions(dict):
         failed = (llvm.Unsupported, ImportError, AttributeError, RuntimeError)
         with announced(self.compiled.program.source or "a program"), \
                 contextlib.suppress(*failed):
-            if batches:
-                self.update(llvm.functions(self.compiled.native_bodies, {}, batches,
-                                           self.tol, runs=False))
-            else:   # keyed by the program and the code generator: a program found in
-                # the cache is never written out as source (seconds for a large one)
-                self.update(llvm.functions(lambda: self.compiled.native_bodies, fused, {},
-                                           self.tol, key=self.compiled.key,
-                                           names=self.compiled.body_names()))
+            # keyed by the program and the code generator: a program found in the cache
+            # is never written out as source (seconds for a large one)
+            comp = self.compiled
+            self.update(llvm.functions(lambda: comp.native_bodies, fused, batches, self.tol,
+                                       runs=not batches, key=comp.key,
+                                       names=comp.body_names(), kinds=comp.param_kinds()))
 
     def __missing__(self, name: str):
         if name in self.batches:        # only the loop asked for (rows in lockstep make
