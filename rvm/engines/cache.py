@@ -29,6 +29,18 @@ import tempfile
 from collections.abc import Callable
 
 VERSION = "2"          # bump when the generated code, or how it is compiled, changes
+
+
+def text_digest(files) -> str:
+    """A digest of these source files' text, for cache keys: code cached by one version of
+    them is never loaded by another (an editable install changes without a version
+    number). Where the text cannot be read (a frozen install), VERSION stands in."""
+    import hashlib
+    try:
+        return hashlib.sha256(b"".join(pathlib.Path(f).read_bytes() for f in files)) \
+            .hexdigest()[:16]
+    except OSError:
+        return VERSION
 #                        (2: LLVM early tail duplication off, see llvm.safe_codegen)
 
 

@@ -908,18 +908,13 @@ def _python(body: str) -> str:
 def _generator_digest() -> str:
     """A digest of the text of the code that writes the generated functions (the
     engines' and the machine model's modules): a cache key made of a program and this
-    digest changes with either. Where the text cannot be read (a frozen install), the
-    cache's version stands in."""
-    import hashlib
+    digest changes with either."""
     import pathlib
+
+    from .cache import text_digest
     here = pathlib.Path(__file__).resolve().parent
-    try:
-        text = b"".join(f.read_bytes() for folder in (here, here.parent / "core")
-                        for f in sorted(folder.glob("*.py")))
-        return hashlib.sha256(text).hexdigest()[:16]
-    except OSError:
-        from .cache import VERSION
-        return VERSION
+    return text_digest(f for folder in (here, here.parent / "core")
+                       for f in sorted(folder.glob("*.py")))
 
 
 class Compiled:

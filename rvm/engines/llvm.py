@@ -783,20 +783,11 @@ def _kinds(source: str) -> dict:
 def _lowering_digest() -> str:
     """A digest of the back end's text (this module, rvm.engines.lowering,
     rvm.engines.lanes, and rvm.engines.native and templates, which rewrite the generated
-    functions for it: the lowering and the code generator's options): machine code cached
-    by one version is never loaded by another (an editable install changes without a
-    version number). Where the text cannot be read (a frozen install), the cache's
-    version stands in."""
-    import hashlib
+    functions for it: the lowering and the code generator's options)."""
+    from .cache import text_digest
     here = pathlib.Path(__file__)
-    try:
-        text = b"".join(here.with_name(f).read_bytes()
-                        for f in ("llvm.py", "lowering.py", "lanes.py", "native.py",
-                                  "templates.py"))
-        return hashlib.sha256(text).hexdigest()[:16]
-    except OSError:
-        from .cache import VERSION
-        return VERSION
+    return text_digest(here.with_name(f) for f in ("llvm.py", "lowering.py", "lanes.py",
+                                                   "native.py", "templates.py"))
 
 
 def functions(source, fused: dict, batches: dict, tol: float, runs: bool = True,
