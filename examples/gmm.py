@@ -18,9 +18,12 @@ precision only where a point lies much closer to a mean than to the origin; on t
 ADBench inputs the objective agrees with a direct numpy evaluation to 1e-13 relative
 or better.)
 
-Every intermediate (the factors Q_k, the weights and monomials, the per-component terms,
-the running maxima of the log-sum-exp) lives in an ancilla that is uncomputed before its
-block ends, so the program is reversible and rvm.grad differentiates it with no tape.
+Every intermediate (the factors Q_k, the weights and monomials, every exponent at every
+point, the running maxima and sums of the log-sum-exps) lives in an ancilla that is
+uncomputed before its block ends, so the program is reversible and rvm.grad
+differentiates it with no tape. The objective computes them all in one compute block,
+adds each point's term, then uncomputes them, so that rvm.grad starts the gradient pass
+from the copy: each intermediate is computed once forwards and once backwards.
 
     python examples/gmm.py [FILE]      # default: the D = 2, K = 5, n = 1000 input
 """
@@ -59,49 +62,52 @@ def logsumexp(out: float, v: Array[float]):
 
 
 @rvm.reversible
-def point_term(out: float, i: int, W: Array[float, 2], P: Array[float, 2]):
-    """out += logsumexp_k(W[k] . P[i]): the point's term, each component's exponent one dot
-    product of the component's weights with the point's monomials.
-
-    The dot products run four partial sums (s0 .. s3, registers), so that four chains of
-    additions run side by side; each is exchanged into a zero row of `part` when done.
-    The monomials are read with nograd: they depend on the points alone, whose gradient
-    the ADBench problem does not ask for, so the backward pass adds nothing into them.
-    The exponents (and `part`) stay until the log-sum-exp has read them, then are
-    uncomputed together."""
-    with ancilla(main=zeros(W.shape[0]), part=zeros((W.shape[0], 4))):
-        with compute() as terms:
-            for k in range(W.shape[0]):
-                with ancilla(s0=0.0, s1=0.0, s2=0.0, s3=0.0):
-                    for j in range(W.shape[1] // 4):
-                        s0 += W[k, 4 * j] * nograd(P[i, 4 * j])
-                        s1 += W[k, 4 * j + 1] * nograd(P[i, 4 * j + 1])
-                        s2 += W[k, 4 * j + 2] * nograd(P[i, 4 * j + 2])
-                        s3 += W[k, 4 * j + 3] * nograd(P[i, 4 * j + 3])
-                    part[k, 0], s0 = s0, part[k, 0]
-                    part[k, 1], s1 = s1, part[k, 1]
-                    part[k, 2], s2 = s2, part[k, 2]
-                    part[k, 3], s3 = s3, part[k, 3]
-                    for c in range(4):
-                        main[k] += part[k, c]
-        logsumexp(out, main)
-        ~terms
+def exponents(E: Array[float, 2], W: Array[float, 2], P: Array[float, 2]):
+    """E[i, k] += W[k] . P[i]: each component's exponent at each point, one dot product of
+    the component's weights with the point's monomials. Four points at a time, so that
+    four chains of additions run side by side (each a running sum exchanged into its
+    place when done). The monomials are read with nograd: they depend on the points
+    alone, whose gradient the ADBench problem does not ask for, so the gradient pass adds
+    nothing into them."""
+    for q in range(P.shape[0] // 4):
+        for k in range(W.shape[0]):
+            with ancilla(s0=0.0, s1=0.0, s2=0.0, s3=0.0):
+                for j in range(W.shape[1]):
+                    s0 += W[k, j] * nograd(P[4 * q, j])
+                    s1 += W[k, j] * nograd(P[4 * q + 1, j])
+                    s2 += W[k, j] * nograd(P[4 * q + 2, j])
+                    s3 += W[k, j] * nograd(P[4 * q + 3, j])
+                E[4 * q, k], s0 = s0, E[4 * q, k]
+                E[4 * q + 1, k], s1 = s1, E[4 * q + 1, k]
+                E[4 * q + 2, k], s2 = s2, E[4 * q + 2, k]
+                E[4 * q + 3, k], s3 = s3, E[4 * q + 3, k]
+    for i in range(P.shape[0] // 4 * 4, P.shape[0]):        # the last few points
+        for k in range(W.shape[0]):
+            with ancilla(s=0.0):
+                for j in range(W.shape[1]):
+                    s += W[k, j] * nograd(P[i, j])
+                E[i, k], s = s, E[i, k]
 
 
 @rvm.reversible
-def point_term_short(out: float, i: int, W: Array[float, 2], P: Array[float, 2]):
-    """point_term for short rows of monomials (D = 2: six): one running sum per component,
-    exchanged into the component's exponent when done (four partial sums, their exchanges
-    and their sum cost more than they save on a row this short)."""
-    with ancilla(main=zeros(W.shape[0])):
-        with compute() as terms:
-            for k in range(W.shape[0]):
-                with ancilla(s=0.0):
-                    for j in range(W.shape[1]):
-                        s += W[k, j] * nograd(P[i, j])
-                    main[k], s = s, main[k]
-        logsumexp(out, main)
-        ~terms
+def maxima(top: Array[float, 2], sums: Array[float], E: Array[float, 2]):
+    """Each point's log-sum-exp of its exponents, in two parts kept for the copy:
+    top[i, k] = max(E[i, 0 .. k]) (the running maxima, each kept, so that nothing is
+    lost) and sums[i] += sum_k exp(E[i, k] - top[i, K - 1])."""
+    for i in range(E.shape[0]):
+        top[i, 0] += E[i, 0]
+        for k in range(1, E.shape[1]):
+            if (E[i, k] > top[i, k - 1], E[i, k] > top[i, k - 1]):
+                top[i, k] += E[i, k]
+            else:
+                with ancilla(t=0.0):    # (an array's element may not add into another)
+                    t += top[i, k - 1]
+                    top[i, k] += t
+                    t -= top[i, k - 1]
+        with ancilla(s=0.0):
+            for k in range(E.shape[1]):
+                s += exp(E[i, k] - top[i, E.shape[1] - 1])
+            sums[i], s = s, sums[i]
 
 
 @rvm.reversible
@@ -149,11 +155,10 @@ def weights(W: Array[float, 2], alphas: Array[float], means: Array[float, 2],
 
 @rvm.reversible
 def monomials(P: Array[float, 2], x: Array[float, 2], lin: int):
-    """P[i] += point i's monomials: x_r x_c (r <= c, row by row), then x_r, then 1 (the
-    rest of the row, padding to a multiple of four, stays zero). The points are read with
-    nograd: ADBench asks for no gradient with respect to them (nor can one flow back to
-    them: point_term reads the monomials with nograd), so the gradient pass adds nothing
-    into their shadows."""
+    """P[i] += point i's monomials: x_r x_c (r <= c, row by row), then x_r, then 1. The
+    points are read with nograd: ADBench asks for no gradient with respect to them (nor
+    can one flow back to them: exponents reads the monomials with nograd), so the
+    gradient pass adds nothing into their shadows."""
     with ancilla(d=x.shape[1]):
         for i in range(x.shape[0]):
             with ancilla(e=0):
@@ -188,36 +193,6 @@ def monomial_columns(P: Array[float, 2], x: Array[float, 2], lin: int):
 
 
 @rvm.reversible
-def gmm_points(out: float, alphas: Array[float], means: Array[float, 2],
-               icf: Array[float, 2], x: Array[float, 2], lin: int, width: int):
-    """out += the points' part of the objective: sum_i logsumexp_k(...) - n logsumexp(alpha)
-    over the points x (lin: the number of quadratic monomials, D (D + 1) / 2; width: a row
-    of monomials, padded)."""
-    with ancilla(d=means.shape[1], sum_q=zeros(len(alphas)),
-                 expq=zeros((len(alphas), means.shape[1])), lse=0.0,
-                 W=zeros((len(alphas), width)), P=zeros((x.shape[0], width))):
-        with compute() as pre:                  # what every point reads: once, not n times
-            for k in range(len(alphas)):
-                for j in range(d):
-                    sum_q[k] += icf[k, j]
-                    expq[k, j] += exp(icf[k, j])
-            logsumexp(lse, alphas)
-            weights(W, alphas, means, expq, icf, sum_q, lin)
-            if (width <= SHORT, width <= SHORT):
-                monomial_columns(P, x, lin)
-            else:
-                monomials(P, x, lin)
-        if (width <= SHORT, width <= SHORT):
-            for i in range(x.shape[0]):
-                point_term_short(out, i, W, P)
-        else:
-            for i in range(x.shape[0]):
-                point_term(out, i, W, P)
-        out -= x.shape[0] * lse
-        ~pre
-
-
-@rvm.reversible
 def gmm_prior(out: float, icf: Array[float, 2], d: int, gamma: float, m: float):
     """out += the Wishart prior: sum_k (gamma^2 / 2 (|exp(q_k)|^2 + |l_k|^2) - m sum_j q_kj)."""
     for k in range(icf.shape[0]):
@@ -232,13 +207,40 @@ def gmm_prior(out: float, icf: Array[float, 2], d: int, gamma: float, m: float):
 def gmm_objective(out: float, alphas: Array[float], means: Array[float, 2],
                   icf: Array[float, 2], x: Array[float, 2], gamma: float, m: float,
                   const: float, lin: int, width: int, whole: int):
-    """out += the GMM objective (const: the terms that depend on no parameter); with
-    whole = 0 only the points' part (a slice of the points: see over_points)."""
-    gmm_points(out, alphas, means, icf, x, lin, width)
-    if (whole != 0, whole != 0):
-        with ancilla(d=means.shape[1]):
+    """out += the GMM objective over the points x (lin: the number of quadratic monomials,
+    D (D + 1) / 2; width: a row of monomials; const: the terms that depend on no
+    parameter); with whole = 0 only the points' part (a slice of the points: see
+    over_points).
+
+    Everything the points' terms need is computed once, kept in ancilla arrays (the
+    exponents and the log-sum-exp's parts at every point), added into out, then
+    uncomputed: so the gradient pass starts from the copy, and each of them is computed
+    once forwards and once backwards (see docs/engines.md)."""
+    with ancilla(d=means.shape[1], sum_q=zeros(len(alphas)),
+                 expq=zeros((len(alphas), means.shape[1])), lse=0.0,
+                 W=zeros((len(alphas), width)), P=zeros((x.shape[0], width)),
+                 E=zeros((x.shape[0], len(alphas))), top=zeros((x.shape[0], len(alphas))),
+                 sums=zeros(x.shape[0])):
+        with compute() as pre:
+            for k in range(len(alphas)):
+                for j in range(d):
+                    sum_q[k] += icf[k, j]
+                    expq[k, j] += exp(icf[k, j])
+            logsumexp(lse, alphas)
+            weights(W, alphas, means, expq, icf, sum_q, lin)
+            if (width <= SHORT, width <= SHORT):
+                monomial_columns(P, x, lin)
+            else:
+                monomials(P, x, lin)
+            exponents(E, W, P)
+            maxima(top, sums, E)
+        for i in range(x.shape[0]):
+            out += log(sums[i]) + top[i, len(alphas) - 1]
+        out -= x.shape[0] * lse
+        if (whole != 0, whole != 0):
             gmm_prior(out, icf, d, gamma, m)
-        out += const
+            out += const
+        ~pre
 
 
 def load(path) -> dict:
@@ -267,9 +269,7 @@ def arguments(data: dict) -> tuple:
     k, d = data["means"].shape
     c = constant(d, k, len(data["x"]), data["gamma"], data["m"])
     lin = d * (d + 1) // 2
-    width = lin + d + 1                         # monomials: short rows as they are, the
-    if width > SHORT:                           # others padded to a multiple of 4
-        width = -(-width // 4) * 4
+    width = lin + d + 1                         # monomials: x_r x_c, x_r, 1
     return (0.0, data["alphas"], data["means"], data["icf"], data["x"], data["gamma"],
             data["m"], c, lin, width, 1)
 

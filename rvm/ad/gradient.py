@@ -237,10 +237,13 @@ class _Direct:
             shadows = slice(every, every + len(floats))
 
             def both(m_, *a):
+                top = m.top
                 m.budget = m.max_steps
                 out = fws(m_, *a[:k])
                 m.budget = m.max_steps
                 back = gbws(m_, *out, *a[k:], *zeros)
+                if m.top != top:        # a block left allocated: the general path reports it
+                    raise MachineError("heap block left allocated")
                 return out[:k], back[:k] + back[shadows]
         else:
             fw, gbw = funcs[comp.name(fn.name, "fw")], funcs[comp.name(fn.name, "gbw")]
@@ -289,7 +292,13 @@ class _Direct:
         b, element = find_argument(bindings, fn, self.loss, "loss")
         comp = compiled(m.program, m.checks, native=True)
         funcs = comp.bind(m)
-        fw, gbw = funcs[comp.name(fn.name, "fw")], funcs[comp.name(fn.name, "gbw")]
+        split = comp.splits.get(fn.name, 0)     # forwards to the copy, the gradient pass
+        if split:                               # from there (see split_point)
+            fw, gbw = funcs[comp.name(fn.name, "fws")], funcs[comp.name(fn.name, "gbws")]
+            zeros = (0.0,) * sum(r.cls == isa.FLOAT for r in fn.locals)
+        else:
+            fw, gbw = funcs[comp.name(fn.name, "fw")], funcs[comp.name(fn.name, "gbw")]
+            zeros = ()
         # gradients only, of a scalar loss: forwards and back in one native call
         fused = None if self.values or element is not None else \
             funcs[comp.name(fn.name, "vg")]
@@ -326,7 +335,7 @@ class _Direct:
                     finals, back = None, fused(*heap, *r, *seed)[1]
                 else:
                     out = fw(*heap, *r)
-                    if top[0] != total:
+                    if top[0] != total and not split:
                         raise MachineError("heap block left allocated")
                     finals = [out[a.params[0]] for a in bindings]
                     for k, lo, hi_, shape, view, _ in arrays:
@@ -334,7 +343,9 @@ class _Direct:
                     if seed_cell is not None:
                         heap[2][seed_cell] = 1.0
                     top[1] = budget
-                    back = gbw(*heap, *out, *seed)
+                    back = gbw(*heap, *out, *seed, *zeros)
+                    if split:       # the parameters, then their shadows
+                        back = back[:n] + back[split:split + len(floats)]
                 if top[0] != total:
                     raise MachineError("heap block left allocated")
             except Exception:        # the general path reports it exactly

@@ -12,7 +12,7 @@ its adjoint.
     fw   f forwards                gfw   f forwards, inverting adjoint steps
     bw   invert(f) forwards        gbw   invert(f) forwards with adjoints (the gradient pass)
     fws  f forwards to its copy    gbws  the gradient pass from there (a compute-copy-
-                                         uncompute f without heap: see split_point)
+                                         uncompute f: see split_point)
 
 The stepping interpreter stays the reference (and the debugger's engine); the tests check
 that both give the same results.
@@ -30,7 +30,17 @@ import attrs
 from ..core import isa
 from ..core.errors import InvertibilityError, MachineError
 from ..core.inverse import inverse_function
-from ..core.program import INT64_MAX, INT64_MIN, Function, Imm, Label, Mem, Program, Reg
+from ..core.program import (
+    INT64_MAX,
+    INT64_MIN,
+    Function,
+    Imm,
+    Instruction,
+    Label,
+    Mem,
+    Program,
+    Reg,
+)
 from . import affine, templates
 from .templates import Fault, Limit, Operands, condition, esc, fault, render, shows
 
@@ -817,16 +827,20 @@ class _Writer:
         return "\n".join(self.lines)
 
 
-# Compute, copy, uncompute: a function whose code is A (a compute block from its first
-# instruction), B, then A's inverse (its uncompute) and the ancillas' ZERO checks. Its
-# gradient pass runs A again (the inverse of the uncompute, with every shadow zero), then B
-# and A backwards with the adjoints. A value and gradient in one call need neither the
-# forward run's uncompute nor that recompute: run A and B (fws, which returns every
-# register), then the gradient pass from there (gbws). Nothing is lost: the gradient pass's
-# last part, A backwards, is the uncompute, computing the same values from the same
-# registers (B's results are not read by it), so it makes the same checks and fails
-# where the forward run would; and the uncompute changes no parameter, so the values
-# after A and B are the function's results.
+# Compute, copy, uncompute: a function whose code is P (straight-line set-up: ancilla
+# arrays allocated, their sizes), A (a compute block), B, then A's inverse (its uncompute)
+# and Q (straight-line: the ancillas' ZERO checks, the arrays freed). Its gradient pass runs
+# Q's inverse and A again (the inverse of the uncompute, with every shadow but the loss's
+# zero, so their adjoints add nothing), then B, A and P backwards with the adjoints. A value
+# and gradient in one call need neither the forward run's uncompute nor that recompute:
+# run P, A and B (fws, which returns every register, leaving P's arrays allocated), then
+# the gradient pass from there (gbws). Nothing is lost: the gradient pass's last part, A
+# and P backwards, is the uncompute and the freeing, computing the same values from the
+# same registers and cells (B changes none that they read: registers both use are
+# checked to be zero before and after B, as the frontend's reused temporaries are; cells
+# are told apart by the array they are reached through), so it makes the same checks and
+# fails where the forward run would; and the uncompute and Q change no parameter (nor a
+# caller's array), so the values after P, A and B are the function's results.
 
 def _written_params(program: Program, fn: Function, memo: dict) -> set:
     """The parameters of fn that a run may change (directly or through its calls)."""
@@ -850,16 +864,100 @@ def _writes(program: Program, code, memo: dict) -> set:
     return out
 
 
-def _mirrors(fn: Function, a: int, b: int) -> bool:
-    """Is code[b:b + a] the bytecode inverse of code[:a] (labels renamed alike)?"""
+def _own_blocks(fn: Function) -> set:
+    """fn's locals that hold its own heap blocks: written by ALLOC and FREE only."""
+    written: dict = {}
+    for ins in fn.code:
+        for r in _written(ins):
+            written.setdefault(r, set()).add(ins.op)
+    return {r for r, ops in written.items() if r not in fn.params and ops <= {"ALLOC", "FREE"}}
+
+
+def _cells(program: Program, fn: Function, code, memo: dict) -> tuple[set, set] | None:
+    """(the registers of fn through which code, with its calls, may exchange into heap
+    cells; those through which it may reach cells at all), a callee's own blocks left out;
+    None if not known: a PUSH or POP, or a cell reached through a callee's register that
+    is neither its parameter nor its own block."""
+    into, reached = set(), set()
+    for ins in code:
+        if ins.op in ("PUSH", "POP"):
+            return None
+        if ins.op in isa.CALLS:
+            callee = program.functions[ins.args[0].name]
+            inner = _callee_cells(program, callee, memo)
+            if inner is None:
+                return None
+            args = dict(zip(callee.params, ins.args[1:]))
+            into |= {args[p] for p in inner[0]}
+            reached |= {args[p] for p in inner[1]}
+            continue
+        for a in ins.args:
+            if isinstance(a, Mem):
+                reached.add(a.base)
+                if ins.op == "EXCH":
+                    into.add(a.base)
+    return into, reached
+
+
+def _callee_cells(program: Program, fn: Function, memo: dict) -> tuple[set, set] | None:
+    """_cells of a whole callee, as its parameters (its own blocks are fresh cells)."""
+    key = ("cells", fn.name)
+    if key in memo:
+        return memo[key]
+    memo[key] = None                # recursion: not known
+    found = _cells(program, fn, fn.code, memo)
+    if found is not None:
+        own = _own_blocks(fn)
+        if any(r not in fn.params and r not in own for r in found[1]):
+            found = None
+        else:
+            found = tuple({r for r in regs if r in fn.params} for regs in found)
+    memo[key] = found
+    return found
+
+
+def _split(program: Program, fn: Function) -> tuple[int, int, list] | None:
+    """(a, b, the registers B and the uncompute share) for fn = P, A = code[s:a], B =
+    code[a:b], A's uncompute, Q (see above), if its value and gradient may skip the
+    uncompute and the recompute; None if fn does not have that shape."""
+    code, regions = fn.code, {(r[0], r[1]): r[2:] for r in fn.regions}
+    for (name, kind), (s, a) in regions.items():
+        if kind != "compute" or (name, "uncompute") not in regions:
+            continue
+        b, c = regions[(name, "uncompute")]
+        if not s < a < b or c - b != a - s or not _mirrors(fn, s, a, b):
+            continue
+        if any(ins.spec.group in ("control", "call") for ins in code[:s] + code[c:]):
+            continue
+        if any(isinstance(x, Label) and not s <= fn.labels[x.name] < b
+               for ins in code[s:b] for x in ins.args):
+            continue                # A's and B's control flow stays within them
+        memo: dict = {}
+        tail = code[b:]
+        params = set(fn.params)
+        if _writes(program, tail, memo) & params:
+            continue
+        shared = _writes(program, code[a:b], memo) & set().union(*map(_mentioned, tail))
+        if shared & params:
+            continue
+        ours, theirs = _cells(program, fn, code[a:b], memo), _cells(program, fn, tail, memo)
+        if ours is None or theirs is None or theirs[0] & params or ours[0] & theirs[1] or \
+                ours[0] - _own_blocks(fn):
+            continue
+        return a, b, sorted(shared, key=str)
+    return None
+
+
+def _mirrors(fn: Function, s: int, a: int, b: int) -> bool:
+    """Is code[b:b + a - s] the bytecode inverse of code[s:a] (labels renamed alike)?"""
     code, at = fn.code, fn.labels
-    for j in range(a):
+    for j in range(a - s):
         one, two = code[a - 1 - j], code[b + j]
         if two.op != isa.OPS[one.op].inverse or len(one.args) != len(two.args):
             return False
         for x, y in zip(one.args, two.args):
             if isinstance(x, Label) and isinstance(y, Label):
-                if not 0 <= at[x.name] < a or at[y.name] != b + a - 1 - at[x.name]:
+                if not s <= at[x.name] < a or at[y.name] != b + a - 1 - at[x.name]:
                     return False
             elif x != y:
                 return False
@@ -867,29 +965,11 @@ def _mirrors(fn: Function, a: int, b: int) -> bool:
 
 
 def split_point(program: Program, fn: Function) -> int | None:
-    """b, where fn is A = code[:a] (a compute block), B = code[a:b], A's uncompute, then
-    ZERO checks only, and its value and gradient may skip the uncompute and the recompute
-    (see above); None if fn does not have that shape."""
-    code, regions = fn.code, {(r[0], r[1]): r[2:] for r in fn.regions}
-    for (name, kind), (start, a) in regions.items():
-        if kind != "compute" or start != 0 or (name, "uncompute") not in regions:
-            continue
-        b, c = regions[(name, "uncompute")]
-        if not 0 < a < b or c - b != a or any(ins.op != "ZERO" for ins in code[c:]) or \
-                not _mirrors(fn, a, b):
-            continue
-        # B's control flow stays within B
-        if any(isinstance(x, Label) and not a <= fn.labels[x.name] < b
-               for ins in code[a:b] for x in ins.args):
-            continue
-        memo: dict = {}
-        uncompute = code[b:c]
-        if _writes(program, uncompute, memo) & set(fn.params):
-            continue
-        if _writes(program, code[a:b], memo) & set().union(*map(_mentioned, uncompute)):
-            continue
-        return b
-    return None
+    """b, where fn is P, A, B = code[a:b], A's uncompute, Q (see above), and its value and
+    gradient may skip the uncompute and the recompute; None if fn does not have that
+    shape."""
+    found = _split(program, fn)
+    return None if found is None else found[1]
 
 
 def _python(body: str) -> str:
@@ -919,17 +999,17 @@ def _generator_digest() -> str:
 
 class Compiled:
     """The generated functions of one program (all four modes of every function, and for
-    a compute-copy-uncompute function without heap the split value and gradient)."""
+    a compute-copy-uncompute function the split value and gradient)."""
 
     def __init__(self, program: Program, checks: bool = True, native: bool = False):
         self.program, self.checks, self.native = program, checks, native
         self.names = {name: f"F{k}" for k, name in enumerate(program.functions)}
-        self.split_at: dict[str, int] = {}   # function -> where its fws stops
-        if not self.uses_heap:
-            for fname, fn in program.functions.items():
-                b = split_point(program, fn)
-                if b is not None:
-                    self.split_at[fname] = b
+        # function -> (where B starts, where its fws stops, registers checked around B)
+        self.split_at: dict[str, tuple] = {}
+        for fname, fn in program.functions.items():
+            found = _split(program, fn)
+            if found is not None:
+                self.split_at[fname] = found
         self.splits = {fname: len(program.functions[fname].params) +   # function ->
                        len(program.functions[fname].locals)     # registers its fws returns
                        for fname in self.split_at}
@@ -945,8 +1025,8 @@ class Compiled:
             for mode, (backward, gradient) in MODES.items():
                 writer = _Writer(self, inverse if backward else fn, gradient)
                 bodies[self.name(fname, mode)] = writer.source(self.name(fname, mode))
-        for fname, b in self.split_at.items():
-            bodies.update(self.split(fname, self.program.functions[fname], b))
+        for fname, found in self.split_at.items():
+            bodies.update(self.split(fname, self.program.functions[fname], *found))
         return bodies
 
     def body_names(self) -> list[str]:
@@ -994,11 +1074,15 @@ class Compiled:
     def name(self, function: str, mode: str) -> str:
         return f"{self.names[function]}_{mode}"
 
-    def split(self, fname: str, fn: Function, b: int) -> dict[str, str]:
-        """fws and gbws for a function split after code[:b] (see split_point)."""
+    def split(self, fname: str, fn: Function, a: int, b: int, shared: list) -> dict[str, str]:
+        """fws and gbws for a function split after code[:b], B = code[a:b] (see _split):
+        fws checks that the registers B and the uncompute share are zero before and
+        after B."""
         regs = list(fn.params) + list(fn.locals)
-        head = attrs.evolve(fn, code=fn.code[:b],
-                            labels={k: i for k, i in fn.labels.items() if i < b})
+        k = len(shared)
+        zeros = tuple(Instruction("ZERO", (r,), fn.code[a].line) for r in shared)
+        head = attrs.evolve(fn, code=fn.code[:a] + zeros + fn.code[a:b] + zeros,
+                            labels={x: i + k * (i >= a) for x, i in fn.labels.items() if i < b})
         forward = _Writer(self, head, False, outputs=regs, restores=[])
         out = {self.name(fname, "fws"): forward.source(self.name(fname, "fws"))}
         inverse = inverse_function(fn)

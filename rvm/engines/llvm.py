@@ -145,7 +145,8 @@ def _entry(ir, t: Types, module, name: str, inner, returns: list[str], fused=Non
     `fused` = (the forward function, its result names, budget?):
     run it first, then `inner` (the gradient pass) from its results and the seeds, and
     return the pair (values, gradient pass results); the heap top must be back where it
-    was, and the step budget is set afresh for each pass: from the budget argument, on
+    was (after the forward run; after a split one's gradient pass), and the step budget
+    is set afresh for each pass: from the budget argument, on
     an empty heap (as the numba engine's vgs), or as found in the state array (vg)."""
     fn, b, api, item, address, checked = _py_function(ir, t, module, name)
     first = fused[0] if fused else inner
@@ -197,14 +198,21 @@ def _entry(ir, t: Types, module, name: str, inner, returns: list[str], fused=Non
         else:
             budget = b.load(state(1))
         top = b.load(state(0))
+
+        def left_allocated():       # a heap block left allocated
+            moved = b.icmp_signed("!=", b.load(state(0)), top)
+            b.store(t.i64(FAULT), code)
+            guard(b, moved, fault)
+
         forward = run(first, rest[:nparams])
-        moved = b.icmp_signed("!=", b.load(state(0)), top)    # a heap block left allocated
-        b.store(t.i64(FAULT), code)
-        guard(b, moved, fault)
+        if not split:       # (a split forward run leaves its ancilla arrays allocated)
+            left_allocated()
         b.store(budget, state(1))
         values = [b.extract_value(forward, k) for k in range(split or nparams)] + \
             rest[nparams:] + _local_shadows(t, inner, split, extra)
         back = run(inner, values)
+        if split:
+            left_allocated()
         b.store(budget, state(1))
         keep = None if not split else [*range(nparams), *range(split, split + extra)]
         out = pack([pack(boxed(forward, fused[1], range(nparams))),

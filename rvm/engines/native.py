@@ -345,14 +345,16 @@ class Functions(dict):
         if llvm.usable():
             names = [(compiled.name(f, "fw"), compiled.name(f, "gbw"), f)
                      for f in compiled.program.functions]
-            fused = {compiled.name(f, "vg"): (fw, gbw, False, 0) for fw, gbw, f in names}
+            # a compute-copy-uncompute function: forward to the copy, gradient pass from
+            # there (rvm.engines.compiled.split_point)
+            splits = {f: ((compiled.name(f, "fws"), compiled.name(f, "gbws"))
+                          if f in compiled.splits else (fw, gbw), compiled.splits.get(f, 0))
+                      for fw, gbw, f in names}
+            fused = {compiled.name(f, "vg"): (*splits[f][0], False, splits[f][1])
+                     for _, _, f in names}
             if not compiled.uses_heap:
                 for fw, gbw, f in names:
-                    # a compute-copy-uncompute function: forward to the copy, gradient
-                    # pass from there (rvm.engines.compiled.split_point)
-                    split = compiled.splits.get(f, 0)
-                    fws, gbws = (compiled.name(f, "fws"), compiled.name(f, "gbws")) \
-                        if split else (fw, gbw)
+                    (fws, gbws), split = splits[f]
                     fused[compiled.name(f, "vgs")] = (fws, gbws, True, split)
                     bw = compiled.name(f, "bw")
                     self.batches.update({compiled.name(f, "csb"): ("csb", fw, gbw, 0),
