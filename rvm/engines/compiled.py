@@ -940,9 +940,12 @@ def _split(program: Program, fn: Function) -> tuple[int, int, list] | None:
         shared = _writes(program, code[a:b], memo) & set().union(*map(_mentioned, tail))
         if shared & params:
             continue
+        # cells: the copy and the uncompute store only into fn's own ancilla arrays, the
+        # copy into none the uncompute reaches, which reaches only those and arguments'
         ours, theirs = _cells(program, fn, code[a:b], memo), _cells(program, fn, tail, memo)
-        if ours is None or theirs is None or theirs[0] & params or ours[0] & theirs[1] or \
-                ours[0] - _own_blocks(fn):
+        own = _own_blocks(fn)
+        if ours is None or theirs is None or (ours[0] | theirs[0]) - own or \
+                theirs[1] - own - params or ours[0] & theirs[1]:
             continue
         return a, b, sorted(shared, key=str)
     return None
