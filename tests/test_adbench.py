@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import rvm
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tools"), str(ROOT / "examples")]
 
@@ -70,6 +72,26 @@ def test_gmm_on_the_adbench_layout_and_reversed(tmp_path):
     assert back[0] == pytest.approx(0.0, abs=1e-9)
     for a, b in zip(back[1:5], args[1:5]):
         np.testing.assert_array_equal(a, b)
+
+
+def test_gmm_gradient_starts_from_the_copy(tmp_path):
+    """The objective keeps its intermediates in ancilla arrays of one compute block so
+    that its gradient skips the uncompute and the recompute (the example's speed rests
+    on it): the split is found, and gives the interpreter's gradient."""
+    from rvm.engines.compiled import split_point
+    data = gmm.load(gmm_file(tmp_path, 3, 4, n=9))
+    args = gmm.arguments(data)
+    p, name, _ = gmm.gmm_objective.specialize(args)
+    assert split_point(p, p.functions[name]) is not None
+    want = rvm.value_and_grad(gmm.gmm_objective, loss="out", argnums=(1, 2, 3),
+                              engine="interp")(*args)
+    run = rvm.value_and_grad(gmm.gmm_objective, loss="out", argnums=(1, 2, 3),
+                             engine="native", max_steps=gmm.STEPS)
+    for _ in range(2):
+        value, grads = run(*args)
+        assert value[0] == pytest.approx(want[0][0], rel=1e-13)
+        for g, w in zip(grads, want[1]):
+            np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
 
 
 def test_gmm_split_across_threads_is_the_same_objective_and_gradient(tmp_path):

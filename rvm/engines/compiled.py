@@ -864,11 +864,12 @@ def _writes(program: Program, code, memo: dict) -> set:
     return out
 
 
-def _own_blocks(fn: Function) -> set:
-    """fn's locals that hold its own heap blocks: written by ALLOC and FREE only."""
+def _own_blocks(program: Program, fn: Function, memo: dict) -> set:
+    """fn's locals that hold its own heap blocks: written by ALLOC and FREE only (a call
+    may pass them, if the callee leaves them as they are)."""
     written: dict = {}
     for ins in fn.code:
-        for r in _written(ins):
+        for r in _writes(program, [ins], memo):
             written.setdefault(r, set()).add(ins.op)
     return {r for r, ops in written.items() if r not in fn.params and ops <= {"ALLOC", "FREE"}}
 
@@ -907,7 +908,7 @@ def _callee_cells(program: Program, fn: Function, memo: dict) -> tuple[set, set]
     memo[key] = None                # recursion: not known
     found = _cells(program, fn, fn.code, memo)
     if found is not None:
-        own = _own_blocks(fn)
+        own = _own_blocks(program, fn, memo)
         if any(r not in fn.params and r not in own for r in found[1]):
             found = None
         else:
@@ -943,7 +944,7 @@ def _split(program: Program, fn: Function) -> tuple[int, int, list] | None:
         # cells: the copy and the uncompute store only into fn's own ancilla arrays, the
         # copy into none the uncompute reaches, which reaches only those and arguments'
         ours, theirs = _cells(program, fn, code[a:b], memo), _cells(program, fn, tail, memo)
-        own = _own_blocks(fn)
+        own = _own_blocks(program, fn, memo)
         if ours is None or theirs is None or (ours[0] | theirs[0]) - own or \
                 theirs[1] - own - params or ours[0] & theirs[1]:
             continue
