@@ -30,17 +30,8 @@ import attrs
 from ..core import isa
 from ..core.errors import InvertibilityError, MachineError
 from ..core.inverse import inverse_function
-from ..core.program import (
-    INT64_MAX,
-    INT64_MIN,
-    Function,
-    Imm,
-    Instruction,
-    Label,
-    Mem,
-    Program,
-    Reg,
-)
+from ..core.program import INT64_MAX, INT64_MIN, Function, Imm, Label, Mem, Program, Reg
+from ..core.program import Instruction as _Instruction
 from . import affine, templates
 from .templates import Fault, Limit, Operands, condition, esc, fault, render, shows
 
@@ -1084,7 +1075,7 @@ class Compiled:
         after B."""
         regs = list(fn.params) + list(fn.locals)
         k = len(shared)
-        zeros = tuple(Instruction("ZERO", (r,), fn.code[a].line) for r in shared)
+        zeros = tuple(_Instruction("ZERO", (r,), fn.code[a].line) for r in shared)
         head = attrs.evolve(fn, code=fn.code[:a] + zeros + fn.code[a:b] + zeros,
                             labels={x: i + k * (i >= a) for x, i in fn.labels.items() if i < b})
         forward = _Writer(self, head, False, outputs=regs, restores=[])
