@@ -54,6 +54,7 @@ def test_step_forward_then_back_restores_every_state(seed, args):
 @SETTINGS
 @given(seed=st.integers(0, 2**32), args=ARGS)
 @example(seed=12313, args=(0, 0, 0, 0.0, 0.0, 0.0))     # a residue of 1.1e-8 (see below)
+@example(seed=28013525, args=(0, 0, 1, 0.0, 0.0, 1.3163484594767265))   # values near 2e10
 def test_run_then_uncall_restores_inputs(seed, args):
     p = rvm.assemble(program(seed), f"gen{seed}.rasm")
     try:
@@ -61,14 +62,17 @@ def test_run_then_uncall_restores_inputs(seed, args):
     except MachineError:
         return
     back = p.uncall("main", *results)
+    # float arithmetic undoes itself up to rounding, which grows with the magnitudes the
+    # run reached (the results' show them): seed 12313 runs its floats through values
+    # near 12 and comes back 1.1e-8 from zero on every engine (the machine's own zero
+    # tolerance is 1e-8); seed 28013525 reaches 2.3e10 and comes back 5.7e-7 off
+    scale = max([1.0] + [abs(v) for v in results if type(v) is float and math.isfinite(v)])
     for a, b in zip(back, args):
         if isinstance(b, int):
             assert a == b
         else:
-            # float arithmetic undoes itself up to rounding: seed 12313 runs its floats
-            # through values near 12 and comes back 1.1e-8 from zero on every engine
-            # (the machine's own zero tolerance is 1e-8)
-            assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-7), program(seed)
+            assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-7 + 1e-15 * scale), \
+                program(seed)
 
 
 @SETTINGS
