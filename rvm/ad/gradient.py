@@ -64,6 +64,20 @@ def with_inverse(program: Program, name: str) -> tuple[Program, str]:
     return program.cache[key], f"{name}.inv"
 
 
+def split_passes(comp, funcs, fn: Function, floats: int) -> tuple:
+    """fn's split forward run and gradient pass (rvm.engines.compiled.split_point), the
+    gradient pass called as the whole one is: the forward run's registers and the seeds
+    in (the locals' shadows start at zero), the parameters then their shadows out."""
+    fws, gbws = funcs[comp.name(fn.name, "fws")], funcs[comp.name(fn.name, "gbws")]
+    zeros = (0.0,) * sum(r.cls == isa.FLOAT for r in fn.locals)
+    k, every = len(fn.params), comp.splits[fn.name]
+
+    def gradient(*a):
+        back = gbws(*a, *zeros)
+        return back[:k] + back[every:every + floats]
+    return fws, gradient
+
+
 def find_argument(bindings: list[Binding], fn, which: Loss, what: str,
           whole_arrays: bool = False) -> tuple[Binding, int | None]:
     """The argument a loss/output/wrt names, and an element index for array elements
@@ -231,20 +245,18 @@ class _Direct:
         elif comp.native:       # forwards and gradient pass in one native call
             both = funcs[comp.name(fn.name, "vg")]
         elif fn.name in comp.splits:    # forwards to the copy, the gradient pass from there
-            fws, gbws = funcs[comp.name(fn.name, "fws")], funcs[comp.name(fn.name, "gbws")]
-            k, every = len(fn.params), comp.splits[fn.name]
-            zeros = (0.0,) * (sum(r.cls == isa.FLOAT for r in fn.locals))
-            shadows = slice(every, every + len(floats))
+            fws, gbws = split_passes(comp, funcs, fn, len(floats))
+            k = len(fn.params)
 
             def both(m_, *a):
                 top = m.top
                 m.budget = m.max_steps
                 out = fws(m_, *a[:k])
                 m.budget = m.max_steps
-                back = gbws(m_, *out, *a[k:], *zeros)
+                back = gbws(m_, *out, *a[k:])
                 if m.top != top:        # a block left allocated: the general path reports it
                     raise MachineError("heap block left allocated")
-                return out[:k], back[:k] + back[shadows]
+                return out[:k], back
         else:
             fw, gbw = funcs[comp.name(fn.name, "fw")], funcs[comp.name(fn.name, "gbw")]
             h, k = len(heap), len(fn.params)
@@ -292,13 +304,11 @@ class _Direct:
         b, element = find_argument(bindings, fn, self.loss, "loss")
         comp = compiled(m.program, m.checks, native=True)
         funcs = comp.bind(m)
-        split = comp.splits.get(fn.name, 0)     # forwards to the copy, the gradient pass
-        if split:                               # from there (see split_point)
-            fw, gbw = funcs[comp.name(fn.name, "fws")], funcs[comp.name(fn.name, "gbws")]
-            zeros = (0.0,) * sum(r.cls == isa.FLOAT for r in fn.locals)
-        else:
-            fw, gbw = funcs[comp.name(fn.name, "fw")], funcs[comp.name(fn.name, "gbw")]
-            zeros = ()
+        floats = [k for k, p in enumerate(fn.params) if p.cls == isa.FLOAT]
+        # a compute-copy-uncompute function: forwards to the copy, the gradient pass from there
+        split = fn.name in comp.splits
+        fw, gbw = split_passes(comp, funcs, fn, len(floats)) if split else \
+            (funcs[comp.name(fn.name, "fw")], funcs[comp.name(fn.name, "gbw")])
         # gradients only, of a scalar loss: forwards and back in one native call
         fused = None if self.values or element is not None else \
             funcs[comp.name(fn.name, "vg")]
@@ -309,7 +319,6 @@ class _Direct:
         for a in bindings:
             if a.is_array:
                 regs[a.params[0]:a.params[0] + 1 + len(a.shape)] = [a.base, *a.shape]
-        floats = [k for k, p in enumerate(fn.params) if p.cls == isa.FLOAT]
         seed = [0.0] * len(floats)
         if element is None:
             seed[floats.index(b.params[0])] = 1.0
@@ -343,9 +352,7 @@ class _Direct:
                     if seed_cell is not None:
                         heap[2][seed_cell] = 1.0
                     top[1] = budget
-                    back = gbw(*heap, *out, *seed, *zeros)
-                    if split:       # the parameters, then their shadows
-                        back = back[:n] + back[split:split + len(floats)]
+                    back = gbw(*heap, *out, *seed)
                 if top[0] != total:
                     raise MachineError("heap block left allocated")
             except Exception:        # the general path reports it exactly
