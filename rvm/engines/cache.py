@@ -29,6 +29,7 @@ import tempfile
 from collections.abc import Callable
 
 VERSION = "2"          # bump when the generated code, or how it is compiled, changes
+#                        (2: LLVM early tail duplication off, see llvm.safe_codegen)
 
 
 def text_digest(files) -> str:
@@ -41,7 +42,6 @@ def text_digest(files) -> str:
             .hexdigest()[:16]
     except OSError:
         return VERSION
-#                        (2: LLVM early tail duplication off, see llvm.safe_codegen)
 
 
 def directory() -> pathlib.Path | None:
