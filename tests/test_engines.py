@@ -773,13 +773,19 @@ done:   CF     exit
     assert engines_agree(p, "scale", (8, 2.0, 0.0), loss="f1")[0] == (8, 2.0, 4.0)
 
 
+def _split_point(f, *args):
+    """Where a reversible function's split forward run stops, for these arguments' types
+    (rvm.engines.compiled.split_point), or None."""
+    from rvm.engines.compiled import split_point
+    p, name, _ = f.specialize(args)
+    return split_point(p, p.functions[name])
+
+
 def test_a_gradient_starts_from_the_copy_and_still_checks_the_uncompute():
     """The value and gradient of a compute-copy-uncompute function (python and native
     engines) runs forwards to the copy and starts the gradient pass there (no uncompute,
     no recompute): the same gradients, and the gradient pass's last part is the
     uncompute, so a residue it leaves in an ancilla is still an error."""
-    from rvm.engines.compiled import split_point
-
     @rvm.reversible
     def scaled(out: float, x: float, y: float):
         with ancilla(t=0.0):
@@ -805,12 +811,9 @@ def test_a_gradient_starts_from_the_copy_and_still_checks_the_uncompute():
             x *= 2.0
         out += x
         ~c
-
-    def split(f, *args):
-        p, name, _ = f.specialize(args)
-        return split_point(p, p.functions[name])
-    assert split(scaled, 0.0, 1.0, 2.0) == 3        # t += x; t *= y | out += t | ...
-    assert split(rescales, 0.0, 1.0, 2.0) is None and split(in_place, 0.0, 1.0) is None
+    assert _split_point(scaled, 0.0, 1.0, 2.0) == 3        # t += x; t *= y | out += t | ...
+    assert _split_point(rescales, 0.0, 1.0, 2.0) is None
+    assert _split_point(in_place, 0.0, 1.0) is None
     from rvm.engines.compiled import compiled
     p, name, _ = scaled.specialize((0.0, 1.0, 2.0))
     assert compiled(p, True, True).splits == {name: 4}       # fws returns out, x, y, t
@@ -886,14 +889,10 @@ def test_a_gradient_with_arrays_starts_from_the_copy():
     or an uncompute that changes an argument, is not split; a register the copy and the
     uncompute share is checked around the copy (here it is not zero: the general path
     answers); a residue the uncompute leaves is still an error."""
-    from rvm.engines.compiled import compiled, split_point
-
-    def split(f, *args):
-        p, name, _ = f.specialize(args)
-        return split_point(p, p.functions[name])
+    from rvm.engines.compiled import compiled
     x, w = np.array([0.3, -0.2, 0.5]), np.array([[0.1, 1.5], [0.2, -0.7], [0.3, 0.4]])
     args = (0.0, x, w, 20)
-    assert split(_with_arrays, *args) is not None
+    assert _split_point(_with_arrays, *args) is not None
     p, name, _ = _with_arrays.specialize(args)
     assert name in compiled(p, True, True).splits
     want = rvm.value_and_grad(_with_arrays, loss="out", engine="interp")(*args)
@@ -929,16 +928,16 @@ def test_a_gradient_with_arrays_starts_from_the_copy():
     assert made[comp.name(name, "vg")] == (comp.name(name, "fws"), comp.name(name, "gbws"),
                                            False, comp.splits[name])
     vector = (0.0, np.array([0.5, 3.0]))
-    assert split(_copy_writes_the_array, *vector) is None
-    assert split(_uncompute_writes_an_argument, *vector) is None
-    assert split(_reuses_a_counter, *vector, 3) is not None
+    assert _split_point(_copy_writes_the_array, *vector) is None
+    assert _split_point(_uncompute_writes_an_argument, *vector) is None
+    assert _split_point(_reuses_a_counter, *vector, 3) is not None
     for f, a in ((_copy_writes_the_array, vector), (_uncompute_writes_an_argument, vector),
                  (_reuses_a_counter, vector + (3,))):
         want = rvm.value_and_grad(f, loss="out", engine="interp")(*a)
         for _ in range(2):
             assert same(rvm.value_and_grad(f, loss="out", engine="native")(*a), want), f
     # (1e12 * 1.1) / 1.1 is 1e12 - 1.2e-4: t[0] is not back to zero when it is freed
-    assert split(_scaled_in_array, 0.0, 1e12, 1.1) is not None
+    assert _split_point(_scaled_in_array, 0.0, 1e12, 1.1) is not None
     want = rvm.value_and_grad(_scaled_in_array, loss="out", engine="interp")(0.0, 1.5, 1.1)
     for engine in ("python", "native"):
         for _ in range(2):
@@ -995,12 +994,10 @@ def test_split_gradients_with_arrays_agree_with_the_interpreter(x, y, reps):
     four passes' rebuilt states carry: x = [-0.5, 0], y = 0, reps = 3 gives 2.2e-16 there
     where the split gives 0). (Values whose products are subnormal are left out: a heap
     cell left holding a subnormal residue is refused when freed, by design.)"""
-    from rvm.engines.compiled import split_point
     xs = np.array(x)
     w = np.stack([xs, xs[::-1] * 0.5], axis=1)
     for f, args in ((_array_calls, (0.0, xs, y)), (_with_arrays, (0.0, xs, w, reps))):
-        p, name, _ = f.specialize(args)
-        assert split_point(p, p.functions[name]) is not None, f.name
+        assert _split_point(f, *args) is not None, f.name
         want = rvm.value_and_grad(f, loss="out", engine="interp")(*args)
         run = rvm.value_and_grad(f, loss="out", engine="native")
         for _ in range(2):          # the general path's plan, then the direct one
@@ -1056,10 +1053,8 @@ def test_split_gradients_agree_with_the_interpreter(x, y, n):
     """Value and gradient of compute-copy-uncompute functions (branches, loops, calls in
     the compute block) on the python and native engines, which start the gradient pass at
     the copy, against the interpreter's four passes; one at a time and as a batch."""
-    from rvm.engines.compiled import split_point
     for f, args in ((_branchy, (0.0, x, y)), (_looped, (0.0, x, n)), (_calls, (0.0, x, y))):
-        p, name, _ = f.specialize(args)
-        assert split_point(p, p.functions[name]) is not None, f.name
+        assert _split_point(f, *args) is not None, f.name
         want = rvm.value_and_grad(f, loss="out", engine="interp")(*args)
         for engine in ("python", "native"):
             assert same(rvm.value_and_grad(f, loss="out", engine=engine)(*args), want)
