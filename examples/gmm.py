@@ -41,7 +41,7 @@ import rvm
 from rvm import Array, ancilla, compute, nograd, zeros
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "adbench"
-SHORT = 8       # monomials in a row (D = 2: 6) up to which the short-row variants are faster
+SHORT = 8       # monomials in a row (D = 2: 6) up to which the short-row variant is faster
 
 
 @rvm.reversible
