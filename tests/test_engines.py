@@ -721,6 +721,54 @@ def test_checks_on_addresses_a_pass_makes_and_unmakes_are_made_once():
     assert engines_agree(p, "row", (4, 2 ** 62 + 2, 0, 1.5, 0.0))[0][4] == 1.5
 
 
+COLUMN = """
+.func column(r0, r1, r3, f0, f1) ; f1 += cells r3, r3 + r1, ... (r0 of them) of 12 (f0 in 9)
+        ALLOC  r4, 12
+        EXCH   f0, [r4 + 9]
+top:    CF.NE  r7, 0, back
+        ADD.mul r8, r7, r1      ; element [r7, r3] of rows r1 long: the counter times a
+        ADD    r8, r3           ; register the loop leaves alone
+        ADDM   f1, [r4 + r8]
+        SUB    r8, r3
+        SUB.mul r8, r7, r1
+        INC    r7
+exit:   BR.EQ  r7, r0, done
+back:   JMP    top
+done:   CF     exit
+        SUB    r7, r0
+        EXCH   f0, [r4 + 9]
+        FREE   r4, 12
+.end
+"""
+
+
+def test_checks_on_a_column_walk_are_made_once():
+    """An address that moves by a register the loop leaves alone on each pass (down a
+    column: the counter times the row length) is still affine in the pass, so a counted
+    loop checks it on entry for the first and last passes; one that leaves the heap on
+    some pass, or whose values pass the int64 range, goes down the general loop and
+    stops where the interpreter stops."""
+    p = rvm.assemble(COLUMN, "column.rasm")
+    from rvm.engines.compiled import compiled
+    source = compiled(p).source
+    loop = source[source.index("for _ in _repeat("):]
+    loop = loop[:loop.index("else:")]
+    assert "outside the heap" not in loop
+    assert engines_agree(p, "column", (4, 3, 0, 1.5, 0.0), loss="f1")[0] == \
+        (4, 3, 0, 1.5, 1.5)
+    assert engines_agree(p, "column", (4, -3, 9, 1.5, 0.0), loss="f1")[0] == \
+        (4, -3, 9, 1.5, 1.5)                # up the column: the slope may be negative
+    assert engines_agree(p, "column", (3, 4, 1, 1.5, 0.0), loss="f1")[0] == \
+        (3, 4, 1, 1.5, 1.5)
+    for args in [(5, 3, 0, 1.5, 0.0),       # the fifth element past the heap
+                 (4, 3, -1, 1.5, 0.0),      # the first before it
+                 (5, -3, 9, 1.5, 0.0),      # the fifth, going up
+                 (4, 2 ** 62, 0, 1.5, 0.0),  # the products wrap around int64
+                 (4, 2 ** 63 - 1, 3, 1.5, 0.0)]:
+        assert engines_agree(p, "column", args, loss="f1")[0][0] == "InvertibilityError", \
+            args
+
+
 def test_a_counted_loop_that_stores_a_float_that_is_not_finite_still_fails():
     """Native code tests the floats a counted loop stores in the heap once, after the
     loop (no branch in it), where no float becomes an int in the loop; the run fails all

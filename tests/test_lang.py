@@ -401,3 +401,33 @@ def test_array_elements_read_in_place_and_twice(engine):
     perm, b = np.array([0, 0, 2]), np.array([5.0, 7.0, 9.0])
     assert index_by_itself(0.0, perm, b, engine=engine)[0] == sum(b[perm[perm[k]]]
                                                                  for k in range(3))
+
+
+
+@rvm.reversible
+def element_twice(s: float, t: float, A: Array[float, 2], i: int, j: int):
+    s += A[i + 1, j] * A[i, j]
+    t += A[i + 1, j] * A[i, j]
+    A[i, j] += s
+
+
+def test_element_addresses_reuse_their_registers():
+    """The registers an element's address is made in (a computed index, the offset) are
+    free again once the address is unmade: the next statement makes its addresses in the
+    same ones, in the same order, so the same expression is the same code (native code
+    then sees one address for an element a loop's statements share, and keeps it in a
+    register or vectorises the loop)."""
+    fn = element_twice.compile().functions["element_twice"]
+    lines = sorted({ins.line for ins in fn.code if ins.line})
+    first, second = ([ins for ins in fn.code if ins.line == n] for n in lines[:2])
+    s, t = fn.params[:2]
+    assert [ins.op for ins in first] == [ins.op for ins in second]
+    assert [tuple(t if a == s else a for a in ins.args) for ins in first] == \
+        [ins.args for ins in second]
+    A = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    out = element_twice(0.5, 0.25, A, 1, 1)
+    assert out[:2] == (0.5 + 24.0, 0.25 + 24.0) and out[2][1, 1] == 4.0 + out[0]
+    back = (~element_twice)(*out[:3], 1, 1)
+    assert back[:2] == (0.5, 0.25) and np.array_equal(back[2], A)
+    g, = rvm.grad(element_twice, loss="t", argnums=(2,))(0.5, 0.25, A, 1, 1)
+    assert np.array_equal(g, [[0.0, 0.0], [0.0, 6.0], [0.0, 4.0]])

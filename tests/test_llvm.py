@@ -249,6 +249,22 @@ def test_counted_loops_are_lowered_with_an_exact_entry_test():
     assert "llvm.smul.with.overflow.i64" in text and "llvm.sadd.with.overflow.i64" in text
 
 
+def test_shadow_arithmetic_may_drop_the_sign_of_zero():
+    """A gradient pass's shadow arithmetic is lowered with LLVM's nsz flag (a shadow that
+    is zero may come out as -0.0 or 0.0), so that a shadow made zero and then added to
+    is just the addition; the values' own arithmetic keeps IEEE semantics exactly."""
+    p = rvm.assemble(".func sq(f0, f1)\n    ADD.mul f1, f0, f0\n.end\n")
+    source = compiled(p, True, native=True).native_bodies
+    text = llvm.ir_module(source, 1e-9, {}, {})
+    forward = text[text.index('@"F0_fw_"('):]
+    forward = forward[:forward.index("\n}")]
+    back = text[text.index('@"F0_gbw_"('):]
+    back = back[:back.index("\n}")]
+    assert "nsz" not in forward and "fmul double" in forward
+    assert "fmul nsz double" in back and "fadd nsz double" in back
+    assert rvm.grad(p["sq"], loss="f1", engine="native")(3.0, 0.0)[0] == 6.0
+
+
 ADDRESSES = [(0, 3), (3, 0), (2, -1), (-1, 1), (4, 0), (0, -1), (-1, -1),
              (-2 ** 63, -2 ** 63), (2 ** 63 - 1, 1), (2 ** 62, 2 ** 62), (1, 2 ** 63 - 1)]
 

@@ -4,7 +4,7 @@ A counted loop (rvm.engines.compiled.counted) runs its block T times, passes P =
 The frontend computes each element's address in a register around the access (`r32 +=
 r29 * r22; r32 += r31; ... ; r32 -= r31; r32 -= r29 * r22`), so the address of `x[k, j]`
 is not a register the loop leaves alone, yet it is `base + k * n + j` on every pass, with
-j the counter. This module works that out: stepping through one pass symbolically, every
+j the counter (or `base + j * n + k`: a slope n the loop leaves alone). This module works that out: stepping through one pass symbolically, every
 integer register is c + sum(coefficient * value on entry) + p * P where it can be, with
 products of registers the loop does not change as single terms. A register the pass puts
 back (the address temporaries) has its entry value on every pass; one the pass moves by a
@@ -24,53 +24,70 @@ from ..core.program import Imm, Reg
 
 
 class Affine:
-    """c + sum(k * term) + p * P, P the pass number; terms are texts of entry values."""
+    """c + sum(k * term) + (p + sum(k * term)) * P, P the pass number; terms are texts of
+    entry values, the second sum's (`slope`) of values the loop does not change (a row
+    index times a row length the loop leaves alone: `x[j, i]` with j the counter)."""
 
-    __slots__ = ("c", "p", "terms")
+    __slots__ = ("c", "p", "terms", "slope")
 
-    def __init__(self, c: int = 0, terms: dict | None = None, p: int = 0):
+    def __init__(self, c: int = 0, terms: dict | None = None, p: int = 0,
+                 slope: dict | None = None):
         self.c, self.p = c, p
         self.terms = {t: k for t, k in (terms or {}).items() if k}
+        self.slope = {t: k for t, k in (slope or {}).items() if k}
 
     def __add__(self, other: Affine) -> Affine:
-        terms = dict(self.terms)
-        for t, k in other.terms.items():
-            terms[t] = terms.get(t, 0) + k
-        return Affine(self.c + other.c, terms, self.p + other.p)
+        return Affine(self.c + other.c, _sum(self.terms, other.terms), self.p + other.p,
+                      _sum(self.slope, other.slope))
 
     def scaled(self, k: int) -> Affine:
-        return Affine(self.c * k, {t: v * k for t, v in self.terms.items()}, self.p * k)
+        return Affine(self.c * k, {t: v * k for t, v in self.terms.items()}, self.p * k,
+                      {t: v * k for t, v in self.slope.items()})
 
     def __sub__(self, other: Affine) -> Affine:
         return self + other.scaled(-1)
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, Affine) and (self.c, self.terms, self.p) == \
-            (other.c, other.terms, other.p)
+        return isinstance(other, Affine) and (self.c, self.terms, self.p, self.slope) == \
+            (other.c, other.terms, other.p, other.slope)
 
     @property
     def fixed(self) -> bool:
         """The same on every pass."""
-        return self.p == 0
+        return self.p == 0 and not self.slope
 
     def times(self, other: Affine) -> Affine | None:
-        """The product, if affine: a constant times anything, or two fixed values (their
-        product one term)."""
+        """The product, if affine: a constant times anything, two fixed values (their
+        product one term), or a fixed value times one whose slope is a constant."""
         for a, b in ((self, other), (other, self)):
             if a.fixed and not a.terms:
                 return b.scaled(a.c)
         if self.fixed and other.fixed:
             return Affine(terms={f"({self.text()}) * ({other.text()})": 1})
+        for a, b in ((self, other), (other, self)):
+            if a.fixed and not b.slope:
+                start = Affine(b.c, b.terms)
+                return Affine(terms={f"({a.text()}) * ({start.text()})": 1}
+                              if start.terms or start.c else None,
+                              p=a.c * b.p, slope={t: k * b.p for t, k in a.terms.items()})
         return None
 
     def text(self, pass_: str = "0") -> str:
         """The value on pass `pass_` (a Python expression over the entry values)."""
         parts = [f"{k} * {t}" if k != 1 else t for t, k in sorted(self.terms.items())]
-        if self.p:
-            parts.append(f"{self.p} * ({pass_})")
+        if not self.fixed:
+            slope = Affine(self.p, self.slope)
+            parts.append(f"{slope.text() if self.slope else self.p} * ({pass_})")
         if self.c or not parts:
             parts.append(str(self.c))
         return "(" + " + ".join(parts) + ")"
+
+
+def _sum(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for t, k in b.items():
+        out[t] = out.get(t, 0) + k
+    return out
 
 
 def _operand(state: dict, x) -> Affine | None:
@@ -134,7 +151,7 @@ def passes(body: list, counter: Reg, step: int) -> dict | None:
             if begin is None:
                 continue
             delta = end - begin if end is not None else None
-            if delta is None or delta.terms or delta.p:
+            if delta is None or not delta.fixed or delta.terms:
                 new = None
             else:           # moves by a constant each pass: an induction
                 new = Affine(begin.c, begin.terms, delta.c)

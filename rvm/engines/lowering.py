@@ -616,6 +616,8 @@ class Lowering:
             raise Unsupported(f"{a.type} {type(op).__name__}")
         if name == "fdiv" and self.adjoint:     # Python stops on a division by zero
             self.guard(b.fcmp_ordered("==", c, t.f64(0.0)), self.fault_block)
+        if self.adjoint and name[0] == "f":     # (a shadow's zero may lose its sign)
+            return getattr(b, name)(a, c, flags=("nsz",))
         return getattr(b, name)(a, c)
 
     def floor_div_mod(self, a, c, mod: bool):

@@ -589,6 +589,7 @@ class FunctionCompiler(Complexes, Lowering):
                                  f"e.g. {var.name}[i] += ...")
             return action(var.reg)
         if isinstance(target, ast.Subscript):
+            mark = len(self.address_temps)
             addr_code, (var, mem) = self.capture(lambda: self.address(target))
             self.code += addr_code
             x = self.reg(var.dtype)
@@ -597,6 +598,7 @@ class FunctionCompiler(Complexes, Lowering):
             self.emit("EXCH", x, mem)
             self.release(x)
             self.code += invert(addr_code, self.fresh)
+            self.addresses_done(mark)
             return None
         raise self.error(target, "the target must be a variable or an array element")
 
@@ -615,13 +617,16 @@ class FunctionCompiler(Complexes, Lowering):
             if var.kind in ("int", "float") and array is not None and \
                     array.kind == "array" and not array.complex and array.dtype == var.cls:
                 # an element of the scalar's own type: one exchange
+                mark = len(self.address_temps)
                 addr_code, (_, mem) = self.capture(lambda: self.address(element))
                 self.code += addr_code
                 self.emit("EXCH", var.reg, mem)
                 self.code += invert(addr_code, self.fresh)
+                self.addresses_done(mark)
                 return None
             return self.into(element, lambda r: self.emit("SWAP", var.reg, r), node)
         # two elements: exchange through one temporary; same array needs distinct indices
+        mark = len(self.address_temps)
         code_a, (va, ma) = self.capture(lambda: self.address(a))
         code_b, (vb, mb) = self.capture(lambda: self.address(b))
         self.code += code_a + code_b
@@ -634,6 +639,7 @@ class FunctionCompiler(Complexes, Lowering):
         self.emit("EXCH", x, ma)
         self.release(x)
         self.code += invert(code_a + code_b, self.fresh)
+        self.addresses_done(mark)
 
     # ------------------------------------------------------------------ calls
     def callee_name(self, f) -> str:
@@ -673,6 +679,7 @@ class FunctionCompiler(Complexes, Lowering):
             raise self.error(e, "reversible calls take positional arguments only")
         seen: dict[str, Any] = {}
         regs, sig, after = [], [], []
+        mark = len(self.address_temps)
         for a in e.args:
             value = self.function_value(a)
             if value is not None:             # a function argument: part of the signature
@@ -729,6 +736,7 @@ class FunctionCompiler(Complexes, Lowering):
                 self.emit("EXCH", x, mem)
             self.code += invert(code, self.fresh)
             self.release(x)
+        self.addresses_done(mark)
 
     def function_value(self, e):
         """The function a name stands for (a function parameter or one in scope), or None."""

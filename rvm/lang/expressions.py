@@ -87,6 +87,9 @@ class Lowering:
         # of ancilla arrays made from len(A) / A.shape[k], and int ancillas holding one
         # that nothing changes (so loops over them and indices into them need no checks)
         self.dims: dict[Reg, Reg] = {}
+        # the temporaries of A[i, j] addresses (computed indices, the cell's offset) not
+        # yet taken back to zero (see addresses_done)
+        self.address_temps: list[Reg] = []
         self.symbols: list[Symbol] = []
         self.line = node.lineno
 
@@ -130,6 +133,16 @@ class Lowering:
     def release(self, *regs: Reg) -> None:
         for r in regs:
             self.free[r.cls].append(r.n)
+
+    def addresses_done(self, mark: int) -> None:
+        """Release the address temporaries made since `mark` (a length of
+        address_temps), once the code that made them has been undone: then each is zero
+        again, so the next statement's addresses reuse the same registers (in the same
+        order: the same element's address is the same computation each time, which the
+        native back end then sees as one address)."""
+        temps = self.address_temps[mark:]
+        del self.address_temps[mark:]
+        self.release(*reversed(temps))
 
     def capture(self, fn: Callable[[], Any]) -> tuple[Code, Any]:
         """Run fn, returning the code it emitted (removed from the stream) and its result."""
@@ -187,6 +200,8 @@ class Lowering:
             if isinstance(e, ast.Slice) or self.typeof(e) != "int":
                 raise self.error(e, "array indices must be integers (no slices)")
             op = self.operand(e, INT)
+            if isinstance(op, Reg) and self.is_temp(e):     # a computed index
+                self.address_temps.append(op)
             # (a loop over range(len(A)), or over a dimension equal to A's, needs none)
             bound = self.in_range.get(op)
             if bound is None or bound not in (dim, self.dims.get(dim)):
@@ -197,6 +212,7 @@ class Lowering:
             off = ops[0]
             return var, Mem(var.regs[0], off.value if isinstance(off, Imm) else off)
         t = self.reg(INT)
+        self.address_temps.append(t)
         self.emit("ADD.mul", t, ops[0], var.regs[2])
         self.emit("ADD", t, ops[1])
         return var, Mem(var.regs[0], t)
@@ -219,6 +235,7 @@ class Lowering:
         family, args = self.operation(e, target.cls)
         element, read = self.read_of(args[0]) if not family else (None, "M")
         if not family and self.element_of(element, target.cls):    # += A[i]: in place
+            mark = len(self.address_temps)
             code, (var, mem) = self.capture(lambda: self.address(element))
             self.code += code
             if target not in mem.regs:
@@ -230,6 +247,7 @@ class Lowering:
                 self.emit("SUB" + read, x, mem)
                 self.release(x)
             self.code += invert(code, self.fresh)
+            self.addresses_done(mark)
             return
         head = "ADD" if sign > 0 else "SUB"
         self.with_operands(args, lambda ops: self.emit(
@@ -292,13 +310,14 @@ class Lowering:
         """Operands for args (temporaries where needed), use them, uncompute the temps.
         An array element is read in place: ADDM into a zeroed register, SUBM after the use
         (the cell keeps its value, so an element may be read any number of times)."""
-        start = len(self.code)
+        start, mark = len(self.code), len(self.address_temps)
         ops = [self.operand(a, cls) for a in args]
         compute = self.code[start:]
         use(ops)
         self.code += invert(compute, self.fresh)
-        for op, a in zip(ops, args):
-            if isinstance(op, Reg) and self.is_temp(a):
+        self.addresses_done(mark)
+        for op, a in reversed(list(zip(ops, args))):     # (the next statement's operands
+            if isinstance(op, Reg) and self.is_temp(a):     # get the same registers)
                 self.release(op)
 
     def is_temp(self, e) -> bool:
