@@ -4,11 +4,13 @@ A counted loop (rvm.engines.compiled.counted) runs its block T times, passes P =
 The frontend computes each element's address in a register around the access (`r32 +=
 r29 * r22; r32 += r31; ... ; r32 -= r31; r32 -= r29 * r22`), so the address of `x[k, j]`
 is not a register the loop leaves alone, yet it is `base + k * n + j` on every pass, with
-j the counter (or `base + j * n + k`: a slope n the loop leaves alone). This module works that out: stepping through one pass symbolically, every
-integer register is c + sum(coefficient * value on entry) + p * P where it can be, with
-products of registers the loop does not change as single terms. A register the pass puts
-back (the address temporaries) has its entry value on every pass; one the pass moves by a
-constant (a second index, `e += 1`) is an induction; any other is unknown.
+j the counter (or `base + j * n + k`, its slope n a value the loop leaves alone). This
+module works that out: stepping through one pass symbolically, every integer register is
+c + sum(coefficient * value on entry) + (p + sum(coefficient * value on entry)) * P where
+it can be, with products of registers the loop does not change as single terms. A
+register the pass puts back (the address temporaries) has its entry value on every pass;
+one the pass moves by a constant (a second index, `e += 1`) is an induction; any other is
+unknown.
 
 The values are exact integers, while registers wrap at 64 bits; ADD, SUB, their
 multiplication family, INC, DEC, NEG and SWAP commute with the wrap, so a register's
@@ -28,7 +30,7 @@ class Affine:
     entry values, the second sum's (`slope`) of values the loop does not change (a row
     index times a row length the loop leaves alone: `x[j, i]` with j the counter)."""
 
-    __slots__ = ("c", "p", "terms", "slope")
+    __slots__ = ("c", "p", "slope", "terms")
 
     def __init__(self, c: int = 0, terms: dict | None = None, p: int = 0,
                  slope: dict | None = None):
