@@ -206,9 +206,9 @@ def gmm_objective(out: float, alphas: Array[float], means: Array[float, 2],
                   icf: Array[float, 2], x: Array[float, 2], gamma: float, m: float,
                   const: float, lin: int, width: int, whole: int):
     """out += the GMM objective over the points x (lin: the number of quadratic monomials,
-    D (D + 1) / 2; width: a row of monomials; const: the terms that depend on no
-    parameter); with whole = 0 only the points' part (a slice of the points: see
-    over_points).
+    D (D + 1) / 2; width: the number of monomials, D (D + 3) / 2 + 1; const: the terms
+    that depend on no parameter); with whole = 0 only the points' part (a slice of the
+    points: see over_points).
 
     Everything the points' terms need is computed once, kept in ancilla arrays (the
     exponents and the log-sum-exp's parts at every point), added into out, then

@@ -209,3 +209,12 @@ def test_adbench_command_ba_json_and_errors(tmp_path):
     bad = subprocess.run([sys.executable, str(ROOT / "tools/adbench.py"), "gmm",
                           str(tmp_path / "missing.txt")], capture_output=True, text=True)
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("problem,name,says", [("gmm", "1k/gmm_d2_K5", "no GMM input"),
+                                               ("ba", "ba99", "no bundle-adjustment input")])
+def test_benchmark_names_an_input_it_cannot_find(problem, name, says):
+    bad = subprocess.run([sys.executable, str(ROOT / "tools/bench_adbench.py"), problem,
+                          "--files", name], capture_output=True, text=True)
+    assert bad.returncode == 1 and says in bad.stderr and name in bad.stderr
+    assert "Traceback" not in bad.stderr

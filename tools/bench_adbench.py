@@ -260,12 +260,20 @@ def main() -> None:
         files = args.files or [f"{s}/gmm_d{d}_K{k}.txt" for s, ds in (("1k", (2, 10, 20)),
                                                                     ("10k", (2, 10)))
                                for d in ds for k in (5, 10, 25, 50, 100, 200)]
+        missing = [f for f in files if not (DATA / "gmm" / f).is_file()]
+        if missing:
+            sys.exit(f"bench_adbench.py: no GMM input {missing[0]!r} under {DATA / 'gmm'} "
+                     "(names like 1k/gmm_d2_K5.txt)")
         if args.memory:
             memory("gmm", files, PEAK_TOOLS)
         else:
             bench_gmm(files, args.repeat)
     else:
         files = args.files or [f"ba{k}" for k in range(1, 6)]
+        missing = [f for f in files if not any((DATA / "ba").glob(f"{f}_*.txt"))]
+        if missing:
+            sys.exit(f"bench_adbench.py: no bundle-adjustment input {missing[0]!r} under "
+                     f"{DATA / 'ba'} (names like ba1)")
         if args.memory:
             memory("ba", files, BA_PEAK_TOOLS)
         else:
