@@ -118,14 +118,17 @@ class Gen:
                 f"{rng.choice(self.ints + ['3', '0', '13'])}"
             # sometimes the cell's offset is made and unmade around the read, as the
             # frontend makes an element's (a data register, which may be anything,
-            # times a constant, plus the counter), and a second index steps by 2
+            # times a constant, plus the counter; or down a column, the counter times
+            # a data register), and a second index steps by 2
             idx, made, unmade, fixed = at, [], [], {c, y, at}
             others = [r for r in self.ints if r not in frozen and r not in fixed]
             if others and rng.random() < 0.5:
                 idx, d, m = self.local(), rng.choice(others), rng.choice("0124")
+                if rng.random() < 0.4:
+                    d, m = c, d
                 made = [f"        ADD.mul {idx}, {d}, {m}", f"        ADD {idx}, {at}"]
                 unmade = [f"        SUB {idx}, {at}", f"        SUB.mul {idx}, {d}, {m}"]
-                fixed.add(d)
+                fixed |= {d, m} - set("0124")
             if rng.random() < 0.5:
                 e = self.local()
                 second = [f"        ASSERT.{rng.choice(['LT', 'GE'])} {e}, "
