@@ -74,7 +74,7 @@ def exponents(E: Array[float, 2], W: Array[float, 2], P: Array[float, 2]):
         for k in range(E.shape[0]):
             with ancilla(s0=0.0, s1=0.0, s2=0.0, s3=0.0, s4=0.0, s5=0.0, s6=0.0, s7=0.0):
                 for j in range(W.shape[1]):
-                    s0 += W[k, j] * nograd(P[j, 8 * q + 0])
+                    s0 += W[k, j] * nograd(P[j, 8 * q])
                     s1 += W[k, j] * nograd(P[j, 8 * q + 1])
                     s2 += W[k, j] * nograd(P[j, 8 * q + 2])
                     s3 += W[k, j] * nograd(P[j, 8 * q + 3])
@@ -82,7 +82,7 @@ def exponents(E: Array[float, 2], W: Array[float, 2], P: Array[float, 2]):
                     s5 += W[k, j] * nograd(P[j, 8 * q + 5])
                     s6 += W[k, j] * nograd(P[j, 8 * q + 6])
                     s7 += W[k, j] * nograd(P[j, 8 * q + 7])
-                E[k, 8 * q + 0], s0 = s0, E[k, 8 * q + 0]
+                E[k, 8 * q], s0 = s0, E[k, 8 * q]
                 E[k, 8 * q + 1], s1 = s1, E[k, 8 * q + 1]
                 E[k, 8 * q + 2], s2 = s2, E[k, 8 * q + 2]
                 E[k, 8 * q + 3], s3 = s3, E[k, 8 * q + 3]
