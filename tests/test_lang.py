@@ -403,7 +403,6 @@ def test_array_elements_read_in_place_and_twice(engine):
                                                                  for k in range(3))
 
 
-
 @rvm.reversible
 def element_twice(s: float, t: float, A: Array[float, 2], i: int, j: int):
     s += A[i + 1, j] * A[i, j]

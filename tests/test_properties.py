@@ -43,8 +43,7 @@ def test_step_forward_then_back_restores_every_state(seed, args):
         return      # e.g. a float overflow: refused cleanly, nothing more to check
     # float steps are reversible up to rounding, which grows with the magnitudes the run
     # reached (MUL by 1.5 backwards divides, which rounds; cancellation then shows it)
-    scale = max([1.0] + [abs(v) for st_ in states for fr in st_[0] for v in fr[3]
-                         if type(v) is float and math.isfinite(v)])
+    scale = max(map(largest, states))
     for s in reversed(states[:-1]):
         assert m.back()
         assert states_close(m.snapshot(), s, 1e-9 * scale), program(seed)
@@ -85,14 +84,19 @@ def test_run_then_uncall_restores_inputs(seed, args):
                 program(seed)
 
 
+def largest(snapshot) -> float:
+    """The largest finite float magnitude in a machine snapshot's frames (at least 1)."""
+    return max([1.0] + [abs(v) for fr in snapshot[0] for v in fr[3]
+                        if type(v) is float and math.isfinite(v)])
+
+
 def peak(p, args) -> float:
     """The largest float magnitude (at least 1) in any frame of a run of main."""
     m = rvm.Machine(p)
     m.enter("main", *args)
     top = 1.0
     while True:
-        top = max([top] + [abs(v) for fr in m.snapshot()[0] for v in fr[3]
-                           if type(v) is float and math.isfinite(v)])
+        top = max(top, largest(m.snapshot()))
         if not m.step():
             return top
 

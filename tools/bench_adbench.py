@@ -172,10 +172,16 @@ def peak_gmm(tool: str, name: str) -> float:
                        lambda: _gmm_call(tool, gmm.load(DATA / "gmm" / name)))
 
 
+def ba_input(stem: str):
+    """The bundle-adjustment input file named `stem` (ba1: ba1_n49_m7776_p31843.txt), or
+    None."""
+    return next((DATA / "ba").glob(f"{stem}_*.txt"), None)
+
+
 def peak_ba(tool: str, stem: str) -> float:
     """As peak_gmm, for one bundle-adjustment Jacobian (warm-up: ba1)."""
     def call(stem):
-        data = ba.load(next((DATA / "ba").glob(f"{stem}_*.txt")))
+        data = ba.load(ba_input(stem))
         return jax_ba(data) if tool == "jax-J" else lambda: ba.jacobian(data, engine="native")
     return _peak_raise(call("ba1"), lambda: call(stem))
 
@@ -228,8 +234,7 @@ def bench_ba(files: list[str], repeat: int) -> None:
           "JAX jacfwd+vmap J | rvm / JAX |")
     print("|---|---|---|---|---|---|---|---|")
     for stem in files:
-        path = next((DATA / "ba").glob(f"{stem}_*.txt"))
-        data = ba.load(path)
+        data = ba.load(ba_input(stem))
         t = time.perf_counter()
         ba.jacobian(data, engine="native")
         first = time.perf_counter() - t
@@ -270,7 +275,7 @@ def main() -> None:
             bench_gmm(files, args.repeat)
     else:
         files = args.files or [f"ba{k}" for k in range(1, 6)]
-        missing = [f for f in files if not any((DATA / "ba").glob(f"{f}_*.txt"))]
+        missing = [f for f in files if ba_input(f) is None]
         if missing:
             sys.exit(f"bench_adbench.py: no bundle-adjustment input {missing[0]!r} under "
                      f"{DATA / 'ba'} (names like ba1)")
