@@ -379,3 +379,80 @@ def perm_to_code(x: Array[int]):
     def ops(p):
         return [(i.op, i.args) for i in p.functions["perm_to_code"].code]
     assert ops(prog) == ops(py)
+
+
+# jana's alias rule: an update or a swap may not read what it changes (its index, or the
+# update's expression); where the text shows it, refused when compiling, as jana does
+# whenever the statement runs ("Identifiers `v' and `v' are aliases")
+ALIASES = {
+    "swap index": ("int v[3] = {1, 2, 0}\n    v[0] <=> v[v[0]]\n    v[0] <=> v[v[0]]\n",
+                   "3:16: error: identifiers v and v are aliases: the index of v[v[0]] "
+                   "reads v, which the swap changes"),
+    "update index": ("int x[3] = {1, 2, 0}\n    x[x[0]] ^= 1\n",
+                     "3:7: error: identifiers x and x are aliases: the index of x[x[0]] "
+                     "reads x, which the update changes"),
+    "update reads itself": ("int x = 3\n    x += x\n",
+                            "3:10: error: identifiers x and x are aliases: the expression "
+                            "of the update reads x"),
+    "swap with itself": ("int x = 3\n    x <=> x\n",
+                         "3:11: error: identifiers x and x are aliases: x is swapped with "
+                         "itself"),
+    "element with itself": ("int v[3]\n    v[1] <=> v[1]\n",
+                            "3:14: error: identifiers v and v are aliases: v[1] is swapped "
+                            "with itself"),
+    "index reads the other side": ("int v[3]\n    int k\n    v[k] <=> k\n",
+                                   "4:7: error: identifiers k and k are aliases: the index "
+                                   "of v[k] reads k, which the swap changes"),
+    "same element read": ("int x[3]\n    int y[3]\n    int i\n    x[i] += y[x[i]]\n",
+                          "5:15: error: identifiers x and x are aliases: x[i] is the "
+                          "element the update changes"),
+    "read through an index": ("int x[3]\n    x[0] += x[x[1]]\n",
+                              "3:15: error: identifiers x and x are aliases: the index of "
+                              "x[x[1]] in the expression reads x"),
+}
+
+
+@pytest.mark.parametrize("case", list(ALIASES))
+def test_aliases_are_refused_when_compiling(tmp_path, case):
+    body, message = ALIASES[case]
+    path = tmp_path / "prog.ja"
+    path.write_text(f"procedure main()\n    {body}")
+    out = cli("run", "prog.ja", cwd=tmp_path)
+    assert out.returncode == 1 and out.stdout == ""
+    assert f"prog.ja:{message}" in out.stderr and "^" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and "register" not in out.stderr
+    with pytest.raises(rvm.CompileError, match="identifiers . and . are aliases"):
+        rvm.load(path)
+
+
+SWAPS = """
+procedure f(int v[], int i, int j)
+    v[i] <=> v[j]
+    v[i] += v[j] + v[2]
+
+procedure main()
+    int v[3] = {1, 2, 0}
+    int i = 1
+    int j = 1
+    call f(v, i, j)
+"""
+
+
+def test_elements_that_are_equal_only_while_running_are_refused_then(tmp_path):
+    """v[i] <=> v[j] and v[i] += v[j] are aliases when i = j: checked when the statement
+    runs (in either direction), reported in Janus terms as jana does."""
+    prog, path = janus(tmp_path, SWAPS)
+    out = cli("run", path)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "prog.ja:3: identifiers v and v are aliases: v[i] and v[j] are the same element " \
+        "(i = 1, j = 1)" in out.stderr, out.stderr
+    with pytest.raises(rvm.InvertibilityError, match=r"prog.ja:4: identifiers v and v are "
+                       r"aliases: v\[i\] and one of v\[j\], v\[2\] are the same element "
+                       r"\(i = 2, j = 0\)"):
+        prog.call("f", np.array([1, 2, 0]), 2, 0)
+    with pytest.raises(rvm.InvertibilityError, match="v and v are aliases"):
+        prog.uncall("f", np.array([1, 2, 0]), 1, 1)
+    # distinct elements are fine, and uncalling undoes the call
+    v, i, j = prog.call("f", np.array([1, 2, 0]), 0, 1)
+    assert v.tolist() == [2 + 1 + 0, 1, 0]
+    assert prog.uncall("f", v, i, j)[0].tolist() == [1, 2, 0]

@@ -430,3 +430,48 @@ def test_element_addresses_reuse_their_registers():
     assert back[:2] == (0.5, 0.25) and np.array_equal(back[2], A)
     g, = rvm.grad(element_twice, loss="t", argnums=(2,))(0.5, 0.25, A, 1, 1)
     assert np.array_equal(g, [[0.0, 0.0], [0.0, 6.0], [0.0, 4.0]])
+
+
+ALIASES = {   # body, column, message: an update or swap may not read what it changes
+    "x[x[0]] ^= 1": (7, "the index of x[x[0]] reads x, which the update changes"),
+    "neg(x[x[0]])": (11, "the index of x[x[0]] reads x, which the neg changes"),
+    "x[0], x[x[0]] = x[x[0]], x[0]": (13, "the index of x[x[0]] reads x, which the swap "
+                                          "changes"),
+    "x[k], k = k, x[k]": (7, "the index of x[k] reads k, which the swap changes"),
+    "k, k = k, k": (8, "k is swapped with itself"),
+    "x[1], x[1] = x[1], x[1]": (11, "x[1] is swapped with itself"),
+    "x[k] += x[k]": (13, "x[k] is the element the update changes"),
+    "x[0] += y[x[0]]": (15, "x[0] is the element the update changes"),
+}
+
+
+@pytest.mark.parametrize("body", list(ALIASES))
+def test_updates_and_swaps_may_not_read_what_they_change(body, tmp_path):
+    """Refused when compiling, at the user's variable (the index would be read again to
+    put the element back or to undo the statement, after the statement changed it)."""
+    col, message = ALIASES[body]
+    path = tmp_path / "alias.py"
+    path.write_text("import rvm\nfrom rvm import Array, neg\n\n@rvm.reversible\n"
+                    f"def f(x: Array[int], y: Array[int], k: int):\n    {body}\n")
+    with pytest.raises(rvm.CompileError) as err:
+        rvm.load(path)
+    assert str(err.value).startswith(f"{path}:6:{col}: error: {message}"), str(err.value)
+
+
+@rvm.reversible
+def other_elements(x: Array[int], y: Array[int], k: int):
+    x[0], x[1] = x[1], x[0]
+    x[0] += y[x[1]]                 # x[1] is not the element changed
+    x[len(x) - 1] += len(x)         # the size of x is fixed
+    x[k] += x[2 - k]                # checked while running: k != 2 - k
+    y[x[1]], y[0] = y[0], y[x[1]]     # indices read x, the swap changes y
+
+
+def test_reads_of_other_elements_and_other_arrays_still_compile():
+    x, y = np.array([1, 2, 0]), np.array([5, 6, 7])
+    out = other_elements(x, y, 0)
+    assert out[0].tolist() == [2 + 6 + 3, 1, 3] and out[1].tolist() == [6, 5, 7]
+    back = (~other_elements)(*out)
+    assert back[0].tolist() == [1, 2, 0] and back[1].tolist() == [5, 6, 7]
+    with pytest.raises(rvm.InvertibilityError):
+        other_elements(x, y, 1)     # x[1] += x[1]

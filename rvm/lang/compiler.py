@@ -157,6 +157,7 @@ class FunctionCompiler(Complexes, Lowering):
     def stmt_AugAssign(self, s) -> None:
         op = type(s.op)
         target = s.target
+        self.no_index_alias([target], "update")
         if op in (ast.Add, ast.Sub, ast.BitXor):
             self.no_self_reference(target, s.value, s)
         if op in (ast.Add, ast.Sub):
@@ -603,6 +604,11 @@ class FunctionCompiler(Complexes, Lowering):
         raise self.error(target, "the target must be a variable or an array element")
 
     def swap(self, node, a, b) -> None:
+        if not getattr(node, "index_reads_checked", False):     # (a Janus stack's push)
+            self.no_index_alias([a, b], "swap")
+        if ast.dump(a) == ast.dump(b):
+            raise self.error(b, f"{ast.unparse(a)} is swapped with itself",
+                             "a swap exchanges two different variables or elements")
         kinds = [isinstance(x, ast.Subscript) for x in (a, b)]
         if not any(kinds):
             va, vb = self.variable(a), self.variable(b)
@@ -653,6 +659,7 @@ class FunctionCompiler(Complexes, Lowering):
         want = 1 if name == "neg" else 3
         if len(e.args) != want:
             raise self.error(e, f"{name} takes {want} argument(s)")
+        self.no_index_alias(e.args[:min(want, 2)], name)
         if name == "neg":
             return self.into(e.args[0], lambda r: self.emit("NEG", r), e)
         x, y, angle = e.args

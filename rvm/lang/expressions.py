@@ -21,6 +21,9 @@ BINOPS = {ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "div", ast.Mod: "mod", 
 FUNCS = {"exp", "log", "sin", "cos", "tanh", "sqrt", "abs", "atan2", "fmod"}
 BITOPS = {ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<",
           ast.RShift: ">>"}
+# an update or swap may not read what it changes, in its index or its expression
+ALIAS_HINT = ("undoing the statement needs its index and expression unchanged; read them "
+              "from other variables, or go through a temporary")
 COMPARE = {ast.Eq: "EQ", ast.NotEq: "NE", ast.Lt: "LT", ast.LtE: "LE", ast.Gt: "GT",
            ast.GtE: "GE"}
 
@@ -681,6 +684,9 @@ class Lowering:
             for r in reads:
                 if isinstance(r.slice, ast.Tuple):
                     break
+                if ast.dump(r.slice) == ast.dump(target.slice):   # always the same element
+                    raise self.error(r, f"{ast.unparse(r)} is the element the update "
+                                     "changes: it occurs on both sides", ALIAS_HINT)
                 self.with_operands([target.slice, r.slice],
                                    lambda ops: self.emit("ASSERT.NE", *ops), INT)
             else:
@@ -688,6 +694,31 @@ class Lowering:
         raise self.error(node, f"{name} occurs on both sides", "the target of an "
                          "accumulation may not be read by it: use a temporary "
                          "(with ancilla(t=0.0): t += ...; y += ... t ...; t -= ...)")
+
+    def index_reads(self, e):
+        """The Name nodes whose values the index expression e reads (not len(A) or
+        A.shape, which read only a fixed size)."""
+        if isinstance(e, ast.Call) and self.callee_name(e.func) == "len":
+            return
+        if isinstance(e, ast.Attribute) and e.attr == "shape":
+            return
+        if isinstance(e, ast.Name):
+            yield e
+        for c in ast.iter_child_nodes(e):
+            yield from self.index_reads(c)
+
+    def no_index_alias(self, targets: list, what: str) -> None:
+        """The index of a target may not read a variable the statement changes: an
+        element is addressed once to change it and again to put it back (or to undo the
+        statement), and the two addresses must agree. So `x[x[0]] ^= 1`, `a[i], i = i,
+        a[i]` and `v[0], v[v[0]] = v[v[0]], v[0]` are refused."""
+        changed = set().union(*(self.base_names(t) for t in targets))
+        for t in targets:
+            if isinstance(t, ast.Subscript):
+                for n in self.index_reads(t.slice):
+                    if n.id in changed:
+                        raise self.error(n, f"the index of {ast.unparse(t)} reads {n.id}, "
+                                         f"which the {what} changes", ALIAS_HINT)
 
     def outside_subscripts(self, e, name: str):
         """Nodes of e that are not inside a subscript of `name` (or len/shape of it)."""

@@ -348,6 +348,7 @@ class Parser:
                 if isinstance(side, ast.Name) and self.lookup(tok).type != "int":
                     raise self.error(f"swapping {self.lookup(tok).type}s is not supported",
                                      tok, "swap their elements")
+            self.aliases(op, [target, other])
             swap = ast.Assign([_at(ast.Tuple([target, other], ast.Store()), t)],
                               _at(ast.Tuple([other, target], ast.Load()), t))
             return [_stmt(swap, op)]
@@ -356,7 +357,64 @@ class Parser:
                              "Janus updates a variable with +=, -= or ^=, or swaps with <=>")
         self.take()
         value = self.expression()
+        self.aliases(op, [target], value)
         return [_stmt(ast.AugAssign(target, _MODOPS[op.text](), value), op)]
+
+    def aliases(self, op: Token, targets: list, value=None) -> None:
+        """jana's alias rule: an update (value given) or a swap may not read what it
+        changes, neither in an index nor in the update's expression; undoing it needs
+        both unchanged. Refused here when it shows in the text; where it depends on the
+        values (`a[i] <=> a[j]`, `a[i] += a[j]`: are i and j equal?) the compiled check
+        fails at run time and `explain` words it as jana does."""
+        what = "update" if value is not None else "swap"
+        changed = {_base(t) for t in targets}
+        for t in targets:
+            for n in _reads(t.slice) if isinstance(t, ast.Subscript) else ():
+                if n.id in changed:
+                    raise self.alias(n, n.id, f"the index of {_janus(t)} reads {n.id}, "
+                                     f"which the {what} changes")
+        if value is None:
+            a, b = targets
+            if ast.dump(a) == ast.dump(b):
+                raise self.alias(b, _base(a), f"{_janus(a)} is swapped with itself")
+            if isinstance(a, ast.Subscript) and isinstance(b, ast.Subscript) and \
+                    _base(a) == _base(b):
+                self.note(op, "alias", _base(a), _janus(a), [_janus(b)])
+            return
+        t, name = targets[0], _base(targets[0])
+        reads = []
+        for n in _reads(value):
+            if n.id != name:
+                continue
+            if isinstance(t, ast.Name):
+                raise self.alias(n, name, f"the expression of the update reads {name}, "
+                                 "which the update changes")
+            read = getattr(n, "parent", n)
+            if not isinstance(read, ast.Subscript) or read.value is not n:
+                raise self.alias(n, name, f"the index {_janus(read)} in the expression "
+                                 f"reads {name}, whose element the update changes")
+            inner = next((m for m in _reads(read.slice) if m.id == name), None)
+            if inner is not None:
+                raise self.alias(inner, name, f"the index of {_janus(read)} in the "
+                                 f"expression reads {name}, whose element the update "
+                                 "changes")
+            if ast.dump(read.slice) == ast.dump(t.slice):
+                raise self.alias(n, name, f"{_janus(read)} is the element the update "
+                                 "changes")
+            if isinstance(t.slice, ast.Tuple):
+                raise self.alias(n, name, f"{_janus(read)} may be the element the update "
+                                 "changes (for a two-dimensional array rvm cannot check "
+                                 "this while running)")
+            reads.append(_janus(read))
+        if reads:
+            self.note(op, "alias", name, _janus(t), reads)
+
+    def alias(self, node, name: str, why: str) -> CompileError:
+        tok = Token("name", name, node.lineno, node.col_offset)
+        return self.error(f"identifiers {name} and {name} are aliases: {why}", tok,
+                          "an update or a swap may not read what it changes: undoing it "
+                          "needs its indices and expression unchanged (jana refuses this "
+                          "too)")
 
     def lvalue(self):
         name = self.identifier()
@@ -707,6 +765,12 @@ def explain(fn, ins, line: int, path: str, R: list, message: str) -> str | None:
     arrived = "arrived by its jump" in message
     label = ins.args[-1].name if ins.args and hasattr(ins.args[-1], "name") else ""
     for what in parser.notes.get(line, []):
+        if what[0] == "alias" and ins.op == "ASSERT.NE":     # two indices found equal
+            _, name, target, reads = what
+            other = reads[0] if len(reads) == 1 else "one of " + ", ".join(reads)
+            return (f"identifiers {name} and {name} are aliases: {target} and {other} are "
+                    f"the same element{shown(' '.join([target, *reads]))}")
+    for what in parser.notes.get(line, []):
         kind = what[0]
         if kind == "error" and ins.op.startswith("ASSERT"):
             return f"error: {what[1]}"
@@ -737,6 +801,50 @@ def explain(fn, ins, line: int, path: str, R: list, message: str) -> str | None:
             return (f"running backwards, the until condition `{what[2]}` (line {what[3]}) "
                     f"does not match{shown(what[2])}")
     return None
+
+
+def _base(node) -> str:
+    """The variable an lvalue or an element read names."""
+    return node.id if isinstance(node, ast.Name) else node.value.id
+
+
+def _reads(e):
+    """The Name nodes of expression e whose values it reads (size(a) reads only a's fixed
+    length), each given its parent node as `.parent`."""
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "len":
+        return
+    if isinstance(e, ast.Name):
+        yield e
+    for c in ast.iter_child_nodes(e):
+        c.parent = e
+        yield from _reads(c)
+
+
+_TEXT = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "/", ast.Mod: "%",
+         ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.And: "&&", ast.Or: "||",
+         ast.Not: "!", ast.USub: "-", **{v: k for k, v in _COMPARE.items()}}
+
+
+def _janus(e) -> str:
+    """An expression of the parser's trees as Janus text (for messages)."""
+    if isinstance(e, ast.Name):
+        return e.id
+    if isinstance(e, ast.Constant):
+        return str(e.value)
+    if isinstance(e, ast.Subscript):
+        idx = e.slice.elts if isinstance(e.slice, ast.Tuple) else [e.slice]
+        return _janus(e.value) + "".join(f"[{_janus(i)}]" for i in idx)
+    if isinstance(e, ast.BinOp):
+        return f"{_janus(e.left)} {_TEXT[type(e.op)]} {_janus(e.right)}"
+    if isinstance(e, ast.Compare):
+        return f"{_janus(e.left)} {_TEXT[type(e.ops[0])]} {_janus(e.comparators[0])}"
+    if isinstance(e, ast.BoolOp):
+        return f" {_TEXT[type(e.op)]} ".join(_janus(v) for v in e.values)
+    if isinstance(e, ast.UnaryOp):
+        return _TEXT[type(e.op)] + _janus(e.operand)
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "len":
+        return f"size({_janus(e.args[0])})"
+    return ast.unparse(e)
 
 
 def left_pos(node) -> tuple[int, int]:
@@ -787,6 +895,9 @@ def _stack_moves(t: Token, x: Token, s: Token, push: bool) -> list:
     not_empty = check(size(), ast.Gt(), num(0))
     exchange = _stmt(ast.Assign([_at(ast.Tuple([name(x), cell()], ast.Store()), t)],
                                 _at(ast.Tuple([cell(), name(x)], ast.Load()), t)), t)
+    # the cell's index reads s[0], never the cell itself (the index is at least 1): exempt
+    # from the rule that a swap's index may not read the array it changes
+    exchange.index_reads_checked = True
     grow = _stmt(ast.AugAssign(_at(ast.Subscript(name(s), num(0), ast.Store()), t),
                                ast.Add() if push else ast.Sub(), num(1)), t)
     if push:
