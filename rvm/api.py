@@ -119,7 +119,8 @@ def vmap(fn, in_axes=0, out_axes=0, backend: str | None = None):
     a gradient function (rvm.grad / value_and_grad / jacobian of one). `in_axes` is 0 (every
     argument batched along its first axis) or a sequence with 0 or None (None: the same
     value for every row). The machine and its compiled code are reused from row to row, so
-    per-call set-up is paid once. An empty batch gives an empty tuple.
+    per-call set-up is paid once. An empty batch gives an empty array per output
+    (shaped and typed as a batch of rows would give it).
 
     backend="dask": the batched arguments may be dask arrays (numpy arrays are split into
     chunks); each chunk is one batch on a dask worker (a compiled batch where the function
@@ -143,21 +144,9 @@ def vmap(fn, in_axes=0, out_axes=0, backend: str | None = None):
             else list(in_axes)
         if backend == "dask":
             return _dask_map(fn, args, axes)
-        if len(axes) != len(args):
-            raise UsageError(f"in_axes has {len(axes)} entries for {len(args)} arguments")
-        for k, (a, ax) in enumerate(zip(args, axes)):
-            if ax is not None and np.ndim(a) == 0:
-                raise UsageError(f"argument {k} is batched (in_axes 0) but is a scalar; "
-                                 "give it in_axes None or pass an array of rows")
-        sizes = {len(a) for a, ax in zip(args, axes) if ax is not None}
-        if not sizes:
-            raise UsageError("vmap needs at least one batched argument (in_axes 0)")
-        if len(sizes) != 1:
-            raise UsageError(f"batched arguments must have the same length, got "
-                             f"{sorted(sizes)}")
-        n = sizes.pop()
-        if n == 0:
-            return ()                 # an empty batch: nothing to call, an empty result
+        n = _batch_length(fn, args, axes)
+        if n == 0:                    # nothing to call: empty outputs, typed as rows' are
+            return _empty_batch(fn, args, axes, np.empty)
         batch, options = getattr(fn, "batch", None), {}
         if isinstance(fn, functools.partial) and not fn.args and \
                 isinstance(fn.func, (FunctionHandle, ReversibleFunction, Transformed)):
@@ -186,17 +175,15 @@ def _dask_map(fn, args: tuple, axes: list):
 
     import dask
     import dask.array as da
-    if len(axes) != len(args):
-        raise UsageError(f"in_axes has {len(axes)} entries for {len(args)} arguments")
+    n = _batch_length(fn, args, axes)
+    if n == 0:                      # nothing to compute: empty outputs, typed as rows' are
+        return _empty_batch(fn, args, axes, lambda shape, dtype: da.from_array(
+            np.empty(shape, dtype)))
     batched = [k for k, ax in enumerate(axes) if ax is not None]
-    if not batched:
-        raise UsageError("vmap needs at least one batched argument (in_axes 0)")
     arrays = {k: args[k] if isinstance(args[k], da.Array) else da.from_array(
         np.asarray(args[k]), chunks=max(1, len(args[k]) // 4)) for k in batched}
     chunks = arrays[batched[0]].chunks[0]
     arrays = {k: a.rechunk({0: chunks}) for k, a in arrays.items()}
-    if len({a.shape[0] for a in arrays.values()}) != 1:
-        raise UsageError("batched arguments must have the same length")
     # the shape of the results, from one row computed here
     row = [a if k not in arrays else np.asarray(arrays[k][0])
            for k, a in enumerate(args)]
@@ -217,6 +204,76 @@ def _dask_map(fn, args: tuple, axes: list):
         out.append(da.concatenate([da.from_delayed(pick(t), shape=(n, *v.shape),
                                                    dtype=v.dtype) for t, n in tasks]))
     return out[0] if single else tuple(out)
+
+
+def _batch_length(fn, args: tuple, axes: list) -> int:
+    """The number of rows, after checking that every batched argument is an array of rows
+    (not a scalar) and all have as many; a mistake names the argument."""
+    if len(axes) != len(args):
+        raise UsageError(f"in_axes has {len(axes)} entries for {len(args)} arguments")
+
+    def which(k: int) -> str:         # (names looked up only for a message)
+        names = _parameter_names(fn)
+        return f"argument {k}" + (f" ({names[k]})" if names and k < len(names) else "")
+    batched = [k for k, ax in enumerate(axes) if ax is not None]
+    if not batched:
+        raise UsageError("vmap needs at least one batched argument (in_axes 0)")
+    for k in batched:
+        if np.ndim(args[k]) == 0:
+            raise UsageError(f"{which(k)} is batched (in_axes 0) but is a scalar; give it "
+                             "in_axes None or pass an array of rows")
+    lengths = [(k, np.shape(args[k])[0] if hasattr(args[k], "shape") else len(args[k]))
+               for k in batched]
+    for k, n in lengths[1:]:
+        if n != lengths[0][1]:
+            raise UsageError(f"batched arguments must have the same length: {which(k)} has "
+                             f"{n} rows, {which(lengths[0][0])} has {lengths[0][1]}")
+    return lengths[0][1]
+
+
+def _parameter_names(fn) -> list[str] | None:
+    """The names of fn's parameters, where it has them (a program's function, a
+    reversible function, a gradient function of one, with machine options bound)."""
+    from .ad.gradient import parameter_names
+    while True:
+        if isinstance(fn, functools.partial) and not fn.args:
+            fn = fn.func
+        elif getattr(fn, "differentiated", None) is not None:
+            fn = fn.differentiated
+        else:
+            return parameter_names(fn)
+
+
+def _empty_batch(fn, args: tuple, axes: list, empty):
+    """An empty batch's outputs: each an empty array (`empty(shape, dtype)`) shaped and
+    typed as a batch of rows would give it, None where rows give None. The shapes come
+    from one call on a row of ones (of zeros if that fails) of the batched arguments'
+    dtype and row shape."""
+    error = None
+    for fill in (1, 0):
+        row = []
+        for a, ax in zip(args, axes):
+            if ax is not None:
+                dtype = a.dtype if hasattr(a, "dtype") else np.asarray(a).dtype
+                a = np.full(np.shape(a)[1:], fill, dtype)
+                a = a.item() if a.ndim == 0 else a
+            row.append(a.item() if isinstance(a, np.generic) else a)
+        try:
+            sample = fn(*row)
+        except Exception as e:        # reported below if the other fill fails too
+            error = error or e
+            continue
+
+        def like(v):
+            if isinstance(v, tuple):
+                return tuple(like(x) for x in v)
+            if v is None:
+                return None
+            v = np.asarray(v)
+            return empty((0, *v.shape), v.dtype)
+        return like(sample)
+    raise UsageError(f"an empty batch: the shapes of its outputs come from a call on a row "
+                     f"of ones (and of zeros), which failed: {error}") from None
 
 
 def _batch(fn, axes, *args):

@@ -25,7 +25,7 @@ from ..engines.arguments import (
     read_array,
     scalar,
 )
-from ..engines.machine import NATIVE_AFTER, Machine, PerThread, machine_for
+from ..engines.machine import NATIVE_AFTER, Machine, PerThread, Transient, machine_for
 from ..engines.native import compiling, on_threads
 
 Loss = int | str | tuple
@@ -180,7 +180,7 @@ class _Direct:
         self.local = PerThread(plans=dict, warm=set)    # per thread: a plan's buffers (a
         # private heap, the state array) serve one native call at a time, without the GIL
         self.values = values         # False: the caller wants gradients only
-        self.batches: dict = {}      # argument types -> the native batch loop, if any
+        self.batches = Transient()   # argument types -> the native batch loop, if any
 
     @property
     def plans(self) -> dict:
@@ -446,6 +446,7 @@ def _value_and_grad_function(fn, loss: Loss, argnums, wrt, has_aux: bool,
     if plain:                  # rvm.vmap runs a batch in one native call where it can
         run.batch = core.batch
     run.__name__ = f"value_and_grad_{getattr(fn, 'name', 'fn')}"
+    run.differentiated = fn         # (rvm.vmap names arguments by its parameters)
     return run
 
 
@@ -592,6 +593,7 @@ def grad(fn, loss: Loss = 0, argnums=None, wrt=None, has_aux: bool = False,
         run.batch = lambda columns: (lambda r: None if r is None else r[1])(vg.batch(columns))
 
     run.__name__ = f"grad_{getattr(fn, 'name', 'fn')}"
+    run.differentiated = fn         # (rvm.vmap names arguments by its parameters)
     return run
 
 
@@ -609,7 +611,7 @@ def jacobian(fn, outputs: Sequence[Loss], wrt: Sequence[Loss], has_aux: bool = F
     """
     check_options(machine_options)
     runner = _Pass(fn, machine_options)
-    plans: dict = {}
+    plans = Transient()         # argument types -> the native Jacobian loop
     # after a first call of a kind of arguments: one value-and-gradient per output, each
     # on the direct path (native code called straight) where it can be
     cores = [_value_and_grad(fn, o, machine_options, True) for o in outputs]
@@ -676,6 +678,7 @@ def jacobian(fn, outputs: Sequence[Loss], wrt: Sequence[Loss], has_aux: bool = F
         return (J, tuple(outs)) if has_aux else J
 
     run.batch = batch
+    run.differentiated = fn         # (rvm.vmap names arguments by its parameters)
     return run
 
 

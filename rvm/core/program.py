@@ -176,3 +176,13 @@ class Program:
     source: str = ""                               # file the program came from
     cache: dict = attrs.field(factory=dict, eq=False, repr=False)  # compiled code
     engine: str | None = attrs.field(default=None, eq=False)       # default engine
+
+    def __reduce__(self):
+        """Pickled (to a dask worker, say) without what this process made for it: the
+        cache's entries under tuple keys are derived on need (generated and native code,
+        derived programs, plans holding native function pointers, none of which pickle)
+        and are left out, to be found again from the on-disk code cache or compiled where
+        the program is unpickled; entries under string keys are its data and counters
+        (e.g. runs so far, so the default engine goes native there as it did here)."""
+        kept = {k: v for k, v in self.cache.items() if isinstance(k, str)}
+        return Program, (self.functions, self.source, kept, self.engine)

@@ -752,6 +752,14 @@ class PerThread(threading.local):
         return functools.partial(PerThread, **self._factories), ()
 
 
+class Transient(dict):
+    """A dict of what this process made (native function pointers, plans that call them):
+    pickled, it comes back empty, and is filled again on need where it is unpickled."""
+
+    def __reduce__(self):
+        return Transient, ()
+
+
 NATIVE_AFTER = 3      # runs of a program before engine=None compiles it natively
 
 

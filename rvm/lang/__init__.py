@@ -14,8 +14,10 @@ from __future__ import annotations
 import ast
 import builtins
 import contextlib
+import importlib
 import inspect
 import linecache
+import sys
 import textwrap
 import threading
 from typing import Any
@@ -292,6 +294,34 @@ class ReversibleFunction:
 
     def __repr__(self) -> str:
         return f"<reversible function {'~' if self.backward else ''}{self.name}>"
+
+    def __reduce__(self):
+        """Pickled by reference when it is a global of an importable module (as Python
+        pickles functions: unpickling imports the module), else by value: the Python
+        function (cloudpickle, which dask uses, sends it by value), its parse and its
+        programs, without their native code (see Program.__reduce__: that is found again
+        in the on-disk cache, or compiled, where it is unpickled)."""
+        f = self.pyfunc
+        if f is not None and f.__module__ != "__main__" and "<" not in f.__qualname__:
+            found = sys.modules.get(f.__module__)
+            for part in f.__qualname__.split("."):
+                found = getattr(found, part, None)
+            if isinstance(found, ReversibleFunction) and found.pyfunc is f:
+                return _by_name, (f.__module__, f.__qualname__, self.backward)
+        return _by_value, (f, self._node, self._source, self._env, self.backward,
+                           self._cache)
+
+
+def _by_name(module: str, qualname: str, backward: bool) -> ReversibleFunction:
+    found = importlib.import_module(module)
+    for part in qualname.split("."):
+        found = getattr(found, part)
+    return ~found if backward != found.backward else found
+
+
+def _by_value(pyfunc, node, source, env, backward, cache) -> ReversibleFunction:
+    return ReversibleFunction(pyfunc, node=node, source=source, env=env, backward=backward,
+                              cache=cache)
 
 
 def _show(sig: tuple) -> str:
