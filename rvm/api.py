@@ -224,10 +224,11 @@ def _batch_length(fn, args: tuple, axes: list) -> int:
                              "in_axes None or pass an array of rows")
     lengths = [(k, np.shape(args[k])[0] if hasattr(args[k], "shape") else len(args[k]))
                for k in batched]
-    for k, n in lengths[1:]:
-        if n != lengths[0][1]:
+    known = [(k, n) for k, n in lengths if n == n]   # (nan: a dask array's, until computed)
+    for k, n in known[1:]:
+        if n != known[0][1]:
             raise UsageError(f"batched arguments must have the same length: {which(k)} has "
-                             f"{n} rows, {which(lengths[0][0])} has {lengths[0][1]}")
+                             f"{n} rows, {which(known[0][0])} has {known[0][1]}")
     return lengths[0][1]
 
 
