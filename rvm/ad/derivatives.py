@@ -9,12 +9,14 @@ last axis and unpack the results, so users pass and get arrays of f's shapes.
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from ..core import isa
-from ..core.errors import UsageError, user_facing
+from ..core.errors import InvertibilityError, UsageError, user_facing
 from ..core.program import Program
 from ..engines.arguments import call_kind, first_row
 from ..engines.machine import PerThread, machine_for
@@ -171,10 +173,14 @@ class Transformed:
         program, name, _ = self.specialize(args)
         m = machine_for(program, **options)
         arrays = any(isinstance(a, np.ndarray) for a in args)
-        if not arrays:       # the machine's call: straight to native code once it has run
-            return (m.uncall if self.backward else m.call)(name, *args)
-        packed = self.pack(args)
-        return self.unpack(args, (m.uncall if self.backward else m.call)(name, *packed))
+        try:
+            if not arrays:   # the machine's call: straight to native code once it has run
+                return (m.uncall if self.backward else m.call)(name, *args)
+            packed = self.pack(args)
+            return self.unpack(args, (m.uncall if self.backward else m.call)(name, *packed))
+        except InvertibilityError as e:
+            raise derived_failure(e, f"rvm.{self.kind}" if not isinstance(
+                self.inner, Transformed) else repr(self).strip("<>")) from None
 
     def batch(self, columns: list, **options) -> tuple | None:
         """rvm.vmap's fast path: calls on rows of scalar arguments (one array per
@@ -258,7 +264,15 @@ def hvp(f, primals: Sequence, tangents: Sequence, loss=0, **options) -> tuple:
     """The Hessian of `loss` (a float scalar argument's final value) times `tangents`. One
     entry per argument, None for integers, arrays as arrays. O(1) extra memory: forward
     over reverse (the tangent of the adjoint program) for register code; for programs
-    with arrays, reverse over forward (gradient mode on the tangent program)."""
+    with arrays or that allocate heap arrays (`zeros(n)` ancillas) or use the stack,
+    reverse over forward (gradient mode on the tangent program)."""
+    try:
+        return _hvp(f, primals, tangents, loss, options)
+    except InvertibilityError as e:
+        raise derived_failure(e, "rvm.hvp") from None
+
+
+def _hvp(f, primals: Sequence, tangents: Sequence, loss, options: dict) -> tuple:
     primals, tangents = tuple(primals), tuple(tangents)
     _real_only(primals, "hvp")
     try:          # a plan for these argument types: the machine and entry of an earlier call
@@ -281,7 +295,7 @@ def hvp(f, primals: Sequence, tangents: Sequence, loss=0, **options) -> tuple:
     which, element = loss_index(f, primals, loss)
     if element is not None:
         raise UsageError("hvp: the loss must be a float scalar argument, not an element")
-    if any(isinstance(a, np.ndarray) for a in primals):
+    if any(isinstance(a, np.ndarray) for a in primals) or _allocates(f, primals):
         g = _hvp_gradient(f, primals, dots, floats, which, options)
         if key is not None:
             _HVP_PLANS.plans[key] = ("arrays", floats, g, f)
@@ -314,6 +328,16 @@ def _identity(f):
     except TypeError:
         return (id(getattr(f, "program", f)), getattr(f, "name", None),
                 getattr(f, "backward", False))
+
+
+def _allocates(f, primals) -> bool:
+    """Does f (or anything it calls) allocate, free, push or pop? Its adjoint program
+    would drop the shadows of freed cells, so its Hessian-vector products are taken
+    reverse over forward (rvm.grad of the tangent program), as for arrays."""
+    program, name, _ = target(f, tuple(primals))
+    return any(ins.spec.group == "memory" and ins.op != "EXCH" and ins.op not in isa.READS
+               for g in transforms.reachable(program, name)
+               for ins in program.functions[g].code)
 
 
 def _hvp_gradient(f, primals, dots, floats, which, options):
@@ -363,7 +387,10 @@ def hessian(f, loss=0, wrt: Sequence | None = None, **options) -> Callable[..., 
                     v[c].flat[e] = 1.0
                 else:
                     v[c] = 1.0
-                h = hvp(f, args, v, loss=loss, **options)
+                try:
+                    h = _hvp(f, args, v, loss, options)
+                except InvertibilityError as e:
+                    raise derived_failure(e, "rvm.hessian") from None
                 out[:, j] = np.concatenate([np.ravel(h[r]) for r in cols])
                 j += 1
         return out
@@ -379,3 +406,35 @@ def _position(f, args, which) -> int:
     if which in labels:
         return labels.index(which)
     raise UsageError(f"unknown argument {which!r}: the arguments are {', '.join(labels)}")
+
+
+_KIND = {"bar": "shadow", "dot": "tangent"}
+
+
+def derived_failure(e: InvertibilityError, what: str) -> InvertibilityError:
+    """A failed zero test in a derivative program, told in the user's terms when it is one
+    of a derived register (`x_bar`, `x_dot`, `x_bar_dot`: the shadow or tangent of the
+    variable x): which variable, which transform, and how to loosen `tol`. Such a residue
+    is the rounding of the derivatives that flow through an ancilla restored only
+    approximately (within `tol`, as a dirty ancilla is): they can be far larger than the
+    variable's own values, while `tol` is absolute."""
+    e = getattr(e, "original", e)          # told again by the outer call (rvm.hvp)
+    names = re.findall(r"`(\w+?)((?:_(?:bar|dot))+)`", e.message)
+    if not names or "zero" not in e.message:
+        return e
+    where = e.function.split(".")[0] if e.function else "?"
+    said = []
+    for base, suffix in dict.fromkeys(names):
+        kinds = [_KIND[k] for k in suffix.strip("_").split("_")]
+        said.append(f"`{base}{suffix}` is the " + " of the ".join(reversed(kinds)) +
+                    f" of `{base}`")
+    worst = max((abs(v) for v in e.values.values() if isinstance(v, float)), default=0.0)
+    loose = 10.0 ** min(-1, math.ceil(math.log10(worst)) + 2) if worst > 0 else 1e-5
+    hint = (f"; {', '.join(said)} (in {where}), in the derivative program of {what}. Its "
+            "source is restored only approximately, and its derivatives carry the rounding "
+            "of their intermediate values, which can be far larger than the variable's own "
+            f"(the tolerance, tol, is absolute). To accept the residue, pass a larger tol "
+            f"to {what}, e.g. tol={loose:g} (the default is 1e-8)")
+    out = InvertibilityError(e.message + hint, e.function, e.index, e.line, e.file, e.values)
+    out.detail, out.original = getattr(e, "detail", ""), e
+    return out
