@@ -20,6 +20,8 @@ from ..engines.arguments import (
     Binding,
     batch_columns,
     call_kind,
+    coercers,
+    exact_columns,
     first_row,
     place_keywords,
     read_array,
@@ -203,6 +205,8 @@ class _Direct:
         if plan is None:
             return None
         (funcs, name), budget, fn, floats, seed = plan
+        if not exact_columns(columns, fn.params):   # the rows check the rest one by one
+            return None
         loop = funcs[name]
         n = len(columns[0])
         cols = batch_columns(columns, fn.params, loop)
@@ -235,7 +239,7 @@ class _Direct:
         heap = comp.heap(m) if comp.native else (m,)
         floats = [k for k, p in enumerate(fn.params) if p.cls == isa.FLOAT]
         seed = tuple(1.0 if k == b.params[0] else 0.0 for k in floats)
-        convert = [int if p.cls == isa.INT else float for p in fn.params]
+        kinds = [int if p.cls == isa.INT else float for p in fn.params]
         self.batches[tuple(map(type, args))] = None
         if comp.native and not comp.uses_heap:      # one native call, scalars only
             both = funcs[comp.name(fn.name, "vgs")]
@@ -269,7 +273,8 @@ class _Direct:
                     raise MachineError("heap block left allocated")
                 m.budget = m.max_steps
                 return out, gbw(*a[:h], *out, *a[h + k:])
-        exact = [type(a) for a in args] == convert      # no conversion needed
+        exact = [type(a) for a in args] == kinds        # no conversion needed
+        convert = coercers(fn.params, fn.name)  # as a general call converts: same errors
         n = len(fn.params)
         if floats == list(range(n)):                      # every parameter is a float
             def scatter(back):
@@ -326,7 +331,8 @@ class _Direct:
         arrays = [(k, lo, hi_, shape, heap[1] if is_float else heap[0], is_float)
                   for k, lo, hi_, shape, is_float in places]
         budget, n = m.max_steps, len(fn.params)
-        scalars = [(j, a.params[0], int if a.cls == isa.INT else float)
+        convert = coercers(fn.params, fn.name)
+        scalars = [(j, a.params[0], convert[a.params[0]])
                    for j, a in enumerate(bindings) if not a.is_array]
         float_grads = [(j, n + floats.index(a.params[0])) for j, a in enumerate(bindings)
                        if a.cls == isa.FLOAT and not a.is_array]
@@ -335,10 +341,10 @@ class _Direct:
             for k, lo, hi_, _, view, _ in arrays:
                 view[lo:hi_] = values[k].ravel()
             r = list(regs)
-            for j, reg, kind in scalars:
-                r[reg] = kind(values[j])
             top = heap[3]
             try:
+                for j, reg, kind in scalars:
+                    r[reg] = kind(values[j])
                 top[0], top[1] = total, budget
                 if fused is not None:
                     finals, back = None, fused(*heap, *r, *seed)[1]
@@ -394,9 +400,9 @@ class _Direct:
                 cache = upgrade[1].cache
                 cache["runs"] = max(cache.get("runs", 0), NATIVE_AFTER)
                 del self.plans[key]
-        if convert is not None:
-            args = [c(a) for c, a in zip(convert, args)]
         try:
+            if convert is not None:
+                args = [c(a) for c, a in zip(convert, args)]
             if key in self.warm:
                 out, back = both(*heap, *args, *seed)
             else:               # the first call may compile: say so if it takes long

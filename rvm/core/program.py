@@ -186,3 +186,40 @@ class Program:
         (e.g. runs so far, so the default engine goes native there as it did here)."""
         kept = {k: v for k, v in self.cache.items() if isinstance(k, str)}
         return Program, (self.functions, self.source, kept, self.engine)
+
+    def calls(self) -> dict[str, list[str]]:
+        """The functions each function calls or uncalls, in order, without repeats."""
+        return {name: list(dict.fromkeys(ins.args[0].name for ins in fn.code
+                                         if ins.op in isa.CALLS))
+                for name, fn in self.functions.items()}
+
+    def call_order(self) -> tuple[list[str], bool]:
+        """(every function, each after the functions it calls where the call graph
+        allows; whether the graph has a cycle). A depth-first walk with its own stack, so
+        a chain of thousands of calls needs no Python recursion. In a post-order, a
+        function's callee that comes later lies on a cycle with it."""
+        if "call_order" not in self.cache:
+            calls, order, state = self.calls(), [], {}   # state 1: on the path, 2: done
+            cyclic = False
+            for root in calls:
+                if root in state:
+                    continue
+                state[root] = 1
+                stack = [(root, iter(calls[root]))]
+                while stack:
+                    name, todo = stack[-1]
+                    for callee in todo:
+                        if callee not in calls:
+                            continue
+                        if state.get(callee) == 1:
+                            cyclic = True
+                        elif callee not in state:
+                            state[callee] = 1
+                            stack.append((callee, iter(calls[callee])))
+                            break
+                    else:
+                        stack.pop()
+                        state[name] = 2
+                        order.append(name)
+            self.cache["call_order"] = (order, cyclic)
+        return self.cache["call_order"]

@@ -52,11 +52,59 @@ def coerce(v, reg, fname: str):
                 raise MachineError(f"argument for {reg} must be an integer, got {v!r}", fname)
         v = int(v)
         if not INT64[0] <= v <= INT64[1]:
-            raise MachineError(f"argument for {reg} does not fit in int64: {v}", fname)
+            raise MachineError(f"argument for {reg} does not fit in int64: {_short(v)}",
+                               fname)
         return v
     if not isinstance(v, numbers.Real) or isinstance(v, bool):
         raise MachineError(f"argument for {reg} must be a number, got {v!r}", fname)
-    return float(v)
+    try:
+        return float(v)
+    except OverflowError:          # an integer past float64's range
+        raise MachineError(f"argument for {reg} is too large for a float64: "
+                           f"{_short(v)}", fname) from None
+
+
+def _short(v) -> str:
+    """A number for a message: a huge integer as its leading digits and its size."""
+    text = str(v)
+    return text if len(text) <= 40 else f"{text[:12]}... ({len(text)} digits)"
+
+
+def coercers(params, fname: str) -> list:
+    """One converter per parameter register, each exactly `coerce` (the same values, the
+    same errors), with the exact kinds (an int for an integer register, a float for a
+    float one) let through at once. Direct-call plans convert through these, so the first
+    and the thousandth call of a function take and refuse the same arguments."""
+    def one(reg):
+        if reg.cls == isa.INT:
+            def to_int(v):
+                if type(v) is int and INT64[0] <= v <= INT64[1]:
+                    return v
+                return coerce(v, reg, fname)
+            return to_int
+
+        def to_float(v):
+            return v if type(v) is float else coerce(v, reg, fname)
+        return to_float
+    return [one(p) for p in params]
+
+
+def exact_columns(columns: list, params) -> bool:
+    """Do these batch columns (one per parameter) convert to the parameters' int64 or
+    float64 exactly as `coerce` converts each row? Integers for an integer register (no
+    floats, which would be truncated, no booleans, no uint64 past int64), integers or
+    floats for a float one. Anything else goes row by row, where each row is checked."""
+    for c, p in zip(columns, params):
+        dt = np.asarray(c).dtype
+        if p.cls == isa.INT:
+            if dt.kind == "u" and dt.itemsize == 8:
+                if len(c) and int(np.max(c)) > INT64[1]:
+                    return False
+            elif dt.kind not in "iu":
+                return False
+        elif dt.kind not in "iuf":
+            return False
+    return True
 
 
 def place_keywords(names: list[str], args: tuple, kwargs: dict, fname: str) -> tuple:
@@ -185,8 +233,9 @@ def bind(machine, fn, args, names: list[str] | None = None) -> tuple[list, list[
                                     base, a.shape, is_complex))
             k += 1 + a.ndim
         else:
-            if k >= len(params):
-                break
+            if k >= len(params):           # too many: count what they would fill
+                k += 1
+                continue
             values.append(coerce(a, params[k], fn.name))
             bindings.append(Binding((k,), names[n] if names else str(params[k]), params[k].cls))
             k += 1

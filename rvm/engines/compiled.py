@@ -834,13 +834,26 @@ class _Writer:
 # caller's array), so the values after P, A and B are the function's results.
 
 def _written_params(program: Program, fn: Function, memo: dict) -> set:
-    """The parameters of fn that a run may change (directly or through its calls)."""
-    if fn.name in memo:
-        return memo[fn.name] if memo[fn.name] is not None else set(fn.params)
-    memo[fn.name] = None            # recursion: assume all
-    out = _writes(program, fn.code, memo) & set(fn.params)
-    memo[fn.name] = out
-    return out
+    """The parameters of fn that a run may change (directly or through its calls): from
+    the summaries (_summaries); all of them for a function not summarised yet, which is
+    one on a cycle of calls with the function asking."""
+    found = memo.get(fn.name)
+    return found if found is not None else set(fn.params)
+
+
+def _summaries(program: Program) -> dict:
+    """Each function's written parameters and, under ("cells", name), its _callee_cells,
+    made callees first (Program.call_order), so no walk recurses along a chain of calls."""
+    if "summaries" not in program.cache:
+        memo: dict = {}
+        order, _ = program.call_order()
+        for name in order:
+            fn = program.functions[name]
+            memo[name] = _writes(program, fn.code, memo) & set(fn.params)
+        for name in order:
+            memo[("cells", name)] = _cells_of(program, program.functions[name], memo)
+        program.cache["summaries"] = memo
+    return program.cache["summaries"]
 
 
 def _writes(program: Program, code, memo: dict) -> set:
@@ -892,19 +905,18 @@ def _cells(program: Program, fn: Function, code, memo: dict) -> tuple[set, set] 
 
 
 def _callee_cells(program: Program, fn: Function, memo: dict) -> tuple[set, set] | None:
-    """_cells of a whole callee, as its parameters (its own blocks are fresh cells)."""
-    key = ("cells", fn.name)
-    if key in memo:
-        return memo[key]
-    memo[key] = None                # recursion: not known
+    """_cells of a whole callee, as its parameters (its own blocks are fresh cells), from
+    the summaries; None (not known) for one on a cycle of calls not summarised yet."""
+    return memo.get(("cells", fn.name))
+
+
+def _cells_of(program: Program, fn: Function, memo: dict) -> tuple[set, set] | None:
     found = _cells(program, fn, fn.code, memo)
     if found is not None:
         own = _own_blocks(program, fn, memo)
         if any(r not in fn.params and r not in own for r in found[1]):
-            found = None
-        else:
-            found = tuple({r for r in regs if r in fn.params} for regs in found)
-    memo[key] = found
+            return None
+        found = tuple({r for r in regs if r in fn.params} for regs in found)
     return found
 
 
@@ -924,7 +936,7 @@ def _split(program: Program, fn: Function) -> tuple[int, int, list] | None:
         if any(isinstance(x, Label) and not s <= fn.labels[x.name] < b
                for ins in code[s:b] for x in ins.args):
             continue                # A's and B's control flow stays within them
-        memo: dict = {}
+        memo = _summaries(program)
         tail = code[b:]
         params = set(fn.params)
         if _writes(program, tail, memo) & params:

@@ -11,9 +11,10 @@ keep the register-level message, which is also kept as the error's `detail`.
 from __future__ import annotations
 
 import ast
-import linecache
+import re
 
 from ..core.program import Function, Reg
+from ..formats.bytecode import source_line
 
 
 def names_at(fn: Function, line: int) -> dict[Reg, str]:
@@ -26,7 +27,7 @@ def names_at(fn: Function, line: int) -> dict[Reg, str]:
 
 
 def _statement(path: str, line: int) -> ast.stmt | None:
-    text = linecache.getline(path, line).strip() if path else ""
+    text = source_line(path, line).strip() if path else ""
     if not text.endswith(":"):
         return None
     try:
@@ -40,6 +41,8 @@ def _values(expr: ast.expr, values: dict[str, object]) -> str:
         x.id for x in ast.walk(expr) if isinstance(x, ast.Name)) if n in values]
     return ", with " + ", ".join(shown) if shown else ""
 
+
+_NOT_FINITE = re.compile(r"(the gradient of )?([rf]\d+) would become (.*): not finite$")
 
 # other frontends' explainers by file suffix (the Janus frontend adds ".ja" when loaded)
 EXPLAINERS: dict = {}
@@ -56,6 +59,13 @@ def explain(fn: Function, ins, line: int, path: str, R: list, message: str) -> s
         return _assertion(fn, line, path, R)
     names = names_at(fn, line)
     values = {name: R[fn.slot(r)] for r, name in names.items()}
+    nonfinite = _NOT_FINITE.match(message)
+    if nonfinite:
+        reg = nonfinite.group(2)
+        named = {str(r): n for r, n in names.items()}.get(reg)
+        named = f"`{named}`" if named else f"an intermediate value of line {line} ({reg})"
+        what = "the gradient of the loss with respect to " if nonfinite.group(1) else ""
+        return f"{what}{named} would become {nonfinite.group(3)} at line {line}: not finite"
     if ins.op == "ZERO" and ins.args[0] in names:
         name = names[ins.args[0]]
         zero = 0.0 if ins.args[0].cls == "f" else 0
@@ -92,7 +102,7 @@ def explain(fn: Function, ins, line: int, path: str, R: list, message: str) -> s
 
 
 def _assertion(fn: Function, line: int, path: str, R: list) -> str | None:
-    text = linecache.getline(path, line).strip() if path else ""
+    text = source_line(path, line).strip() if path else ""
     try:
         stmt = ast.parse(text).body[0]
     except (SyntaxError, IndexError):

@@ -14,7 +14,7 @@ from ..core.isa import MIN_NORMAL
 # a local's type follows from its name
 _INT_NAMES = re.compile(r"g?r\d+|_n|_b|_a|T0|t0|b0")
 FLOAT_NAMES = re.compile(r"g?f\d+|_fin|p|c|s")
-_REGISTER = re.compile(r"f\d+")     # a float register's value (not its shadow)
+_REGISTER = re.compile(r"g?f\d+")   # a float register's value or its shadow
 # functions that raise in Python where machine code returns inf or nan: those whose
 # domain is a half line, and the others (sin and cos raise only on inf, which no finite
 # register holds; tanh and atan2 never do)
@@ -426,8 +426,8 @@ class Lowering:
         register's value only changes by arithmetic that keeps inf and nan (d += ...,
         x *= y, x /= y, rotations, swaps), so a value that stops being finite is still
         caught before it is seen, and a failed run goes to the interpreter, which reports
-        where it happened. (Shadows are not tested: gradients may overflow as in the
-        Python engines; where those stop, see python_error.)"""
+        where it happened. Shadows are tested alike: a gradient that stops being finite
+        is a fault, as a value is."""
         bad = self.non_finite(values)
         if bad is not None and self.later is not None:     # tested after the loop
             self.raise_flag(self.later, bad)
@@ -504,8 +504,8 @@ class Lowering:
         else:
             raise Unsupported(ast.unparse(target))
         if value.type == self.t.f64 and isinstance(target, ast.Subscript) and \
-                state_index(target) is None and target.value.id != "HG":
-            self.finite(value)          # a value leaving the registers for the heap
+                state_index(target) is None:
+            self.finite(value)          # a value (or a shadow) leaving the registers
         self.b.store(self.coerce(value, ptr.type.pointee), ptr)
 
     # ----------------------------------------------------------- expressions

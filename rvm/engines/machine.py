@@ -21,7 +21,16 @@ from ..core import isa
 from ..core.errors import InvertibilityError, MachineError, RvmError, UsageError
 from ..core.program import Function, Program
 from . import closures, templates
-from .arguments import batch_columns, bind, call_kind, first_row, read_array, scalar
+from .arguments import (
+    batch_columns,
+    bind,
+    call_kind,
+    coercers,
+    exact_columns,
+    first_row,
+    read_array,
+    scalar,
+)
 from .closures import END
 from .explain import explain, explain_locals
 from .templates import Fault, Limit
@@ -554,9 +563,7 @@ class Machine:
         if not self._fast.get((name, backward, call_kind(first))) or c is None or \
                 not c.native or c.uses_heap or len(columns) != len(fn.params):
             return None
-        # columns that convert exactly (the rows check anything else one by one)
-        if any(np.asarray(col).dtype.kind not in ("bi" if p.cls == isa.INT else "bif")
-               for col, p in zip(columns, fn.params)):
+        if not exact_columns(columns, fn.params):   # the rows check the rest one by one
             return None
         from .native import compiling, on_threads
         loop = self._compiled_functions[c.name(name, "usb" if backward else "csb")]
@@ -587,7 +594,7 @@ class Machine:
         cells = min(DIRECT_HEAP, self.heap_limit) if c.uses_heap else 1
         hi = np.zeros(cells, np.int64)
         heap = (hi, hi.view(np.float64), np.zeros(cells), np.zeros(2, np.int64))
-        kinds = [int if p.cls == isa.INT else float for p in fn.params]
+        kinds = coercers(fn.params, fn.name)      # as bind() converts: same values, errors
         budget = self.max_steps
 
         def direct(values):
@@ -639,7 +646,9 @@ class Machine:
             return None
         fr = self.stack[0]
         params = [fr.R[fn.slot(p)] for p in fn.params]      # array bases and dimensions
-        scalars = [(b.params[0], int if b.cls == isa.INT else float) for b in bindings]
+        scalars = [(b.params[0], coercer) for b, coercer in
+                   zip(bindings, coercers([fn.params[b.params[0]] for b in bindings],
+                                          fn.name))]
         arrays = [(k, lo, hi_, shape, heap[1] if is_float else heap[0])
                   for k, lo, hi_, shape, is_float in arrays]
         budget = self.max_steps
@@ -649,11 +658,11 @@ class Machine:
             for k, lo, hi_, _, view in arrays:
                 view[lo:hi_] = values[k].ravel()
             regs = list(params)
-            for (p, kind), v, b in zip(scalars, values, bindings):
-                if not b.is_array:
-                    regs[p] = kind(v)
             heap[3][0], heap[3][1] = total, budget
             try:
+                for (p, kind), v, b in zip(scalars, values, bindings):
+                    if not b.is_array:
+                        regs[p] = kind(v)
                 out = function(*heap, *regs)
             except Exception:
                 out = None
@@ -692,20 +701,7 @@ def check_limits(**limits) -> None:
 
 def recursive(program: Program) -> bool:
     """Does the call graph (CALL and UNCALL) have a cycle?"""
-    if "recursive" not in program.cache:
-        calls = {name: {ins.args[0].name for ins in fn.code if ins.op in isa.CALLS}
-                 for name, fn in program.functions.items()}
-        state: dict[str, int] = {}      # 1 = on the current path, 2 = done
-
-        def cyclic(name: str) -> bool:
-            state[name] = 1
-            for callee in calls[name]:
-                if state.get(callee) == 1 or (callee not in state and cyclic(callee)):
-                    return True
-            state[name] = 2
-            return False
-        program.cache["recursive"] = any(cyclic(n) for n in calls if n not in state)
-    return program.cache["recursive"]
+    return program.call_order()[1]
 
 
 OPTIONS = ("engine", "checks", "max_steps", "heap_limit", "tol", "max_depth")
