@@ -137,3 +137,55 @@ def test_names_that_are_not_identifiers_are_refused():
     bad = rvm.Program({"fib": type(fn)(fn.name, fn.params, code, labels)})
     with pytest.raises(FormatError, match="not a valid name"):
         rvm.loads(bytecode.dumps(bad))
+
+
+def test_the_source_digest_is_recorded_and_checked(tmp_path):
+    import hashlib
+    src = tmp_path / "isqrt.rasm"
+    src.write_bytes((ASM / "isqrt.rasm").read_bytes())
+    data = rvm.dumps(rvm.load(src))
+    q = rvm.loads(data)
+    assert q.source == str(src)
+    assert q.source.digest == hashlib.sha256(src.read_bytes()).hexdigest()
+    lines, why = bytecode.source_lines(q.source)
+    assert lines == src.read_text().splitlines() and why == ""
+    assert rvm.dumps(q) == data              # the recorded digest, not the file's now
+    src.write_text(src.read_text() + "; changed\n")
+    assert rvm.dumps(q) == data
+    lines, why = bytecode.source_lines(rvm.loads(data).source)
+    assert lines is None and "does not match the sha256 digest" in why
+
+
+def test_version_1_files_load_without_a_digest_and_show_no_source():
+    data = rvm.dumps(rvm.load(ASM / "isqrt.rasm"))
+    body = data[bytecode._HEADER.size:]
+    n = struct.unpack_from("<I", body)[0]
+    assert body[4 + n] == 32                           # version 2: u8 length + digest
+    old = body[:4 + n] + body[4 + n + 33:]
+    magic, _, isa_id, _ = bytecode._HEADER.unpack_from(data)
+    v1 = bytecode._HEADER.pack(magic, 1, isa_id, zlib.crc32(old)) + old
+    p = rvm.loads(v1)
+    assert p.functions == rvm.loads(data).functions and p.source.digest == ""
+    lines, why = bytecode.source_lines(p.source)
+    assert lines is None and "records no digest" in why
+    bad = body[:4 + n] + b"\x07" + body[4 + n + 33:]
+    with pytest.raises(FormatError, match="bad source digest length 7"):
+        rvm.loads(bytecode._HEADER.pack(magic, 2, isa_id, zlib.crc32(bad)) + bad)
+
+
+def test_control_characters_in_the_source_name_are_escaped_on_reading():
+    import attrs
+    p = attrs.evolve(rvm.load(ASM / "isqrt.rasm"), source="a\x1b[2J\u202e\x9b.rasm")
+    assert rvm.loads(rvm.dumps(p)).source == "a\\x1b[2J\\u202e\\x9b.rasm"
+
+
+def test_read_source_refuses_what_is_not_a_small_regular_file(tmp_path, monkeypatch):
+    assert "not a regular file" in bytecode.read_source(str(tmp_path))[1]
+    assert "cannot open" in bytecode.read_source(str(tmp_path / "missing"))[1]
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(tmp_path / "fifo")
+        assert "not a regular file" in bytecode.read_source(str(tmp_path / "fifo"))[1]
+    big = tmp_path / "big.rasm"
+    big.write_bytes(b"x" * 101)
+    monkeypatch.setattr(bytecode, "SOURCE_LIMIT", 100)
+    assert "larger than" in bytecode.read_source(str(big))[1]

@@ -4,9 +4,11 @@ watches in both directions, flat memory, errors, batch mode, and the terminal UI
 import pathlib
 import resource
 import shutil
+import struct
 import subprocess
 import sys
 import time
+import zlib
 
 import pytest
 from conftest import states_close
@@ -336,3 +338,139 @@ def test_heap_pane_shows_cells_as_their_type():
                    (np.array([1.5, 2.0]), np.array([3.0, -4.0]), 0.0))
     lines = [text for text, _ in heap_lines(dbg)]
     assert "1.5" in lines[0] and "-4.0" in lines[3] and "[0]" in lines[0]
+
+
+NESTED = '''import rvm
+
+
+@rvm.reversible
+def inner(s: float, x: float, y: float):
+    s += x * y
+
+
+@rvm.reversible
+def mid(s: float, x: float, y: float):
+    inner(s, x, y)
+
+
+@rvm.reversible
+def main(s: float, x: float, y: float):
+    mid(s, x, y)
+'''
+
+
+def test_grad_on_in_an_outer_frame_seeds_the_callee_that_holds_the_variable(tmp_path):
+    """`up` to main while inner holds main's s (passed down two calls), `grad on s`, then
+    step back: the printed gradients are the true ones (rvm.grad's), not 0.0."""
+    path = tmp_path / "nested.py"
+    path.write_text(NESTED)
+    program = rvm.load(path)
+    gs, gx, gy = rvm.grad(program["main"], loss="s")(0.0, 2.0, 3.0)
+    assert (gs, gx, gy) == (1.0, 3.0, 2.0)               # by hand: d(s + x*y) = (1, y, x)
+    dbg = Debugger(program, "main", (0.0, 2.0, 3.0))
+    dbg.execute("b inner")
+    dbg.execute("c")
+    dbg.execute("n")                                     # at inner's end: s = x*y is done
+    assert len(dbg.m.stack) == 3 and dbg.index(dbg.frame()) == len(dbg.frame().fn.code)
+    dbg.execute("up 2")
+    said = dbg.execute("grad on s")
+    assert dbg.execute("p grad[s]") == "grad[s] = 1.0"
+    dbg.execute("rs")                                    # back over s += x * y, in inner
+    assert dbg.frame().fn.name == "inner"
+    assert dbg.execute("p grad[x]") == f"grad[x] = {gx!r}"
+    assert dbg.execute("p grad[y]") == f"grad[y] = {gy!r}"
+    assert dbg.execute("p grad[s]") == f"grad[s] = {gs!r}"
+    dbg.execute("delete")
+    assert "reached the start" in dbg.execute("rc")      # back out of both calls, in main
+    assert len(dbg.m.stack) == 1
+    for name, true in (("s", gs), ("x", gx), ("y", gy)):
+        assert dbg.execute(f"p grad[{name}]") == f"grad[{name}] = {true!r}"
+    assert "in inner, which holds s during the call" in said
+
+
+def forged(tmp_path, program, source, digest=None, name="forged.rvmb") -> pathlib.Path:
+    """A .rvmb whose debug info names `source`: version 2 with `digest` (hex) recorded
+    for it, or version 1 (no digest) if digest is None. Built from the documented layout:
+    the payload starts with the source name (u32 length + UTF-8), then in version 2 the
+    digest (u8 length + bytes)."""
+    import attrs
+    data = rvm.dumps(attrs.evolve(program, source=""))     # no name, no digest
+    magic, version, isa_id, _ = struct.unpack_from("<4sHII", data)
+    rest = data[14 + 4 + (version >= 2):]                    # after the empty name (+ digest)
+    head = struct.pack("<I", len(source.encode())) + source.encode()
+    if digest is not None:
+        head += struct.pack("<B", 32) + bytes.fromhex(digest)
+    body = head + rest
+    out = tmp_path / name
+    out.write_bytes(struct.pack("<4sHII", magic, 1 if digest is None else 2, isa_id,
+                                zlib.crc32(body)) + body)
+    return out
+
+
+def debug_cli(file, args=("3", "0", "0"), commands="s\nl\nview\nbt\nq\n", timeout=60):
+    script = pathlib.Path(file).with_suffix(".cmds")
+    script.write_text(commands)
+    r = subprocess.run([sys.executable, "-m", "rvm.cli", "debug", str(file), "--args", *args,
+                        "--batch", str(script)], capture_output=True, text=True,
+                       timeout=timeout)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+@pytest.mark.skipif(not pathlib.Path("/etc/passwd").is_file(), reason="no /etc/passwd")
+def test_bytecode_naming_etc_passwd_shows_none_of_its_lines(tmp_path):
+    fib = rvm.load(ROOT / "asm/fib.rasm")
+    secret = [x.strip() for x in pathlib.Path("/etc/passwd").read_text().splitlines()
+              if x.strip()]
+    for digest in (None, "00" * 32):        # none recorded (version 1), or another file's
+        out = debug_cli(forged(tmp_path, fib, "/etc/passwd", digest))
+        assert not any(x in out for x in secret)
+        assert "/etc/passwd:7" in out and "CF.NE" in out           # where, and the code
+        assert out.count("showing instructions") == 1              # why, said once
+    assert "does not match the sha256 digest" in out
+
+
+def test_source_changed_after_compile_is_not_shown(tmp_path):
+    src = tmp_path / "fib.rasm"
+    src.write_text((ROOT / "asm/fib.rasm").read_text())
+    rvm.save(rvm.load(src), tmp_path / "fib.rvmb")
+    shown = Debugger(rvm.load(tmp_path / "fib.rvmb"), "fib", (3, 0, 0))
+    assert "ADD    r2, 1" in shown.stop_text("")                     # the source line
+    assert "ADD    r2, 1" in shown.execute("list")
+    src.write_text(src.read_text().replace("ADD    r2, 1", "ADD    r2, 2"))
+    dbg = Debugger(rvm.load(tmp_path / "fib.rvmb"), "fib", (3, 0, 0))
+    first, second = dbg.stop_text(""), dbg.execute("s")
+    assert "ADD    r2, 2" not in first + second and "    6  ADD" not in first + second
+    assert "does not match the sha256 digest" in first and "showing instructions" in first
+    assert "not shown" not in second                              # said once
+    assert "ADD      r2, 1" in first                              # the instruction instead
+    assert "does not match" in dbg.execute("list")
+
+
+def test_a_fifo_named_as_source_does_not_hang(tmp_path):
+    fifo = tmp_path / "source.fifo"
+    os_mkfifo = getattr(__import__("os"), "mkfifo", None)
+    if os_mkfifo is None:
+        pytest.skip("no FIFOs on this platform")
+    os_mkfifo(fifo)
+    fib = rvm.load(ROOT / "asm/fib.rasm")
+    out = debug_cli(forged(tmp_path, fib, str(fifo)), timeout=30)
+    assert "is not a regular file" in out and "CF.NE" in out
+    compiled = subprocess.run([sys.executable, "-m", "rvm.cli", "compile",
+                               str(tmp_path / "forged.rvmb"), "--emit", "asm"],
+                              capture_output=True, text=True, timeout=30)
+    assert compiled.returncode == 0 and ".func fib" in compiled.stdout
+
+
+def test_control_characters_in_names_are_escaped(tmp_path):
+    fib = rvm.load(ROOT / "asm/fib.rasm")
+    out = debug_cli(forged(tmp_path, fib, "evil\x1b[2J.rasm"))
+    assert "\x1b" not in out and "evil\\x1b[2J.rasm:7" in out
+    # a program compiled in this process, named and written with escape sequences
+    src = tmp_path / "x\x1b]0;title\x07.rasm"
+    src.write_text(".func f(r0)  ; \x1b[2J clear\n INC r0\n.end\n")
+    dbg = Debugger(rvm.load(src), "f", (1,))
+    text = "\n".join([dbg.stop_text(""), dbg.execute("s"), dbg.execute("bt"),
+                      dbg.execute("list"), dbg.execute("view")])
+    assert "\x1b" not in text and "\x07" not in text
+    assert "x\\x1b]0;title\\x07.rasm" in text and "\\x1b[2J clear" in text

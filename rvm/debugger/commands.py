@@ -281,8 +281,13 @@ def _grad(dbg: Debugger, rest: str) -> str:
             raise CommandError(f"the loss must be a float variable or register of "
                                f"{fr.fn.name}, got {name}")
         dbg.m.set_grad(True)
-        fr.G[fr.fn.slot(regs[0])] = 1.0
-        return f"gradient mode on; d{name} = 1 (now step backwards)"
+        # seed the register where the value lives now: an argument of a call under way
+        # is held by the callee (its own register here is zero until the call returns)
+        home, slot = dbg.register_place(dbg.selected, fr.fn.slot(regs[0]))
+        home.G[slot] = 1.0
+        held = f", in {home.fn.name}, which holds {name} during the call" \
+            if home is not fr else ""
+        return f"gradient mode on; d{name} = 1{held} (now step backwards)"
     dbg.m.set_grad(True)
     return "gradient mode on"
 

@@ -22,6 +22,7 @@ from ..core.errors import RvmError
 from ..core.program import Program, Reg
 from ..engines.machine import Machine
 from ..formats.assembly import format_instruction
+from ..formats.bytecode import SourceName, printable, source_lines
 
 BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
           ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
@@ -76,6 +77,8 @@ class Debugger:
         self.selected = 0                 # 0 = innermost frame
         self.done = False
         self.last_command = ""
+        self._source: tuple | None = None   # (lines or None, why not), read once
+        self.told = False                   # whether a stop has said why source is not shown
         self.restart()
 
     # ------------------------------------------------------------------ state
@@ -108,6 +111,25 @@ class Debugger:
         i = self.index(fr)
         at = f"instruction {i}" if i < len(fr.fn.code) else "end"
         return f"{fr.fn.name}, {at}, {self.program.source or '?'}:{self.line(fr)}"
+
+    def source(self) -> tuple[list[str] | None, str]:
+        """The program's source lines, or (None, why they are not shown). Read once, from
+        a regular file only; a source named by bytecode only if it matches the recorded
+        digest (rvm.formats.bytecode.source_lines)."""
+        if self._source is None:
+            name = self.program.source
+            if not name or (not isinstance(name, SourceName) and name.startswith("<")
+                            and name.endswith(">")):
+                # a string, or a notebook cell: only what linecache holds in memory
+                lines = [x.rstrip("\n") for x in linecache.getlines(name)] if name else []
+                self._source = (lines or None, "")
+            else:
+                self._source = source_lines(name)
+        return self._source
+
+    def source_line(self, n: int) -> str:
+        lines, _ = self.source()
+        return lines[n - 1] if lines is not None and 1 <= n <= len(lines) else ""
 
     def registers_snapshot(self) -> dict:
         return {(len(self.m.stack), k): v for k, v in enumerate(self.frame(0).R)}
@@ -250,8 +272,10 @@ class Debugger:
                 best = s
         return best
 
-    def register_value(self, k: int, slot: int, shadow: bool = False):
-        """A register of frame k (0 = innermost), following arguments moved into callees."""
+    def register_place(self, k: int, slot: int) -> tuple:
+        """Where a register of frame k (0 = innermost) lives now: (frame, slot). An argument
+        a call moved into its callee lives in the callee's parameter register (and so on
+        down the stack) until the call returns."""
         stack = self.m.stack
         j = len(stack) - 1 - k
         while j + 1 < len(stack):
@@ -259,7 +283,11 @@ class Debugger:
             if link is None:
                 break
             j, slot = j + 1, link
-        fr = stack[j]
+        return stack[j], slot
+
+    def register_value(self, k: int, slot: int, shadow: bool = False):
+        """A register of frame k (0 = innermost), following arguments moved into callees."""
+        fr, slot = self.register_place(k, slot)
         if shadow:
             return fr.G[slot] if fr.G is not None else 0.0
         return fr.R[slot]
@@ -425,31 +453,37 @@ class Debugger:
             hint = f"; did you mean {close[0]!r}?" if close else ""
             return f"unknown command {head!r}{hint} (try 'help')"
         self.previous = self.registers_snapshot()
+        # names from debug info (file, function, variable names) and source lines are
+        # escaped on the way out: no control character reaches the terminal raw
         try:
-            return handler(self, rest.strip()) or ""
+            return printable(handler(self, rest.strip()) or "")
         except CommandError as e:
-            return str(e)
+            return printable(str(e))
         except RvmError as e:                   # a run-time error of the program
-            return f"error: {e}"
+            return printable(f"error: {e}")
         except (ArithmeticError, ValueError, TypeError, IndexError, KeyError) as e:
             # a command that fails prints one line and the session goes on
-            return f"error: {head}: {e}"
+            return printable(f"error: {head}: {e}")
 
     def stop_text(self, message: str) -> str:
         """What a movement command prints: why it stopped, where, and displays."""
         fr = self.frame(0)
         out = [message] if message else []
-        source = linecache.getline(self.program.source, self.line(fr)).rstrip() \
-            if self.program.source else ""
+        source = self.source_line(self.line(fr)).strip()
         i = self.index(fr)
         ins = format_at(fr.fn, i)
         out.append(f"[step {self.m.steps}] {self.where(fr)}")
         if source:
-            out.append(f"{self.line(fr):>5}  {source.strip()}")
+            out.append(f"{self.line(fr):>5}  {source}")
+        else:
+            lines, why = self.source()
+            if lines is None and why and not self.told:   # once a session
+                self.told = True
+                out.append(f"(source lines not shown: {why}; showing instructions)")
         out.append(f"  --> {i:>4}  {ins}")
         for k, d in enumerate(self.displays, 1):
             out.append(f"{k}: {d} = {fmt(self.try_eval(d))}")
-        return "\n".join(out)
+        return printable("\n".join(out))
 
 
 def format_at(fn, i: int) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import cmd
 import contextlib
-import linecache
 import os
 import signal
 import sys
@@ -16,6 +15,7 @@ import numpy as np
 
 from ..core import isa
 from ..formats.assembly import format_instruction
+from ..formats.bytecode import printable
 from .core import fmt
 
 Lines = list[tuple[str, str]]      # (text, style): style "" | "current" | "changed" | "dim"
@@ -23,14 +23,14 @@ Lines = list[tuple[str, str]]      # (text, style): style "" | "current" | "chan
 
 def source_lines(dbg, center: int | None = None, around: int = 4) -> Lines:
     fr = dbg.frame()
-    path = dbg.program.source
     current = dbg.line(fr)
     center = center or current
+    lines, why = dbg.source()
+    if lines is None:
+        return [(f"(source lines not shown: {why})", "dim")] if why else []
     out: Lines = []
-    for n in range(max(1, center - around), center + around + 1):
-        text = linecache.getline(path, n) if path else ""
-        if not text:
-            continue
+    for n in range(max(1, center - around), min(len(lines), center + around) + 1):
+        text = lines[n - 1]
         mark = "->" if n == current else "  "
         out.append((f"{mark}{n:>5}  {text.rstrip()}", "current" if n == current else ""))
     return out
@@ -134,7 +134,7 @@ def plain_view(dbg) -> str:
     for title, pane in PANES:
         out.append(f"--- {title}")
         out += [text for text, _ in pane(dbg)]
-    return "\n".join(out)
+    return printable("\n".join(out))
 
 
 def rich_view(dbg, console, message: str) -> None:
@@ -148,17 +148,17 @@ def rich_view(dbg, console, message: str) -> None:
         for k, (line, style) in enumerate(pane(dbg)):
             if k:
                 text.append("\n")
-            text.append(line, style=styles[style])
+            text.append(printable(line), style=styles[style])
         return Panel(text, title=title, title_align="left", width=width)
 
     console.clear()
-    console.print(Text(status(dbg), style="bold"))
+    console.print(Text(printable(status(dbg)), style="bold"))
     console.print(Columns([panel("source", source_lines), panel("disassembly",
                                                                disassembly_lines)]))
     console.print(Columns([panel("registers", registers_lines), panel("stack", stack_lines),
                            panel("heap", heap_lines), panel("watches", watch_lines)]))
     if message:
-        console.print(message, markup=False, highlight=False)
+        console.print(printable(message), markup=False, highlight=False)
 
 
 def repl(dbg, stdin: TextIO = sys.stdin, stdout: TextIO = sys.stdout,

@@ -5,6 +5,8 @@ Layout (little-endian):
     magic    b"RVMB"            version  u16          isa-id  u32 (crc32 of the mnemonics)
     crc32    u32 of the payload, then the payload:
       source file name                                      (string)
+      source digest  u8 length (0, or 32: the sha256 of the source file's bytes when the
+                     bytecode was written; version 2 on, absent in version 1)
       constants   u32 count, each: u8 tag (0 int64, 1 float64) + 8 bytes
       strings     u32 count, each: u32 length + UTF-8       (function names, labels)
       functions   u32 count, each:
@@ -17,10 +19,21 @@ Layout (little-endian):
 
 Reading executes nothing (no pickle, no eval): every field is bounds-checked, and the
 result goes through the same verifier as assembly. Any malformed file is one FormatError.
+
+The source file name and digest are debug info, not a licence to read files: a program read
+from bytecode has a `SourceName` as its source, and `source_lines` shows its lines only when
+the file on disk is a regular file whose sha256 is the one recorded (a changed file, another
+file, a FIFO or a device is never shown). Control characters in the name are escaped on
+reading, so the name is safe to print.
 """
 
 from __future__ import annotations
 
+import hashlib
+import linecache
+import os
+import re
+import stat
 import struct
 import zlib
 
@@ -29,10 +42,117 @@ from ..core.errors import FormatError, VerifyError
 from ..core.program import FuncRef, Function, Imm, Instruction, Label, Mem, Program, Reg
 from ..core.verify import verify
 
-MAGIC, VERSION = b"RVMB", 1
+MAGIC, VERSION = b"RVMB", 2
+READS = (1, 2)          # versions this rvm reads (version 1 has no source digest)
+SOURCE_LIMIT = 16 << 20  # the largest source file the debug info digests or shows (bytes)
 ISA_ID = zlib.crc32("\n".join(s.name for s in isa.TABLE).encode())
 _HEADER = struct.Struct("<4sHII")
 REG, IMM, MEM, LABEL, FUNC = range(5)
+
+
+# C0 and C1 control characters (tab and newline stay), line separators and the bidi
+# overrides: what must not reach a terminal raw from a name or a file read on its behalf
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """text with control characters escaped as Python writes them ('\\x1b'), so that a
+    name or a line taken from a file cannot move the cursor, clear the screen or retitle a
+    terminal. Tabs and newlines are kept."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+class SourceName(str):
+    """A program's source file name as debug info from bytecode: the name, with the sha256
+    (hex) of the file's bytes recorded when the bytecode was written ("" if none was).
+    It is the program's `source`, so programs derived from it (transforms pass the source
+    on) keep the digest. A plain str source names a file compiled in this process."""
+
+    digest: str
+
+    def __new__(cls, name: str, digest: str = ""):
+        self = super().__new__(cls, name)
+        self.digest = digest
+        return self
+
+    def __reduce__(self):
+        return SourceName, (str(self), self.digest)
+
+
+def read_source(path: str) -> tuple[bytes | None, str]:
+    """The bytes of the file at path if it is a regular file of at most SOURCE_LIMIT bytes,
+    else (None, why not). Never blocks and never opens a FIFO, a device, a socket or a
+    directory for reading (stat first, then open non-blocking and check again)."""
+    if not path:
+        return None, "the program names no source file"
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None, f"{path} is not a regular file"
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) |
+                     getattr(os, "O_NOCTTY", 0) | getattr(os, "O_BINARY", 0))
+    except (OSError, ValueError) as e:
+        return None, f"cannot open {path}: {getattr(e, 'strerror', None) or e}"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):        # replaced between the stat and the open
+            return None, f"{path} is not a regular file"
+        chunks, size = [], 0
+        while size <= SOURCE_LIMIT:
+            chunk = os.read(fd, min(1 << 20, SOURCE_LIMIT + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > SOURCE_LIMIT:
+            return None, f"{path} is larger than {SOURCE_LIMIT:,} bytes"
+        return b"".join(chunks), ""
+    except OSError as e:
+        return None, f"cannot read {path}: {e.strerror or e}"
+    finally:
+        os.close(fd)
+
+
+def source_digest(source: str) -> str:
+    """The digest bytecode records for a program's source: the one it was read with
+    (a SourceName), else the sha256 of the file as it is now ("" if it cannot be read)."""
+    if isinstance(source, SourceName):
+        return source.digest
+    data, _ = read_source(source)
+    return hashlib.sha256(data).hexdigest() if data is not None else ""
+
+
+def source_lines(source: str) -> tuple[list[str] | None, str]:
+    """The lines of a program's source file to show beside its code, or (None, why not).
+    A source named by bytecode (a SourceName) is shown only if the file's sha256 is the
+    digest recorded in the bytecode."""
+    data, why = read_source(source)
+    if data is None:
+        return None, why
+    digest = getattr(source, "digest", None)
+    if digest == "":
+        return None, (f"the bytecode records no digest of {source} (an older rvm wrote it), "
+                      "so it cannot tell that the file is the program's source; reassemble it")
+    if digest is not None and hashlib.sha256(data).hexdigest() != digest:
+        return None, (f"{source} does not match the sha256 digest recorded in the bytecode "
+                      "(the file changed after the program was compiled, or is another file)")
+    return data.decode("utf-8", errors="replace").splitlines(), ""
+
+
+def source_line(source: str, n: int) -> str:
+    """Line n of a program's source for messages and listings ("" if it may not be shown):
+    a source named by bytecode through source_lines (a regular file matching the recorded
+    digest); one compiled in this process through linecache, as before."""
+    if isinstance(source, SourceName):
+        lines, _ = source_lines(source)
+        return lines[n - 1] if lines and 0 < n <= len(lines) else ""
+    return linecache.getline(source, n) if source else ""
+
+
+def shown_source(source: str) -> list[str]:
+    """All the lines source_line would show, as a list."""
+    if isinstance(source, SourceName):
+        return source_lines(source)[0] or []
+    return linecache.getlines(source) if source else []
 
 
 class _Writer:
@@ -91,6 +211,8 @@ def dumps(program: Program) -> bytes:
     body = bytearray()
     src = program.source.encode()
     body += struct.pack("<I", len(src)) + src
+    digest = bytes.fromhex(source_digest(program.source))
+    body += struct.pack("<B", len(digest)) + digest
     body += struct.pack("<I", len(w.consts))
     for (kind, v) in w.consts:
         body += struct.pack("<B", kind is float) + (v if kind is float else struct.pack("<q", v))
@@ -103,8 +225,8 @@ def dumps(program: Program) -> bytes:
 
 
 class _Reader:
-    def __init__(self, data: bytes):
-        self.data, self.pos = data, 0
+    def __init__(self, data: bytes, version: int = VERSION):
+        self.data, self.pos, self.version = data, 0, version
         self.consts: list = []
         self.strings: list[str] = []
 
@@ -168,6 +290,13 @@ class _Reader:
 
     def program(self) -> Program:
         source = self.text()
+        digest = ""
+        if self.version >= 2:
+            n = self.get("B")
+            if n not in (0, 32) or self.pos + n > len(self.data):
+                self.fail(f"bad source digest length {n}")
+            digest = self.data[self.pos:self.pos + n].hex()
+            self.pos += n
         for _ in range(self.count("I", 9)):
             tag, raw = self.get("B"), self.get("8s")
             if tag > 1:
@@ -195,7 +324,7 @@ class _Reader:
             functions[name] = Function(name, params, tuple(code), labels, line, end_line)
         if self.pos != len(self.data):
             self.fail("trailing bytes after the last function")
-        return Program(functions, source)
+        return Program(functions, SourceName(printable(source), digest))
 
 
 def loads(data: bytes, name: str = "<bytes>", check_crc: bool = True) -> Program:
@@ -211,16 +340,16 @@ def loads(data: bytes, name: str = "<bytes>", check_crc: bool = True) -> Program
         magic, version, isa_id, crc = _HEADER.unpack_from(data)
         if magic != MAGIC:
             raise FormatError("not an rvm bytecode file (bad magic number)")
-        if version != VERSION:
+        if version not in READS:
             raise FormatError(f"bytecode version {version} is not supported (this rvm reads "
-                              f"version {VERSION}); reassemble the source")
+                              f"versions {READS[0]} to {READS[-1]}); reassemble the source")
         if isa_id != ISA_ID:
             raise FormatError("bytecode was built for a different instruction set; "
                               "reassemble the source")
         body = data[_HEADER.size:]
         if check_crc and zlib.crc32(body) != crc:
             raise FormatError("malformed bytecode: checksum mismatch (the file is corrupted)")
-        program = _Reader(body).program()
+        program = _Reader(body, version).program()
         return verify(program)
     except FormatError as e:
         raise FormatError(f"{name}: {e}") from None
