@@ -456,3 +456,46 @@ def test_elements_that_are_equal_only_while_running_are_refused_then(tmp_path):
     v, i, j = prog.call("f", np.array([1, 2, 0]), 0, 1)
     assert v.tolist() == [2 + 1 + 0, 1, 0]
     assert prog.uncall("f", v, i, j)[0].tolist() == [1, 2, 0]
+
+
+CALLS = """
+procedure g(int a, int b)
+    a += 5
+    b += 7
+
+procedure main()
+    int v[3] = {0, 2, 0}
+    int i = 1
+    int j = 2
+    call g(v[i], v[j])
+"""
+
+
+@pytest.mark.parametrize("call,message", [
+    ("call g(v[v[0]], i)", "10:14: error: identifiers v and v are aliases: the index of "
+     "v[v[0]] reads v, which the call is given"),
+    ("call g(v[i], i)", "10:14: error: identifiers i and i are aliases: the index of v[i] "
+     "reads i"),
+    ("call g(v[1], v[1])", "10:18: error: identifiers v and v are aliases: v[1] is passed "
+     "twice"),
+    ("call g(v, v[1])", "10:15: error: identifiers v and v are aliases: v is passed beside "
+     "its element v[1]"),
+])
+def test_elements_passed_to_a_call_may_not_alias(tmp_path, call, message):
+    """An element passed is exchanged in and, after the call, back out by its index."""
+    path = tmp_path / "prog.ja"
+    path.write_text(CALLS.replace("call g(v[i], v[j])", call))
+    out = cli("run", "prog.ja", cwd=tmp_path)
+    assert out.returncode == 1 and f"prog.ja:{message}" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and "register" not in out.stderr
+    with pytest.raises(rvm.CompileError, match="are aliases"):
+        rvm.load(path)
+
+
+def test_two_elements_passed_are_checked_to_differ(tmp_path):
+    prog, path = janus(tmp_path, CALLS)
+    assert run_main(prog) == "i = 1\nj = 2\nv[3] = {0, 7, 7}"
+    path.write_text(CALLS.replace("int j = 2", "int j = 1"))
+    out = cli("run", path)
+    assert out.returncode == 1 and "prog.ja:10: identifiers v and v are aliases: v[i] and " \
+        "v[j] are the same element (i = 1, j = 1)" in out.stderr, out.stderr

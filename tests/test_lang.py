@@ -475,3 +475,33 @@ def test_reads_of_other_elements_and_other_arrays_still_compile():
     assert back[0].tolist() == [1, 2, 0] and back[1].tolist() == [5, 6, 7]
     with pytest.raises(rvm.InvertibilityError):
         other_elements(x, y, 1)     # x[1] += x[1]
+
+
+@rvm.reversible
+def bump_two(a: int, b: int):
+    a += 5
+    b += 7
+
+
+@pytest.mark.parametrize("body,col,message", [
+    ("bump_two(x[x[0]], k)", 16, "the index of x[x[0]] reads x, which the call changes"),
+    ("bump_two(x[k], k)", 16, "the index of x[k] reads k, which the call changes"),
+    ("bump_two(x[1], x[1])", 20, "x[1] is passed twice"),
+])
+def test_elements_passed_by_reference_may_not_alias(body, col, message, tmp_path):
+    path = tmp_path / "calls.py"
+    path.write_text("import rvm\nfrom rvm import Array\n\n@rvm.reversible\n"
+                    "def bump_two(a: int, b: int):\n    a += 5\n    b += 7\n\n"
+                    f"@rvm.reversible\ndef f(x: Array[int], k: int):\n    {body}\n")
+    with pytest.raises(rvm.CompileError) as err:
+        rvm.load(path)
+    assert str(err.value).startswith(f"{path}:11:{col}: error: {message}"), str(err.value)
+
+
+def test_two_elements_of_one_array_passed_are_checked_to_differ():
+    @rvm.reversible
+    def f(x: Array[int], i: int, j: int):
+        bump_two(x[i], x[j])
+    assert f(np.array([1, 2, 3]), 0, 2)[0].tolist() == [6, 2, 10]
+    with pytest.raises(rvm.InvertibilityError, match="!="):    # the indices' check
+        f(np.array([1, 2, 3]), 1, 1)

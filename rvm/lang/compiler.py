@@ -687,6 +687,8 @@ class FunctionCompiler(Complexes, Lowering):
         seen: dict[str, Any] = {}
         regs, sig, after = [], [], []
         mark = len(self.address_temps)
+        self.no_call_alias(e.args)
+        elements: list = []         # (array, node, offset) of the elements passed so far
         for a in e.args:
             value = self.function_value(a)
             if value is not None:             # a function argument: part of the signature
@@ -721,6 +723,15 @@ class FunctionCompiler(Complexes, Lowering):
             elif isinstance(a, ast.Subscript):
                 code, (var, mem) = self.capture(lambda a=a: self.address(a))
                 self.code += code
+                off = mem.off if isinstance(mem.off, Reg) else Imm(mem.off)
+                for array, other, other_off in elements:    # two elements of one array
+                    if array == var.name:
+                        if ast.dump(other.slice) == ast.dump(a.slice):
+                            raise self.error(a, f"{ast.unparse(a)} is passed twice",
+                                             "arguments are passed by reference; pass "
+                                             "distinct variables")
+                        self.emit("ASSERT.NE", other_off, off)
+                elements.append((var.name, a, off))
                 x = self.reg(var.dtype)
                 self.emit("EXCH", x, mem)
                 regs.append(x)
@@ -744,6 +755,21 @@ class FunctionCompiler(Complexes, Lowering):
             self.code += invert(code, self.fresh)
             self.release(x)
         self.addresses_done(mark)
+
+    def no_call_alias(self, args: list) -> None:
+        """Arguments pass by reference and the callee may change each: an element's index
+        may not read a variable passed (it is read again to put the element back), and
+        an array may not be passed beside one of its elements."""
+        passed = [a for a in args if isinstance(a, ast.Subscript) or (
+            isinstance(a, ast.Name) and self.lookup(a.id) is not None)]
+        self.no_index_alias(passed, "call")
+        whole = {a.id for a in passed if isinstance(a, ast.Name)}
+        for a in passed:
+            if isinstance(a, ast.Subscript) and isinstance(a.value, ast.Name) and \
+                    a.value.id in whole:
+                raise self.error(a, f"{a.value.id} is passed beside its element "
+                                 f"{ast.unparse(a)}", "arguments are passed by reference; "
+                                 "pass distinct variables")
 
     def function_value(self, e):
         """The function a name stands for (a function parameter or one in scope), or None."""

@@ -409,9 +409,9 @@ class Parser:
         if reads:
             self.note(op, "alias", name, _janus(t), reads)
 
-    def alias(self, node, name: str, why: str) -> CompileError:
+    def alias(self, node, name: str, why: str, hint: str = "") -> CompileError:
         tok = Token("name", name, node.lineno, node.col_offset)
-        return self.error(f"identifiers {name} and {name} are aliases: {why}", tok,
+        return self.error(f"identifiers {name} and {name} are aliases: {why}", tok, hint or
                           "an update or a swap may not read what it changes: undoing it "
                           "needs its indices and expression unchanged (jana refuses this "
                           "too)")
@@ -556,10 +556,37 @@ class Parser:
                 typed.append((a, decl.type))
         self.take(")")
         self.calls.append((name, typed))
+        self.call_aliases(t, args)
         call = _call(name.text, args, name)
         if inverse:
             call = _at(ast.UnaryOp(ast.Invert(), call), t)
         return [_stmt(ast.Expr(call), t)]
+
+    def call_aliases(self, t: Token, args: list) -> None:
+        """An element passed to a call is exchanged in and back out by its index, which
+        may not read what the call passes (by reference); an array may not be passed
+        beside its element; two elements of one array are checked to differ."""
+        passed = {_base(a) for a in args}
+        whole = {a.id for a in args if isinstance(a, ast.Name)}
+        hint = ("arguments are passed by reference, and an element passed is put back by "
+                "its index after the call: pass distinct variables")
+        first: dict[str, ast.Subscript] = {}
+        for a in args:
+            if not isinstance(a, ast.Subscript):
+                continue
+            name = _base(a)
+            for n in _reads(a.slice):
+                if n.id in passed:
+                    raise self.alias(n, n.id, f"the index of {_janus(a)} reads {n.id}, "
+                                     "which the call is given", hint)
+            if name in whole:
+                raise self.alias(a.value, name, f"{name} is passed beside its element "
+                                 f"{_janus(a)}", hint)
+            if name in first and ast.dump(first[name].slice) == ast.dump(a.slice):
+                raise self.alias(a.value, name, f"{_janus(a)} is passed twice", hint)
+            if name in first:
+                self.note(t, "alias", name, _janus(first[name]), [_janus(a)])
+            first.setdefault(name, a)
 
     def stmt_call(self) -> list:
         return self._call_stmt(False)
