@@ -216,3 +216,25 @@ def test_the_cli_reports_a_huge_integer_argument(tmp_path):
                         "--args", str(2 ** 1024), "0.0"], capture_output=True, text=True)
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "too large for a float64" in r.stderr
+
+
+HEAP_SHADOW = '''
+from rvm import Array, reversible
+
+
+@reversible
+def h(x: Array[float], out: float):
+    out += x[0] * 1e308
+    out += x[0] * 1e308
+'''
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_gradient_that_overflows_in_a_heap_cell_is_an_error(engine, tmp_path):
+    # two finite pullbacks of 1e308 into one cell's shadow: native code does not test
+    # each store of a shadow, so the pass's heap shadows are tested when it returns
+    (tmp_path / "h.py").write_text(HEAP_SHADOW)
+    grad = rvm.grad(rvm.load(tmp_path / "h.py")["h"], loss="out", engine=engine)
+    for _ in range(NATIVE_AFTER + 2):
+        with pytest.raises(rvm.InvertibilityError, match="would become inf"):
+            grad(np.array([1e-300]), 0.0)

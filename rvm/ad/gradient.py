@@ -361,6 +361,8 @@ class _Direct:
                     back = gbw(*heap, *out, *seed)
                 if top[0] != total:
                     raise MachineError("heap block left allocated")
+                if not np.isfinite(heap[2]).all():   # a shadow in a cell: see finite()
+                    raise MachineError("a gradient is not finite")
             except Exception:        # the general path reports it exactly
                 heap[0][:] = 0
                 heap[2][:] = 0
