@@ -224,6 +224,7 @@ def cmd_draw(args) -> None:
 
 def cmd_cache(args) -> None:
     from .engines import cache
+    keep = cache.keep()     # (a bad RVM_CACHE_MAX or RVM_CACHE_DIR: CacheSettingError, exit 1)
     if args.action == "clear":
         print(f"removed {cache.clear()} cached module(s)")
         return
@@ -231,7 +232,10 @@ def cmd_cache(args) -> None:
     if where is None:
         print("the native code cache is off (RVM_CACHE_DIR is empty)")
     else:
-        print(f"{where}: {programs} module(s), {size / 1e6:.1f} MB")
+        print(f"{where}: {programs} module(s), {size / 1e6:.1f} MB (keeps the {keep} most "
+              "recently compiled)")
+        if cache.problem(where):
+            print(f"not used: {cache.problem(where)}")
 
 
 def cmd_debug(args) -> None:

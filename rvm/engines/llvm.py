@@ -565,16 +565,56 @@ def _halves(source: str, fused: dict) -> tuple | None:
     return nodes, (plain, shared), (grad, shared)
 
 
+# The second process runs isolated (python -I: no current directory, user site or
+# PYTHON* variables on its path) in rvm's directory, with this process's path less the
+# current directory given explicitly (so a json.py where rvm runs is never imported); it
+# answers with a mark, a digest of the job and the object file it compiled, and the
+# object file (checked by _from_worker before it is used or cached).
 _WORKER = """
-import json, sys
-sys.path.insert(0, sys.argv[1])
+import hashlib, json, sys
+sys.path[:0] = sys.argv[1:]
 from rvm.engines.llvm import compile_half
-sys.stdout.buffer.write(compile_half(json.loads(sys.stdin.buffer.read())))
+job = sys.stdin.buffer.read()
+obj = compile_half(json.loads(job))
+sys.stdout.buffer.write(b"rvm worker\\n" + hashlib.sha256(job + obj).digest() + obj)
 """
+_WORKER_MARK = b"rvm worker\n"
+
+
+def _worker_command() -> tuple[list[str], str]:
+    """The second process's command line and working directory (rvm's parent)."""
+    root = str(pathlib.Path(__file__).resolve().parents[2])
+    try:
+        here = os.path.realpath(os.getcwd())
+    except OSError:
+        here = None
+    path = [p for p in sys.path if p and os.path.isabs(p) and os.path.realpath(p) != here]
+    return [sys.executable, "-I", "-c", _WORKER, *path, root], root
+
+
+def _from_worker(out: bytes | None, job: bytes) -> bytes | None:
+    """The object file in the second process's answer to `job`, or None unless the answer
+    is whole: the mark, the digest of `job` and of the object file, and an object file
+    of this platform (anything else, such as what an imported module printed, is never
+    loaded nor cached: this process compiles the half instead)."""
+    import hashlib
+
+    from . import cache
+    start = len(_WORKER_MARK) + 32
+    if not out or not out.startswith(_WORKER_MARK):
+        return None
+    digest, obj = out[len(_WORKER_MARK):start], out[start:]
+    if digest != hashlib.sha256(job + obj).digest() or not cache.object_file(obj):
+        return None
+    return obj
 
 
 def compile_half(job: dict) -> bytes:
-    """The object file of one half (a second process's job: see _compile_halves)."""
+    """The object file of one half (a second process's job: see _compile_halves). Refused
+    by a back end whose text differs from the asking process's (an editable install
+    changed meanwhile: the halves would not fit together)."""
+    if job["generator"] != _lowering_digest():
+        raise RuntimeError("rvm's back end changed since the program was compiled")
     fused = {name: tuple(entry) for name, entry in job["fused"].items()}
     half = tuple(set(names) for names in job["half"])
     return compile_ir(_module(_nodes(job["source"]), job["tol"], fused, {}, True, False,
@@ -600,18 +640,18 @@ def _compile_halves(text: str, source: str, tol: float, fused: dict) -> list[byt
         return None
     nodes, *parts = halves
     job = {"source": source, "tol": tol, "fused": fused,
-           "half": [sorted(parts[0][0]), sorted(parts[0][1])]}
+           "half": [sorted(parts[0][0]), sorted(parts[0][1])], "generator": _lowering_digest()}
     worker, done = None, {}
+    request = json.dumps(job).encode()
     if objects[0] is None:
         with contextlib.suppress(OSError):
-            worker = subprocess.Popen(
-                [sys.executable, "-c", _WORKER, str(pathlib.Path(__file__).parents[2])],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            command, root = _worker_command()
+            worker = subprocess.Popen(command, cwd=root, stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
 
             def talk():
                 try:
-                    done["out"] = worker.communicate(json.dumps(job).encode(),
-                                                     timeout=WORKER_TIMEOUT)[0]
+                    done["out"] = worker.communicate(request, timeout=WORKER_TIMEOUT)[0]
                 except (OSError, ValueError, subprocess.TimeoutExpired):
                     worker.kill()       # (this process compiles the half instead)
                     worker.wait()
@@ -623,8 +663,9 @@ def _compile_halves(text: str, source: str, tol: float, fused: dict) -> list[byt
     if objects[0] is None:
         if worker is not None:
             talker.join()
-        obj = done.get("out")
-        objects[0] = obj if obj and worker.returncode == 0 else compile_half(job)
+        obj = _from_worker(done.get("out"), request) if worker is not None and \
+            worker.returncode == 0 else None
+        objects[0] = obj or compile_half(job)
         cache.store_object(keys[0], objects[0])
     return objects
 
