@@ -29,12 +29,16 @@ import os
 import pathlib
 import re
 import sys
+import threading
 
 import numpy as np
 
 from .lowering import (
+    BUDGET,
     FAULT,
     FLOAT_NAMES,
+    INTERRUPT,
+    INTERRUPT_CELL,
     MESSAGES,
     Lowering,
     Types,
@@ -78,7 +82,69 @@ def _llvm():
     ll.initialize_native_target()
     ll.initialize_native_asmprinter()
     safe_codegen()
+    # native loops poll this cell (rvm.engines.lowering: poll); SIGINT sets it (interrupts)
+    ll.add_symbol(INTERRUPT_CELL, ctypes.addressof(_INTERRUPTED))
     return ll, ir, _target_machine()
+
+
+_INTERRUPTED = ctypes.c_int64(0)        # set by the SIGINT handler below; cleared by entries
+_CHAINED = ctypes.c_void_p(0)           # the C handler it replaced (Python's), called after
+_HANDLER_IR = f"""
+@{INTERRUPT_CELL} = external global i64
+@rvm_chained = external global void (i32)*
+define void @rvm_on_sigint(i32 %sig) {{
+  store atomic i64 1, i64* @{INTERRUPT_CELL} monotonic, align 8
+  %next = load void (i32)*, void (i32)** @rvm_chained
+  %at = ptrtoint void (i32)* %next to i64
+  %real = icmp ugt i64 %at, 1
+  br i1 %real, label %chain, label %done
+chain:
+  call void %next(i32 %sig)
+  br label %done
+done:
+  ret void
+}}
+"""
+
+
+@functools.cache
+def _handler() -> tuple:
+    """The C-level SIGINT handler (compiled once): it sets the interrupt cell, then calls
+    the handler it replaced (Python's, which raises KeyboardInterrupt once the native call
+    is back); with libc's sigaction."""
+    ll = _llvm()[0]
+    ll.add_symbol("rvm_chained", ctypes.addressof(_CHAINED))
+    with _LLVM_LOCK:
+        engine = ll.create_mcjit_compiler(ll.parse_assembly(_HANDLER_IR), _target_machine())
+        engine.finalize_object()
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.sigaction.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+    return engine, engine.get_function_address("rvm_on_sigint"), libc.sigaction
+
+
+def interrupts() -> None:
+    """Let SIGINT (Ctrl-C) stop native code: where Python's own handler is in place
+    (KeyboardInterrupt), put a C handler before it that also sets the cell native loops
+    poll (a native run holds no GIL, so Python's handler alone runs only after it). The
+    run then ends with the INTERRUPT code, and KeyboardInterrupt is raised. Checked before
+    each native run (Python's signal.signal puts its own handler back in place of ours:
+    then the program's handler is left alone). Linux and macOS: elsewhere, nothing."""
+    import signal
+    if not sys.platform.startswith(("linux", "darwin")) or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return
+    with contextlib.suppress(Exception):
+        _, ours, sigaction = _handler()
+        old = ctypes.create_string_buffer(256)     # a struct sigaction: the handler first
+        if sigaction(signal.SIGINT, None, old) != 0:
+            return
+        handler = ctypes.c_void_p.from_buffer(old).value or 0
+        if handler == ours or handler <= 1:         # ours already, or SIG_DFL / SIG_IGN
+            return
+        _CHAINED.value = handler
+        new = ctypes.create_string_buffer(old.raw, 256)    # the same flags and mask
+        ctypes.c_void_p.from_buffer(new).value = ours
+        sigaction(signal.SIGINT, new, None)
 
 
 @functools.cache
@@ -122,6 +188,9 @@ def _py_function(ir, t: Types, module, name: str):
     api = functools.partial(_api, ir, t, module)
     fn = ir.Function(module, ir.FunctionType(o, [o, o.as_pointer(), t.i64]), f"rvm_py_{name}")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
+    cell = module.globals.get(INTERRUPT_CELL) or ir.GlobalVariable(module, t.i64,
+                                                                   INTERRUPT_CELL)
+    b.store_atomic(t.i64(0), cell, "monotonic", 8)     # a SIGINT from now on stops it
     argv = fn.args[1]
     item = lambda k: b.load(b.gep(argv, [t.i64(k)]))
     address = lambda k, ty: b.bitcast(b.call(api("PyLong_AsVoidPtr"), [item(k)]), ty)
@@ -177,6 +246,7 @@ def _entry(ir, t: Types, module, name: str, inner, returns: list[str], fused=Non
         out = b.call(f, [S, code, H, G, cap] + values)
         b.call(api("PyEval_RestoreThread"), [saved])
         guard(b, b.icmp_signed("!=", b.load(code), t.i64(0)), fault)
+        over_budget(b, t, state(1), code, fault)
         return out
 
     def boxed(out, names, at=None):
@@ -317,13 +387,24 @@ def _batch_entry(ir, t: Types, module, name: str, mode: str, fw, gbw, split: int
     b.store(t.i64(0), code)
     saved = b.call(api("PyEval_SaveThread"), [])
     done = fn.append_basic_block()
+
+    def poll():         # each row (or group of rows): stop if a SIGINT came
+        flag = b.load_atomic(module.globals[INTERRUPT_CELL], "monotonic", 8)
+        stop = fn.append_basic_block()
+        with b.goto_block(stop):
+            b.store(t.i64(INTERRUPT), code)
+            b.branch(done)
+        guard(b, b.icmp_signed("!=", flag, t.i64(0)), stop)
     heap = [ir.Constant(t.ptr, None), ir.Constant(t.fptr, None), t.i64(0)]
 
     def run(f, values):
         b.store(budget, b.gep(S, [t.i64(1)]))
-        return _call_or_leave(b, t, f, [S, flag, *heap, *values], code, done)
+        out = _call_or_leave(b, t, f, [S, flag, *heap, *values], code, done)
+        over_budget(b, t, b.gep(S, [t.i64(1)]), code, done)
+        return out
 
     def one(row):
+        poll()
         b.store(t.i64(0), b.gep(S, [t.i64(0)]))
         out = run(fw, [b.load(b.gep(c, [b.mul(row, step)])) for c, step in zip(cols, steps)])
         values = [b.extract_value(out, j) for j in range(split or k)]
@@ -350,10 +431,21 @@ def _batch_entry(ir, t: Types, module, name: str, mode: str, fw, gbw, split: int
     start = t.i64(0)
     if lanes:
         start = _groups(b, t, lanes, mode, (cols, steps, results, wanted, grads), seed,
-                        split, budget, n, nseeds, code, done)
+                        split, budget, n, nseeds, code, done, poll)
     loop_over(b, start, n, one, done)
     b.call(api("PyEval_RestoreThread"), [saved])
     b.ret(b.call(api("PyLong_FromLongLong"), [b.load(code)]))
+
+
+def over_budget(b, t: Types, left, code, leave) -> None:
+    """After a generated function returned: its step budget's test at its end (which it
+    leaves to its caller: rvm.engines.lowering), the BUDGET code and `leave` if it
+    failed."""
+    failed = b.function.append_basic_block()
+    with b.goto_block(failed):
+        b.store(t.i64(BUDGET), code)
+        b.branch(leave)
+    guard(b, b.icmp_signed("<", b.load(left), t.i64(0)), failed)
 
 
 def _call_or_leave(b, t: Types, f, args: list, code, done):
@@ -372,7 +464,7 @@ def _call_or_leave(b, t: Types, f, args: list, code, done):
 
 
 def _groups(b, t: Types, lanes: tuple, mode: str, columns: tuple, seed, split: int,
-            budget, n, nseeds, code, done):
+            budget, n, nseeds, code, done, poll):
     """The batch loop over whole groups of rows in lockstep (see _batch_entry): each
     group's columns (arguments, results, gradients) loaded as vectors, run through the
     lane functions, stored back. Returns the first row left over."""
@@ -407,6 +499,7 @@ def _groups(b, t: Types, lanes: tuple, mode: str, columns: tuple, seed, split: i
                                 b.bitcast(copies, c.type), c))
 
     def group(g):
+        poll()
         base = b.mul(g, width)
         out = run(fw, [b.load(rows(c, ty, b.mul(base, step)), align=8)
                        for c, step, ty in zip(sources, steps, ptypes)])
@@ -521,8 +614,33 @@ def _module(nodes: list, tol: float, fused: dict, batches: dict, runs: bool,
     return str(module)
 
 
+_LLVM_LOCK = threading.Lock()       # LLVM's global context: one thread at a time
+
+
 def compile_ir(text: str) -> bytes:
-    """Optimised machine code (an object file) for LLVM IR text."""
+    """Optimised machine code (an object file) for LLVM IR text. From the main thread,
+    LLVM works on a second one, so that Ctrl-C stops the wait at once (KeyboardInterrupt;
+    the abandoned compile ends on its own, and the next waits for it)."""
+    if threading.current_thread() is not threading.main_thread():
+        with _LLVM_LOCK:
+            return _compile_ir(text)
+    box: dict = {}
+
+    def work():
+        try:
+            with _LLVM_LOCK:
+                box["out"] = _compile_ir(text)
+        except BaseException as exc:    # (passed on to the caller)
+            box["error"] = exc
+    thread = threading.Thread(target=work, daemon=True, name="rvm-compile")
+    thread.start()
+    thread.join()                       # (a signal interrupts it)
+    if "error" in box:
+        raise box["error"]
+    return box["out"]
+
+
+def _compile_ir(text: str) -> bytes:
     ll, _, tm = _llvm()
     mod = ll.parse_assembly(text)
     mod.verify()
@@ -657,16 +775,21 @@ def _compile_halves(text: str, source: str, tol: float, fused: dict) -> list[byt
                     worker.wait()
             talker = threading.Thread(target=talk, daemon=True)
             talker.start()
-    if objects[1] is None:
-        objects[1] = compile_ir(_module(nodes, tol, fused, {}, True, False, parts[1]))
-        cache.store_object(keys[1], objects[1])
-    if objects[0] is None:
-        if worker is not None:
-            talker.join()
-        obj = _from_worker(done.get("out"), request) if worker is not None and \
-            worker.returncode == 0 else None
-        objects[0] = obj or compile_half(job)
-        cache.store_object(keys[0], objects[0])
+    try:
+        if objects[1] is None:
+            objects[1] = compile_ir(_module(nodes, tol, fused, {}, True, False, parts[1]))
+            cache.store_object(keys[1], objects[1])
+        if objects[0] is None:
+            if worker is not None:
+                talker.join()
+            obj = _from_worker(done.get("out"), request) if worker is not None and \
+                worker.returncode == 0 else None
+            objects[0] = obj or compile_half(job)
+            cache.store_object(keys[0], objects[0])
+    finally:        # interrupted (Ctrl-C) or failed here: the second process goes too
+        if worker is not None and worker.poll() is None:
+            worker.kill()
+            worker.wait()
     return objects
 
 
@@ -675,10 +798,11 @@ class Library:
 
     def __init__(self, *objects: bytes):
         ll = _llvm()[0]
-        self.engine = ll.create_mcjit_compiler(ll.parse_assembly(""), _target_machine())
-        for obj in objects:        # (one, or two halves: the engine links their symbols)
-            self.engine.add_object_file(ll.ObjectFileRef.from_data(obj))
-        self.engine.finalize_object()
+        with _LLVM_LOCK:
+            self.engine = ll.create_mcjit_compiler(ll.parse_assembly(""), _target_machine())
+            for obj in objects:     # (one, or two halves: the engine links their symbols)
+                self.engine.add_object_file(ll.ObjectFileRef.from_data(obj))
+            self.engine.finalize_object()
 
     def address(self, name: str) -> int:
         return self.engine.get_function_address(f"rvm_{name}")
@@ -737,8 +861,14 @@ class _Call:
 
 def _check(out):
     if type(out) is not tuple:
-        raise Fault(MESSAGES[out])
+        _fault(out)
     return out
+
+
+def _fault(code: int):
+    if code == INTERRUPT:      # (Python's handler has mostly raised it already)
+        raise KeyboardInterrupt
+    raise Fault(MESSAGES[code])
 
 
 class Run(_Call):
@@ -747,7 +877,15 @@ class Run(_Call):
     value and gradient on a heap, vg: arguments, then seeds.)"""
 
     def __call__(self, HI, HF, HG, TOP, *args):
-        return _check(self.call(*self.addresses(HI, HG, TOP), *args))
+        try:
+            return _check(self.call(*self.addresses(HI, HG, TOP), *args))
+        except KeyboardInterrupt:
+            # stopped midway: the heap's cells and shadows zero again, as a heap is
+            # between runs (a machine puts back its own from its copy)
+            if HI is not None:
+                HI[:] = 0
+                HG[:] = 0
+            raise
 
 
 class Fused(_Call):
@@ -814,9 +952,10 @@ class Batch:
             addresses[k:k] = seeds
         if n == 0:          # (the entry reads a spread column's value before its loop)
             return
+        interrupts()
         code = self.call(*lead, *addresses)
         if code:
-            raise Fault(MESSAGES[code])
+            _fault(code)
 
 
 def _kinds(source: str) -> dict:

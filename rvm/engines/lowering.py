@@ -21,8 +21,14 @@ _REGISTER = re.compile(r"g?f\d+")   # a float register's value or its shadow
 _DOMAIN = {"math.sqrt": "<", "math.log": "<="}
 _MATH_ERRORS = {"math.exp", "math.pow", "math.fmod", "np.fmod", "dpow_db"}
 _FLAGS = {"_ok", "_m"}
-FAULT, FULL = 1, 2      # fault codes: a failed check (or a limit); the heap is full
-MESSAGES = {FAULT: "invertibility check failed", FULL: "heap capacity exceeded"}
+# fault codes: a failed check (or a limit); the heap is full (the cells wanted are left in
+# the state array's heap top); the step budget ran out; the run was interrupted (SIGINT)
+FAULT, FULL, BUDGET, INTERRUPT = 1, 2, 3, 4
+MESSAGES = {FAULT: "invertibility check failed", FULL: "heap capacity exceeded",
+            BUDGET: "step budget exhausted", INTERRUPT: "interrupted"}
+# the process-wide cell a SIGINT sets (rvm.engines.llvm: interrupts): native loops poll it
+INTERRUPT_CELL = "rvm_interrupt"
+POLL_EVERY = 1 << 16    # passes of a counted loop between two polls of the interrupt cell
 
 
 class Types:
@@ -101,6 +107,7 @@ class Lowering:
         self.adjoint = False        # lowering a shadow's update (see python_error)
         self.later = None           # a counted loop's flag: a float was not finite (for_)
         self.fault_block, self.full_block = self.exit(FAULT), self.exit(FULL)
+        self.budget_block, self.interrupt_block = self.exit(BUDGET), self.exit(INTERRUPT)
         self.passed = self.exit(None)          # a callee's fault: return, its code kept
         self.body(node.body)
         if not self.b.block.is_terminated:
@@ -157,9 +164,14 @@ class Lowering:
         value = lambda k: self.expr(args[k])
         if name == "alloc":                     # alloc(HI, TOP, n)
             n, base = self.coerce(value(2), t.i64), top()
-            self.guard(b.or_(b.icmp_signed("<", n, t.i64(0)),
-                             b.icmp_signed(">", n, b.sub(self.cap, base))), self.full_block)
-            b.store(b.add(base, n), self.slot(0))
+            self.guard(b.icmp_signed("<", n, t.i64(0)), self.fault_block)
+            over = b.icmp_signed(">", n, b.sub(self.cap, base))
+            # the cells wanted (saturated) in the heap top: the machine sizes the heap to
+            # them, or refuses them, without growing the heap step by step
+            need = b.select(b.icmp_signed(">", n, b.sub(t.i64(2**63 - 1), base)),
+                            t.i64(2**63 - 1), b.add(base, n))
+            b.store(need, self.slot(0))
+            self.guard(over, self.full_block)
             return base
         if name == "free":                      # free(HI, HF, HG, TOP, d, n)
             d, n = self.coerce(value(4), t.i64), self.coerce(value(5), t.i64)
@@ -190,7 +202,9 @@ class Lowering:
         if name in ("push", "gpush"):           # push(view, TOP, v); gpush(HF, HG, TOP, v, g)
             view, v = args[0].id, value(2 if name == "push" else 3)
             at = top()
-            self.guard(b.icmp_signed(">=", at, self.cap), self.full_block)
+            full = b.icmp_signed(">=", at, self.cap)
+            b.store(b.select(full, b.add(at, t.i64(1)), at), self.slot(0))   # (see alloc)
+            self.guard(full, self.full_block)
             ptr = self.cell(view, at)
             if v.type == t.f64:
                 self.finite(v)
@@ -216,9 +230,10 @@ class Lowering:
 
     # ------------------------------------------------------------ statements
     def body(self, stmts) -> None:
-        for s in stmts:
+        for k, s in enumerate(stmts):
             if self.b.block.is_terminated:
                 return
+            self.following = stmts[k + 1] if k + 1 < len(stmts) else None
             self.stmt(s)
 
     def stmt(self, s) -> None:
@@ -270,9 +285,21 @@ class Lowering:
                     _named(s.test.operand, "_ok"):
                 return
             if is_raise(s.body):
+                budget = _raises_budget(s.body)
+                nxt = getattr(self, "following", None)
+                if budget and type(self) is Lowering and isinstance(nxt, ast.Assign) and \
+                        state_index(nxt.targets[0]) == 1:
+                    # the budget's test at the end of the function: left to the caller,
+                    # which reads the budget back (a callee's steps are then reported
+                    # from the caller's next back edge: see checkpoint) or, for an entry,
+                    # tests it after the call (rvm.engines.llvm)
+                    return
                 self.checking = True
-                self.guard(self.truth(self.expr(s.test)), self.fault_block)
+                self.guard(self.truth(self.expr(s.test)),
+                           self.checkpoint() if budget else self.fault_block)
                 self.checking = False
+                if budget:          # a back edge (or the end): stop here if interrupted
+                    self.poll()
                 return
             then, other = (self.fn.append_basic_block() for _ in range(2))
             b.cbranch(self.truth(self.expr(s.test)), then, other)
@@ -409,10 +436,68 @@ class Lowering:
             if s.target.id != "_":
                 b.store(b.sub(lo, j) if down else j, self.vars[s.target.id])
             self.body(s.body)
-        loop_over(b, t.i64(0), b.sub(lo, hi), pass_) if down else loop_over(b, lo, hi, pass_)
+        first, end = (t.i64(0), b.sub(lo, hi)) if down else (lo, hi)
+
+        def chunk(c):           # POLL_EVERY passes, then a poll of the interrupt cell
+            start = b.add(first, b.mul(c, t.i64(POLL_EVERY)))
+            stop = b.add(start, t.i64(POLL_EVERY))
+            loop_over(b, start, b.select(b.icmp_signed("<", stop, end), stop, end), pass_)
+            self.poll()
+        chunks = b.sdiv(b.add(b.sub(end, first), t.i64(POLL_EVERY - 1)), t.i64(POLL_EVERY))
+        loop_over(b, t.i64(0), chunks, chunk)
         if later:
             flag, self.later = self.later, None
             self.guard(b.load(flag), self.fault_block)
+
+    def checkpoint(self):
+        """The exit for the step budget's test at a back edge: it leaves the registers,
+        and the block the edge goes to, in the heap cells above the top (when they fit),
+        so that the machine can report the instruction where the budget ran out without
+        re-running the whole pass (rvm.engines.machine: Machine._exhausted). Layout:
+        CHECKPOINT, crc32 of the function's name, the block, the budget left (< 0), the
+        number of registers, then (crc32 of its name, its bits) for each register."""
+        nxt = getattr(self, "following", None)
+        if type(self) is not Lowering or self.cases is None:
+            return self.budget_block        # (rows in lockstep; no block loop)
+        if isinstance(nxt, ast.Continue):
+            block = self.case
+        elif isinstance(nxt, ast.Assign) and _named(nxt.targets[0], "_b") and \
+                isinstance(nxt.value, ast.Constant) and nxt.value.value >= 0:
+            block = nxt.value.value
+        else:
+            return self.budget_block
+        b, t = self.b, self.t
+        regs = sorted(n for n in self.vars if re.fullmatch(r"[rf]\d+", n))
+        size = 5 + 2 * len(regs)
+        site, write = self.fn.append_basic_block(), self.fn.append_basic_block()
+        with b.goto_block(site):
+            top = b.load(self.slot(0))
+            fits = b.icmp_signed(">=", b.sub(self.cap, top), t.i64(size))
+            b.cbranch(fits, write, self.budget_block)
+        with b.goto_block(write):
+            cell = lambda k: b.gep(self.H, [b.add(top, t.i64(k))])
+            head = [CHECKPOINT, _crc(self.node.name), block]
+            for k, v in enumerate(head):
+                b.store(t.i64(v), cell(k))
+            b.store(b.load(self.vars["_n"]), cell(3))
+            b.store(t.i64(len(regs)), cell(4))
+            for k, name in enumerate(regs):
+                v = b.load(self.vars[name])
+                b.store(t.i64(_crc(name)), cell(5 + 2 * k))
+                b.store(b.bitcast(v, t.i64) if v.type == t.f64 else v, cell(6 + 2 * k))
+            b.branch(self.budget_block)
+        return site
+
+    def poll(self) -> None:
+        """Leave with the INTERRUPT code if the process-wide interrupt cell is set (a SIGINT
+        arrived: rvm.engines.llvm.interrupts); a load and a predicted branch."""
+        b, ir = self.b, self.ir
+        module = self.fn.module
+        cell = module.globals.get(INTERRUPT_CELL)
+        if cell is None:
+            cell = ir.GlobalVariable(module, ir.IntType(64), INTERRUPT_CELL)
+        flag = b.load_atomic(cell, "monotonic", 8)
+        guard(b, b.icmp_signed("!=", flag, ir.IntType(64)(0)), self.interrupt_block)
 
     def leaving(self) -> None:
         """Control leaves the function (rvm.engines.lanes acts on its rows' failed checks
@@ -463,6 +548,7 @@ class Lowering:
             switch.add_case(self.t.i64(k), block)
         for k, stmts in cases.items():
             b.position_at_end(blocks[k])
+            self.case = k
             self.body(stmts)
             if not b.block.is_terminated:
                 b.branch(head)           # no transfer: the same case again, as in Python
@@ -795,6 +881,22 @@ def block_cases(loop: ast.While) -> dict | None:
 def is_exact(test) -> bool:
     """A counted loop's entry test, `_exact(c)` (see Lowering.counted)."""
     return isinstance(test, ast.Call) and _named(test.func, "_exact") and len(test.args) == 1
+
+
+CHECKPOINT = 0x52564D434B505431     # "RVMCKPT1": the first cell of a checkpoint
+
+
+def _crc(name: str) -> int:
+    import zlib
+    return zlib.crc32(name.encode())
+
+
+def _raises_budget(stmts) -> bool:
+    """Is this the step budget's test (`raise Fault('step budget exhausted')`, as
+    rvm.engines.native rewrites the compiled engine's Limit)?"""
+    s = stmts[0]
+    return isinstance(s.exc, ast.Call) and bool(s.exc.args) and \
+        isinstance(s.exc.args[0], ast.Constant) and s.exc.args[0].value == MESSAGES[BUDGET]
 
 
 def is_raise(stmts) -> bool:

@@ -9,6 +9,7 @@ so it runs its function backwards while the machine moves forwards.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import sys
@@ -106,10 +107,16 @@ class Machine:
                         f"heap cells, with {self.frame_cells} registers in live frames); "
                         "raise heap_limit / --heap-limit")
         cap = min(max(need, 2 * self.cap, 64), self.heap_limit)
-        self._buf = bytearray(cap * 8)
+        try:
+            buf, gbuf = bytearray(cap * 8), bytearray(cap * 8)
+        except MemoryError:
+            raise Limit(f"out of memory: a heap of {cap} cells ({16 * cap / 2**30:.1f} GiB "
+                        "with gradient shadows) could not be allocated (asked for "
+                        f"{need} heap cells); lower heap_limit / --heap-limit to fail "
+                        "sooner, or use less memory") from None
+        self._buf = buf
         self._buf[: len(self.hi) * 8] = self.hi.cast("B")
         self.hi, self.hf = memoryview(self._buf).cast("q"), memoryview(self._buf).cast("d")
-        gbuf = bytearray(cap * 8)
         gbuf[: len(self.hg) * 8] = self.hg.cast("B")
         self._gbuf, self.hg = gbuf, memoryview(gbuf).cast("d")
         self.cap = cap
@@ -372,6 +379,16 @@ class Machine:
                 self._compiled_functions = None
             top, cells = self.top, bytes(self._buf[:8 * self.top])
             shadows = bytes(self._gbuf[:8 * self.top]) if self.grad else b""
+
+            def undo():
+                """The heap as before the run (the cells above the top zero)."""
+                self.top = top
+                for buf, saved in ((self._buf, cells), (self._gbuf, shadows)):
+                    np.frombuffer(buf, np.uint8)[:] = 0
+                    buf[:len(saved)] = saved
+            if self._compiled.native:
+                from .llvm import interrupts
+                interrupts()            # Ctrl-C stops native code (KeyboardInterrupt)
             while True:
                 try:
                     self._compiled.run(self, direction)
@@ -380,15 +397,25 @@ class Machine:
                     # undo the heap writes; then either grow a heap the compiled code ran
                     # out of and run again, or let the reference engine find and report
                     # the failing instruction, leaving the state exactly where it stops
-                    self.top = top
-                    self._buf[:] = bytes(len(self._buf))
-                    self._buf[:len(cells)] = cells
-                    self._gbuf[:] = bytes(len(self._gbuf))
-                    self._gbuf[:len(shadows)] = shadows
-                    if "heap capacity exceeded" in str(e) and self.cap < self.heap_limit:
-                        self._grow(min(2 * self.cap, self.heap_limit - self.frame_cells))
-                        continue
+                    need = self._wanted()
+                    if "step budget exhausted" in str(e):
+                        err = self._exhausted(direction)
+                        if err is not None:
+                            raise err from None
+                    undo()
+                    if "heap capacity exceeded" in str(e) and self.cap < self.heap_limit \
+                            and need + self.frame_cells <= self.heap_limit:
+                        # as large as the cells wanted (when the code says how many), and
+                        # never past the limit: a refused request is refused before any
+                        # cell is allocated for it (the interpreter then reports it)
+                        with contextlib.suppress(Limit):    # (out of memory: reported so)
+                            self._grow(min(max(need, 2 * self.cap),
+                                           self.heap_limit - self.frame_cells))
+                            continue
                     break
+                except BaseException:       # KeyboardInterrupt: the machine as before
+                    undo()
+                    raise
                 except Exception as exc:    # no native code could be made for it
                     if not self._compiled.native:
                         raise
@@ -414,11 +441,85 @@ class Machine:
                 if time.monotonic() - start > 1.0:
                     self.progress(taken, direction)
         if taken >= budget and not self.at_boundary(direction):
-            raise MachineError(f"step budget of {budget} steps exhausted before the "
-                               f"{'end' if direction > 0 else 'start'} (an endless loop?); "
-                               "raise max_steps / --max-steps", self.stack[-1].fn.name,
-                               self.stack[-1].index(self.stack[-1].dir * direction))
+            raise self._out_of_steps(budget, direction)
         return taken
+
+    def _out_of_steps(self, budget: int, direction: int) -> MachineError:
+        top = self.stack[-1]
+        return MachineError(f"step budget of {budget} steps exhausted before the "
+                            f"{'end' if direction > 0 else 'start'} (an endless loop?); "
+                            "raise max_steps / --max-steps", top.fn.name,
+                            top.index(top.dir * direction))
+
+    def _exhausted(self, direction: int) -> MachineError | None:
+        """After a native forward run of the root function ran out of steps: the machine
+        put where the interpreter's run would have stopped, and the error it reports, or
+        None (nothing changed) where that cannot be told so (then the interpreter runs
+        the pass again). Native code tests the budget at back edges, and leaves there the
+        root function's registers and the block it goes on to (rvm.engines.lowering:
+        checkpoint), a few steps past the end of the budget: the machine takes that state
+        and steps back over those few steps (the inverse instructions), so a failing run
+        costs about what a succeeding one does. A float register holding -0.0 is not
+        taken (native code may hold a heap cell's -0.0 where the interpreter holds 0.0)."""
+        from .lowering import CHECKPOINT, _crc
+        heap, fr = self.__dict__.get("_native_heap"), self.stack[0]
+        fn = fr.fn
+        if heap is None or heap[0] is not self._buf or self.grad or len(self.stack) != 1 \
+                or fr.dir * direction < 0:
+            return None
+        hi, state = heap[1], heap[4]
+        t = int(state[0])
+        if not 0 <= t <= len(hi) - 5 or hi[t] != CHECKPOINT or \
+                hi[t + 1] != _crc(self._compiled.name(fn.name, "fw")):
+            return None
+        block, left, count = (int(v) for v in hi[t + 2:t + 5])
+        size = 5 + 2 * count
+        if t + size > len(hi) or left >= 0:
+            return None
+        pairs = hi[t + 5:t + size].reshape(-1, 2)
+        found = {int(k): int(v) for k, v in pairs}
+        code = fn.code
+        leaders = sorted({0} | {i for i, ins in enumerate(code) if ins.op in isa.COMEFROMS}
+                         | {i + 1 for i, ins in enumerate(code) if ins.op in isa.BRANCHES})
+        leaders = [b for b in leaders if b < len(code)] or [0]
+        if not 0 <= block < len(leaders):
+            return None
+        R = list(fr.R)
+        for r in fn.registers:
+            bits = found.get(_crc(f"{'r' if r.cls == isa.INT else 'f'}{r.n}"))
+            if bits is None or (r.cls == isa.FLOAT and bits == -(1 << 63)):   # -0.0
+                return None
+            R[fn.slot(r)] = bits if r.cls == isa.INT else \
+                np.int64(bits).view(np.float64).item()
+        at = leaders[block]
+        saved, start = list(fr.R), fr.state
+        hi[t:t + size] = 0
+        self.top = t
+        fr.R[:] = R
+        fr.state = 2 * at
+        if code[at].op in isa.COMEFROMS:       # arrived by its jump? (its test tells)
+            try:
+                self._code(fn, 1)[2 * at + 1](list(R), None)
+                fr.state += 1
+            except Fault:
+                pass
+        self.steps = self.max_steps - left
+        try:
+            if self._move(-direction, -left) != -left:
+                raise MachineError("the checkpoint is not reachable")
+        except RvmError:        # (never, if native code and the interpreter agree)
+            self.stack, self.frame_cells, self.steps = [fr], len(fr.R), 0
+            fr.R[:], fr.state = saved, start
+            return None
+        return self._out_of_steps(self.max_steps, direction)
+
+    def _wanted(self) -> int:
+        """The heap cells a native run that ran out of heap wanted (native code leaves
+        them in the heap top: rvm.engines.lowering), or 0 when it does not say."""
+        heap = self.__dict__.get("_native_heap")
+        if heap is None or heap[0] is not self._buf or not self._compiled.native:
+            return 0
+        return max(int(heap[4][0]), 0)
 
     def tier(self) -> str:
         """The compiled engine to use now (engine 'auto' moves to native with use).

@@ -1,0 +1,298 @@
+"""Limits that hold on native code: Ctrl-C (SIGINT) stops a native run, a native batch
+and a compile within half a second, and the machine works afterwards; a refused huge
+ALLOC costs no memory; a run that exhausts its step budget costs about what a
+succeeding one does, and reports what the interpreter reports."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import rvm
+from rvm.engines import llvm, native
+from rvm.engines.machine import Machine
+
+pytestmark = pytest.mark.skipif(not (native.available and llvm.usable()),
+                                reason="numba (and its llvmlite) is not installed")
+
+# counts f0 up by 1.0 until it reaches f1 (r0 counts the passes): not a counted loop
+SPIN = """\
+.func spin(f0, f1, r0)
+top:    CF.NE  r0, 0, back
+        ADD    f0, 1.0
+        INC    r0
+exitbr: BR.GE  f0, f1, done
+back:   JMP    top
+done:   CF     exitbr
+.end
+"""
+# the same with a call and the heap in every pass (r1: a cell the callee adds r0 into)
+SPIN_CALLS = """\
+.func step(r0, r1)
+        EXCH   r2, [r1]
+        ADD    r2, r0
+        SUB    r2, r0
+        EXCH   r2, [r1]
+.end
+
+.func spin(f0, f1, r0)
+        ADD    r4, 1
+        ALLOC  r1, r4
+top:    CF.NE  r0, 0, back
+        ADD    f0, 1.0
+        INC    r0
+        CALL   step, r0, r1
+exitbr: BR.GE  f0, f1, done
+back:   JMP    top
+done:   CF     exitbr
+        FREE   r1, r4
+        SUB    r4, 1
+.end
+"""
+FIB = """\
+.func fib(r0, r1, r2)
+        ADD    r2, 1
+top:    CF.NE  r3, 0, back
+        ADD    r1, r2
+        SWAP   r1, r2
+        INC    r3
+exitbr: BR.EQ  r3, r0, done
+back:   JMP    top
+done:   CF     exitbr
+        SUB    r3, r0
+.end
+"""
+ALLOC = """\
+.func big(r0, r1)
+        ALLOC  r1, r0
+        FREE   r1, r0
+.end
+"""
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def interrupted(call, after: float = 0.3) -> float:
+    """Run call(), sending this process SIGINT `after` seconds in: the seconds from the
+    signal to the KeyboardInterrupt (which it must raise)."""
+    sent = []
+
+    def fire():
+        sent.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGINT)
+    timer = threading.Timer(after, fire)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            call()
+            time.sleep(after + 5)       # (finished before the signal: fail, not hang)
+    finally:
+        timer.cancel()
+    return time.monotonic() - sent[0]
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
+                    reason="signals go to the main thread")
+@pytest.mark.parametrize("text,args", [(SPIN, (0.0, 4e9, 0)), (FIB, (2 * 10**10, 0, 0)),
+                                       (SPIN_CALLS, (0.0, 5e9, 0))],
+                         ids=["loop", "counted-loop", "calls-and-heap"])
+def test_sigint_stops_a_native_run_and_the_machine_works_after(text, args):
+    p = rvm.assemble(text)
+    name = "spin" if text is not FIB else "fib"
+    small = (0.0, 10.0, 0) if text is not FIB else (10, 0, 0)
+    options = dict(engine="native", max_steps=10**12)    # (runs of about 6 s)
+    expected = p.call(name, *small, **options)
+    assert interrupted(lambda: p.call(name, *args, **options)) < 0.5
+    assert p.call(name, *small, **options) == expected       # the same machine, again
+    for _ in range(4):                  # the direct way in (no machine frame)
+        assert p.call(name, *small, **options) == expected
+    assert interrupted(lambda: p.call(name, *args, **options)) < 0.5
+    assert p.call(name, *small, **options) == expected
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
+                    reason="signals go to the main thread")
+def test_sigint_stops_a_native_batch():
+    v = rvm.vmap(rvm.assemble(SPIN)["spin"])
+    n = 200             # rows of 0.03 s
+    xs, zs = np.zeros(n), np.zeros(n, np.int64)
+    assert list(v(xs, np.full(n, 10.0), zs)[2][:2]) == [10, 10]
+    assert interrupted(lambda: v(xs, np.full(n, 2e7), zs)) < 0.5
+    assert list(v(xs, np.full(n, 10.0), zs)[2][:2]) == [10, 10]
+
+
+CLI = "import sys; from rvm.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def run_cli(tmp_path, text: str, *args: str, interrupt: float | None = None):
+    """`rvm run` on text in a subprocess: (exit code, stderr, seconds from the SIGINT to
+    the exit)."""
+    source = tmp_path / "prog.rasm"
+    source.write_text(text)
+    env = dict(os.environ, RVM_CACHE_DIR=str(tmp_path / "cache"))
+    p = subprocess.Popen([sys.executable, "-c", CLI, "run", str(source), *args],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    if interrupt is None:
+        err = p.communicate(timeout=120)[1]
+        return p.returncode, err, None
+    time.sleep(interrupt)
+    sent = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    err = p.communicate(timeout=60)[1]
+    return p.returncode, err, time.monotonic() - sent
+
+
+def test_sigint_stops_the_cli_on_native_code_with_exit_130(tmp_path):
+    # compiled first (the cache), so that the signal finds the native loop running
+    assert run_cli(tmp_path, SPIN, "--engine", "native", "--args", "0.0", "10.0", "0")[0] == 0
+    code, err, after = run_cli(tmp_path, SPIN, "--engine", "native", "--max-steps",
+                               str(10**12), "--args", "0.0", "4e9", "0", interrupt=1.5)
+    assert code == 130 and after < 0.5
+    assert err.strip() == "rvm: interrupted"        # one line, no traceback
+
+
+def test_sigint_stops_a_compile(monkeypatch):
+    """An LLVM compile runs on a second thread: the main thread's wait is what Ctrl-C
+    stops (here a compile made to take seconds)."""
+    slow = llvm._compile_ir
+
+    def compile_slowly(text):
+        time.sleep(3)
+        return slow(text)
+    monkeypatch.setattr(llvm, "_compile_ir", compile_slowly)
+    p = rvm.assemble(SPIN)
+    assert interrupted(lambda: p.call("spin", 0.0, 10.0, 0, engine="native")) < 0.5
+    monkeypatch.setattr(llvm, "_compile_ir", slow)
+    assert p.call("spin", 0.0, 10.0, 0, engine="native") == (10.0, 10.0, 10)
+
+
+def test_an_interrupted_compile_kills_its_second_process(monkeypatch):
+    """A large program compiles in two halves, one in a second process: interrupted, the
+    process is killed, not left running."""
+    started = []
+    real = subprocess.Popen
+
+    class Recorded(real):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            started.append(self)
+
+    def interrupted_compile(text):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(subprocess, "Popen", Recorded)
+    monkeypatch.setattr(llvm, "compile_ir", interrupted_compile)
+    monkeypatch.setattr(llvm, "SPLIT_FROM", 0)
+    monkeypatch.setattr(llvm, "_worker_ok", lambda: True)
+    p = rvm.assemble(SPIN)
+    with pytest.raises(KeyboardInterrupt):
+        p.call("spin", 0.0, 10.0, 0, engine="native")
+    assert started and all(w.poll() is not None for w in started)
+
+
+def peak_rss_mb(code: str) -> float:
+    """The peak resident memory (MB) of a Python process running code, over that of one
+    that only imports rvm and compiles nothing."""
+    script = textwrap.dedent("""
+        import resource, sys
+        import rvm
+        from rvm.engines import llvm
+        llvm._llvm()
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        exec(sys.argv[1])
+        print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024)
+    """)
+    out = subprocess.run([sys.executable, "-c", script, code], capture_output=True,
+                         text=True, timeout=120, env=dict(os.environ))
+    assert out.returncode == 0, out.stderr
+    return float(out.stdout.split()[-1])
+
+
+@pytest.mark.parametrize("limit", [1 << 24, 1 << 28])
+def test_a_refused_huge_alloc_costs_no_memory_on_native(limit):
+    code = textwrap.dedent(f"""
+        p = rvm.assemble({ALLOC!r})
+        p.call("big", 10, 0, engine="native")
+        try:
+            p.call("big", 1 << 40, 0, engine="native", heap_limit={limit})
+        except rvm.MachineError as e:
+            assert "heap limit of {limit} cells exceeded" in str(e), e
+            assert e.function == "big" and e.index == 0, (e.function, e.index)
+        else:
+            raise AssertionError("not refused")
+    """)
+    assert peak_rss_mb(code) < 150
+
+
+def test_alloc_within_the_limit_sizes_the_heap_at_once(monkeypatch):
+    grown = []
+    real = Machine._grow
+    monkeypatch.setattr(Machine, "_grow", lambda m, need: grown.append(need) or real(m, need))
+    p = rvm.assemble(ALLOC)
+    assert p.call("big", 1_000_000, 0, engine="native") == (1_000_000, 0)
+    assert len(grown) == 2 and grown[-1] >= 1_000_000      # the first heap, then one
+
+
+def test_out_of_memory_is_an_rvm_error(tmp_path):
+    # a heap limit the machine could never hold: the allocation fails, and says so
+    code, err, _ = run_cli(tmp_path, ALLOC, "--engine", "native", "--heap-limit",
+                           str(1 << 50), "--args", str(1 << 49), "0")
+    assert code == 1 and "out of memory" in err and "Traceback" not in err, err
+
+
+def steps_stepped(monkeypatch) -> list:
+    """Records the steps each interpreter move takes (Machine._move)."""
+    taken: list = []
+    real = Machine._move
+
+    def move(m, D, limit):
+        n = real(m, D, limit)
+        taken.append(n)
+        return n
+    monkeypatch.setattr(Machine, "_move", move)
+    return taken
+
+
+@pytest.mark.parametrize("text,args", [(SPIN, (0.0, 1e15, 0)), (FIB, (10**15, 0, 0)),
+                                       (SPIN_CALLS, (0.0, 1e15, 0))],
+                         ids=["loop", "counted-loop", "calls-and-heap"])
+def test_an_exhausted_budget_on_native_is_reported_as_the_interpreter_does(
+        text, args, monkeypatch):
+    p = rvm.assemble(text)
+    name = "spin" if text is not FIB else "fib"
+    for budget in (1_000, 1_001, 1_002, 1_003, 1_004, 1_005, 1_006, 2_000_003):
+        errors = []
+        for engine in ("interp", "native"):
+            with pytest.raises(rvm.MachineError) as e:
+                p.call(name, *args, engine=engine, max_steps=budget)
+            errors.append((str(e.value), e.value.function, e.value.index))
+        assert errors[0] == errors[1], budget
+        assert "step budget of" in errors[1][0]
+    # the interpreter stepped only over the few steps past the budget (not all of them)
+    taken = steps_stepped(monkeypatch)
+    m = Machine(p, engine="native", max_steps=2_000_003)
+    m.enter(name, *args)
+    with pytest.raises(rvm.MachineError, match="step budget"):
+        m.run()
+    assert m.steps == 2_000_003 and 0 < sum(taken) < 100, taken
+
+
+def test_an_exhausted_budget_costs_about_a_succeeding_run():
+    p = rvm.assemble(SPIN)
+    p.call("spin", 0.0, 10.0, 0, engine="native")       # (compiled)
+    start = time.perf_counter()         # 20 million passes of 5 steps
+    p.call("spin", 0.0, 2e7, 0, engine="native", max_steps=10**8 + 10)
+    ok = time.perf_counter() - start
+    start = time.perf_counter()
+    with pytest.raises(rvm.MachineError, match="step budget"):
+        p.call("spin", 0.0, 1e15, 0, engine="native", max_steps=10**8)
+    failed = time.perf_counter() - start
+    assert failed < 3 * ok + 0.05, (failed, ok)
