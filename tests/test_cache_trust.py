@@ -155,7 +155,7 @@ def test_a_worker_that_answers_junk_is_neither_loaded_nor_cached(monkeypatch, pr
 # ------------------------------------------------------------------ owners and modes
 
 @posix
-def test_a_cache_directory_others_can_write_is_not_used(private_cache):
+def test_a_cache_directory_others_can_write_is_not_used(private_cache, capsys):
     """A directory writable by its group or others (mode 0o777): nothing is loaded from
     it nor written to it, and a CacheWarning says so once."""
     path = _entry(private_cache)
@@ -169,6 +169,9 @@ def test_a_cache_directory_others_can_write_is_not_used(private_cache):
         assert cache.cached_object("program A") is None
     assert not (private_cache / cache._object_name("program B")).exists()
     assert cache.load(lambda cached: f"X = {cached!r}\n").X is False   # numba's: in memory
+    from rvm.cli import main
+    assert main(["cache", "info"]) == 0
+    assert "not used: the cache directory" in capsys.readouterr().out
     private_cache.chmod(0o700)
     assert cache.cached_object("program A") == ELF and path.exists()
 
@@ -397,3 +400,23 @@ def test_stray_temporary_files_are_removed(private_cache, monkeypatch):
     cache.store_object("program A", ELF)
     assert not old.exists() and young.exists()
     assert cache.clear() == 1 and list(private_cache.iterdir()) == []
+
+
+@needs_llvm
+def test_processes_racing_on_an_empty_cache_all_get_their_program(private_cache):
+    """Three processes started at once on an empty cache compile the same program and
+    write it: each computes the right result, one whole entry is left, and no temporary
+    file."""
+    script = ("import rvm; p = rvm.assemble('.func main(f0, f1)\\n    ADD.mul f0, f1, f1\\n"
+              ".end\\n'); print(p.call('main', 0.5, 3.0, engine='native'))")
+    env = dict(os.environ, RVM_CACHE_DIR=str(private_cache))
+    procs = [subprocess.Popen([sys.executable, "-c", script], env=env, cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], outs
+    assert [o for o, _ in outs] == ["(9.5, 3.0)\n"] * 3
+    [entry] = private_cache.iterdir()
+    assert entry.name.startswith("rvm_llvm_") and entry.suffix == ".o"
+    text = entry.read_bytes()
+    assert text.startswith(cache._MAGIC + cache.VERSION.encode())
