@@ -126,9 +126,9 @@ def _weighted():
         with ancilla(s=0.0):
             with compute() as c:
                 for i in range(len(a)):
-                    s += a[i] * b[i]
+                    s += a[i] * b[i]  # noqa: F821 (an ancilla)
             out += s * s
-            ~c
+            ~c  # noqa: B018 (uncompute)
     return weighted
 
 
@@ -289,7 +289,7 @@ def test_a_numba_module_is_executed_only_as_written(private_cache, tmp_path, mon
     names its key and the digest of its text, and a module whose file is not exactly
     that (changed, another program's, a link) is written again before it runs; the text
     run is the one checked."""
-    source = lambda cached: f"X = {cached!r}\n"     # noqa: E731
+    source = lambda cached: f"X = {cached!r}\n"
     module = cache.load(source)
     path = pathlib.Path(module.__file__)
     assert module.X is True and path.parent == private_cache
@@ -321,7 +321,7 @@ def test_numba_files_others_could_have_written_are_not_used(private_cache, monke
     """numba's own files (its index and machine code in __pycache__) carry no digest of
     rvm's: they are used only from a __pycache__ only this user can write, as this
     user's regular files; else the module is compiled in memory."""
-    source = lambda cached: f"X = {cached!r}\n"     # noqa: E731
+    source = lambda cached: f"X = {cached!r}\n"
     module = cache.load(source)
     pyc = private_cache / "__pycache__"
     assert pyc.stat().st_mode & 0o777 == 0o700
