@@ -370,10 +370,93 @@ def case_batches(rng: random.Random) -> str:
     return outcome
 
 
+def _argument(rng: random.Random):
+    """A random argument of any kind a user might pass for a scalar parameter."""
+    import numpy as np
+    kind = rng.randrange(10)
+    if kind == 0:
+        return rng.randint(-9, 9)
+    if kind == 1:
+        return float(rng.randint(-9, 9))                    # integral float
+    if kind == 2:
+        return rng.randint(-16, 16) / 8 + 0.0625            # non-integral float
+    if kind == 3:
+        return rng.choice((True, False))
+    if kind == 4:
+        return rng.choice((np.int64(3), np.float64(2.0), np.float64(-0.5), np.float32(1.5),
+                           np.int32(-2), np.uint64(1 << 63), np.bool_(True)))
+    if kind == 5:
+        return rng.choice((math.nan, math.inf, -math.inf, -0.0, 5e-324))
+    if kind == 6:
+        return rng.choice((1 << 63, -(1 << 63) - 1, 1 << 200, 2 ** 1024))
+    if kind == 7:
+        return rng.choice(([1], [1.5, 2.0], (), "3", None, 1 + 2j))
+    return rng.randint(-9, 9) if rng.random() < 0.5 else rng.randint(-16, 16) / 8
+
+
+def case_arguments(rng: random.Random) -> str:
+    """Argument kinds across warm paths: a random program (and its gradient) called many
+    times with valid arguments on an engine (direct-call and gradient plans, engine auto
+    moving to native code), then with arguments of random kinds; every answer must be
+    what a first call on the interpreter gives (the same values or the same error), and
+    a batch of such rows must fail or agree row for row."""
+    import numpy as np
+    from progen import program
+
+    import rvm
+    engines = ["python", "auto"] + (["native"] if native_available() else [])
+    engine = rng.choice(engines)
+    text = program(rng.randrange(2 ** 32), heap=False)
+    warm, fresh = rvm.assemble(text, "gen.rasm"), rvm.assemble(text, "gen.rasm")
+    loss = 3 + rng.randrange(3)
+    valid = (1, 2, 3, 0.5, 0.25, -1.0)
+    calls = [lambda *a: warm.call("main", *a, engine=engine),
+             rvm.grad(warm["main"], loss=loss, engine=engine)]
+    refs = [lambda *a: fresh.call("main", *a, engine="interp"),
+            rvm.grad(fresh["main"], loss=loss, engine="interp")]
+
+    def outcome(f, args):
+        try:
+            return ("ok", f(*args))
+        except rvm.RvmError as e:
+            return (type(e).__name__, str(e).split(" (compiled engine")[0])
+
+    def same(a, b):
+        if a[0] != b[0]:
+            return False
+        return a[1] == b[1] if a[0] != "ok" else \
+            all(x == y or (x != x and y != y) for x, y in zip(a[1], b[1]))
+    for f in calls:
+        for _ in range(8):
+            with contextlib.suppress(rvm.RvmError):
+                f(*valid)
+    result = "ok"
+    for _ in range(4):
+        args = [_argument(rng) if rng.random() < 0.15 else v for v in valid]
+        for f, ref in zip(calls, refs):
+            got, want = outcome(f, args), outcome(ref, args)
+            if got[0] != want[0] or (got[0] == "ok" and not same(got, want)):
+                return "wrong"
+            if got[0] != "ok":
+                result = "clean"
+    try:
+        cols = [np.array([v, _argument(rng) if rng.random() < 0.3 else v]) for v in valid]
+        together = rvm.vmap(calls[0])(*cols)
+    except (rvm.RvmError, TypeError, ValueError):
+        return "clean"
+    for k in range(2):
+        want = outcome(refs[0], [c[k].item() if hasattr(c[k], "item") else c[k]
+                                 for c in cols])
+        if want[0] != "ok" or tuple(t[k] for t in together) != want[1]:
+            return "wrong"
+    return result
+
+
 CATEGORIES = {"rasm": case_rasm, "rvmb": case_rvmb, "frontend": case_frontend,
               "janus": case_janus,
               "debugger": case_debugger, "cli": case_cli, "programs": case_program,
-              "programs-native": case_program_native, "batches": case_batches}
+              "programs-native": case_program_native, "batches": case_batches,
+              "arguments": case_arguments}
 
 
 # ------------------------------------------------------------------ running

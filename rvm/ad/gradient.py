@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ..core import isa
-from ..core.errors import MachineError, UsageError, user_facing
+from ..core.errors import InvertibilityError, MachineError, UsageError, user_facing
 from ..core.inverse import inverse_function
 from ..core.program import Function, Program
 from ..engines.arguments import (
@@ -273,7 +273,8 @@ class _Direct:
                     raise MachineError("heap block left allocated")
                 m.budget = m.max_steps
                 return out, gbw(*a[:h], *out, *a[h + k:])
-        exact = [type(a) for a in args] == kinds        # no conversion needed
+        # no conversion needed: floats for float parameters (an int may not fit in int64)
+        exact = [type(a) for a in args] == kinds and int not in kinds
         convert = coercers(fn.params, fn.name)  # as a general call converts: same errors
         n = len(fn.params)
         if floats == list(range(n)):                      # every parameter is a float
@@ -361,8 +362,6 @@ class _Direct:
                     back = gbw(*heap, *out, *seed)
                 if top[0] != total:
                     raise MachineError("heap block left allocated")
-                if not np.isfinite(heap[2]).all():   # a shadow in a cell: see finite()
-                    raise MachineError("a gradient is not finite")
             except Exception:        # the general path reports it exactly
                 heap[0][:] = 0
                 heap[2][:] = 0
@@ -537,22 +536,84 @@ def _value_and_grad(fn, loss: Loss, machine_options: dict,
         if not all(type(a) in _PLAIN for a in args) and any(map(is_function, args)):
             return with_functions(fn, args, loss, machine_options)   # functions passed
         fast = direct(args)
-        if fast is not None:
-            return fast
-        m = runner.forward(args)
-        target = find_argument(m.bindings, m.stack[0].fn, loss, "loss")
-        values = m.results()
-        return values, runner.backward(m, target)
+        if fast is None:
+            m = runner.forward(args)
+            target = find_argument(m.bindings, m.stack[0].fn, loss, "loss")
+            fast = m.results(), runner.backward(m, target)
+        if not finite(fast[1]):
+            raise not_finite(runner, args, loss, fast[1])
+        return fast
 
-    run.batch = direct.batch
+    def batch(columns: list):
+        done = direct.batch(columns)
+        if done is not None and not finite(done[1]):
+            return None               # row by row: the first such row reports it
+        return done
+
+    run.batch = batch
     return run
+
+
+def finite(grads) -> bool:
+    """Are all these gradients (floats, arrays or None) finite?"""
+    for g in grads:
+        if type(g) is float:
+            if g - g != 0.0:                   # inf - inf and nan - nan are nan
+                return False
+        elif g is not None and not np.isfinite(g).all():
+            return False
+    return True
+
+
+def not_finite(runner: _Pass, args, loss: Loss, grads) -> MachineError:
+    """The error for gradients that came out inf or nan: which argument's, and where in
+    the gradient pass a shadow first stopped being finite, found by running the pass
+    again on the interpreter one instruction at a time (a failing call costs that pass;
+    a shadow that overflows where nothing reads it, a constant's, is not an error)."""
+    from ..engines.explain import names_at
+    options = {**runner.options, "engine": "interp"}
+    program, name, names = target(runner.fn, args)
+    m = machine_for(program, **options)
+    m.enter(name, *args, names=names)
+    m.run(1)
+    which = [b.name for b, g in zip(m.bindings, grads) if g is not None and not finite([g])]
+    shown = next(g for g in grads if g is not None and not finite([g]))
+    shown = f"is {shown}" if type(shown) is float else "has inf or nan elements"
+    seed = find_argument(m.bindings, m.stack[0].fn, loss, "loss")
+    m.set_grad(True)
+    m.clear_shadows()
+    fr = m.stack[0]
+    if seed[1] is None:
+        fr.G[fr.fn.slot(fr.fn.params[seed[0].params[0]])] = 1.0
+    else:
+        m.hg[seed[0].base + seed[1]] = 1.0
+    what = f"the gradient of the loss with respect to `{which[0]}` {shown}: not finite"
+    small_heap = m.top <= 4096
+    for _ in range(m.max_steps):
+        fr = m.stack[-1]
+        i = fr.index(-fr.dir)
+        if not m.back():
+            break
+        bad = [r for r in fr.fn.registers if r.cls == isa.FLOAT and
+               fr.G[fr.fn.slot(r)] - fr.G[fr.fn.slot(r)] != 0.0] if fr.G is not None else []
+        if bad or (small_heap and not np.isfinite(np.asarray(m.hg[:m.top])).all()):
+            ins = fr.fn.code[i]
+            label = names_at(fr.fn, ins.line).get(bad[0]) if bad else None
+            whose = f"`{label}`" if label else f"{bad[0]}" if bad else "a heap cell"
+            return InvertibilityError(
+                f"{what}; it stopped being finite in the gradient of {whose} at "
+                f"{ins} (a partial derivative overflowed, or was inf or nan)",
+                fr.fn.name, i, ins.line, program.source)
+    return InvertibilityError(what, name)
 
 
 _PLAIN = frozenset({int, float, np.ndarray})
 
 
 def is_function(value) -> bool:
-    return hasattr(value, "specialize") or hasattr(value, "lower")
+    """A reversible function passed as an argument (a string has `lower` too)."""
+    return hasattr(value, "specialize") or (hasattr(value, "lower") and
+                                            not isinstance(value, (str, bytes)))
 
 
 class _Bound:
@@ -571,6 +632,11 @@ def with_functions(fn, args, loss: Loss, options: dict) -> tuple[tuple, tuple]:
     """value_and_grad for a call that passes functions: they come back as they are, with
     None as their gradient; an index `loss` counts every argument."""
     positions = [k for k, a in enumerate(args) if not is_function(a)]
+    if not hasattr(fn, "specialize"):
+        k = next(k for k, a in enumerate(args) if is_function(a))
+        raise MachineError(f"argument {k} is a function; only reversible functions "
+                           "(rvm.reversible) take functions as arguments",
+                           getattr(fn, "name", ""))
     if isinstance(loss, (int, np.integer)) and not isinstance(loss, bool):
         if loss not in positions:
             raise MachineError(f"loss index {loss} is not a number argument", fn.name)

@@ -1268,12 +1268,6 @@ class Compiled:
         except (ArithmeticError, ValueError) as exc:
             raise MachineError(f"arithmetic error: {exc}", fn.name) from None
         if self.native:
-            import numpy as np
-            if grad and not np.isfinite(heap[2][:int(heap[3][0])]).all():
-                # a shadow in a cell stopped being finite: native code tests shadow
-                # registers, not each store of a shadow (rvm.engines.lowering.finite);
-                # the interpreter finds the instruction
-                raise InvertibilityError("a gradient in the heap is not finite", fn.name)
             machine.top = int(heap[3][0])
             out = [v.item() if hasattr(v, "item") else v for v in out]
         for k, v in zip(slots, out):

@@ -14,7 +14,7 @@ from ..core.isa import MIN_NORMAL
 # a local's type follows from its name
 _INT_NAMES = re.compile(r"g?r\d+|_n|_b|_a|T0|t0|b0")
 FLOAT_NAMES = re.compile(r"g?f\d+|_fin|p|c|s")
-_REGISTER = re.compile(r"g?f\d+")   # a float register's value or its shadow
+_REGISTER = re.compile(r"f\d+")     # a float register's value (not its shadow)
 # functions that raise in Python where machine code returns inf or nan: those whose
 # domain is a half line, and the others (sin and cos raise only on inf, which no finite
 # register holds; tanh and atan2 never do)
@@ -511,10 +511,10 @@ class Lowering:
         register's value only changes by arithmetic that keeps inf and nan (d += ...,
         x *= y, x /= y, rotations, swaps), so a value that stops being finite is still
         caught before it is seen, and a failed run goes to the interpreter, which reports
-        where it happened. Shadow registers are tested alike when the function returns;
-        shadows stored in heap cells are not (a test per store keeps LLVM from
-        vectorising gradient loops: 20% of a GMM gradient), the heap's shadows are
-        tested once after a gradient pass instead (Machine.run, the direct plans)."""
+        where it happened. Shadows are not tested here: a shadow may overflow where the
+        loss does not depend on it (a constant's), and a test per store of a shadow keeps
+        LLVM from vectorising gradient loops; the gradients a pass returns are tested
+        (rvm.ad.gradient.finite)."""
         bad = self.non_finite(values)
         if bad is not None and self.later is not None:     # tested after the loop
             self.raise_flag(self.later, bad)

@@ -167,26 +167,9 @@ def render(template: str, ops: Operands, deferred: bool = False) -> list[str]:
                 out.append(f"{ops.expr(lhs)} = _v")
             elif (guard := _pullback_guard(line)) is not None:
                 out.append(f"if {ops.expr(guard)} != 0.0: {ops.expr(line)}")
-                out += _shadow_finite(line, ops, deferred)
             else:
                 out.append(ops.expr(line))
-                out += _shadow_finite(line, ops, deferred)
     return out
-
-
-def _shadow_finite(line: str, ops: Operands, deferred: bool) -> list[str]:
-    """The finiteness test of a shadow a pullback just updated: a gradient that stops
-    being finite is a fault, like a value (as a forward test, folded into `_fin` where
-    the caller defers its tests)."""
-    m = _PULLBACK.fullmatch(line.strip())
-    if m is None:
-        return []
-    shadow = ops.expr(m.group(1))
-    if deferred:
-        return [f"_fin += {shadow} - {shadow}"]
-    name = esc(ops.src[m.group(1)[2:-1]])
-    return [f"if {shadow} - {shadow} != 0.0: " + fault(
-        f"the gradient of {name} would become {{{shadow}}}: not finite")]
 
 
 _PULLBACK = re.compile(r"(\{g\w+\}) [-+]?= (.*)")
