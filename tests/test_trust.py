@@ -250,3 +250,20 @@ def test_gradient_batches_with_a_non_finite_row_report_it(engine, tmp_path):
     np.testing.assert_array_equal(good[0], [0.5, 0.25])
     with pytest.raises(rvm.InvertibilityError, match="`x` is inf: not finite"):
         rvm.vmap(grad)(x, y, np.zeros(3))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_derived_programs_and_uncalls_refuse_after_warm_up(engine, tmp_path):
+    (tmp_path / "g.py").write_text(GRAD)
+    g = rvm.load(tmp_path / "g.py")["g"]
+    t, a = rvm.tangent(g), rvm.adjoint(g)
+    for _ in range(NATIVE_AFTER + 20):
+        assert rvm.jvp(g, (3.0, 2.0, 0.0), (None, 1.0, 0.0), engine=engine)[1][2] == 12.0
+        t(3.0, 2.0, 0.0, 1.0, 0.0)
+        a(3.0, 2.0, 0.0, 0.0, 1.0)
+        (~g)(3.0, 2.0, 12.0)
+    for run in (lambda: rvm.jvp(g, (2.5, 2.0, 0.0), (None, 1.0, 0.0), engine=engine),
+                lambda: t(2.5, 2.0, 0.0, 1.0, 0.0), lambda: a(2.5, 2.0, 0.0, 0.0, 1.0),
+                lambda: (~g)(2.5, 2.0, 12.0), lambda: g(2.5, 2.0, 0.0)):
+        with pytest.raises(rvm.MachineError, match="got 2.5"):
+            run()
