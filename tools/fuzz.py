@@ -370,6 +370,123 @@ def case_batches(rng: random.Random) -> str:
     return outcome
 
 
+CACHE_PROGRAMS = [
+    ".func main(f0, f1)\n    ADD f0, f1\n.end\n",
+    ".func main(f0, f1)\n    SUB f0, f1\n.end\n",
+    ".func main(f0, f1)\n    ADD.mul f0, f1, f1\n.end\n",
+    ".func main(f0, f1)\n    ADD.sin f0, f1\n    ADD f1, 1.5\n.end\n",
+    ".func main(f0, r0)\n    ADD f0, r0\n    ADD r0, 3\n.end\n",
+]
+
+
+def case_cache(rng: random.Random) -> str:
+    """Damage a filled native-code cache at random; the programs' native results must
+    still be the interpreter's (see the module's docstring)."""
+    import shutil
+    import warnings
+
+    import rvm
+    from rvm.engines import llvm, native
+    if not native.available:
+        return "ok"
+    saved = {k: os.environ.get(k) for k in ("RVM_CACHE_DIR", "RVM_CACHE_MAX")}
+    numba_path = rng.random() < 0.25 or not llvm.usable()
+    enabled = llvm.enabled
+    where = pathlib.Path(tempfile.mkdtemp(prefix="rvm_fuzz_cache_"))
+    root = os.getuid() == 0 if hasattr(os, "getuid") else False
+    try:
+        os.environ["RVM_CACHE_DIR"] = str(where)
+        os.environ.pop("RVM_CACHE_MAX", None)
+        llvm.enabled = enabled and not numba_path
+        chosen = rng.sample(CACHE_PROGRAMS, rng.randint(2, len(CACHE_PROGRAMS)))
+        args = [(rng.randint(-8, 8) / 4, rng.randint(-5, 5) if "r0" in text else
+                 rng.randint(-8, 8) / 4) for text in chosen]
+        want = [rvm.assemble(t).call("main", *a, engine="interp")
+                for t, a in zip(chosen, args)]
+
+        def native_results():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return [rvm.assemble(t).call("main", *a, engine="native")
+                        for t, a in zip(chosen, args)]
+        if native_results() != want:            # (the cache filled)
+            return "wrong"
+        entries = [p for p in where.iterdir() if p.name.startswith("rvm_")]
+        entries += [p for p in (where / "__pycache__").glob("*")] if rng.random() < 0.3 \
+            else []
+        for _ in range(rng.randint(1, 3)):
+            if not entries:
+                break
+            p = rng.choice(entries)
+            damage = rng.choice(["truncate", "flip", "empty", "append", "swap", "owner",
+                                 "mode", "dirmode", "fifo", "zero", "link", "directory",
+                                 "huge", "tmp", "max"])
+            with contextlib.suppress(OSError):
+                regular = p.is_file() and not p.is_symlink()
+                data = p.read_bytes() if regular else b""
+                if damage in ("truncate", "flip") and not data:
+                    damage = "append"
+                if damage in ("fifo", "zero", "link", "directory", "huge", "swap") or \
+                        (damage in ("empty", "append", "owner", "mode") and not regular):
+                    if p.is_dir() and not p.is_symlink():
+                        shutil.rmtree(p)
+                    else:
+                        p.unlink()
+                if damage == "truncate":
+                    p.write_bytes(data[:rng.randrange(len(data) or 1)])
+                elif damage == "flip":
+                    b = bytearray(data)
+                    for _ in range(rng.randint(1, 8)):
+                        b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
+                    p.write_bytes(bytes(b))
+                elif damage == "empty":
+                    p.write_bytes(b"")
+                elif damage == "append":
+                    p.write_bytes(data + os.urandom(rng.randint(1, 64)))
+                elif damage == "swap":
+                    other = rng.choice(entries)
+                    if other.is_file() and not other.is_symlink():
+                        p.write_bytes(other.read_bytes())
+                elif damage == "owner" and root:
+                    os.chown(p, 12345, 12345)
+                elif damage == "mode":
+                    p.chmod(rng.choice([0o666, 0o644, 0o620, 0o602, 0o600, 0o777]))
+                elif damage == "dirmode":
+                    d = rng.choice([where, where / "__pycache__"])
+                    d.chmod(rng.choice([0o777, 0o775, 0o757, 0o755, 0o700, 0o1777]))
+                elif damage == "fifo":
+                    os.mkfifo(p)
+                elif damage == "zero":
+                    p.symlink_to("/dev/zero")
+                elif damage == "link":
+                    p.symlink_to(rng.choice(entries))
+                elif damage == "directory":
+                    p.mkdir()
+                elif damage == "huge":
+                    with open(p, "wb") as f:
+                        f.truncate(300 << 20)           # (sparse: no disk used)
+                elif damage == "tmp":
+                    (where / f"tmp{rng.randrange(10 ** 6)}.tmp").write_bytes(data[:100])
+                elif damage == "max":
+                    os.environ["RVM_CACHE_MAX"] = rng.choice(["abc", "1e3", "-5", "0", "1"])
+        if native_results() != want:
+            return "wrong"
+        if native_results() != want:            # (what the second run wrote, if anything)
+            return "wrong"
+        return "ok"
+    finally:
+        llvm.enabled = enabled
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        for d in (where, where / "__pycache__"):
+            with contextlib.suppress(OSError):
+                d.chmod(0o700)
+        shutil.rmtree(where, ignore_errors=True)
+
+
 def _argument(rng: random.Random):
     """A random argument of any kind a user might pass for a scalar parameter."""
     import numpy as np
@@ -456,7 +573,7 @@ CATEGORIES = {"rasm": case_rasm, "rvmb": case_rvmb, "frontend": case_frontend,
               "janus": case_janus,
               "debugger": case_debugger, "cli": case_cli, "programs": case_program,
               "programs-native": case_program_native, "batches": case_batches,
-              "arguments": case_arguments}
+              "arguments": case_arguments, "cache": case_cache}
 
 
 # ------------------------------------------------------------------ running
