@@ -89,6 +89,7 @@ def _llvm():
 
 _INTERRUPTED = ctypes.c_int64(0)        # set by the SIGINT handler below; cleared by entries
 _CHAINED = ctypes.c_void_p(0)           # the C handler it replaced (Python's), called after
+_RESTORE: list = []                     # (puts that handler back at exit)
 _HANDLER_IR = f"""
 @{INTERRUPT_CELL} = external global i64
 @rvm_chained = external global void (i32)*
@@ -144,7 +145,17 @@ def interrupts() -> None:
         _CHAINED.value = handler
         new = ctypes.create_string_buffer(old.raw, 256)    # the same flags and mask
         ctypes.c_void_p.from_buffer(new).value = ours
-        sigaction(signal.SIGINT, new, None)
+        if sigaction(signal.SIGINT, new, None) == 0 and not _RESTORE:
+            import atexit
+
+            def restore():      # Python's own back before the handler's code is freed
+                now = ctypes.create_string_buffer(256)
+                if sigaction(signal.SIGINT, None, now) == 0 and \
+                        ctypes.c_void_p.from_buffer(now).value == ours:
+                    ctypes.c_void_p.from_buffer(now).value = _CHAINED.value
+                    sigaction(signal.SIGINT, now, None)
+            _RESTORE.append(restore)
+            atexit.register(restore)
 
 
 @functools.cache
