@@ -1,155 +1,203 @@
-"""Run every benchmark side by side, each measurement in a fresh process, and write the
-tables into docs/performance.md (between the bench markers).
+"""Run every comparison of rvm with its peers and write the table as markdown and JSON.
 
-    pip install -e '.[bench]'        # numba, autograd, jax, torch (all optional)
-    python tools/bench/run.py [--quick] [--no-write]
+    pip install -e '.[bench]'          # numba, JAX, PyTorch (a peer not installed is skipped)
+    python tools/bench/run.py [--quick] [--out DIR] [--cases gmm ba ...] [--doc]
 
-A tool that is not installed is listed as such; a run over the time limit as a timeout.
+Each comparison runs in a fresh process, every peer in it alternating with the others
+over several rounds (the order reversed each round); a round times a batch of calls
+sized to take about --budget seconds, and the table gives the minimum and the median
+over the rounds. Every peer's result is checked against rvm's in the same process.
+Each comparison runs first pinned to one core (every tool told to use one thread), then,
+where rvm uses more than one core by default, as every tool runs by default. --quick
+runs tiny inputs (under a minute; tests/test_bench.py runs it). --doc also puts the
+tables into docs/performance.md between its bench markers.
 """
 
 import argparse
+import importlib.metadata
 import json
+import os
 import pathlib
+import platform
 import subprocess
 import sys
+import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-WORKER = ROOT / "tools" / "bench" / "worker.py"
+MEASURE = ROOT / "tools" / "bench" / "measure.py"
 DOC = ROOT / "docs" / "performance.md"
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
-RVM = ["rvm-interp", "rvm-python", "rvm-native"]
+CASES = ["gmm", "bessel-batch", "bessel-call", "ba", "leapfrog", "embedding"]
+MULTICORE = {"gmm", "bessel-batch", "ba"}       # rvm uses every core by default
+MEMORY_PEERS = ["rvm (rvm.grad)", "rvm (rvm.tangent)", "JAX jit(grad)", "JAX jit(jvp)",
+                "numba tangent loop by hand"]
 
 
-def measure(workload, tool, param=None, timeout=300):
-    cmd = [sys.executable, str(WORKER), workload, tool] + ([str(param)] if param else [])
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"tool": tool, "error": f"timeout ({timeout} s)"}
+def measure(case, size, cores, rounds, budget, timeout=1800) -> list:
+    cmd = [sys.executable, str(MEASURE), case, "--size", size, "--cores", str(cores),
+           "--rounds", str(rounds), "--budget", str(budget)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0:
-        last = (r.stderr.strip().splitlines() or ["failed"])[-1]
-        if "ModuleNotFoundError" in last or "needs numba" in last:
-            last = "not installed"
-        return {"tool": tool, "error": last[:80]}
+        raise SystemExit(f"run.py: {case} (cores {cores}) failed:\n{r.stderr[-3000:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def fmt(v, unit=""):
-    return f"{v:,.3g}{unit}" if isinstance(v, float) else str(v)
+def peak(peer, n) -> float | str:
+    r = subprocess.run([sys.executable, str(MEASURE), "--memory", peer, str(n)],
+                       capture_output=True, text=True, timeout=1800)
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["failed"])[-1]
+        return "not installed" if "ModuleNotFoundError" in last else last[:60]
+    return json.loads(r.stdout.strip().splitlines()[-1])["peak_mb"]
 
 
-def bessel_table(quick):
-    tools = RVM + ["python-forward", "numba-hand", "autograd", "torch", "jax"]
-    rows = ["| tool | us per call | value |", "|---|---|---|"]
-    for t in tools:
-        if quick and t == "rvm-interp":
-            continue
-        r = measure("bessel", t)
-        print(r, flush=True)
-        rows.append(f"| {t} | {r.get('error') or fmt(r['us'])} | {r.get('value', '')} |")
-    return rows
-
-
-LEAPFROG: list[dict] = []
-
-
-def leapfrog_table(quick):
-    sizes = [10**4, 10**5] if quick else [10**4, 10**5, 10**6, 10**7]
-    rows = ["| tool | N | seconds | peak memory growth (MB) |", "|---|---|---|---|"]
-    for t in ["rvm-native", "rvm-python", "jax", "torch", "autograd"]:
-        for n in sizes:
-            if n > 10**6 and t in ("torch", "autograd"):     # minutes and tens of GB
-                continue
-            r = measure("leapfrog", t, n, timeout=300)
-            print(r, flush=True)
-            if "error" in r:
-                rows.append(f"| {t} | {n:,} | {r['error']} | |")
-            else:
-                LEAPFROG.append(r)
-                rows.append(f"| {t} | {n:,} | {fmt(r['seconds'])} | {r['peak_mb']:.1f} |")
-    if plot_leapfrog(LEAPFROG):
-        rows += ["", "![leapfrog time and memory](leapfrog.png)"]
-    return rows
-
-
-def plot_leapfrog(results, path=ROOT / "docs" / "leapfrog.png") -> bool:
-    """Time and peak memory against N, one line per tool (if matplotlib is installed)."""
+def machine() -> dict:
+    cpu = platform.processor()
     try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
-    for tool in sorted({r["tool"] for r in results}):
-        rs = sorted((r for r in results if r["tool"] == tool), key=lambda r: r["n"])
-        ax1.plot([r["n"] for r in rs], [r["seconds"] for r in rs], "o-", label=tool)
-        ax2.plot([r["n"] for r in rs], [max(r["peak_mb"], 0.1) for r in rs], "o-", label=tool)
-    for ax, label in ((ax1, "seconds"), (ax2, "peak memory growth (MB; 0 drawn at 0.1)")):
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("leapfrog steps N")
-        ax.set_ylabel(label)
-        ax.grid(True, which="both", alpha=0.3)
-    ax1.legend()
-    fig.suptitle("d q_N / d q_0 of a pendulum leapfrog integrator")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    return True
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    versions = {}
+    for pkg in ("numpy", "numba", "jax", "torch"):
+        try:
+            versions[pkg] = importlib.metadata.version(pkg)
+        except importlib.metadata.PackageNotFoundError:
+            versions[pkg] = "not installed"
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+            **versions}
 
 
-def embedding_table(quick):
-    ks = [2, 6, 10] if quick else [2, 4, 6, 8, 10]
-    rows = ["| tool | " + " | ".join(f"k={k}" for k in ks) + " |",
-            "|---|" + "---|" * len(ks)]
-    for t in ["rvm-native", "rvm-python", "jax", "torch", "autograd"]:
-        cells = []
-        for k in ks:
-            r = measure("embedding", t, k)
-            print(r, flush=True)
-            cells.append(r.get("error") or fmt(r["us"], " us"))
-        rows.append(f"| {t} | " + " | ".join(cells) + " |")
-    return rows
+def fmt_time(s: float) -> str:
+    for unit, scale in (("s", 1), ("ms", 1e-3), ("us", 1e-6)):
+        if s >= scale or unit == "us":
+            return f"{s / scale:.3g} {unit}"
+    return str(s)
 
 
-def sparse_table(quick):
-    rows = ["| tool | forward (ms) | gradient (ms) | gradient / forward |", "|---|---|---|---|"]
-    for t in ["rvm-native", "rvm-python", "scipy"]:
-        r = measure("sparse", t)
-        print(r, flush=True)
-        if "error" in r:
-            rows.append(f"| {t} | {r['error']} | | |")
+def cores_used(row: dict, table: dict) -> str:
+    """The cores a peer used in this table's run."""
+    if table["cores"] == 1:
+        return "1"
+    name = row["peer"]
+    if "serial" in name or ("by hand" in name and "prange" not in name):
+        return "1"
+    if "threads" in row:
+        return str(row["threads"])
+    return f"default ({table['cores_available']})"
+
+
+def markdown_table(table: dict) -> list[str]:
+    rows = table["rows"]
+    ref = rows[0]
+    one = table["cores"] == 1
+    head = ("| peer | mode | rvm ÷ peer (min) | min | median | agrees with rvm |"
+            if one else
+            "| peer | mode | cores used | rvm ÷ peer (min) | min | median | agrees with rvm |")
+    out = [head, "|---" * head.count(" | ") + "|---|"]
+    for r in rows:
+        cells = [r["peer"], r["mode"]] + ([] if one else [cores_used(r, table)])
+        if "skip" in r:
+            cells += ["", r["skip"], "", ""]
         else:
-            rows.append(f"| {t} | {fmt(r['forward_ms'])} | {fmt(r['gradient_ms'])} | "
-                        f"{r['gradient_ms'] / r['forward_ms']:.2f} |")
-    return rows
+            ratio = "1" if r is ref else f"{ref['min_s'] / r['min_s']:.2f}"
+            agrees = "yes" if r["agrees"] else f"**no** (max diff {r['max_abs_diff']:.2g})"
+            if r is ref:
+                agrees = "(reference)"
+            cells += [ratio, fmt_time(r["min_s"]), fmt_time(r["median_s"]), agrees]
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def summary(tables: list) -> list[str]:
+    """One line per comparison, one core each: rvm against its fastest peer."""
+    out = ["| comparison (one core each) | rvm | fastest peer | its time | rvm ÷ fastest |",
+           "|---|---|---|---|---|"]
+    for t in tables:
+        if t["cores"] != 1:
+            continue
+        ref, peers = t["rows"][0], [r for r in t["rows"][1:] if "skip" not in r]
+        if not peers:
+            continue
+        best = min(peers, key=lambda r: r["min_s"])
+        out.append(f"| {t['title']} | {fmt_time(ref['min_s'])} | {best['peer']} | "
+                   f"{fmt_time(best['min_s'])} | {ref['min_s'] / best['min_s']:.2f} |")
+    return out
+
+
+def render(result: dict) -> str:
+    m = result["machine"]
+    cmd = "python tools/bench/run.py" + (" --quick" if result["size"] == "quick" else "")
+    out = [f"Measured with `{cmd}` on {m['cpu']} ({m['cores']} cores; Python {m['python']}, "
+           f"numpy {m['numpy']}, numba {m['numba']}, JAX {m['jax']}, PyTorch {m['torch']}), "
+           f"{result['rounds']} rounds, alternating tools; {result['seconds']:.0f} s in all.",
+           "**rvm ÷ peer** is rvm's time over the peer's (minimum over the rounds): below 1, "
+           "rvm is faster.", "", "### Summary", ""] + summary(result["tables"]) + [""]
+    for t in result["tables"]:
+        where = ("one core each" if t["cores"] == 1 else
+                 f"as each runs by default ({t['cores_available']} cores available)")
+        out += [f"### {t['title']}: {where}", ""] + markdown_table(t) + [""]
+    if result.get("memory"):
+        ns = sorted({n for row in result["memory"].values() for n in row})
+        out += ["### Leapfrog: peak memory of one call (MB above the process's peak before "
+                "it)", "",
+                "| peer | " + " | ".join(f"N = {n:,}" for n in ns) + " |",
+                "|---" * (len(ns) + 1) + "|"]
+        for peer, row in result["memory"].items():
+            out.append(f"| {peer} | " + " | ".join(
+                f"{row[n]:.1f}" if isinstance(row.get(n), float) else str(row.get(n, ""))
+                for n in ns) + " |")
+        out.append("")
+    return "\n".join(out)
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="fewer sizes, no interpreter")
-    ap.add_argument("--no-write", action="store_true", help="print only")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="tiny inputs, one round")
+    ap.add_argument("--rounds", type=int, help="rounds per comparison (default 5; quick 2)")
+    ap.add_argument("--budget", type=float, help="seconds per timed batch")
+    ap.add_argument("--cases", nargs="*", choices=CASES, default=CASES)
+    ap.add_argument("--out", default="bench-results", help="directory for results.md/json")
+    ap.add_argument("--doc", action="store_true", help="also write docs/performance.md")
     args = ap.parse_args()
-    sections = [
-        ("Bessel d/dz J2(z) at z = 1.0 (one gradient per call from Python)", bessel_table),
-        ("Pendulum leapfrog, d q_N / d q_0 (each run in a fresh process)", leapfrog_table),
-        ("Petersen graph embedding loss, gradient per call", embedding_table),
-        ("Sparse dot product of two 1000 x 1000 matrices, density 0.05", sparse_table),
-    ]
-    out = [START, "", f"Generated by `python tools/bench/run.py{' --quick' if args.quick else ''}`"
-           " (each measurement in a fresh process).", ""]
-    for title, table in sections:
-        out += [f"### {title}", ""] + table(args.quick) + [""]
-    out.append(END)
-    text = "\n".join(out)
+    size = "quick" if args.quick else "full"
+    rounds = args.rounds or (2 if args.quick else 5)
+    budget = args.budget or (0.01 if args.quick else 0.3)
+    t0 = time.perf_counter()
+    tables = []
+    for case in args.cases:
+        for cores in ([1, 0] if case in MULTICORE else [1]):
+            got = measure(case, size, cores, rounds, budget)
+            for t in got:
+                print(f"{t['title']} ({'1 core' if cores == 1 else 'default'}): " + ", ".join(
+                    f"{r['peer']} {r.get('skip') or fmt_time(r['min_s'])}"
+                    for r in t["rows"]), flush=True)
+            tables += got
+    mem = {}
+    if not args.quick and "leapfrog" in args.cases:
+        for peer in MEMORY_PEERS:
+            mem[peer] = {n: peak(peer, n) for n in (10**5, 10**6, 10**7)}
+            print(peer, mem[peer], flush=True)
+    result = {"size": size, "rounds": rounds, "budget_s": budget, "machine": machine(),
+              "seconds": time.perf_counter() - t0, "tables": tables, "memory": mem}
+    text = render(result)
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(result, indent=1))
+    (out / "results.md").write_text(text + "\n")
     print(text)
-    if not args.no_write:
+    if args.doc:
         doc = DOC.read_text()
-        if START in doc:
-            doc = doc[:doc.index(START)] + text + doc[doc.index(END) + len(END):]
-        else:
-            doc += "\n## Side by side with other tools\n\n" + text + "\n"
-        DOC.write_text(doc)
+        if START in doc and END in doc:
+            doc = doc[:doc.index(START) + len(START)] + "\n\n" + text + "\n" + \
+                doc[doc.index(END):]
+            DOC.write_text(doc)
+    bad = [(t["title"], r["peer"]) for t in tables for r in t["rows"]
+           if "skip" not in r and not r["agrees"]]
+    if bad:
+        raise SystemExit(f"run.py: peers disagree with rvm: {bad}")
 
 
 if __name__ == "__main__":
