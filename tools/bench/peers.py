@@ -205,6 +205,99 @@ def gmm_torch(data, form, cores, compiled=False):
     return run, _flat(v.item(), *(a.grad.numpy() for a in args))
 
 
+def _gmm_points(parallel):
+    """The loop over the points of a hand-written GMM gradient (rvm's algorithm: each
+    exponent is W[k] . p_i for the point's monomials p_i): the sum of the points'
+    log-sum-exps and its gradient with respect to W, the points split into one chunk
+    per thread (prange) or one chunk."""
+    numba = _numba()
+
+    def points(W, x, ur, uc, chunks):
+        k, m = W.shape
+        n, d = x.shape
+        gw = np.zeros((chunks, k, m))
+        tot = np.zeros(chunks)
+        for t in numba.prange(chunks):
+            p = np.empty(m)
+            e = np.empty(k)
+            for i in range(n * t // chunks, n * (t + 1) // chunks):
+                for j in range(len(ur)):
+                    p[j] = x[i, ur[j]] * x[i, uc[j]]
+                for j in range(d):
+                    p[len(ur) + j] = x[i, j]
+                p[m - 1] = 1.0
+                top = -np.inf
+                for c in range(k):
+                    s = 0.0
+                    for j in range(m):
+                        s += W[c, j] * p[j]
+                    e[c] = s
+                    top = max(top, s)
+                s = 0.0
+                for c in range(k):
+                    e[c] = math.exp(e[c] - top)
+                    s += e[c]
+                tot[t] += top + math.log(s)
+                for c in range(k):
+                    w = e[c] / s
+                    for j in range(m):
+                        gw[t, c, j] += w * p[j]
+        return tot.sum(), gw.sum(0)
+    return numba.njit(parallel=parallel, fastmath=False)(points)
+
+
+def gmm_numba(data, parallel):
+    """The GMM objective and gradient by hand, rvm's algorithm: the weights W from the
+    parameters (numpy), the points in a numba loop (serial, or prange across the cores),
+    then W's gradient back to alphas, means and icf by hand (numpy)."""
+    import gmm
+    points = _gmm_points(parallel)
+    numba = _numba()
+    x = data["x"]
+    n, d = x.shape
+    gather, ur, uc = gmm_parts(d)
+    scale = np.where(ur == uc, 0.5, 1.0)
+    low = gather > 0
+    c0 = gmm.constant(d, len(data["alphas"]), n, data["gamma"], data["m"])
+    gamma, wm = data["gamma"], data["m"]
+    chunks = numba.get_num_threads() if parallel else 1
+
+    def run():
+        alphas, means, icf = data["alphas"], data["means"], data["icf"]
+        k = len(alphas)
+        q, l_ = icf[:, :d], icf[:, d:]
+        eq = np.exp(q)
+        Q = np.zeros((k, d * d))
+        Q[:, low] = l_[:, gather[low] - 1]
+        Q = Q.reshape(k, d, d) + eq[:, :, None] * np.eye(d)
+        A = np.swapaxes(Q, 1, 2) @ Q
+        lin = (A @ means[:, :, None])[..., 0]
+        qm = (Q @ means[:, :, None])[..., 0]
+        const = alphas + q.sum(1) - 0.5 * (qm ** 2).sum(1)
+        W = np.concatenate([-A[:, ur, uc] * scale, lin, const[:, None]], 1)
+        total, gw = points(W, x, ur, uc, chunks)
+        nq = len(ur)
+        gq, gl, gc = gw[:, :nq], gw[:, nq:nq + d], gw[:, -1]
+        dA = np.zeros((k, d, d))
+        dA[:, ur, uc] = -gq * scale
+        dA += gl[:, :, None] * means[:, None, :]                  # lin = A mu
+        dmu = (np.swapaxes(A, 1, 2) @ gl[:, :, None])[..., 0]
+        dqm = -gc[:, None] * qm                                  # const: -|Q mu|^2 / 2
+        dQ = Q @ (dA + np.swapaxes(dA, 1, 2)) + dqm[:, :, None] * means[:, None, :]
+        dmu += (np.swapaxes(Q, 1, 2) @ dqm[:, :, None])[..., 0]
+        mx = alphas.max()
+        lse_a = mx + math.log(np.exp(alphas - mx).sum())
+        dalpha = gc - n * np.exp(alphas - lse_a)
+        dq = np.diagonal(dQ, axis1=1, axis2=2) * eq + gc[:, None] + gamma ** 2 * eq ** 2 - wm
+        dl = np.zeros_like(l_)
+        dl[:, gather[low] - 1] = dQ.reshape(k, d * d)[:, low]
+        dl += gamma ** 2 * l_
+        prior = 0.5 * gamma ** 2 * ((eq ** 2).sum() + (l_ ** 2).sum()) - wm * q.sum()
+        return total - n * lse_a + prior + c0, _flat(dalpha, dmu, np.concatenate([dq, dl], 1))
+    v, g = run()
+    return run, _flat(v, g)
+
+
 def case_gmm(size, cores):
     import gmm
     out = []
@@ -221,6 +314,11 @@ def case_gmm(size, cores):
         extra = {"threads": gmm.cores(data, threads)}
         peers = [Peer("rvm", rvm_run, _flat(v, g), "reverse, expanded", extra=extra)]
         tol = (1e-9, 1e-9)
+        peers.append(_try("numba by hand (rvm's algorithm), serial", "reverse, by hand",
+                          lambda data=data: gmm_numba(data, False), tol))
+        if cores != 1:
+            peers.append(_try("numba by hand (rvm's algorithm), prange", "reverse, by hand",
+                              lambda data=data: gmm_numba(data, True), tol))
         for form, what in (("expanded", "rvm's algorithm"), ("direct", "direct, published"),
                            ("gemm", "GEMM")):
             peers.append(_try(f"JAX ({what})", "reverse",

@@ -89,24 +89,40 @@ def cores_used(row: dict, table: dict) -> str:
     return f"default ({table['cores_available']})"
 
 
-def markdown_table(table: dict) -> list[str]:
-    rows = table["rows"]
-    ref = rows[0]
-    one = table["cores"] == 1
-    head = ("| peer | mode | rvm ÷ peer (min) | min | median | agrees with rvm |"
-            if one else
-            "| peer | mode | cores used | rvm ÷ peer (min) | min | median | agrees with rvm |")
+def markdown_table(tables: list) -> list[str]:
+    """One comparison: its one-core run and (where rvm uses more cores by default) its
+    default run side by side, a row per peer."""
+    one = next(t for t in tables if t["cores"] == 1)
+    dflt = next((t for t in tables if t["cores"] != 1), None)
+    head = "| peer | mode | one core: min (median) | rvm ÷ peer |"
+    if dflt:
+        head += f" default ({dflt['cores_available']} cores): cores used | min (median) | " \
+                "rvm ÷ peer |"
+    head += " agrees with rvm |"
     out = [head, "|---" * head.count(" | ") + "|---|"]
-    for r in rows:
-        cells = [r["peer"], r["mode"]] + ([] if one else [cores_used(r, table)])
-        if "skip" in r:
-            cells += ["", r["skip"], "", ""]
-        else:
-            ratio = "1" if r is ref else f"{ref['min_s'] / r['min_s']:.2f}"
-            agrees = "yes" if r["agrees"] else f"**no** (max diff {r['max_abs_diff']:.2g})"
-            if r is ref:
-                agrees = "(reference)"
-            cells += [ratio, fmt_time(r["min_s"]), fmt_time(r["median_s"]), agrees]
+    names = [r["peer"] for r in one["rows"]] + \
+        [r["peer"] for r in (dflt["rows"] if dflt else []) if r["peer"] not in
+         {q["peer"] for q in one["rows"]}]
+    for name in names:
+        cells, agrees = [name, ""], []
+        for t in ([one, dflt] if dflt else [one]):
+            r = next((q for q in t["rows"] if q["peer"] == name), None)
+            ref = t["rows"][0]
+            if t is dflt:
+                cells.append(cores_used(r, t) if r else "")
+            if r is None:
+                cells += ["", ""]
+                continue
+            cells[1] = r["mode"]
+            if "skip" in r:
+                cells += [r["skip"], ""]
+                continue
+            cells += [f"{fmt_time(r['min_s'])} ({fmt_time(r['median_s'])})",
+                      "1" if r is ref else f"{ref['min_s'] / r['min_s']:.2f}"]
+            agrees.append("reference" if r is ref else "yes" if r["agrees"] else
+                          f"**no** (max diff {r['max_abs_diff']:.2g})")
+        cells.append(agrees[0] if agrees and all(a == agrees[0] for a in agrees) else
+                     ", ".join(agrees))
         out.append("| " + " | ".join(cells) + " |")
     return out
 
@@ -118,7 +134,8 @@ def summary(tables: list) -> list[str]:
     for t in tables:
         if t["cores"] != 1:
             continue
-        ref, peers = t["rows"][0], [r for r in t["rows"][1:] if "skip" not in r]
+        ref = t["rows"][0]
+        peers = [r for r in t["rows"] if "skip" not in r and not r["peer"].startswith("rvm")]
         if not peers:
             continue
         best = min(peers, key=lambda r: r["min_s"])
@@ -135,10 +152,10 @@ def render(result: dict) -> str:
            f"{result['rounds']} rounds, alternating tools; {result['seconds']:.0f} s in all.",
            "**rvm ÷ peer** is rvm's time over the peer's (minimum over the rounds): below 1, "
            "rvm is faster.", "", "### Summary", ""] + summary(result["tables"]) + [""]
-    for t in result["tables"]:
-        where = ("one core each" if t["cores"] == 1 else
-                 f"as each runs by default ({t['cores_available']} cores available)")
-        out += [f"### {t['title']}: {where}", ""] + markdown_table(t) + [""]
+    titles = list(dict.fromkeys(t["title"] for t in result["tables"]))
+    for title in titles:
+        out += [f"### {title}", ""] + markdown_table(
+            [t for t in result["tables"] if t["title"] == title]) + [""]
     if result.get("memory"):
         ns = sorted({n for row in result["memory"].values() for n in row})
         out += ["### Leapfrog: peak memory of one call (MB above the process's peak before "
@@ -161,7 +178,13 @@ def main():
     ap.add_argument("--cases", nargs="*", choices=CASES, default=CASES)
     ap.add_argument("--out", default="bench-results", help="directory for results.md/json")
     ap.add_argument("--doc", action="store_true", help="also write docs/performance.md")
+    ap.add_argument("--render", metavar="JSON", help="no runs: the tables of a results.json")
     args = ap.parse_args()
+    if args.render:
+        result = json.loads(pathlib.Path(args.render).read_text())
+        result["memory"] = {p: {int(n): v for n, v in row.items()}
+                            for p, row in result.get("memory", {}).items()}
+        return publish(result, args)
     size = "quick" if args.quick else "full"
     rounds = args.rounds or (2 if args.quick else 5)
     budget = args.budget or (0.01 if args.quick else 0.3)
@@ -182,6 +205,11 @@ def main():
             print(peer, mem[peer], flush=True)
     result = {"size": size, "rounds": rounds, "budget_s": budget, "machine": machine(),
               "seconds": time.perf_counter() - t0, "tables": tables, "memory": mem}
+    publish(result, args)
+
+
+def publish(result: dict, args) -> None:
+    tables = result["tables"]
     text = render(result)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
