@@ -296,3 +296,46 @@ def test_an_exhausted_budget_costs_about_a_succeeding_run():
         p.call("spin", 0.0, 1e15, 0, engine="native", max_steps=10**8)
     failed = time.perf_counter() - start
     assert failed < 3 * ok + 0.05, (failed, ok)
+
+
+@pytest.mark.parametrize("path,name,args,budget", [
+    ("asm/isqrt.rasm", "isqrt", (10**12, 7), 3_000_008),       # in a callee's loop
+    ("asm/isqrt.rasm", "isqrt", (10**6, 7), 4_007),            # the root, after the call
+    ("asm/arrays.rasm", "dot", (np.arange(300.0), np.arange(300.0), 0.0), 1_000),  # heap
+], ids=["callee-loop", "after-call", "full-heap"])
+def test_an_exhausted_budget_in_a_callee_or_a_full_heap_is_reported_from_native_code(
+        path, name, args, budget, monkeypatch):
+    p = rvm.load(path)
+    errors = []
+    for engine in ("interp", "native"):
+        with pytest.raises(rvm.MachineError) as e:
+            p.call(name, *args, engine=engine, max_steps=budget)
+        errors.append((str(e.value), e.value.function, e.value.index))
+    assert errors[0] == errors[1] and "step budget of" in errors[0][0]
+    taken = steps_stepped(monkeypatch)
+    m = Machine(p, engine="native", max_steps=budget)
+    m.enter(name, *args)
+    with pytest.raises(rvm.MachineError, match="step budget"):
+        m.run()
+    assert m.steps == budget and sum(taken) < 100, taken     # (not the whole run again)
+
+
+@pytest.mark.parametrize("seed", range(0, 40, 4))
+def test_random_programs_report_an_exhausted_budget_as_the_interpreter_does(seed):
+    import random
+
+    from progen import program
+    p = rvm.assemble(program(seed))
+    args = (3, -2, 5, 0.5, -1.25, 2.0)
+    m = Machine(p, engine="interp")
+    m.enter("main", *args)
+    total = m.run()
+    rng = random.Random(seed)
+    for budget in {rng.randint(1, max(total - 1, 1)) for _ in range(4)}:
+        errors = []
+        for engine in ("interp", "native"):
+            try:
+                errors.append(p.call("main", *args, engine=engine, max_steps=budget))
+            except rvm.RvmError as e:
+                errors.append((type(e).__name__, str(e), e.function, e.index))
+        assert errors[0] == errors[1], (seed, budget)

@@ -34,15 +34,19 @@ import threading
 import numpy as np
 
 from .lowering import (
+    AT_END,
     BUDGET,
+    CHECKPOINT,
     FAULT,
     FLOAT_NAMES,
     INTERRUPT,
     INTERRUPT_CELL,
     MESSAGES,
+    RECORD,
     Lowering,
     Types,
     Unsupported,
+    _crc,
     callees,
     calls_of,
     guard,
@@ -249,7 +253,7 @@ def _entry(ir, t: Types, module, name: str, inner, returns: list[str], fused=Non
     checked()
     state = lambda k: b.gep(S, [t.i64(k)])
 
-    def run(f, values):
+    def run(f, values, at_end=False):
         b.store(t.i64(0), code)
         # without the GIL: the generated code touches only the machine's buffers, so
         # other Python threads (another machine's run, say) go on meanwhile
@@ -257,7 +261,13 @@ def _entry(ir, t: Types, module, name: str, inner, returns: list[str], fused=Non
         out = b.call(f, [S, code, H, G, cap] + values)
         b.call(api("PyEval_RestoreThread"), [saved])
         guard(b, b.icmp_signed("!=", b.load(code), t.i64(0)), fault)
-        over_budget(b, t, state(1), code, fault)
+        over = fault
+        if at_end:      # the run's end state, for the machine to step back from
+            over = fn.append_basic_block()
+            with b.goto_block(over):
+                _end_checkpoint(b, t, name, S, H, cap, out, returns)
+                b.branch(fault)
+        over_budget(b, t, state(1), code, over)
         return out
 
     def boxed(out, names, at=None):
@@ -299,7 +309,7 @@ def _entry(ir, t: Types, module, name: str, inner, returns: list[str], fused=Non
         out = pack([pack(boxed(forward, fused[1], range(nparams))),
                     pack(boxed(back, returns, keep))])
     else:
-        out = pack(boxed(run(inner, rest), returns))
+        out = pack(boxed(run(inner, rest, at_end=True), returns))
     o = ir.IntType(8).as_pointer()
     failed = fn.append_basic_block()     # out of memory: an item is missing
     ok = fn.append_basic_block()
@@ -446,6 +456,31 @@ def _batch_entry(ir, t: Types, module, name: str, mode: str, fw, gbw, split: int
     loop_over(b, start, n, one, done)
     b.call(api("PyEval_RestoreThread"), [saved])
     b.ret(b.call(api("PyLong_FromLongLong"), [b.load(code)]))
+
+
+def _end_checkpoint(b, t: Types, function: str, S, H, cap, out, names: list[str]) -> None:
+    """A function that ran to its end past its step budget: its results in the heap
+    cells above the top, as a checkpoint record at the end (AT_END; see
+    rvm.engines.lowering.Lowering.record), when they fit."""
+    if not all(re.fullmatch(r"[rf]\d+", n) for n in names):
+        return
+    size = RECORD + 2 * len(names)
+    top = b.load(b.gep(S, [t.i64(0)]))
+    write, done = b.function.append_basic_block(), b.function.append_basic_block()
+    b.cbranch(b.and_(b.icmp_signed(">=", b.sub(cap, top), t.i64(size)),
+                     b.icmp_unsigned("!=", b.ptrtoint(H, t.i64), t.i64(0))), write, done)
+    b.position_at_end(write)
+    cell = lambda k: b.gep(H, [b.add(top, t.i64(k))])
+    for k, v in enumerate([CHECKPOINT, _crc(function), AT_END, -1]):
+        b.store(t.i64(v), cell(k))
+    b.store(b.load(b.gep(S, [t.i64(1)])), cell(4))
+    b.store(t.i64(len(names)), cell(5))
+    for k, name in enumerate(names):
+        v = b.extract_value(out, k)
+        b.store(t.i64(_crc(name)), cell(RECORD + 2 * k))
+        b.store(b.bitcast(v, t.i64) if v.type == t.f64 else v, cell(RECORD + 1 + 2 * k))
+    b.branch(done)
+    b.position_at_end(done)
 
 
 def over_budget(b, t: Types, left, code, leave) -> None:

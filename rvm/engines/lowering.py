@@ -106,6 +106,8 @@ class Lowering:
         self.checking = False       # lowering a check (its failure is a fault anyway)
         self.adjoint = False        # lowering a shadow's update (see python_error)
         self.later = None           # a counted loop's flag: a float was not finite (for_)
+        self.counting = 0           # lowering a counted loop's passes
+        self.case = 0               # the block lowered (a function of one block: 0)
         self.fault_block, self.full_block = self.exit(FAULT), self.exit(FULL)
         self.budget_block, self.interrupt_block = self.exit(BUDGET), self.exit(INTERRUPT)
         self.passed = self.exit(None)          # a callee's fault: return, its code kept
@@ -435,7 +437,9 @@ class Lowering:
         def pass_(j):           # (counting down: x = a - j, j = 0 .. a - b - 1)
             if s.target.id != "_":
                 b.store(b.sub(lo, j) if down else j, self.vars[s.target.id])
+            self.counting += 1  # (the budget was charged for every pass: no records)
             self.body(s.body)
+            self.counting -= 1
         first, end = (t.i64(0), b.sub(lo, hi)) if down else (lo, hi)
 
         def chunk(c):           # POLL_EVERY passes, then a poll of the interrupt cell
@@ -453,9 +457,8 @@ class Lowering:
         """The exit for the step budget's test at a back edge: it leaves the registers,
         and the block the edge goes to, in the heap cells above the top (when they fit),
         so that the machine can report the instruction where the budget ran out without
-        re-running the whole pass (rvm.engines.machine: Machine._exhausted). Layout:
-        CHECKPOINT, crc32 of the function's name, the block, the budget left (< 0), the
-        number of registers, then (crc32 of its name, its bits) for each register."""
+        re-running the whole pass (rvm.engines.machine: Machine._exhausted); each caller
+        adds its own registers, and the block of its call, after it (see call)."""
         nxt = getattr(self, "following", None)
         if type(self) is not Lowering or self.cases is None:
             return self.budget_block        # (rows in lockstep; no block loop)
@@ -466,27 +469,52 @@ class Lowering:
             block = nxt.value.value
         else:
             return self.budget_block
+        site = self.fn.append_basic_block()
+        with self.b.goto_block(site):
+            self.record(AT_BACK_EDGE, block, self.b.load(self.vars["_n"]))
+            self.b.branch(self.budget_block)
+        return site
+
+    def record(self, kind: int, block: int, arg) -> None:
+        """Append a checkpoint record to the chain above the heap top (when it fits):
+        CHECKPOINT, crc32 of the function's name, the kind (AT_BACK_EDGE: the block the
+        edge goes to and the budget left, < 0; AT_CALL: the block of the call and crc32
+        of the callee's name), the number of registers, then (crc32 of its name, its bits)
+        for each register."""
         b, t = self.b, self.t
         regs = sorted(n for n in self.vars if re.fullmatch(r"[rf]\d+", n))
-        size = 5 + 2 * len(regs)
-        site, write = self.fn.append_basic_block(), self.fn.append_basic_block()
-        with b.goto_block(site):
-            top = b.load(self.slot(0))
-            fits = b.icmp_signed(">=", b.sub(self.cap, top), t.i64(size))
-            b.cbranch(fits, write, self.budget_block)
-        with b.goto_block(write):
-            cell = lambda k: b.gep(self.H, [b.add(top, t.i64(k))])
-            head = [CHECKPOINT, _crc(self.node.name), block]
-            for k, v in enumerate(head):
-                b.store(t.i64(v), cell(k))
-            b.store(b.load(self.vars["_n"]), cell(3))
-            b.store(t.i64(len(regs)), cell(4))
-            for k, name in enumerate(regs):
-                v = b.load(self.vars[name])
-                b.store(t.i64(_crc(name)), cell(5 + 2 * k))
-                b.store(b.bitcast(v, t.i64) if v.type == t.f64 else v, cell(6 + 2 * k))
-            b.branch(self.budget_block)
-        return site
+        size = RECORD + 2 * len(regs)
+        with b.goto_block(self.fn.entry_basic_block):
+            at = b.alloca(t.i64)
+        b.store(b.load(self.slot(0)), at)
+        head, walk, write, done = (self.fn.append_basic_block() for _ in range(4))
+        b.branch(head)
+        b.position_at_end(head)         # past the records already there (a callee's)
+        pos = b.load(at)
+        room = b.sub(self.cap, pos)
+        cell = lambda k: b.gep(self.H, [b.add(b.load(at), t.i64(k))])
+        fits = b.icmp_signed(">=", room, t.i64(RECORD))
+        more = b.function.append_basic_block()
+        b.cbranch(fits, more, done)
+        b.position_at_end(more)
+        b.cbranch(b.icmp_signed("==", b.load(cell(0)), t.i64(CHECKPOINT)), walk, write)
+        b.position_at_end(walk)
+        b.store(b.add(pos, b.add(t.i64(RECORD), b.mul(t.i64(2), b.load(cell(5))))), at)
+        b.branch(head)
+        b.position_at_end(write)
+        store = self.fn.append_basic_block()
+        b.cbranch(b.icmp_signed(">=", room, t.i64(size)), store, done)
+        b.position_at_end(store)
+        for k, v in enumerate([CHECKPOINT, _crc(self.node.name), kind, block]):
+            b.store(t.i64(v), cell(k))
+        b.store(arg, cell(4))
+        b.store(t.i64(len(regs)), cell(5))
+        for k, name in enumerate(regs):
+            v = b.load(self.vars[name])
+            b.store(t.i64(_crc(name)), cell(RECORD + 2 * k))
+            b.store(b.bitcast(v, t.i64) if v.type == t.f64 else v, cell(RECORD + 1 + 2 * k))
+        b.branch(done)
+        b.position_at_end(done)
 
     def poll(self) -> None:
         """Leave with the INTERRUPT code if the process-wide interrupt cell is set (a SIGINT
@@ -578,7 +606,21 @@ class Lowering:
             self.coerce(self.expr(a), ty)
             for a, ty in zip(value.args[4:], callee.function_type.args[5:])]
         out = self.b.call(callee, args)
-        self.guard(self.b.icmp_signed("!=", self.b.load(self.flag), self.t.i64(0)), self.passed)
+        failed = self.b.icmp_signed("!=", self.b.load(self.flag), self.t.i64(0))
+        if type(self) is Lowering and not self.counting:
+            # the callee ran out of steps: this frame, at the call, joins its checkpoint
+            # (the registers still hold what they held before the call)
+            b, t = self.b, self.t
+            site, other = self.fn.append_basic_block(), self.fn.append_basic_block()
+            self.guard(failed, other)
+            with b.goto_block(other):
+                budget = b.icmp_signed("==", b.load(self.flag), t.i64(BUDGET))
+                b.cbranch(budget, site, self.passed)
+            with b.goto_block(site):
+                self.record(AT_CALL, self.case, t.i64(_crc(value.func.id)))
+                b.branch(self.passed)
+        else:
+            self.guard(failed, self.passed)
         for k, t_ in enumerate(target.elts):
             self.store(t_, self.b.extract_value(out, k))
 
@@ -883,7 +925,9 @@ def is_exact(test) -> bool:
     return isinstance(test, ast.Call) and _named(test.func, "_exact") and len(test.args) == 1
 
 
-CHECKPOINT = 0x52564D434B505431     # "RVMCKPT1": the first cell of a checkpoint
+CHECKPOINT = 0x52564D434B505431     # "RVMCKPT1": the first cell of a checkpoint record
+AT_BACK_EDGE, AT_END, AT_CALL = 0, 1, 2    # its kinds
+RECORD = 6                          # its cells before the registers
 
 
 def _crc(name: str) -> int:

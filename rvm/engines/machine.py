@@ -101,12 +101,14 @@ class Machine:
             self.set_grad(True)
 
     # ------------------------------------------------------------------ heap
-    def _grow(self, need: int) -> None:
+    def _grow(self, need: int, exact: bool = False) -> None:
+        """Room for `need` heap cells: the heap doubled (at least), or (exact) just that
+        large (room for a checkpoint: Machine.run)."""
         if need + self.frame_cells > self.heap_limit:
             raise Limit(f"heap limit of {self.heap_limit} cells exceeded (asked for {need} "
                         f"heap cells, with {self.frame_cells} registers in live frames); "
                         "raise heap_limit / --heap-limit")
-        cap = min(max(need, 2 * self.cap, 64), self.heap_limit)
+        cap = need if exact else min(max(need, 2 * self.cap, 64), self.heap_limit)
         try:
             buf, gbuf = bytearray(cap * 8), bytearray(cap * 8)
         except MemoryError:
@@ -120,6 +122,8 @@ class Machine:
         gbuf[: len(self.hg) * 8] = self.hg.cast("B")
         self._gbuf, self.hg = gbuf, memoryview(gbuf).cast("d")
         self.cap = cap
+        if exact:
+            self._roomy = self._buf       # (one such run again per heap)
 
     def is_zero_cell(self, c: int) -> bool:
         """A cell counts as zero if its bits are zero, or it holds a float residue within
@@ -402,7 +406,12 @@ class Machine:
                         err = self._exhausted(direction)
                         if err is not None:
                             raise err from None
+                    room = self._record_room()
                     undo()
+                    if room:        # no room for the checkpoint: make it, run again
+                        with contextlib.suppress(Limit):
+                            self._grow(room, exact=True)
+                            continue
                     if "heap capacity exceeded" in str(e) and self.cap < self.heap_limit \
                             and need + self.frame_cells <= self.heap_limit:
                         # as large as the cells wanted (when the code says how many), and
@@ -455,63 +464,114 @@ class Machine:
         """After a native forward run of the root function ran out of steps: the machine
         put where the interpreter's run would have stopped, and the error it reports, or
         None (nothing changed) where that cannot be told so (then the interpreter runs
-        the pass again). Native code tests the budget at back edges, and leaves there the
-        root function's registers and the block it goes on to (rvm.engines.lowering:
-        checkpoint), a few steps past the end of the budget: the machine takes that state
-        and steps back over those few steps (the inverse instructions), so a failing run
-        costs about what a succeeding one does. A float register holding -0.0 is not
-        taken (native code may hold a heap cell's -0.0 where the interpreter holds 0.0)."""
-        from .lowering import CHECKPOINT, _crc
+        the pass again). Native code tests the budget at back edges, and leaves there, in
+        the heap cells above the top, its registers and the block the edge goes to, and
+        each caller its registers and the block of its call (rvm.engines.lowering:
+        Lowering.record), a few steps past the end of the budget: the machine takes that
+        state and steps back over those few steps (the inverse instructions), so a
+        failing run costs about what a succeeding one does. A float register holding
+        -0.0 is not taken (native code may hold a heap cell's -0.0 where the interpreter
+        holds 0.0)."""
+        from .lowering import AT_BACK_EDGE, AT_CALL, AT_END, CHECKPOINT, RECORD, _crc
         heap, fr = self.__dict__.get("_native_heap"), self.stack[0]
-        fn = fr.fn
         if heap is None or heap[0] is not self._buf or self.grad or len(self.stack) != 1 \
                 or fr.dir * direction < 0:
             return None
-        hi, state = heap[1], heap[4]
-        t = int(state[0])
-        if not 0 <= t <= len(hi) - 5 or hi[t] != CHECKPOINT or \
-                hi[t + 1] != _crc(self._compiled.name(fn.name, "fw")):
-            return None
-        block, left, count = (int(v) for v in hi[t + 2:t + 5])
-        size = 5 + 2 * count
-        if t + size > len(hi) or left >= 0:
-            return None
-        pairs = hi[t + 5:t + size].reshape(-1, 2)
-        found = {int(k): int(v) for k, v in pairs}
-        code = fn.code
-        leaders = sorted({0} | {i for i, ins in enumerate(code) if ins.op in isa.COMEFROMS}
-                         | {i + 1 for i, ins in enumerate(code) if ins.op in isa.BRANCHES})
-        leaders = [b for b in leaders if b < len(code)] or [0]
-        if not 0 <= block < len(leaders):
-            return None
-        R = list(fr.R)
-        for r in fn.registers:
-            bits = found.get(_crc(f"{'r' if r.cls == isa.INT else 'f'}{r.n}"))
-            if bits is None or (r.cls == isa.FLOAT and bits == -(1 << 63)):   # -0.0
+        hi, t = heap[1], int(heap[4][0])
+        records, pos = [], t          # innermost first
+        while 0 <= pos <= len(hi) - RECORD and hi[pos] == CHECKPOINT:
+            name, kind, block, arg, count = (int(v) for v in hi[pos + 1:pos + RECORD])
+            end = pos + RECORD + 2 * count
+            if count < 0 or end > len(hi):
                 return None
-            R[fn.slot(r)] = bits if r.cls == isa.INT else \
-                np.int64(bits).view(np.float64).item()
-        at = leaders[block]
+            pairs = hi[pos + RECORD:end].reshape(-1, 2)
+            records.append((name, kind, block, arg, {int(k): int(v) for k, v in pairs}))
+            pos = end
+        if not records or records[0][1] == AT_CALL or \
+                any(r[1] != AT_CALL for r in records[1:]):
+            return None
+        frames = []         # (state, registers), the root's first
+        fn, owed = fr.fn, 0
+        for k, (name, kind, block, arg, found) in enumerate(reversed(records)):
+            if name != _crc(self._compiled.name(fn.name, "fw")):
+                return None
+            R = [0] * fn.n_int + [0.0] * fn.n_float
+            if kind == AT_END:      # the parameters (the locals are zero: checked)
+                if k != 0:
+                    return None
+                regs, state = fn.params, 2 * len(fn.code)
+            else:
+                regs, state = fn.registers, None
+            for r in regs:
+                bits = found.get(_crc(f"{'r' if r.cls == isa.INT else 'f'}{r.n}"))
+                if bits is None or (r.cls == isa.FLOAT and bits == -(1 << 63)):  # -0.0
+                    return None
+                R[fn.slot(r)] = bits if r.cls == isa.INT else \
+                    np.int64(bits).view(np.float64).item()
+            code = fn.code
+            leaders = sorted({0} | {i for i, ins in enumerate(code)
+                                    if ins.op in isa.COMEFROMS}
+                             | {i + 1 for i, ins in enumerate(code) if ins.op in isa.BRANCHES})
+            leaders = [b for b in leaders if b < len(code)] or [0]
+            if kind != AT_END and not 0 <= block < len(leaders):
+                return None
+            if kind == AT_CALL:     # the one CALL in the block of the callee named
+                stop = leaders[block + 1] if block + 1 < len(leaders) else len(code)
+                sites = [i for i in range(leaders[block], stop) if code[i].op == "CALL" and
+                         _crc(self._compiled.name(code[i].args[0].name, "fw")) == arg]
+                if len(sites) != 1:
+                    return None
+                state = 2 * sites[0]
+                # the block's steps were charged on entry to it: those after the call,
+                # and the call's return, are not taken yet
+                owed += closures_cost(code[sites[0] + 1:stop]) + 1
+                fn = self.program.functions[code[sites[0]].args[0].name]
+            elif kind == AT_BACK_EDGE:
+                state = 2 * leaders[block]
+                if code[leaders[block]].op in isa.COMEFROMS:    # arrived by its jump?
+                    try:
+                        self._code(fn, 1)[state + 1](list(R), None)
+                        state += 1
+                    except Fault:
+                        pass
+            frames.append((state, R))
+            left = arg
+        left += owed            # steps the interpreter's run takes from that state
         saved, start = list(fr.R), fr.state
-        hi[t:t + size] = 0
+        hi[t:pos] = 0
         self.top = t
-        fr.R[:] = R
-        fr.state = 2 * at
-        if code[at].op in isa.COMEFROMS:       # arrived by its jump? (its test tells)
-            try:
-                self._code(fn, 1)[2 * at + 1](list(R), None)
-                fr.state += 1
-            except Fault:
-                pass
-        self.steps = self.max_steps - left
         try:
-            if self._move(-direction, -left) != -left:
+            for k, (state, R) in enumerate(frames):
+                top = self.stack[-1]
+                if k:               # pushed by the caller's CALL, then as it was
+                    self._push(top, 1, 1)
+                    top = self.stack[-1]
+                top.R[:], top.state = R, state
+            self.steps = self.max_steps - left
+            D = direction if left > 0 else -direction
+            if self._move(D, abs(left)) != abs(left) or self.at_boundary(direction):
                 raise MachineError("the checkpoint is not reachable")
         except RvmError:        # (never, if native code and the interpreter agree)
             self.stack, self.frame_cells, self.steps = [fr], len(fr.R), 0
             fr.R[:], fr.state = saved, start
             return None
         return self._out_of_steps(self.max_steps, direction)
+
+    def _record_room(self) -> int:
+        """After a native run ran out of steps, with no checkpoint for _exhausted: the heap
+        size (cells) that leaves room for the records of every function above the top,
+        if the heap was too small for them (and the run could use them), else 0."""
+        from .lowering import RECORD
+        heap, fr = self.__dict__.get("_native_heap"), self.stack[0]
+        if heap is None or heap[0] is not self._buf or self.grad or fr.dir < 0 or \
+                getattr(self, "_roomy", None) is self._buf:
+            return 0
+        room = sum(RECORD + 2 * len(f.registers) for f in self.program.functions.values())
+        top = int(heap[4][0])
+        if not 0 <= top <= self.cap or self.cap - top >= room or \
+                top + room + self.frame_cells > self.heap_limit:
+            return 0
+        return top + room
 
     def _wanted(self) -> int:
         """The heap cells a native run that ran out of heap wanted (native code leaves
@@ -788,6 +848,12 @@ class Machine:
 ENGINES = ("interp", "python", "native", "auto")
 DIRECT_HEAP = 4096            # cells of the private heap of a direct native call
 PROGRESS_CHUNK = 200_000      # steps between progress reports of a stepped run
+
+
+def closures_cost(code) -> int:
+    """Steps the interpreter counts for these instructions (a call: entering and
+    leaving), as the compiled engine charges them."""
+    return sum(2 if ins.op in isa.CALLS else 1 for ins in code)
 
 
 def check_limits(**limits) -> None:
