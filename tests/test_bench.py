@@ -50,7 +50,6 @@ def test_quick_bench_covers_every_comparison_with_rvm_first(quick):
         if t["cores"] != 1 and t["case"] == "bessel-batch":
             assert any("prange" in r["peer"] for r in t["rows"])
     assert "### Summary" in md and "rvm ÷ peer" in md
-    assert result["seconds"] < 120
 
 
 @pytest.mark.parametrize("lib", ["numba", "jax", "torch"])
