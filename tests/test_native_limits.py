@@ -121,12 +121,13 @@ def test_sigint_stops_a_native_run_and_the_machine_works_after(text, args):
 
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
                     reason="signals go to the main thread")
-def test_sigint_stops_a_native_batch():
+@pytest.mark.parametrize("n,passes", [(200, 2e7), (2 * native.THREAD_ROWS, 1e6)],
+                         ids=["one-thread", "threads"])
+def test_sigint_stops_a_native_batch(n, passes):
     v = rvm.vmap(rvm.assemble(SPIN)["spin"])
-    n = 200             # rows of 0.03 s
-    xs, zs = np.zeros(n), np.zeros(n, np.int64)
+    xs, zs = np.zeros(n), np.zeros(n, np.int64)      # (batches of about 6 s)
     assert list(v(xs, np.full(n, 10.0), zs)[2][:2]) == [10, 10]
-    assert interrupted(lambda: v(xs, np.full(n, 2e7), zs)) < 0.5
+    assert interrupted(lambda: v(xs, np.full(n, passes), zs)) < 0.5
     assert list(v(xs, np.full(n, 10.0), zs)[2][:2]) == [10, 10]
 
 

@@ -127,6 +127,12 @@ def _handler() -> tuple:
     return engine, engine.get_function_address("rvm_on_sigint"), libc.sigaction
 
 
+def clear_interrupt() -> None:
+    """Forget a SIGINT that came before (before the slices of a batch start, which do not
+    clear it themselves: one starting late would miss a SIGINT the others stopped for)."""
+    _INTERRUPTED.value = 0
+
+
 def interrupts() -> None:
     """Let SIGINT (Ctrl-C) stop native code: where Python's own handler is in place
     (KeyboardInterrupt), put a C handler before it that also sets the cell native loops
@@ -203,9 +209,8 @@ def _py_function(ir, t: Types, module, name: str):
     api = functools.partial(_api, ir, t, module)
     fn = ir.Function(module, ir.FunctionType(o, [o, o.as_pointer(), t.i64]), f"rvm_py_{name}")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    cell = module.globals.get(INTERRUPT_CELL) or ir.GlobalVariable(module, t.i64,
-                                                                   INTERRUPT_CELL)
-    b.store_atomic(t.i64(0), cell, "monotonic", 8)     # a SIGINT from now on stops it
+    if INTERRUPT_CELL not in module.globals:
+        ir.GlobalVariable(module, t.i64, INTERRUPT_CELL)
     argv = fn.args[1]
     item = lambda k: b.load(b.gep(argv, [t.i64(k)]))
     address = lambda k, ty: b.bitcast(b.call(api("PyLong_AsVoidPtr"), [item(k)]), ty)
@@ -233,6 +238,8 @@ def _entry(ir, t: Types, module, name: str, inner, returns: list[str], fused=Non
     is set afresh for each pass: from the budget argument, on
     an empty heap (as the numba engine's vgs), or as found in the state array (vg)."""
     fn, b, api, item, address, checked = _py_function(ir, t, module, name)
+    # a SIGINT from now on stops it (a batch's slices: see rvm.engines.native.on_threads)
+    b.store_atomic(t.i64(0), module.globals[INTERRUPT_CELL], "monotonic", 8)
     first = fused[0] if fused else inner
     nparams = len(first.function_type.args) - 5
     split = fused[3] if fused else 0    # the forward run returns this many registers
@@ -998,7 +1005,6 @@ class Batch:
             addresses[k:k] = seeds
         if n == 0:          # (the entry reads a spread column's value before its loop)
             return
-        interrupts()
         code = self.call(*lead, *addresses)
         if code:
             _fault(code)

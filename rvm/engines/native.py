@@ -282,6 +282,9 @@ def on_threads(loop, n: int, head: tuple, inputs: list, middle: tuple, outputs: 
     once) the others; rows are independent, and each slice writes only its own rows of
     the outputs (an output may be None: not wanted). A numba loop not compiled yet runs
     whole on this thread (its first call compiles it)."""
+    from . import llvm
+    llvm.interrupts()           # Ctrl-C stops the loop (all its slices)
+    llvm.clear_interrupt()
     threads = 0 if n < 2 * THREAD_ROWS else min(_cores(), n // THREAD_ROWS)
     if threads < 2 or not getattr(loop, "signatures", None):
         loop(*head, *inputs, *middle, *outputs)
