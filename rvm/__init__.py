@@ -19,6 +19,7 @@ from .core.program import Program
 from .engines.machine import Machine
 from .formats.assembly import assemble, disassemble
 from .formats.bytecode import dumps, loads
+from .interop import to_jax, to_torch  # (JAX and PyTorch are imported when first used)
 from .lang import (
     Array,
     ancilla,
@@ -63,4 +64,4 @@ def debug(fn, *args, commands=None):
     return out.getvalue()
 
 
-__all__ += ["debug"]
+__all__ += ["debug", "to_jax", "to_torch"]

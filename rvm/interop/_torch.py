@@ -1,0 +1,187 @@
+"""rvm.to_torch: an rvm function as a PyTorch function.
+
+One autograd.Function, `_Call`, runs an rvm function (or a derived one) on CPU tensors
+and returns the final values it is asked for:
+
+- backward: the adjoint program, `rvm.adjoint(f)`, called through `_Call` again, so the
+  backward pass is itself differentiable (double backward runs
+  `rvm.adjoint(rvm.adjoint(f))`: gradgradcheck);
+- jvp (torch.func.jvp, torch.autograd.forward_ad): the tangent program, `rvm.tangent(f)`;
+- vmap (torch.func.vmap): one `rvm.vmap` batch (nested vmaps merged into one batch).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..core.errors import UsageError
+from ._common import Fn
+
+
+def _numpy(t: torch.Tensor) -> np.ndarray:
+    t = t.detach()
+    if t.dtype in (torch.bfloat16, torch.float16):
+        t = t.to(torch.float64)
+    return t.numpy()
+
+
+class _Node:
+    """What one _Call runs: fn, the results wanted (`outs`) and the batch axes (0 or None
+    per argument; None: one call)."""
+
+    __slots__ = ("batched", "fn", "outs")
+
+    def __init__(self, fn: Fn, outs: tuple, batched: tuple | None = None):
+        self.fn, self.outs, self.batched = fn, outs, batched
+
+
+def _row_shape(t: torch.Tensor, axis) -> tuple:
+    return tuple(t.shape[1:]) if axis == 0 else tuple(t.shape)
+
+
+class _Call(torch.autograd.Function):
+    generate_vmap_rule = False
+
+    @staticmethod
+    def forward(node, *args):
+        res = node.fn.host(node.outs, node.batched, *[_numpy(a) for a in args])
+        out = []
+        for o, r in zip(node.outs, res):
+            t = torch.as_tensor(r)
+            out.append(t.to(args[o].dtype) if t.dtype != args[o].dtype else t)
+        return tuple(out)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        node, *args = inputs
+        ctx.node = node
+        ctx.save_for_backward(*args)
+        ctx.save_for_forward(*args)
+        ctx.mark_non_differentiable(*[o for o in output if not o.is_floating_point()])
+
+    @staticmethod
+    def backward(ctx, *cts):
+        """Reverse mode: the adjoint program (x, ybar) -> (x, J^T ybar), through _Call."""
+        node, args = ctx.node, ctx.saved_tensors
+        floats = [k for k, a in enumerate(args) if a.is_floating_point()]
+        want = [k for k in floats if ctx.needs_input_grad[1 + k]]
+        grads: list = [None] * (1 + len(args))
+        if not want:
+            return tuple(grads)
+        n, b = len(args), node.batched
+        size = None if b is None else next(a.shape[0] for a, ax in zip(args, b) if ax == 0)
+        ybar = {}
+        for k in floats:
+            shape = tuple(args[k].shape) if b is None else (size,) + _row_shape(args[k], b[k])
+            ybar[k] = torch.zeros(shape, dtype=args[k].dtype)
+        for o, ct in zip(node.outs, cts):
+            if ct is not None and o in ybar:
+                ybar[o] = ybar[o] + ct
+        a_batched = None if b is None else b + (0,) * len(floats)
+        res = _Call.apply(_Node(node.fn.adjoint, tuple(n + floats.index(k) for k in want),
+                                a_batched), *args, *[ybar[k] for k in floats])
+        for k, r in zip(want, res):
+            grads[1 + k] = r.sum(0) if b is not None and b[k] is None else r
+        return tuple(grads)
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        """Forward mode: the tangent program (x, xdot) -> (F(x), J xdot)."""
+        node, args = ctx.node, ctx.saved_tensors
+        tangents = tangents[1:]
+        floats = [k for k, a in enumerate(args) if a.is_floating_point()]
+        dots = [torch.zeros_like(args[k]) if tangents[k] is None else tangents[k]
+                for k in floats]
+        b = node.batched
+        t_batched = None if b is None else b + tuple(b[k] for k in floats)
+        picked = [o for o in node.outs if o in floats]
+        res = iter(_Call.apply(_Node(node.fn.tangent,
+                                     tuple(len(args) + floats.index(o) for o in picked),
+                                     t_batched), *args, *dots))
+        return tuple(next(res) if o in floats else None for o in node.outs)
+
+    @staticmethod
+    def vmap(info, in_dims, node, *args):
+        """torch.func.vmap: one rvm.vmap batch; a batch of batches is one batch of their
+        product."""
+        dims = in_dims[1:]
+        args = [a if d is None else a.movedim(d, 0) for a, d in zip(args, dims)]
+        b = node.batched
+        if b is None:
+            out = _Call.apply(_Node(node.fn, node.outs,
+                                    tuple(None if d is None else 0 for d in dims)), *args)
+            return out, (0,) * len(out)
+        size = info.batch_size
+        inner = next(a.shape[1 if d is not None else 0]
+                     for a, d, ax in zip(args, dims, b) if ax == 0)
+        merged, axes = [], []
+        for a, d, ax in zip(args, dims, b):
+            if d is None and ax is None:
+                merged.append(a)
+                axes.append(None)
+                continue
+            if d is None:
+                a = a.expand((size,) + tuple(a.shape))
+            elif ax is None:
+                a = a[:, None].expand((size, inner) + tuple(a.shape[1:]))
+            merged.append(a.reshape((size * inner,) + tuple(a.shape[2:])))
+            axes.append(0)
+        out = _Call.apply(_Node(node.fn, node.outs, tuple(axes)), *merged)
+        return tuple(o.reshape((size, inner) + tuple(o.shape[1:])) for o in out), \
+            (0,) * len(out)
+
+
+def _tensor(a, label: str, who: str) -> torch.Tensor:
+    if isinstance(a, torch.Tensor):
+        if a.device.type != "cpu":
+            raise UsageError(f"{who}: {label} is on device {a.device}; rvm runs on the CPU "
+                             "(move it with .cpu())")
+        if a.is_complex():
+            raise UsageError(f"{who}: {label} is a complex tensor; pass a complex number as "
+                             "two float tensors")
+        return a
+    if isinstance(a, (bool, str, bytes)) or callable(a):
+        raise UsageError(f"{who}: {label} is {type(a).__name__}; pass tensors or numbers")
+    if isinstance(a, float):
+        return torch.tensor(a, dtype=torch.float64)
+    if isinstance(a, int):
+        return torch.tensor(a, dtype=torch.int64)
+    try:
+        return torch.as_tensor(np.asarray(a))
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise UsageError(f"{who}: {label} is not a number or an array: {e}") from None
+
+
+def to_torch(f, **options):
+    """`f` (a reversible function, a loaded program's function, or a transformed one) as a
+    PyTorch function: same arguments (CPU tensors, numpy arrays or Python numbers; a Python
+    float becomes a float64 tensor), returning every argument's final value as a tensor.
+    backward() and torch.autograd.grad run rvm's adjoint program (differentiable again:
+    double backward), torch.func.jvp and forward_ad its tangent program, torch.func.vmap
+    one rvm.vmap batch. `options` are machine options (engine, checks, tol, ...)."""
+    from ..ad.gradient import check_options, positional
+    check_options(options)
+    fn = Fn(f, options, "rvm.to_torch")
+    who = f"rvm.to_torch({fn.name})"
+
+    def run(*args, **kwargs):
+        args = positional(f, args, kwargs)
+        names = fn.names(len(args))
+        tensors = [_tensor(a, names[k], who) for k, a in enumerate(args)]
+        fn.check(tuple((tuple(t.shape), _dtype(t)) for t in tensors))
+        return _Call.apply(_Node(fn, tuple(range(len(tensors)))), *tensors)
+
+    run.__name__ = f"to_torch_{fn.name}"
+    run.__doc__ = getattr(f, "__doc__", None)
+    run.rvm_function = f
+    return run
+
+
+def _dtype(t: torch.Tensor) -> np.dtype:
+    if t.is_floating_point():
+        return np.dtype(np.float64) if t.dtype in (torch.bfloat16, torch.float16) \
+            else np.dtype(str(t.dtype).removeprefix("torch."))
+    if t.dtype == torch.bool:
+        return np.dtype(bool)
+    return np.dtype(str(t.dtype).removeprefix("torch."))
