@@ -253,6 +253,16 @@ def cmd_debug(args) -> None:
     repl(dbg, batch=batch)
 
 
+def cmd_dap(args) -> None:
+    from .debugger import dap
+    if args.port is not None and not 0 <= args.port <= 65535:
+        raise UsageError(f"--port {args.port}: a port is 0..65535")
+    if args.port is None:
+        dap.serve_stdio()
+    else:
+        dap.serve_tcp(args.port, once=args.once)
+
+
 EXAMPLES = {
     "asm": "rvm asm asm/fib.rasm -o fib.rvmb",
     "compile": "rvm compile examples/besselj.py --emit asm",
@@ -263,6 +273,8 @@ EXAMPLES = {
     "jvp": "rvm jvp asm/poly.rasm --entry f --args 0.0 1.0 3.0 --tangents 0 1 0",
     "hessian": "rvm hessian asm/poly.rasm --entry f --loss f0 --args 0.0 1.0 3.0",
     "debug": "rvm debug asm/fib.rasm --args 10 0 0",
+    "dap": "rvm dap              (an editor starts it; see docs/debugger.md)\n"
+           "  rvm dap --port 4711  (serve on 127.0.0.1:4711)",
     "cache": "rvm cache info",
     "draw": "rvm draw asm/fib.rasm -o fib.svg\n  rvm draw asm/fib.rasm --view cfg -o fib-cfg.svg",
 }
@@ -314,7 +326,7 @@ def parser() -> argparse.ArgumentParser:
     def runner(name: str, help: str):
         r = sub.add_parser(name, help=help, **_help(name))
         r.add_argument("file", help=".rasm, .rvmb, .py (@rvm.reversible functions) "
-                       "or .ja (Janus)")
+                       "or .ja/.janus (Janus)")
         r.add_argument("--entry", help="function to run (default: main, or the only one)")
         r.add_argument("--args", nargs="*", default=[], metavar="V",
                        help="parameter values, in order")
@@ -376,6 +388,13 @@ def parser() -> argparse.ArgumentParser:
     b = runner("debug", "step through a function forwards and backwards (gdb-like)")
     b.add_argument("--batch", metavar="FILE", help="run the commands in FILE, one per line")
     b.set_defaults(run=cmd_debug)
+
+    a = sub.add_parser("dap", **_help("dap"), help="the debugger for editors: a Debug Adapter "
+                       "Protocol server (stdio, or --port) with step back")
+    a.add_argument("--port", type=int, metavar="N",
+                   help="serve on TCP port N of 127.0.0.1 (0: any free port) instead of stdio")
+    a.add_argument("--once", action="store_true", help="with --port: end after one session")
+    a.set_defaults(run=cmd_dap)
     return p
 
 
@@ -389,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = [" " + a if NEGATIVE.fullmatch(a) else a for a in argv]
     args = parser().parse_args(argv)
     progress = None
-    if sys.stderr.isatty() and args.command != "debug":
+    if sys.stderr.isatty() and args.command not in ("debug", "dap"):
         from rich.console import Console
 
         from .debugger.views import ProgressLine
