@@ -14,7 +14,7 @@ import fuzz
 SLOW = os.environ.get("RVM_SLOW") == "1"
 CASES = {"rasm": 300, "rvmb": 80, "frontend": 300, "janus": 300, "debugger": 200,
          "cli": 300, "programs": 60, "programs-native": 10, "batches": 10, "arguments": 20,
-         "cache": 8}
+         "cache": 8, "signals": 8}
 
 
 @pytest.mark.parametrize("category", list(fuzz.CATEGORIES))
@@ -25,7 +25,8 @@ def test_fuzz_category_has_no_tracebacks_crashes_hangs_or_wrong_results(category
     assert sum(counts.values()) == n
     bad = {k: counts[k] for k in ("traceback", "crash", "hang", "wrong") if counts[k]}
     assert not bad, f"{category}: {bad}\n" + "\n".join(d[3] or d[2] for d in details[:3])
-    if category in ("programs-native", "batches", "cache") and not fuzz.native_available():
+    native = ("programs-native", "batches", "cache", "signals")
+    if category in native and not fuzz.native_available():
         pytest.skip("numba is not installed")
     if category in ("rasm", "rvmb", "frontend", "janus"):
         assert counts["clean"] and counts["ok"]      # the mutations reach both answers

@@ -487,6 +487,114 @@ def case_cache(rng: random.Random) -> str:
         shutil.rmtree(where, ignore_errors=True)
 
 
+SPIN = """\
+.func step(r0, r1)
+        EXCH   r2, [r1]
+        ADD    r2, r0
+        SUB    r2, r0
+        EXCH   r2, [r1]
+.end
+.func spin(f0, f1, r0)
+        ADD    r4, 1
+        ALLOC  r1, r4
+top:    CF.NE  r0, 0, back
+        ADD    f0, 1.0
+        INC    r0
+        CALL   step, r0, r1
+exitbr: BR.GE  f0, f1, done
+back:   JMP    top
+done:   CF     exitbr
+        FREE   r1, r4
+        SUB    r4, 1
+.end
+.func plain(f0, f1, r0)
+top:    CF.NE  r0, 0, back
+        ADD    f0, 1.0
+        INC    r0
+exitbr: BR.GE  f0, f1, done
+back:   JMP    top
+done:   CF     exitbr
+.end
+"""
+
+
+def case_signals(rng: random.Random) -> str:
+    """SIGINT at a random moment of a long native run, a native batch or a compile: the
+    call stops within half a second of the signal with KeyboardInterrupt (or had
+    finished, and is right), and the same function then gives the interpreter's
+    results."""
+    import signal
+    import threading
+
+    import numpy as np
+    from progen import program
+
+    import rvm
+    if not native_available() or threading.current_thread() is not threading.main_thread():
+        return "ok"
+    what = rng.choice(["run", "plain", "batch", "compile"])
+    if what == "compile":
+        p = rvm.assemble(program(rng.randrange(2 ** 32), heap=False), "gen.rasm")
+        name, small = "main", (1, 2, 3, 0.5, 0.25, -1.0)
+        long = small
+    else:
+        p = rvm.assemble(SPIN, "spin.rasm")
+        name, small = ("spin" if what != "plain" else "plain"), (0.0, 10.0, 0)
+        long = (0.0, 1e12, 0)
+    want = None
+    with contextlib.suppress(rvm.RvmError):
+        want = p.call(name, *small, engine="interp")
+    f = rvm.vmap(p[name]) if what == "batch" else \
+        (lambda *a: p.call(name, *a, engine="native", max_steps=10 ** 13))
+    args = [np.zeros(64), np.full(64, 1e9), np.zeros(64, np.int64)] if what == "batch" \
+        else long
+    sent: list = []
+    swallowed: list = []        # KeyboardInterrupts Python discarded (in a finalizer)
+    hook = sys.unraisablehook
+
+    def unraisable(info):
+        if issubclass(info.exc_type, KeyboardInterrupt):
+            swallowed.append(info)
+        else:
+            hook(info)
+
+    def fire():
+        sent.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    def again():                # as a user presses Ctrl-C again after a lost one
+        if swallowed:
+            fire()
+    sys.unraisablehook = unraisable
+    timer = threading.Timer(rng.uniform(0.0, 0.3), fire)
+    retry = threading.Timer(1.0, again)
+    timer.start()
+    retry.start()
+    outcome = "ok"
+    try:
+        with contextlib.suppress(rvm.RvmError):
+            f(*args)
+        if what != "compile":
+            return "wrong"              # a run of minutes finished before the signal
+        timer.join()
+        time.sleep(0.05)                # (the signal arrives: no KeyboardInterrupt later)
+    except KeyboardInterrupt:
+        if time.monotonic() - sent[-1] > 0.5:
+            return "wrong"              # too slow to stop
+        outcome = "clean"
+    finally:
+        timer.cancel()
+        retry.cancel()
+        sys.unraisablehook = hook
+    with contextlib.suppress(KeyboardInterrupt):
+        time.sleep(0.01)
+    try:
+        got = p.call(name, *small, engine="native")
+    except rvm.RvmError:
+        got = None
+    return outcome if got == want else "wrong"
+
+
 def _argument(rng: random.Random):
     """A random argument of any kind a user might pass for a scalar parameter."""
     import numpy as np
@@ -573,7 +681,7 @@ CATEGORIES = {"rasm": case_rasm, "rvmb": case_rvmb, "frontend": case_frontend,
               "janus": case_janus,
               "debugger": case_debugger, "cli": case_cli, "programs": case_program,
               "programs-native": case_program_native, "batches": case_batches,
-              "arguments": case_arguments, "cache": case_cache}
+              "arguments": case_arguments, "cache": case_cache, "signals": case_signals}
 
 
 # ------------------------------------------------------------------ running
