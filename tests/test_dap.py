@@ -138,7 +138,7 @@ class Client:
         scopes = self.request("scopes", frameId=frame)["body"]["scopes"]
         out = {}
         for s in scopes:
-            if scope is None and s["name"] in ("Arguments", "Locals") or s["name"] == scope:
+            if (scope is None and s["name"] in ("Arguments", "Locals")) or s["name"] == scope:
                 for v in self.request("variables", variablesReference=s[
                         "variablesReference"])["body"]["variables"]:
                     out[v["name"]] = v
@@ -461,3 +461,73 @@ def test_node_client_from_vscode(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "0 failed" in r.stdout
+
+
+def test_a_step_answers_in_under_50_ms_on_a_million_step_program(dap):
+    dap.launch(program=FIB_RASM, args=["170000", "0", "0"], stop="end")   # 10^6 steps
+    assert int(dap.variables(scope="Machine")["step"]["value"]) > 1_000_000
+    for command in ("stepBack", "stepBack", "next", "stepBack"):
+        best = 1.0
+        for _ in range(3):                  # the best of three: a busy machine is noisy
+            began = time.monotonic()
+            dap.request(command, threadId=1)
+            dap.stopped()
+            best = min(best, time.monotonic() - began)
+            if command == "next":
+                dap.request("stepBack", threadId=1)
+                dap.stopped()
+        assert best < 0.05, (command, best)
+    dap.request("disconnect")
+
+
+def test_vscode_extension_contributes_the_debug_type_and_packages(tmp_path):
+    from rvm.debugger.dap import LAUNCH_ATTRIBUTES
+    ext = ROOT / "editors" / "vscode"
+    pkg = json.loads((ext / "package.json").read_text())
+    debugger = pkg["contributes"]["debuggers"][0]
+    assert debugger["type"] == "rvm"
+    props = debugger["configurationAttributes"]["launch"]["properties"]
+    assert set(props) == set(LAUNCH_ATTRIBUTES) - {"noDebug"}
+    assert {s["label"] for s in debugger["configurationSnippets"]} >= {
+        "rvm: debug a program", "rvm: watch gradients flow back"}
+    langs = {lang["id"]: lang["extensions"] for lang in pkg["contributes"]["languages"]}
+    assert langs == {"janus": [".ja"], "rasm": [".rasm"]}
+    import re
+    for g in pkg["contributes"]["grammars"]:     # each grammar parses, its patterns compile
+        grammar = json.loads((ext / g["path"]).read_text())
+        for pattern in grammar["patterns"]:
+            re.compile(pattern.get("match") or pattern["begin"])
+    janus = json.loads((ext / "syntaxes" / "janus.tmLanguage.json").read_text())
+    keyword = next(p["match"] for p in janus["patterns"] if p["name"].startswith(
+        "keyword.control"))
+    assert re.search(keyword, "    call fib(x1, x2, n)")
+    vsix = tmp_path / "rvm.vsix"
+    r = subprocess.run([sys.executable, str(ext / "package.py"), "-o", str(vsix)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    import zipfile
+    with zipfile.ZipFile(vsix) as z:
+        names = set(z.namelist())
+        assert {"[Content_Types].xml", "extension.vsixmanifest", "extension/package.json",
+                "extension/bin/rvm-dap"} <= names
+        assert 'Id="rvm-debug"' in z.read("extension.vsixmanifest").decode()
+        assert z.getinfo("extension/bin/rvm-dap").external_attr >> 16 & 0o111
+
+
+def test_the_launch_json_in_the_docs_launches(tmp_path):
+    import re
+    text = (ROOT / "docs" / "debugger.md").read_text()
+    block = re.search(r"```json\n(.*?)```", text, re.S).group(1)
+    config = json.loads(block.replace("${workspaceFolder}", str(ROOT)))
+    props = json.loads((ROOT / "editors" / "vscode" / "package.json").read_text())[
+        "contributes"]["debuggers"][0]["configurationAttributes"]["launch"]["properties"]
+    for c in config["configurations"]:
+        assert c["type"] == "rvm" and set(c) - {"type", "request", "name"} <= set(props)
+        d = Client.start()
+        try:
+            d.launch(stop="entry", **{k: v for k, v in c.items()
+                                      if k not in ("type", "request", "name")})
+            assert d.top()["line"] > 0
+            d.request("disconnect")
+        finally:
+            d.close()

@@ -36,8 +36,17 @@ import numpy as np
 from ..core import isa
 from ..core.errors import RvmError
 from ..core.program import Program
-from .core import ALIASES, COMMANDS, Breakpoint, CommandError, Debugger, Watch, _same, fmt
-from .core import format_at
+from .core import (
+    ALIASES,
+    COMMANDS,
+    Breakpoint,
+    CommandError,
+    Debugger,
+    Watch,
+    _same,
+    fmt,
+    format_at,
+)
 
 MAX_MESSAGE = 64 << 20          # bytes in one message; longer ones are refused
 HEADER = re.compile(rb"content-length:\s*(\S*)", re.I)
@@ -45,6 +54,8 @@ ENGINES = ("interp", "python", "native", "auto")
 TRANSFORMS = ("inverse", "adjoint", "tangent")
 MOVING = {"step", "stepi", "next", "continue", "finish", "goto", "run"} | {
     f"reverse-{m}" for m in ("step", "stepi", "next", "continue", "finish")}
+LAUNCH_ATTRIBUTES = ("program", "entry", "args", "cwd", "stopOnEntry", "stopAtEnd", "engine",
+                     "gradient", "transform", "maxSteps", "heapLimit", "noDebug")
 HIT = re.compile(r"\s*(==|>=|<=|>|<|%)?\s*(\d+)\s*$")
 PAGE = 1000                     # array elements shown without paging
 
@@ -732,7 +743,6 @@ class Session:
 
     def move(self, run, kind: str, d: int) -> None:
         """Run a move, then tell the client where and why it stopped."""
-        dbg = self.need()
         self.refs.clear()
         self.exception = None
         self.running = True

@@ -1,0 +1,2 @@
+@echo off
+if "%RVM%"=="" (rvm dap %*) else (%RVM% dap %*)
