@@ -531,3 +531,15 @@ def test_the_launch_json_in_the_docs_launches(tmp_path):
             d.request("disconnect")
         finally:
             d.close()
+
+
+def test_a_client_that_goes_away_during_a_long_run_ends_the_server(dap):
+    dap.launch(program=FIB_RASM, args=["1700000", "0", "0"], stopOnEntry=True)
+    dap.request("setBreakpoints", source={"path": FIB_RASM},
+                breakpoints=[{"line": 9, "condition": "r3 < 0"}])     # a slow, long run
+    dap.request("continue", threadId=1)
+    time.sleep(0.2)
+    began = time.monotonic()
+    dap.proc.stdin.close()
+    assert dap.proc.wait(timeout=10) == 0
+    assert time.monotonic() - began < 2.0
