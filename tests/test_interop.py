@@ -1,0 +1,397 @@
+"""rvm.to_jax and rvm.to_torch: rvm functions inside JAX and PyTorch, differentiated by
+rvm's own programs (the adjoint for reverse mode, the tangent for forward mode, the
+second-order programs for Hessians), batched by rvm.vmap, on every engine; checked
+against closed forms and rvm's own transforms."""
+
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import rvm
+from rvm.core.errors import InvertibilityError, UsageError
+from rvm.engines import native
+from rvm.interop._common import Fn
+
+jax = pytest.importorskip("jax")
+torch = pytest.importorskip("torch")
+jnp = jax.numpy
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "examples"))
+from besselj import besselj_inplace  # noqa: E402
+
+ENGINES = ["interp", "python"] + (["native"] if native.available else [])
+# second-order programs compile natively in about 20 s from a cold cache
+SLOW_NATIVE = ["interp", "python"] + ([pytest.param("native", marks=pytest.mark.slow)]
+                                      if native.available else [])
+F64 = torch.float64
+
+
+@rvm.reversible
+def quad(out: float, x: float, y: float):
+    """out += 2x^2 + 3xy + 4y^2: gradient (4x + 3y, 3x + 8y), Hessian [[4, 3], [3, 8]]."""
+    out += 2 * x * x + 3 * x * y + 4 * y * y
+
+
+@rvm.reversible
+def powsum(out: float, x: float, n: int):
+    """out += x^n by n multiplications: an integer argument (a loop bound)."""
+    with rvm.ancilla(p=1.0):
+        with rvm.compute() as c:
+            for i in range(n):  # noqa: B007
+                p *= x  # noqa: F821 (frontend syntax)
+        out += p
+        ~c  # noqa: B018
+
+
+@rvm.reversible
+def leaks(x: float, y: float):
+    """Fails its invertibility check: the ancilla is not restored."""
+    with rvm.ancilla(a=0.0):
+        a += x  # noqa: F821 (frontend syntax)
+        y += a
+
+
+DOT = rvm.load(str(ROOT / "asm" / "arrays.rasm"))["dot"]     # (x, y, out): out += x . y
+
+
+@pytest.fixture(scope="module", autouse=True)
+def x64():
+    before = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    yield
+    jax.config.update("jax_enable_x64", before)
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """Which rvm programs ran: (kind, batched) per host call, kind as 'f',
+    'tangent(f)', 'adjoint(f)', 'tangent(adjoint(f))', ..."""
+    seen = []
+    host = Fn.host
+
+    def spy(self, outs, batched, *arrays):
+        kinds, fn = [], self
+        while fn.kind is not None:
+            kinds.append(fn.kind)
+            fn = fn.base
+        seen.append(("".join(k + "(" for k in kinds) + "f" + ")" * len(kinds),
+                     batched is not None))
+        return host(self, outs, batched, *arrays)
+
+    monkeypatch.setattr(Fn, "host", spy)
+    return seen
+
+
+def grad_quad(x, y):
+    return 4 * x + 3 * y, 3 * x + 8 * y
+
+
+# ---------------------------------------------------------------------------- JAX
+
+@pytest.fixture(scope="module")
+def jquad():
+    """quad on each engine, and its jitted derivatives (compiled once for the module)."""
+    out = {}
+    for engine in ENGINES:
+        F = rvm.to_jax(quad, engine=engine)
+
+        def loss(x, y, F=F):
+            return F(0.0, x, y)[0]
+        out[engine] = dict(F=F, loss=loss, grad=jax.jit(jax.grad(loss, argnums=(0, 1))),
+                           hess=jax.jit(jax.hessian(loss, argnums=(0, 1))))
+    return out
+
+
+def test_import_rvm_imports_neither_jax_nor_torch():
+    code = "import sys, rvm; rvm.to_jax; print('jax' in sys.modules, 'torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.split() == ["False", "False"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_jax_reverse_mode_runs_the_adjoint_program(engine, jquad, calls):
+    F, loss = jquad[engine]["F"], jquad[engine]["loss"]
+    values = F(0.0, 3.0, 4.0)
+    assert [float(v) for v in values] == [118.0, 3.0, 4.0]
+    calls.clear()
+    v, g = jax.value_and_grad(loss, argnums=(0, 1))(3.0, 4.0)
+    assert float(v) == 118.0 and [float(a) for a in g] == list(grad_quad(3.0, 4.0))
+    assert ("adjoint(f)", False) in calls and not any("tangent" in k for k, _ in calls)
+    _, vjp = jax.vjp(lambda x, y: F(0.0, x, y), 3.0, 4.0)
+    assert [float(a) for a in vjp((1.0, 0.0, 0.0))] == [24.0, 41.0]
+    assert [float(a) for a in vjp((0.0, 1.0, 0.0))] == [1.0, 0.0]     # x's own final value
+    assert np.allclose(jax.jacrev(lambda v: jnp.stack(F(0.0, v[0], v[1])))(
+        jnp.array([3.0, 4.0])), [[24.0, 41.0], [1.0, 0.0], [0.0, 1.0]])
+    # the same numbers as rvm's own gradient
+    assert rvm.grad(quad, loss="out", engine=engine)(0.0, 3.0, 4.0)[1:] == (24.0, 41.0)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_jax_forward_mode_runs_the_tangent_program(engine, jquad, calls):
+    loss = jquad[engine]["loss"]
+    calls.clear()
+    v, t = jax.jvp(loss, (3.0, 4.0), (1.0, 2.0))
+    assert float(v) == 118.0 and float(t) == 24.0 + 2 * 41.0
+    assert calls == [("f", False), ("tangent(f)", False)]
+    assert [float(a) for a in jax.jacfwd(loss, argnums=(0, 1))(3.0, 4.0)] == [24.0, 41.0]
+    assert all(k != "adjoint(f)" for k, _ in calls)
+    assert rvm.jvp(quad, (0.0, 3.0, 4.0), (0.0, 1.0, 2.0))[1][0] == float(t)
+
+
+@pytest.mark.parametrize("engine", SLOW_NATIVE)
+def test_jax_second_derivatives_run_the_second_order_programs(engine, jquad, calls):
+    calls.clear()
+    H = np.array(jquad[engine]["hess"](3.0, 4.0))
+    assert np.array_equal(H, [[4.0, 3.0], [3.0, 8.0]])
+    assert ("tangent(adjoint(f))", True) in calls          # jacfwd of jacrev, one batch
+    loss = jquad[engine]["loss"]
+    calls.clear()
+    assert float(jax.grad(lambda x: jax.grad(loss)(x, 4.0))(3.0)) == 4.0   # grad of grad
+    assert ("adjoint(tangent(adjoint(f)))", False) in calls or \
+        ("adjoint(adjoint(f))", False) in calls
+    # J_2'' at 1, as rvm.hvp gives it (exact-inverse Bessel function, an integer order)
+    J = rvm.to_jax(besselj_inplace, engine=engine)
+    h = jax.hessian(lambda z: J(0.0, 2, z)[0])(1.0)
+    assert float(h) == pytest.approx(
+        rvm.hvp(besselj_inplace, (0.0, 2, 1.0), (0.0, None, 1.0), loss=0)[2], abs=1e-13)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_jax_jit_and_vmap_as_one_rvm_batch(engine, jquad, calls):
+    g = jquad[engine]["grad"]
+    assert [float(a) for a in g(3.0, 4.0)] == [24.0, 41.0]
+    assert [float(a) for a in g(1.0, -1.0)] == list(grad_quad(1.0, -1.0))
+    xs, ys = np.linspace(-1, 1, 5), np.linspace(2, 3, 5)
+    calls.clear()
+    gx, gy = jax.jit(jax.vmap(jax.grad(jquad[engine]["loss"], argnums=(0, 1))))(xs, ys)
+    assert np.allclose(gx, 4 * xs + 3 * ys) and np.allclose(gy, 3 * xs + 8 * ys)
+    assert calls == [("adjoint(f)", True)]    # one batch, no loop (the values: not used)
+    calls.clear()
+    vs = jax.vmap(jax.vmap(jquad[engine]["loss"]))(xs.reshape(5, 1) + ys, np.ones((5, 5)))
+    assert vs.shape == (5, 5) and len(calls) == 1           # nested vmaps: one batch
+    ref = rvm.vmap(quad, in_axes=[None, 0, 0])(0.0, xs, ys)[0]
+    assert np.allclose(jax.vmap(jquad[engine]["loss"])(xs, ys), ref)
+    # a parameter shared by the rows gets the sum of their gradients
+    s = jax.grad(lambda x: jax.vmap(jquad[engine]["loss"], (None, 0))(x, ys).sum())(2.0)
+    assert float(s) == pytest.approx(np.sum(4 * 2.0 + 3 * ys))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_jax_integers_are_not_differentiated(engine):
+    P = rvm.to_jax(powsum, engine=engine)
+    # a traced loop bound is fine: the host callback sees concrete values
+    f = jax.jit(lambda x, n: P(0.0, x, n)[0])
+    assert float(f(2.0, 5)) == 32.0 and float(f(2.0, 3)) == 8.0
+    _, vjp = jax.vjp(lambda x, n: P(0.0, x, n), 2.0, 5)
+    gx, gn = vjp((1.0, 0.0, np.zeros((), jax.dtypes.float0)))
+    assert float(gx) == 5 * 2.0 ** 4 and gn.dtype == jax.dtypes.float0
+    (_, _, n_out), (_, _, n_dot) = jax.jvp(lambda x: P(0.0, x, 5), (2.0,), (1.0,))
+    assert int(n_out) == 5 and n_dot.dtype == jax.dtypes.float0
+
+
+def test_jax_float32_rule():
+    """float32 in: rvm computes in float64, results and gradients come back float32."""
+    F = rvm.to_jax(quad, engine="python")
+    x, y = np.float32(0.1), np.float32(0.7)
+    out = F(np.float32(0.0), x, y)
+    assert all(o.dtype == jnp.float32 for o in out)
+    exact = 2 * float(x) ** 2 + 3 * float(x) * float(y) + 4 * float(y) ** 2
+    assert float(out[0]) == float(np.float32(exact))
+    g = jax.grad(lambda x: F(np.float32(0.0), x, y)[0])(x)
+    assert g.dtype == jnp.float32 and float(g) == float(np.float32(4 * float(x) + 3 * float(y)))
+
+
+def test_jax_arrays():
+    D = rvm.to_jax(DOT, engine="python")
+    x, y = jnp.array([1.0, 2.0, 3.0]), jnp.array([4.0, 5.0, -6.0])
+    assert float(D(x, y, 0.5)[2]) == 0.5 + 4 + 10 - 18
+    gx, gy = jax.jit(jax.grad(lambda x, y: D(x, y, 0.5)[2], argnums=(0, 1)))(x, y)
+    assert np.array_equal(gx, y) and np.array_equal(gy, x)
+    jx = jax.jacfwd(lambda x: D(x, y, 0.5)[2])(x)
+    assert np.array_equal(jx, y)
+    rows = jax.vmap(lambda x: D(x, y, 0.0)[2])(jnp.eye(3))
+    assert np.array_equal(rows, y)
+
+
+def test_jax_bad_input_is_named():
+    Q = rvm.to_jax(quad, engine="python")
+    with pytest.raises(UsageError, match=r"argument 1 \(`x`\) holds booleans"):
+        Q(0.0, True, 1.0)
+    with pytest.raises(UsageError, match=r"argument 2 \(`y`\) holds complex"):
+        Q(0.0, 1.0, 1j)
+    with pytest.raises(UsageError, match=r"argument 1 \(`x`\) has shape \(2, 2, 2\)"):
+        Q(0.0, np.zeros((2, 2, 2)), 1.0)
+    with pytest.raises(UsageError, match=r"argument 1 \(`x`\) is str"):
+        Q(0.0, "x", 1.0)
+    with pytest.raises(rvm.RvmError, match="argument n of powsum is declared int, got float"):
+        rvm.to_jax(powsum, engine="python")(0.0, 2.0, 3.0)
+    with pytest.raises(UsageError, match=r"to_jax\(dot\): argument 2 is a float parameter; got "
+                                         "int64"):
+        rvm.to_jax(DOT, engine="python")(np.ones(2), np.ones(2), 1)
+    # found while tracing, before anything runs
+    with pytest.raises(rvm.RvmError, match="argument n"):
+        jax.jit(lambda y: rvm.to_jax(powsum, engine="python")(0.0, 2.0, y))(3.0)
+    # an invertibility failure inside jit: JAX's error carries rvm's, naming the ancilla
+    f = jax.jit(lambda x: rvm.to_jax(leaks, engine="python")(x, 0.0)[1])
+    with pytest.raises(Exception, match=r"InvertibilityError: in leaks.*ancilla `a` is 1.0"):
+        f(1.0).block_until_ready()
+    with pytest.raises(InvertibilityError, match="ancilla `a`"):        # outside jit: itself
+        rvm.to_jax(leaks, engine="python")(1.0, 0.0)
+
+
+def test_jax_second_derivatives_of_array_functions_are_refused_clearly():
+    D = rvm.to_jax(DOT, engine="python")
+    y = jnp.array([4.0, 5.0, -6.0])
+    with pytest.raises(rvm.RvmError, match=r"rvm\.hvp and rvm\.hessian give second"):
+        jax.hessian(lambda x: D(x, y, 0.5)[2])(jnp.ones(3))
+
+
+# ---------------------------------------------------------------------------- PyTorch
+
+def t64(*values):
+    return [torch.tensor(v, dtype=F64, requires_grad=True) for v in values]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_torch_backward_runs_the_adjoint_program(engine, calls):
+    Q = rvm.to_torch(quad, engine=engine)
+    x, y = t64(3.0, 4.0)
+    out = Q(0.0, x, y)
+    assert [float(o.detach()) for o in out] == [118.0, 3.0, 4.0]
+    out[0].backward()
+    assert (float(x.grad), float(y.grad)) == (24.0, 41.0)
+    assert calls == [("f", False), ("adjoint(f)", False)]
+    gx, = torch.autograd.grad(Q(0.0, x, y)[0] + Q(0.0, x, y)[1], (x,))
+    assert float(gx) == 25.0
+    # requires_grad per argument: only y's gradient is asked of the adjoint
+    x2, y2 = torch.tensor(3.0, dtype=F64), t64(4.0)[0]
+    Q(0.0, x2, y2)[0].backward()
+    assert x2.grad is None and float(y2.grad) == 41.0
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_torch_gradcheck(engine):
+    Q = rvm.to_torch(quad, engine=engine)
+    x, y = t64(0.3, -1.2)
+    assert torch.autograd.gradcheck(lambda x, y: Q(0.0, x, y), (x, y))
+    if engine != "native":          # (its native adjoint takes 10 s to compile)
+        J = rvm.to_torch(besselj_inplace, engine=engine)
+        assert torch.autograd.gradcheck(lambda z: J(0.0, 2, z)[2], (t64(1.3)[0],))
+
+
+@pytest.mark.parametrize("engine", SLOW_NATIVE)
+def test_torch_gradgradcheck_runs_the_second_order_programs(engine, calls):
+    Q = rvm.to_torch(quad, engine=engine)
+    x, y = t64(0.3, -1.2)
+    calls.clear()
+    assert torch.autograd.gradgradcheck(lambda x, y: Q(0.0, x, y)[0], (x, y))
+    assert ("adjoint(adjoint(f))", False) in calls       # double backward: rvm's program
+    J = rvm.to_torch(besselj_inplace, engine=engine)
+    assert torch.autograd.gradgradcheck(lambda z: J(0.0, 2, z)[0], (t64(1.3)[0],))
+    H = torch.autograd.functional.hessian(lambda x, y: Q(0.0, x, y)[0],
+                                          (x.detach(), y.detach()))
+    assert [[float(h) for h in row] for row in H] == [[4.0, 3.0], [3.0, 8.0]]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_torch_forward_mode_runs_the_tangent_program(engine, calls):
+    Q = rvm.to_torch(quad, engine=engine)
+    x, y = torch.tensor(3.0, dtype=F64), torch.tensor(4.0, dtype=F64)
+    calls.clear()
+    v, t = torch.func.jvp(lambda x, y: Q(0.0, x, y)[0], (x, y),
+                          (torch.tensor(1.0, dtype=F64), torch.tensor(2.0, dtype=F64)))
+    assert (float(v), float(t)) == (118.0, 24.0 + 82.0)
+    assert ("tangent(f)", False) in calls and all("adjoint" not in k for k, _ in calls)
+    import torch.autograd.forward_ad as fwAD
+    with fwAD.dual_level():
+        out = Q(0.0, fwAD.make_dual(x, torch.tensor(1.0, dtype=F64)), y)[0]
+        assert float(fwAD.unpack_dual(out).tangent) == 24.0
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_torch_vmap_is_one_rvm_batch(engine, calls):
+    Q = rvm.to_torch(quad, engine=engine)
+    xs, ys = torch.linspace(-1, 1, 5, dtype=F64), torch.linspace(2, 3, 5, dtype=F64)
+    loss = lambda x, y: Q(0.0, x, y)[0]
+    calls.clear()
+    gx, gy = torch.func.vmap(torch.func.grad(loss, argnums=(0, 1)))(xs, ys)
+    assert torch.allclose(gx, 4 * xs + 3 * ys) and torch.allclose(gy, 3 * xs + 8 * ys)
+    assert calls == [("f", True), ("adjoint(f)", True)]
+    calls.clear()
+    vs = torch.func.vmap(torch.func.vmap(loss))(xs[:, None] + ys, torch.ones(5, 5, dtype=F64))
+    assert vs.shape == (5, 5) and len(calls) == 1
+    # a parameter shared by the rows: gradient summed over them
+    w = t64(2.0)[0]
+    torch.func.vmap(loss, in_dims=(None, 0))(w, ys).sum().backward()
+    assert float(w.grad) == pytest.approx(float((4 * 2.0 + 3 * ys).sum()))
+
+
+def test_torch_module_and_optimizer_loop():
+    """(On the python engine, as the tests of no one engine are: the native one compiles.)
+    A layer whose forward is J_2(z) (rvm's Bessel function), fitted by Adam to a target
+    value; its parameter moves to where J_2 takes that value."""
+    J = rvm.to_torch(besselj_inplace, engine="python")
+
+    class Bessel(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.z = torch.nn.Parameter(torch.tensor(1.0, dtype=F64))
+
+        def forward(self):
+            return J(0.0, 2, self.z)[0]
+
+    model = Bessel()
+    opt = torch.optim.Adam(model.parameters(), lr=0.05)
+    for _ in range(200):
+        opt.zero_grad()
+        loss = (model() - 0.3) ** 2
+        loss.backward()
+        opt.step()
+    assert float(model()) == pytest.approx(0.3, abs=1e-4)
+    opt.zero_grad()
+    ((model() - 0.3) ** 2).backward()
+    z = float(model.z)
+    dj = rvm.grad(besselj_inplace, loss=0, engine="python")(0.0, 2, z)[2]
+    assert float(model.z.grad) == pytest.approx(2 * (besselj_inplace(0.0, 2, z)[0] - 0.3) * dj,
+                                                rel=1e-12)
+
+
+def test_torch_dtypes_devices_and_layouts():
+    Q = rvm.to_torch(quad, engine="python")
+    x = torch.tensor(0.1, dtype=torch.float32, requires_grad=True)
+    out = Q(0.0, x, torch.tensor(0.7, dtype=torch.float32))
+    assert out[1].dtype == torch.float32 and out[0].dtype == F64   # each argument's dtype
+    out[0].backward()
+    assert x.grad.dtype == torch.float32
+    assert float(x.grad) == float(np.float32(4 * float(x) + 3 * float(np.float32(0.7))))
+    with pytest.raises(UsageError, match=r"argument 1 \(`x`\) is on device meta"):
+        Q(0.0, torch.empty((), device="meta"), 1.0)
+    with pytest.raises(UsageError, match=r"argument 2 \(`y`\) is a complex tensor"):
+        Q(0.0, 1.0, torch.tensor(1j))
+    with pytest.raises(rvm.RvmError, match="argument n of powsum is declared int, got float"):
+        rvm.to_torch(powsum, engine="python")(0.0, 2.0, torch.tensor(3.0))
+    # a non-contiguous tensor is read as its values (a copy), not its storage
+    D = rvm.to_torch(DOT, engine="python")
+    col = torch.arange(9.0, dtype=F64).reshape(3, 3)[:, 1]      # a column: strided
+    assert not col.is_contiguous()
+    assert float(D(col, torch.ones(3, dtype=F64), 0.0)[2]) == 1.0 + 4.0 + 7.0
+    with pytest.raises(InvertibilityError, match="ancilla `a`"):
+        rvm.to_torch(leaks, engine="python")(1.0, 0.0)
+
+
+def test_torch_integers_and_arrays():
+    P = rvm.to_torch(powsum, engine="python")
+    x = t64(2.0)[0]
+    out = P(0.0, x, 5)
+    assert out[2].dtype == torch.int64 and not out[2].requires_grad
+    out[0].backward()
+    assert float(x.grad) == 80.0
+    D = rvm.to_torch(DOT, engine="python")
+    a, b = torch.tensor([1.0, 2.0, 3.0], dtype=F64, requires_grad=True), \
+        torch.tensor([4.0, 5.0, -6.0], dtype=F64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, b: D(a, b, 0.5)[2], (a, b))
