@@ -24,7 +24,7 @@ from .lang import ReversibleFunction, compile_file, janus
 def load(path: str | os.PathLike, engine: str | None = None) -> Program:
     """Load a program from assembly (.rasm), bytecode (.rvmb), a Python file of
     @rvm.reversible functions (.py, compiled without running it) or a Janus program
-    (.ja, one function per procedure); verified on load.
+    (.ja or .janus, one function per procedure); verified on load.
     `engine` ('interp', 'python'; None = fastest) is the default for its calls."""
     program = _load(os.fspath(path))
     if engine is not None:
@@ -36,7 +36,7 @@ def _load(path: str) -> Program:
     try:
         if path.endswith(".py"):
             return compile_file(path, {"adjoint": adjoint, "tangent": tangent})
-        if path.endswith(".ja"):
+        if path.endswith((".ja", ".janus")):
             return janus.compile_janus(path)
         if path.endswith(".rvmb"):
             with open(path, "rb") as f:

@@ -125,7 +125,11 @@ def _program(args) -> tuple[Program, str, list]:
     """The program, entry and argument values a command runs on (a .py function without
     annotations is compiled for the arguments' types)."""
     from .lang import specialized
-    program = load(args.file)
+    if getattr(args, "modular", None) is not None:     # Janus: -m[N], N-bit integers
+        from .lang import janus
+        program = janus.load_modular(args.file, args.modular)
+    else:
+        program = load(args.file)
     names = list(program.functions) + list(program.cache.get("unannotated", {}))
     values = _arguments(args.args)
     entry = _entry(names, program.source, args.entry)
@@ -346,6 +350,9 @@ def parser() -> argparse.ArgumentParser:
 
     r = runner("run", "run a function forwards (or backwards) and print its parameters")
     r.add_argument("--backward", action="store_true", help="uncall: run it backwards")
+    r.add_argument("-m", dest="modular", nargs="?", type=int, const=32, metavar="N",
+                   help="Janus: N-bit modular integers (default 32), as jana's -m; write "
+                   "-m32 before the file or -m after it")
     r.add_argument("--trace", action="store_true",
                    help="print every executed instruction with the registers it changed")
     r.set_defaults(run=cmd_run)

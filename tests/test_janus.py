@@ -234,7 +234,7 @@ procedure main()
     printf("m is %a, a[1] is %d%%", m, k)
     print("done")
 """)
-    assert run_main(prog) == "a[3] = {4, -1, 6}\nk = 0\nm[2] = {{1, 3}, {2, 4}}\ns = <-2]"
+    assert run_main(prog) == "a[3] = {4, -1, 6}\nk = 0\nm[2][2] = {{1, 3}, {2, 4}}\ns = <-2]"
     assert capsys.readouterr().out.splitlines() == [
         "a[3] = {4, -1, 6}, k = 0, s = <-2]", "m is {{1, 3}, {2, 4}}, a[1] is 0%", "done"]
 
@@ -499,3 +499,154 @@ def test_two_elements_passed_are_checked_to_differ(tmp_path):
     out = cli("run", path)
     assert out.returncode == 1 and "prog.ja:10: identifiers v and v are aliases: v[i] and " \
         "v[j] are the same element (i = 1, j = 1)" in out.stderr, out.stderr
+
+
+# ---------------------------------------------------------------------- the corpus's dialects
+
+NO_PARAMS = """\
+procedure nothing()
+    skip
+
+procedure main()
+    int a[2]
+    stack s
+    int x
+    call nothing()
+    uncall nothing()
+    x += 2
+    push(x, s)
+"""
+
+
+@pytest.mark.parametrize("engine", ["interp", "python", "native"])
+def test_a_procedure_without_parameters_runs_on_every_engine(tmp_path, engine):
+    """The compiled engines generated `, = F(M, )` for a call of one (a traceback)."""
+    path = tmp_path / "prog.ja"
+    path.write_text(NO_PARAMS)
+    out = cli("run", path, "--engine", engine)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "a[2] = {0, 0}\ns = <2]\nx = 0\n"
+
+
+def test_infinite_recursion_is_a_clear_error(tmp_path):
+    path = tmp_path / "prog.ja"
+    path.write_text("procedure test()\n    call test()\n\nprocedure main()\n    call test()\n")
+    out = cli("run", path)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "prog.ja:2: call depth limit" in out.stderr and "recursion" in out.stderr
+
+
+def test_janus_files_are_janus_and_the_forks_constructs_run(tmp_path):
+    """tests/data/janus/edges.janus: a .janus file; a 2-D array given to `int e[]`
+    (indexed with two indices); several locals in one local; a local array sized by an
+    expression; an array sized by its initialiser and by an expression over main's
+    earlier variables; c ? a : b; a u8 that wraps. Every engine, forwards and back."""
+    path = ROOT / "tests/data/janus/edges.janus"
+    want = "edges[4][2] = {{0, 1}, {0, 2}, {1, 2}, {2, 0}}\nnodes = 3\nout[3] = {20, 1, " \
+        "1}\nsmall = 235\n"
+    for engine in ("interp", "python", "native"):
+        out = cli("run", path, "--engine", engine)
+        assert out.returncode == 0 and out.stdout == want, (engine, out.stderr)
+    prog = rvm.load(path)
+    final = prog.call("main", *main_arguments(prog))
+    start = prog.uncall("main", *final)
+    assert [np.asarray(v).tolist() for v in start] == \
+        [np.asarray(v).tolist() for v in main_arguments(prog)]
+
+
+ARGS = """\
+procedure add(int x, int y)
+    x += y
+
+procedure main()
+    int q
+    int r = 4
+    call add(q, 5)
+    call add(q, r + 1)
+    uncall add(q, 2)
+"""
+
+
+def test_literal_and_expression_arguments_are_passed_by_value(tmp_path):
+    prog, path = janus(tmp_path, ARGS)
+    assert run_main(prog) == "q = 8\nr = 4"
+    path.write_text(ARGS.replace("    x += y", "    y += 1"))
+    out = cli("run", path)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "prog.ja:7: call add: the argument 5 is passed by value" in out.stderr, out.stderr
+
+
+def test_two_dimensional_arrays_print_every_dimension(tmp_path):
+    prog, _ = janus(tmp_path, "procedure main()\n    int m[2][3] = {{1}, {4, 5}}\n"
+                    "    m[1][2] += 6\n")
+    assert run_main(prog) == "m[2][3] = {{1, 0, 0}, {4, 5, 6}}"
+
+
+def test_a_flexible_parameter_takes_one_shape_only(tmp_path):
+    text = ("procedure f(int a[])\n    a[0][1] += 1\n\nprocedure main()\n    int v[3]\n"
+            "    call f(v)\n")
+    with pytest.raises(rvm.CompileError, match="argument a of f is a 2-D array, but v is "
+                       "an array"):
+        janus(tmp_path, text)
+
+
+SIZED_INTS = """\
+procedure main()
+    u8 b
+    i8 s
+    u16 w
+    int n
+    b -= 3
+    s += 120
+    s += 10
+    w ^= 65537
+    n += 2147483648
+    n += 10
+"""
+
+
+def test_sized_integers_wrap_as_the_forks_do(tmp_path):
+    prog, path = janus(tmp_path, SIZED_INTS)
+    assert run_main(prog) == "b = 253\nn = 2147483658\ns = -126\nw = 1"
+    final = prog.call("main", *main_arguments(prog))
+    assert list(prog.uncall("main", *final)) == [0, 0, 0, 0]
+    out = cli("run", "-m32", path)             # -m: every int is a 32-bit one
+    assert out.returncode == 0 and "n = -2147483638" in out.stdout, out.stderr
+    out = cli("run", path, "-m", "8")
+    assert out.returncode == 0 and "n = 10" in out.stdout, out.stderr
+
+
+def test_an_index_out_of_bounds_names_the_array_index_and_size(tmp_path):
+    path = tmp_path / "prog.ja"
+    path.write_text("procedure f(int x[], int i)\n    x[i] += 1\n\nprocedure main()\n"
+                    "    int x[3]\n    int m[2][3]\n    int i\n    m[1][i + 3] += 1\n")
+    out = cli("run", path)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "prog.ja:8: m: array second index 3 was out of bounds (array size was 3; " \
+        "m[2][3])" in out.stderr, out.stderr
+    assert "assertion" not in out.stderr
+    path.write_text(path.read_text().replace("m[1][i + 3] += 1", "i -= 1\n    call f(x, i)"))
+    out = cli("run", path)
+    assert out.returncode == 1 and "prog.ja:2: x: array index -1 was out of bounds (array " \
+        "size was 3; x[3])" in out.stderr, out.stderr
+
+
+def test_an_array_parameter_of_a_given_size_checks_the_size(tmp_path):
+    path = tmp_path / "prog.ja"
+    path.write_text("procedure foo(int x[3])\n    skip\n\nprocedure main()\n    int x[4]\n"
+                    "    call foo(x)\n")
+    out = cli("run", path)
+    assert out.returncode == 1 and "prog.ja:1: argument x of foo has 4 elements; foo " \
+        "expects an array of size 3" in out.stderr, out.stderr
+
+
+def test_a_local_array_must_end_as_declared(tmp_path):
+    path = tmp_path / "prog.ja"
+    path.write_text("procedure main()\n    int x\n    local int a[2] = {1, 2}, int k = 1\n"
+                    "        x += a[k]\n        a[0] += 1\n    delocal int a[2] = {1, 2}, "
+                    "int k = 1\n")
+    out = cli("run", path)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "delocal a = {1, 2}: a does not hold these values" in out.stderr, out.stderr
+    path.write_text(path.read_text().replace("        a[0] += 1\n", ""))
+    assert cli("run", path).stdout == "x = 2\n"

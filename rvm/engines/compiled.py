@@ -548,7 +548,8 @@ class _Writer:
             outs += [_local(r)[1] for r, p in zip(regs, callee.params) if p.cls == isa.FLOAT]
         target = self.c.name(callee.name, mode)
         self.emit(depth, "M.budget = _n")
-        self.emit(depth, f"{', '.join(outs)}, = {target}(M, {', '.join(outs)})")
+        call = f"{target}(M, {', '.join(outs)})"
+        self.emit(depth, f"{', '.join(outs)}, = {call}" if outs else call)    # no parameters
         self.emit(depth, "_n = M.budget")
 
     def canonical(self, depth: int, known: _Known | None, regs=None) -> None:
@@ -1204,16 +1205,16 @@ class Compiled:
         n = len(fn.params)
         floats = [k for k, p in enumerate(fn.params) if p.cls == isa.FLOAT]
         a = [f"a{k}" for k in range(n)]
-        outs = ", ".join(f"o[{k}]" for k in range(n))
-        seeds = ", ".join(f"S[s, {j}]" for j in range(len(floats)))
-        body = _rows(f"{self.name(fn.name, 'jsb')}(budget, {', '.join(a)}, S, "
-                     f"{', '.join(f'o{k}' for k in range(n))}, G)") + [
+        grad_args = ", ".join([f"o[{k}]" for k in range(n)] +  # no empty ", , " with
+                              [f"S[s, {j}]" for j in range(len(floats))])  # no parameters
+        body = _rows(f"{self.name(fn.name, 'jsb')}(budget, "
+                     f"{', '.join(a + ['S'] + [f'o{k}' for k in range(n)] + ['G'])})") + [
                 f"        o = {self.name(fn.name, 'fw')}(hi, hf, hg, top, "
                 f"{', '.join(x + '[i]' for x in a)})"]
         body += [f"        o{k}[i] = o[{k}]" for k in range(n)]
         body += ["        for s in range(S.shape[0]):",
                  "            top[1] = budget",
-                 f"            g = {self.name(fn.name, 'gbw')}(hi, hf, hg, top, {outs}, {seeds})"]
+                 f"            g = {self.name(fn.name, 'gbw')}(hi, hf, hg, top, {grad_args})"]
         body += [f"            G[i, s, {j}] = g[{n + j}]" for j in range(len(floats))]
         return "\n".join(body) + "\n"
 

@@ -18,6 +18,8 @@ first, and every cell above the top is zero (so push and pop are exchanges).
 from __future__ import annotations
 
 import ast
+import copy
+import dataclasses
 import re
 from typing import NamedTuple
 
@@ -33,12 +35,14 @@ KEYWORDS = {"procedure", "int", "stack", "bool", "true", "false", "if", "then", 
             "from", "do", "loop", "until", "push", "pop", "local", "delocal", "call",
             "uncall", "error", "skip", "empty", "top", "size", "show", "print", "printf",
             "nil"}
+# the fork's sized integers: (bits, signed); a variable of one wraps as the fork's do
+SIZED = {f"{k}{n}": (n, k == "i") for k in "iu" for n in (8, 16, 32, 64)}
 UNSUPPORTED = {"iterate": "iterate (a PyJanus extension)", "struct": "structs",
                "char": "the char type", "string": "strings"}
 _TOKEN = re.compile(r"""
     (?P<space>[ \t\r\n]+) | (?P<comment>//[^\n]*|/\*.*?\*/) | (?P<open>/\*)
   | (?P<number>\d+) | (?P<name>[A-Za-z_][A-Za-z0-9_]*) | (?P<string>"(?:[^"\\\n]|\\.)*")
-  | (?P<define>\#define\b) | (?P<op><=>|\+=|-=|\^=|<=|>=|!=|&&|\|\||[-+*/%&|^<>=!()\[\]{},])
+  | (?P<define>\#define\b) | (?P<op><=>|\+=|-=|\^=|<=|>=|!=|&&|\|\||[-+*/%&|^<>=!()\[\]{},?:])
 """, re.S | re.X)
 # binary operators by precedence level, loosest first (jana's table: note that & | ^ bind
 # more loosely than comparisons)
@@ -58,14 +62,21 @@ class Token(NamedTuple):
     col: int            # 0-based, as in Python's ast
 
 
-class Decl(NamedTuple):
+@dataclasses.dataclass(eq=False)
+class Decl:
     """A declared variable: type "int", "array" or "stack"; dims of an array (None where
-    the size is not given); an initial value in main (an int or a list), else None."""
+    the size is not given); an initial value in main (an int or a list), else None;
+    `flexible` for a parameter `int a[]`, which takes the dimensions it is given (the
+    fork passes a two-dimensional array to one) and `indexed`, the number of indices
+    the body used on it; `width` a sized integer's (bits, signed), else None."""
     name: str
     type: str
     dims: tuple = ()
     init: object = None
     token: Token | None = None
+    flexible: bool = False
+    indexed: int = 0
+    width: tuple | None = None
 
 
 def tokenize(text: str, path: str) -> list[Token]:
@@ -112,9 +123,12 @@ def _stmt(node, tok: Token):
 class Parser:
     """Janus source -> Python-subset syntax trees (one FunctionDef per procedure)."""
 
-    def __init__(self, text: str, path: str):
+    def __init__(self, text: str, path: str, modular: int | None = None):
         self.path, self.lines = path, text.splitlines()
         self.toks, self.k = tokenize(text, path), 0
+        self.modular = (modular, True) if modular else None    # -m N: every int N bits
+        self.words = {t.text for t in self.toks}
+        self.fresh = 0
         self.defines: dict[str, int] = {}
         self.scopes: list[dict[str, Decl]] = []
         self.procedures: dict[str, list[Decl]] = {}
@@ -188,24 +202,46 @@ class Parser:
             raise CompileError("no procedure main() in the program", self.path, 1, 1,
                                _line(self.lines, 1), "a Janus program runs procedure main()")
         self.check_calls()
+        for fn in functions:            # dimensions are known now (see check_calls)
+            params = self.main if fn.name == "main" else self.procedures[fn.name]
+            for a, d in zip(fn.args.args, params):
+                a.annotation = self.annotation(d)
         return functions
 
     def check_calls(self) -> None:
-        """Every call names a procedure and passes what its parameters declare."""
-        for name, args in self.calls:
-            params = self.procedures.get(name.text)
-            if params is None:
-                raise self.error(f"procedure {name.text!r} is not defined", name)
-            if len(args) != len(params):
-                raise self.error(f"{name.text} takes {len(params)} argument"
-                                 f"{'s' if len(params) != 1 else ''}, given {len(args)}", name)
-            for (tok, typ), p in zip(args, params):
-                if typ != p.type or (typ == "array" and len(self.lookup_any(tok).dims)
-                                     != len(p.dims)):
-                    want = f"{len(p.dims)}-D array" if p.type == "array" and \
-                        len(p.dims) == 2 else p.type
-                    raise self.error(f"argument {p.name} of {name.text} is {_a(want)}, but "
-                                     f"{tok.text} is {_a(typ)}", tok)
+        """Every call names a procedure and passes what its parameters declare. A
+        parameter `int a[]` takes a two-dimensional array (as the fork's does) when its
+        body indexes it with two indices or a call passes it one; that spreads along
+        calls that pass it on, so this runs until nothing changes."""
+        changed = True
+        while changed:
+            changed = False
+            for name, args in self.calls:
+                params = self.procedures.get(name.text)
+                if params is None:
+                    raise self.error(f"procedure {name.text!r} is not defined", name)
+                if len(args) != len(params):
+                    raise self.error(f"{name.text} takes {len(params)} argument"
+                                     f"{'s' if len(params) != 1 else ''}, given {len(args)}",
+                                     name)
+                for (tok, typ), p in zip(args, params):
+                    if typ == p.type == "array":
+                        a = self.lookup_any(tok)
+                        if len(a.dims) == len(p.dims):
+                            continue
+                        for x, y in ((p, a), (a, p)):
+                            if x.flexible and not x.indexed and len(y.dims) == 2:
+                                x.dims, changed = (None, None), True
+                        if len(a.dims) == len(p.dims):
+                            continue
+                    elif typ == p.type:
+                        continue
+                    want = "a 2-D array" if p.type == "array" and len(p.dims) == 2 \
+                        else _a(p.type)
+                    got = "a 2-D array" if typ == "array" and \
+                        len(self.lookup_any(tok).dims) == 2 else _a(typ)
+                    raise self.error(f"argument {p.name} of {name.text} is {want}, but "
+                                     f"{tok.text} is {got}", tok)
 
     def lookup_any(self, tok: Token) -> Decl:
         return self.arg_decls[tok]
@@ -231,8 +267,10 @@ class Parser:
                 params.append(self.declaration(param=True))
         self.take(")")
         if is_main:
-            while self.at("int", "stack"):
+            self.scopes = [{}]              # a size or initial value may use earlier ones
+            while self.at_declaration():
                 params.append(self.declaration(param=False))
+                self.scopes[0][params[-1].name] = params[-1]
             self.main = params
         else:
             self.procedures[name.text] = params
@@ -242,8 +280,8 @@ class Parser:
                 raise self.error(f"{d.name!r} is declared twice", d.token)
             seen.add(d.name)
         self.scopes = [{d.name: d for d in params}]
-        body = self.statements(("procedure", "#define"))
-        args = [_at(ast.arg(d.name, self.annotation(d)), d.token) for d in params]
+        body = self.size_checks(params) + self.statements(("procedure", "#define"))
+        args = [_at(ast.arg(d.name, None), d.token) for d in params]   # annotated at the end
         fn = ast.FunctionDef(name=name.text, args=ast.arguments(
             posonlyargs=[], args=args, vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None,
             defaults=[]), body=body or [_stmt(ast.Pass(), name)], decorator_list=[],
@@ -253,36 +291,79 @@ class Parser:
         fn.end_lineno = last.line
         return fn
 
+    def size_checks(self, params: list[Decl]) -> list:
+        """`int x[3]` as a parameter: the array passed must have 3 elements (jana's check,
+        made when the procedure starts, and when it ends if it is uncalled)."""
+        out = []
+        for d in params:
+            if d.type == "array" and d.dims[0] is not None:
+                t = d.token
+                self.note(t, "size", d.name, d.dims[0])
+                test = _at(ast.Compare(_call("len", [_name(d.name, t)], t), [ast.Eq()],
+                                       [_at(ast.Constant(d.dims[0]), t)]), t)
+                out.append(_stmt(ast.Assert(test), t))
+        return out
+
     def annotation(self, d: Decl):
         text = "int" if d.type == "int" else "Array[int, 2]" if len(d.dims) == 2 \
             else "Array[int]"
         return _at(ast.Constant(text), d.token)
 
+    def at_declaration(self) -> bool:
+        """At `int`, `stack`, or a sized integer type (u8 .. i64) followed by a name."""
+        t = self.tok
+        return self.at("int", "stack") or (t.kind == "name" and t.text in SIZED and
+                                            self.toks[self.k + 1].kind == "name")
+
     def declaration(self, param: bool) -> Decl:
         t = self.tok
-        if not self.at("int", "stack"):
+        if not self.at_declaration():
             raise self.error("expected a declaration: int x, int a[n] or stack s")
         kind = self.take().text
         name = self.identifier()
         dims: list = []
-        while kind == "int" and self.at("["):
+        while kind != "stack" and self.at("["):
             self.take("[")
-            dims.append(None if self.at("]") else self.size())
+            dims.append(None if self.at("]") else self.size(param))
             self.take("]")
         if len(dims) > 2:
             raise self.error("arrays have one or two dimensions", name)
-        if not param and any(d is None for d in dims):
-            raise self.error(f"give the size of {name.text}: int {name.text}[n]", name)
         init = None
         if not param and self.at("="):           # main's initialisers (an extension)
             self.take("=")
-            init = self.initialiser(dims)
+            if dims:
+                dims, init = self.fit(self.tree(), dims, name)
+            else:
+                init = self.main_value()
+        if not param and any(d is None for d in dims):
+            raise self.error(f"give the size of {name.text}: int {name.text}[n]", name)
         typ = "stack" if kind == "stack" else "array" if dims else "int"
-        return Decl(name.text, typ, tuple(dims), init, t if param else name)
+        width = SIZED.get(kind) or (self.modular if kind == "int" else None)
+        if init is not None and width:
+            init = _wrap_values(init, width)
+        return Decl(name.text, typ, tuple(dims), init, t if param else name,
+                    flexible=param and bool(dims) and all(d is None for d in dims),
+                    width=SIZED.get(kind))
 
-    def size(self) -> int:
+    def main_value(self) -> int:
+        """A value in main's declarations: an expression of constants and the variables
+        declared before it, computed here (they hold their initial values)."""
         t = self.tok
-        if t.kind == "name" and t.text in self.defines:
+        e = self.expression()
+        env = {d.name: d.init if d.init is not None else _zeros(d.dims) if d.type == "array"
+               else [] if d.type == "stack" else 0 for d in self.scopes[0].values()}
+        try:
+            return _evaluate(e, env)
+        except (ZeroDivisionError, IndexError, TypeError, KeyError):
+            raise self.error("this value of main's declarations cannot be computed from "
+                             "the constants and variables declared before it", t) from None
+
+    def size(self, param: bool = True) -> int:
+        t = self.tok
+        if not param and not (self.toks[self.k + 1].text == "]" and (
+                t.kind == "number" or t.text in self.defines)):
+            value = self.main_value()
+        elif t.kind == "name" and t.text in self.defines:
             self.k += 1
             value = self.defines[t.text]
         else:
@@ -291,20 +372,44 @@ class Parser:
             raise self.error("an array has at least one element", t)
         return value
 
-    def initialiser(self, dims: list):
-        if not dims:
+    def tree(self):
+        """An initialiser: a constant or {tree, tree, ...} (as nested lists)."""
+        if not self.at("{"):
             neg = self.at("-") and self.take("-") is not None
-            value = self.constant_value()
-            return -value if neg else value
+            return self.constant_value() * (-1 if neg else 1)
         self.take("{")
-        items = [self.initialiser(dims[1:]) if len(dims) > 1 else self.initialiser([])]
+        items = [self.tree()]
         while self.at(","):
             self.take(",")
-            items.append(self.initialiser(dims[1:]) if len(dims) > 1 else self.initialiser([]))
-        close = self.take("}")
-        if len(items) != dims[0]:
-            raise self.error(f"{len(items)} values for {dims[0]} elements", close)
+            items.append(self.tree())
+        self.take("}")
         return items
+
+    def fit(self, tree, dims: list, name: Token) -> tuple[list, list]:
+        """The dimensions (a size not given is the initialiser's) and the values, padded
+        with zeros where the initialiser has fewer (as the fork does)."""
+        shape, t = [], tree
+        for d in dims:
+            if not isinstance(t, list):
+                raise self.error(f"{name.text} has {len(dims)} dimension"
+                                 f"{'s' if len(dims) > 1 else ''}: give {{...}} for each",
+                                 name)
+            shape.append(len(t) if d is None else d)
+            t = t[0]
+
+        def pad(t, dims):
+            if not dims:
+                if isinstance(t, list):
+                    raise self.error(f"the initialiser of {name.text} has more levels of "
+                                     "{...} than it has dimensions", name)
+                return t
+            if not isinstance(t, list):
+                raise self.error(f"{name.text} has {len(shape)} dimensions: give {{...}} "
+                                 "for each", name)
+            if len(t) > dims[0]:
+                raise self.error(f"{len(t)} values for {dims[0]} elements", name)
+            return [pad(x, dims[1:]) for x in t] + [_zeros(dims[1:])] * (dims[0] - len(t))
+        return shape, pad(tree, shape)
 
     def constant_value(self) -> int:
         t = self.tok
@@ -358,7 +463,63 @@ class Parser:
         self.take()
         value = self.expression()
         self.aliases(op, [target], value)
+        width = self.lookup(t).width or self.modular
+        if width is not None and width[0] < 64:
+            return self.wrapped(op, target, value, width)
         return [_stmt(ast.AugAssign(target, _MODOPS[op.text](), value), op)]
+
+    def temporary(self, prefix: str) -> str:
+        """A name no token of the program uses."""
+        while True:
+            self.fresh += 1
+            name = f"{prefix}{self.fresh}"
+            if name not in self.words:
+                return name
+
+    def wrapped(self, op: Token, target, value, width: tuple) -> list:
+        """An update of a sized integer (or of any int with -m N): the result wraps to
+        the type's range as the fork's do, reversibly. With M = 2^bits and lo the least
+        value, x += e is: d = e mod M (an ancilla); if x - lo >= M - d then x -= M - d
+        else x += d fi x - lo < d. x -= e is x += -e; x ^= e xors e's low bits (sign-
+        extended for a signed type)."""
+        bits, signed = width
+        M, lo = 1 << bits, -(1 << (bits - 1)) if signed else 0
+
+        def num(v):
+            return _at(ast.Constant(v), op)
+
+        def binop(a, o, b):
+            return _at(ast.BinOp(a, o(), b), op)
+
+        def here(ctx):
+            node = copy.deepcopy(target)
+            node.ctx = ctx
+            return node
+        if op.text == "^=":
+            low = binop(value, ast.BitAnd, num(M - 1))
+            if signed:
+                low = binop(binop(low, ast.BitXor, num(M >> 1)), ast.Sub, num(M >> 1))
+            return [_stmt(ast.AugAssign(target, ast.BitXor(), low), op)]
+        if op.text == "-=":
+            value = _at(ast.UnaryOp(ast.USub(), value), op)
+        d = self.temporary("wrap")
+
+        def mod():
+            return binop(copy.deepcopy(value), ast.Mod, num(M))
+
+        def offset():
+            return binop(here(ast.Load()), ast.Sub, num(lo)) if lo else here(ast.Load())
+        entry = _at(ast.Compare(offset(), [ast.GtE()], [binop(num(M), ast.Sub,
+                                                               _name(d, op))]), op)
+        exit_ = _at(ast.Compare(offset(), [ast.Lt()], [_name(d, op)]), op)
+        down = _stmt(ast.AugAssign(here(ast.Store()), ast.Sub(),
+                                   binop(num(M), ast.Sub, _name(d, op))), op)
+        up = _stmt(ast.AugAssign(here(ast.Store()), ast.Add(), _name(d, op)), op)
+        test = _at(ast.Tuple([entry, exit_], ast.Load()), op)
+        body = [_stmt(ast.If(test, [down], [up]), op),
+                _stmt(ast.Expr(_call("delocal", [], op, [ast.keyword(d, mod())])), op)]
+        block = _call("ancilla", [], op, [ast.keyword(d, mod())])
+        return [_stmt(ast.With([ast.withitem(block, None)], body), op)]
 
     def aliases(self, op: Token, targets: list, value=None) -> None:
         """jana's alias rule: an update (value given) or a swap may not read what it
@@ -436,10 +597,13 @@ class Parser:
             self.take("[")
             idx.append(self.expression())
             self.take("]")
+        if decl.flexible and not decl.indexed and len(idx) == 2 and len(decl.dims) == 1:
+            decl.dims = (None, None)            # int a[] given a 2-D array (the fork's)
         if len(idx) != len(decl.dims):
             raise self.error(f"{name.text} has {len(decl.dims)} dimension"
                              f"{'s' if len(decl.dims) > 1 else ''}, indexed with {len(idx)}",
                              name)
+        decl.indexed = len(idx)
         return idx[0] if len(idx) == 1 else _at(ast.Tuple(idx, ast.Load()), name)
 
     def stmt_skip(self) -> list:
@@ -487,52 +651,118 @@ class Parser:
         return [_stmt(ast.With([ast.withitem(block, None)], first + then or
                                [_stmt(ast.Pass(), t)]), t)]
 
-    def typed_name(self, keyword: str) -> tuple[Token, Token]:
-        """`local`/`delocal` then `int NAME` or `stack NAME`: (type token, name token)."""
-        if not self.at("int", "stack"):
+    def local_decl(self, keyword: str) -> tuple:
+        """After `local` or `delocal`: `int x = e`, `stack s = nil`, or an array `int
+        a[e1][e2] = {...}` (sizes any expressions, the initialiser optional and padded
+        with zeros; a sized integer type in place of int). Returns (type token, name
+        token, size expressions, value: an expression, an initialiser tree or None,
+        the value's text)."""
+        if not self.at_declaration():
             raise self.error(f"expected int or stack after {keyword}")
-        return self.take(), self.identifier()
+        kind, name = self.take(), self.identifier()
+        dims: list = []
+        while kind.text != "stack" and self.at("["):
+            self.take("[")
+            dims.append(None if self.at("]") else self.expression())
+            self.take("]")
+        if len(dims) > 2:
+            raise self.error("arrays have one or two dimensions", name)
+        value, k = None, self.k
+        if kind.text == "stack":
+            self.take("=")
+            self.take("nil")
+        elif dims:
+            if self.at("="):
+                self.take("=")
+                k = self.k
+                value = self.tree()
+            if None in dims:
+                if value is None:
+                    raise self.error(f"give the size of {name.text}: {kind.text} "
+                                     f"{name.text}[n]", name)
+                shape, _ = self.fit(value, [None] * len(dims), name)
+                dims = [d if d is not None else _at(ast.Constant(n), name)
+                        for d, n in zip(dims, shape)]
+        else:
+            self.take("=")
+            k = self.k
+            value = self.expression()
+        return kind, name, dims, value, self.text(k) if self.k > k else ""
 
     def stmt_local(self) -> list:
+        """`local d1, d2, ... s delocal d1', d2', ...`: nested blocks, d1 outermost (the
+        fork's rule), each delocal matched to its local in order."""
         t = self.take("local")
-        kind, name = self.typed_name("local")
-        if any(name.text in s for s in self.scopes):
-            raise self.error(f"{name.text!r} is already declared here", name)
-        if self.at("["):
-            raise self.error("local arrays are not supported", name,
-                             "declare the array in main and pass it")
-        self.take("=")
-        decl = Decl(name.text, "stack" if kind.text == "stack" else "int", token=name)
-        if decl.type == "stack":
-            self.take("nil")
-            init = _call("zeros", [_at(ast.Constant(STACK_CAPACITY + 1), name),
-                                   _name("int", name)], name)
-        else:
-            init = self.expression()
-        self.scopes.append({name.text: decl})
+        locs = []
+        while True:
+            kind, name, dims, value, text = self.local_decl("local")
+            if any(name.text in s for s in self.scopes):
+                raise self.error(f"{name.text!r} is already declared here", name)
+            typ = "stack" if kind.text == "stack" else "array" if dims else "int"
+            decl = Decl(name.text, typ, tuple([None] * len(dims)), token=name,
+                        width=SIZED.get(kind.text))
+            self.scopes.append({name.text: decl})
+            locs.append((kind, name, dims, value, decl))
+            if not self.at(","):
+                break
+            self.take(",")
         body = self.statements(("delocal",))
         end = self.take("delocal")
-        kind2, name2 = self.typed_name("delocal")
-        if name2.text != name.text:
-            raise self.error(f"delocal {name2.text} does not match local {name.text} "
-                             f"(line {name.line})", name2)
-        if kind2.text != kind.text:
-            raise self.error(f"delocal {kind2.text} {name2.text}: {name.text} was declared "
-                             f"{kind.text} (line {name.line})", kind2)
-        self.take("=")
-        if decl.type == "stack":
-            self.take("nil")             # the block's FREE checks that every cell is zero
-            self.note(end, "delocal", name.text, "nil")
-        else:
-            k = self.k
-            final = self.expression()
-            self.note(end, "delocal", name.text, self.text(k))
-            body.append(_stmt(ast.Expr(_call("delocal", [], end,
-                                             [ast.keyword(name.text, final)])), end))
-        self.scopes.pop()
-        block = _call("ancilla", [], t, [ast.keyword(name.text, init)])
-        return [_stmt(ast.With([ast.withitem(block, None)], body or [_stmt(ast.Pass(), t)]),
-                      t)]
+        dels = []
+        for i, (kind, name, dims, _, _) in enumerate(locs):
+            if i:
+                self.take(",")
+            kind2, name2, dims2, final, text = self.local_decl("delocal")
+            if name2.text != name.text:
+                raise self.error(f"delocal {name2.text} does not match local {name.text} "
+                                 f"(line {name.line})", name2)
+            if kind2.text != kind.text or len(dims2) != len(dims):
+                what = f"{kind.text}{'[]' * len(dims)}"
+                raise self.error(f"delocal {kind2.text}{'[]' * len(dims2)} {name2.text}: "
+                                 f"{name.text} was declared {what} (line {name.line})", kind2)
+            dels.append((final, text))
+        for _ in locs:
+            self.scopes.pop()
+        for (_, name, dims, value, decl), (final, text) in reversed(list(zip(locs, dels))):
+            start, finish = [], []
+            if decl.type == "stack":
+                init = _call("zeros", [_at(ast.Constant(STACK_CAPACITY + 1), name),
+                                       _name("int", name)], name)
+                self.note(end, "delocal", name.text, "nil")
+            elif decl.type == "array":
+                shape = dims[0] if len(dims) == 1 else _at(ast.Tuple(dims, ast.Load()), name)
+                init = _call("zeros", [shape, _name("int", name)], name)
+                start = self.elements(name, value, ast.Add)
+                finish = self.elements(name, final, ast.Sub)
+                for where in (t, end):          # the block's FREE is at the local
+                    self.note(where, "delocal-array", name.text, text or "{0}")
+            else:
+                init = value
+                self.note(end, "delocal", name.text, text)
+                finish = [_stmt(ast.Expr(_call("delocal", [], end,
+                                                [ast.keyword(name.text, final)])), end)]
+            block = _call("ancilla", [], t, [ast.keyword(name.text, init)])
+            body = [_stmt(ast.With([ast.withitem(block, None)], start + body + finish or
+                                   [_stmt(ast.Pass(), t)]), t)]
+        return body
+
+    def elements(self, name: Token, tree, op) -> list:
+        """`a[i] += v` (or -=) for each non-zero value of an initialiser tree."""
+        out = []
+
+        def walk(t, idx):
+            if isinstance(t, list):
+                for k, x in enumerate(t):
+                    walk(x, idx + [k])
+            elif t:
+                index = [_at(ast.Constant(i), name) for i in idx]
+                sub = index[0] if len(index) == 1 else _at(ast.Tuple(index, ast.Load()), name)
+                target = _at(ast.Subscript(_name(name.text, name), sub, ast.Store()), name)
+                out.append(_stmt(ast.AugAssign(target, op(), _at(ast.Constant(t), name)),
+                                 name))
+        if tree is not None:
+            walk(tree, [])
+        return out
 
     def _call_stmt(self, inverse: bool) -> list:
         t = self.take()
@@ -540,27 +770,47 @@ class Parser:
         if name.text == "main":
             raise self.error("main cannot be called", name)
         self.take("(")
-        args, typed = [], []
+        args, typed, values = [], [], []
         while not self.at(")"):
             if args:
                 self.take(",")
-            a = self.identifier()
-            decl = self.lookup(a)
-            self.arg_decls[a] = decl
-            if self.at("["):
-                args.append(_at(ast.Subscript(_name(a.text, a), self.indices(a, decl),
-                                              ast.Load()), a))
-                typed.append((a, "int"))
-            else:
-                args.append(_name(a.text, a))
-                typed.append((a, decl.type))
+            k = self.k
+            if self.tok.kind == "name" and any(self.tok.text in s for s in self.scopes):
+                a = self.identifier()
+                decl = self.lookup(a)
+                self.arg_decls[a] = decl
+                if self.at("["):
+                    arg = _at(ast.Subscript(_name(a.text, a), self.indices(a, decl),
+                                            ast.Load()), a)
+                    typ = "int"
+                else:
+                    arg, typ = _name(a.text, a), decl.type
+                if self.at(",", ")"):           # a variable or an element: by reference
+                    args.append(arg)
+                    typed.append((a, typ))
+                    continue
+                self.k = k
+            a = self.tok                        # any other expression: by value (the fork)
+            value = self.expression()
+            tmp = self.temporary("arg")
+            values.append((tmp, value, self.text(k)))
+            args.append(_name(tmp, a))
+            typed.append((a, "int"))
         self.take(")")
         self.calls.append((name, typed))
         self.call_aliases(t, args)
         call = _call(name.text, args, name)
         if inverse:
             call = _at(ast.UnaryOp(ast.Invert(), call), t)
-        return [_stmt(ast.Expr(call), t)]
+        body = [_stmt(ast.Expr(call), t)]
+        for tmp, value, text in reversed(values):
+            # passed in a fresh variable that the call must give back unchanged
+            self.note(t, "argument", tmp, text, name.text)
+            check = _stmt(ast.Expr(_call("delocal", [], t, [ast.keyword(
+                tmp, copy.deepcopy(value))])), t)
+            block = _call("ancilla", [], t, [ast.keyword(tmp, value)])
+            body = [_stmt(ast.With([ast.withitem(block, None)], body + [check]), t)]
+        return body
 
     def call_aliases(self, t: Token, args: list) -> None:
         """An element passed to a call is exchanged in and back out by its index, which
@@ -693,13 +943,32 @@ class Parser:
             "sep", _at(ast.Constant(""), t))])), t)
 
     # ------------------------------------------------------------------ expressions
-    def expression(self, level: int = 0):
+    def expression(self):
+        """An expression; `c ? a : b` (PyJanus) is b + (c != 0) * (a - b): exact in
+        int64's wrap-around, but both a and b are evaluated."""
+        cond = self.binary(0)
+        if not self.at("?"):
+            return cond
+        q = self.take("?")
+        a = self.expression()
+        self.take(":")
+        b = self.expression()
+
+        def at(node):
+            node = _at(node, q)
+            node.lineno, node.col_offset = cond.lineno, cond.col_offset
+            return node
+        test = at(ast.Compare(cond, [ast.NotEq()], [_at(ast.Constant(0), q)]))
+        diff = at(ast.BinOp(a, ast.Sub(), copy.deepcopy(b)))
+        return at(ast.BinOp(b, ast.Add(), at(ast.BinOp(test, ast.Mult(), diff))))
+
+    def binary(self, level: int = 0):
         if level == len(_LEVELS):
             return self.unary()
-        left = self.expression(level + 1)
+        left = self.binary(level + 1)
         while self.tok.kind == "op" and self.tok.text in _LEVELS[level]:
             op = self.take()
-            right = self.expression(level + 1)
+            right = self.binary(level + 1)
             if op.text in ("&&", "||"):
                 node = ast.BoolOp(ast.And() if op.text == "&&" else ast.Or(), [left, right])
             elif op.text in _COMPARE:
@@ -789,6 +1058,10 @@ def explain(fn, ins, line: int, path: str, R: list, message: str) -> str | None:
         return "" if not used else " (" + ", ".join(
             f"{n} = {values[n]}" for n in dict.fromkeys(used)) + ")"
 
+    if ins.op in ("ASSERT.LT", "ASSERT.GE"):
+        bounds = _bounds(fn, ins, line, R, value)
+        if bounds is not None:
+            return bounds
     arrived = "arrived by its jump" in message
     label = ins.args[-1].name if ins.args and hasattr(ins.args[-1], "name") else ""
     for what in parser.notes.get(line, []):
@@ -808,6 +1081,19 @@ def explain(fn, ins, line: int, path: str, R: list, message: str) -> str | None:
             if ins.op == "ASSERT.GT":
                 return f"{kind}({x}, {s}): pop from the empty stack {s}"
             return f"{kind}({x}, {s}): the stack {s} is full ({STACK_CAPACITY} elements)"
+        if kind == "size" and ins.op == "ASSERT.EQ":
+            return (f"argument {what[1]} of {fn.name} has {value(ins.args[0])} elements; "
+                    f"{fn.name} expects an array of size {what[2]} (int {what[1]}[{what[2]}])")
+        if kind == "argument" and ins.op.startswith("ASSERT") and \
+                names.get(ins.args[0]) == what[1]:
+            return (f"call {what[3]}: the argument {what[2]} is passed by value in a fresh "
+                    f"variable, which {what[3]} must give back unchanged: it is "
+                    f"{value(ins.args[0])} after the call, not {value(ins.args[1])}")
+        if kind == "delocal-array" and ins.op == "FREE":
+            return f"delocal {what[1]} = {what[2]}: {what[1]} does not hold these values"
+        if kind == "delocal" and isinstance(ins.args[0], Reg) and \
+                names.get(ins.args[0], what[1]) != what[1]:
+            continue            # several locals end on this line: another one's
         if kind == "delocal" and (ins.op.startswith("ASSERT") or ins.op == "FREE"):
             if what[2] == "nil":
                 return f"delocal stack {what[1]} = nil: {what[1]} is not empty"
@@ -828,6 +1114,30 @@ def explain(fn, ins, line: int, path: str, R: list, message: str) -> str | None:
             return (f"running backwards, the until condition `{what[2]}` (line {what[3]}) "
                     f"does not match{shown(what[2])}")
     return None
+
+
+def _bounds(fn, ins, line: int, R: list, value) -> str | None:
+    """An array index out of bounds, in jana's words, naming the array: the compiled
+    check is `index >= 0` then `index < length`, the length a register of the array's."""
+    dims = {}
+    for s in fn.symbols:
+        if len(s.regs) > 1 and s.first <= line <= s.last:
+            for k, r in enumerate(s.regs[1:]):
+                dims[r] = (s.name, k, s.regs[1:])
+    index, length = ins.args[0], ins.args[1]
+    if ins.op == "ASSERT.GE":
+        if isinstance(length, Reg) or getattr(length, "value", None) != 0:
+            return None
+        at = next((j for j, x in enumerate(fn.code) if x is ins), None)
+        length = next((x.args[1] for x in fn.code[at + 1:at + 4] if x.op == "ASSERT.LT"
+                       and x.args[0] == index), None) if at is not None else None
+    if not isinstance(length, Reg) or length not in dims:
+        return None
+    name, k, regs = dims[length]
+    shape = "".join(f"[{R[fn.slot(r)]}]" for r in regs)
+    which = "" if len(regs) == 1 else ("first " if k == 0 else "second ")
+    return (f"{name}: array {which}index {value(index)} was out of bounds (array size was "
+            f"{value(length)}; {name}{shape})")
 
 
 def _base(node) -> str:
@@ -872,6 +1182,61 @@ def _janus(e) -> str:
     if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "len":
         return f"size({_janus(e.args[0])})"
     return ast.unparse(e)
+
+
+def _evaluate(e, env: dict) -> int:
+    """An expression of the parser's trees on known values (main's declarations)."""
+    if isinstance(e, ast.Constant):
+        return e.value
+    if isinstance(e, ast.Name):
+        v = env[e.id]
+        if not isinstance(v, int):
+            raise TypeError
+        return v
+    if isinstance(e, ast.Subscript):
+        v = env[e.value.id]
+        for i in (e.slice.elts if isinstance(e.slice, ast.Tuple) else [e.slice]):
+            k = _evaluate(i, env)
+            if k < 0:
+                raise IndexError
+            v = v[k]
+        return v
+    if isinstance(e, ast.Call):             # len: size(a) of an array, first dimension
+        return len(env[e.args[0].id])
+    if isinstance(e, ast.UnaryOp):
+        v = _evaluate(e.operand, env)
+        return -v if isinstance(e.op, ast.USub) else int(not v)
+    if isinstance(e, ast.BinOp):
+        a, b = _evaluate(e.left, env), _evaluate(e.right, env)
+        return {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b, ast.BitAnd: a & b,
+                ast.BitOr: a | b, ast.BitXor: a ^ b}.get(type(e.op)) if not isinstance(
+            e.op, ast.FloorDiv | ast.Mod) else a // b if isinstance(e.op, ast.FloorDiv) \
+            else a % b
+    if isinstance(e, ast.Compare):
+        a, b = _evaluate(e.left, env), _evaluate(e.comparators[0], env)
+        return int({ast.Lt: a < b, ast.LtE: a <= b, ast.Gt: a > b, ast.GtE: a >= b,
+                    ast.Eq: a == b, ast.NotEq: a != b}[type(e.ops[0])])
+    if isinstance(e, ast.BoolOp):
+        vals = [_evaluate(v, env) for v in e.values]
+        return int(all(vals) if isinstance(e.op, ast.And) else any(vals))
+    raise TypeError
+
+
+def _zeros(dims: list):
+    return 0 if not dims else [_zeros(dims[1:]) for _ in range(dims[0])]
+
+
+def _wrap(v: int, width: tuple) -> int:
+    """v in a sized integer's range: bits, signed (the fork's wrap-around)."""
+    bits, signed = width
+    v %= 1 << bits
+    return v - (1 << bits) if signed and v >> (bits - 1) else v
+
+
+def _wrap_values(tree, width: tuple):
+    if isinstance(tree, list):
+        return [_wrap_values(t, width) for t in tree]
+    return _wrap(tree, (64, True) if width[0] == 64 else width)
 
 
 def left_pos(node) -> tuple[int, int]:
@@ -935,15 +1300,18 @@ def _stack_moves(t: Token, x: Token, s: Token, push: bool) -> list:
 # ---------------------------------------------------------------------- programs
 
 
-def compile_janus(path: str, text: str | None = None) -> Program:
+def compile_janus(path: str, text: str | None = None, modular: int | None = None) -> Program:
     """Compile a Janus file: one rvm function per procedure (main's variables are its
-    parameters); the program remembers main's declarations (program.cache["janus"])."""
+    parameters); the program remembers main's declarations (program.cache["janus"]).
+    `modular` = N: every int is an N-bit signed integer that wraps (jana's -m)."""
     from . import ReversibleFunction, Session
     from .expressions import Source
     if text is None:
         with open(path, encoding="utf-8") as f:
             text = f.read()
-    parser = Parser(text, path)
+    if modular is not None and not 1 < modular <= 64:
+        raise CompileError(f"-m{modular}: modular integers have 2 to 64 bits", path, 1, 1)
+    parser = Parser(text, path, modular)
     try:
         functions = parser.program()
     except RecursionError:
@@ -960,6 +1328,22 @@ def compile_janus(path: str, text: str | None = None) -> Program:
     program = session.run(path)
     program.cache["janus"] = {"main": parser.main, "procedures": parser.procedures}
     return program
+
+
+def load_modular(path: str, bits: int) -> Program:
+    """`rvm run -m[N] prog.ja`: a Janus program whose ints are N-bit modular."""
+    from ..core.errors import RvmError
+    if not path.endswith((".ja", ".janus")):
+        raise RvmError(f"-m (modular integers) is for Janus programs (.ja, .janus), not "
+                       f"{path}")
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise RvmError(f"{path}: cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise RvmError(f"{path}: not a UTF-8 text file") from None
+    return compile_janus(path, text, modular=bits)
 
 
 def main_arguments(program: Program) -> list:
@@ -1015,23 +1399,28 @@ def show_store(program: Program, values: tuple) -> str:
     lines = []
     for d, v in sorted(zip(program.cache["janus"]["main"], values), key=lambda p: p[0].name):
         if d.type == "int":
-            lines.append(f"{d.name} = {v}")
+            lines.append(f"{d.name} = {_shown_int(v, d)}")
         elif d.type == "stack":
             items = [int(x) for x in (v if isinstance(v, list) else v[1:v[0] + 1])][::-1]
             lines.append(f"{d.name} = " + ("<" + ", ".join(map(str, items)) + "]"
                                            if items else "nil"))
-        else:
-            lines.append(f"{d.name}[{len(v)}] = {_braces(v)}")
+        else:       # every dimension, as the fork and PyJanus print them
+            shape = "".join(f"[{n}]" for n in np.shape(v))
+            lines.append(f"{d.name}{shape} = {_braces(v, d)}")
     return "\n".join(lines)
 
 
-def _braces(v) -> str:
+def _shown_int(v, d: Decl) -> int:
+    return int(v) % (1 << 64) if d.width == (64, False) else int(v)
+
+
+def _braces(v, d: Decl | None = None) -> str:
     if getattr(v, "ndim", 1) == 2:
-        return "{" + ", ".join(_braces(row) for row in v) + "}"
-    return "{" + ", ".join(str(int(x)) for x in v) + "}"
+        return "{" + ", ".join(_braces(row, d) for row in v) + "}"
+    return "{" + ", ".join(str(_shown_int(x, d) if d else int(x)) for x in v) + "}"
 
 
 __all__ = ["compile_janus", "from_machine", "main_arguments", "show_store",
            "to_machine"]
 
-_explain.EXPLAINERS[".ja"] = explain
+_explain.EXPLAINERS[".ja"] = _explain.EXPLAINERS[".janus"] = explain
