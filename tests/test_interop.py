@@ -71,18 +71,25 @@ def calls(monkeypatch):
     """Which rvm programs ran: (kind, batched) per host call, kind as 'f',
     'tangent(f)', 'adjoint(f)', 'tangent(adjoint(f))', ..."""
     seen = []
-    host = Fn.host
+    host, scalars = Fn.host, Fn.scalars
 
-    def spy(self, outs, batched, *arrays):
-        kinds, fn = [], self
+    def note(fn, batched):
+        kinds = []
         while fn.kind is not None:
             kinds.append(fn.kind)
             fn = fn.base
-        seen.append(("".join(k + "(" for k in kinds) + "f" + ")" * len(kinds),
-                     batched is not None))
+        seen.append(("".join(k + "(" for k in kinds) + "f" + ")" * len(kinds), batched))
+
+    def spy_host(self, outs, batched, *arrays):
+        note(self, batched is not None)
         return host(self, outs, batched, *arrays)
 
-    monkeypatch.setattr(Fn, "host", spy)
+    def spy_scalars(self, *values):
+        note(self, False)
+        return scalars(self, *values)
+
+    monkeypatch.setattr(Fn, "host", spy_host)
+    monkeypatch.setattr(Fn, "scalars", spy_scalars)
     return seen
 
 

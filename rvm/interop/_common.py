@@ -96,23 +96,29 @@ class Fn:
         self._checked[kinds] = floats
         return floats
 
+    def scalars(self, *values) -> tuple:
+        """One call on Python numbers: every argument's final value."""
+        return self.call_fn(*values)
+
     def host(self, outs: tuple, batched: tuple | None, *arrays) -> list:
-        """Run on host arrays: one call (batched None) or one rvm.vmap batch (batched:
-        0 or None per argument); the results picked by `outs`, each in the dtype and shape
-        of its argument (with the batch axis first)."""
-        args = [to_rvm(np.asarray(a)) for a in arrays]
+        """Run on host (numpy) arrays: one call (batched None) or one rvm.vmap batch
+        (batched: 0 or None per argument); the results picked by `outs`, each in the dtype
+        and shape of its argument (with the batch axis first)."""
+        args = [to_rvm(a) for a in arrays]
         if batched is None:
             results = self.call_fn(*args)
         else:
             from ..api import vmap
             results = vmap(self.call_fn, in_axes=list(batched))(*args)
-        size = batch_size(arrays, batched)
-        out, labels = [], self.names(len(arrays))
+        out = []
         for o in outs:
-            a = np.asarray(arrays[o])
-            shape = a.shape if batched is None or batched[o] == 0 else (size,) + a.shape
-            out.append(from_rvm(results[o], a.dtype, shape, f"{self.who}({self.name})",
-                                labels[o]))
+            a, r = arrays[o], results[o]
+            if batched is None and a.ndim == 0 and a.dtype.kind == "f":
+                out.append(np.asarray(r, dtype=a.dtype))        # (the common case, quickly)
+                continue
+            shape = a.shape if batched is None or batched[o] == 0 else \
+                (batch_size(arrays, batched),) + a.shape
+            out.append(from_rvm(r, a.dtype, shape, self, o, len(arrays)))
         return out
 
 
@@ -125,18 +131,20 @@ def batch_size(arrays, batched) -> int | None:
 def to_rvm(a: np.ndarray):
     """A host array as rvm takes it: 0-d as a Python float or int, arrays as contiguous
     float64 or int64."""
+    a = np.asarray(a)
     kind = a.dtype.kind
     if a.ndim == 0:
         return float(a) if kind == "f" else int(a)
     return np.ascontiguousarray(a, dtype=np.float64 if kind == "f" else np.int64)
 
 
-def from_rvm(value, dtype, shape, who: str, label: str) -> np.ndarray:
+def from_rvm(value, dtype, shape, fn: Fn, k: int, n: int) -> np.ndarray:
     out = np.asarray(value)
     if dtype.kind in "iu" and out.dtype != dtype and out.size:
         info = np.iinfo(dtype)
         if out.min() < info.min or out.max() > info.max:
-            raise UsageError(f"{who}: the final value of {label} does not fit in "
+            raise UsageError(f"{fn.who}({fn.name}): the final value of {fn.names(n)[k]} "
+                             f"does not fit in "
                              f"{dtype.name} (pass a wider integer dtype; in JAX, enable "
                              "jax_enable_x64)")
     return out.astype(dtype, copy=False).reshape(shape)

@@ -70,7 +70,38 @@ def _callback(*args, fn, outs, batched):
     return jax.pure_callback(functools.partial(fn.host, outs, batched), shapes, *args)
 
 
-mlir.register_lowering(rvm_call_p, mlir.lower_fun(_callback, multiple_results=True))
+def _lowering(ctx, *args, fn, outs, batched):
+    """The host callback pure_callback emits, without its wrapper (which puts every
+    argument on a device as a JAX array, about 200 us a call, only for the callback to
+    read it back): fn.host gets XLA's numpy buffers."""
+    host = functools.partial(fn.host, outs, batched)
+    result, _, _ = emit_python_callback(
+        ctx, lambda *arrays: tuple(host(*arrays)), None, list(args), ctx.avals_in,
+        ctx.avals_out, has_side_effect=False, returns_token=False)
+    return result
+
+
+def _dce(used, eqn):
+    """Under jit, results nobody reads are not converted and returned."""
+    if not any(used):
+        return [False] * len(eqn.invars), None
+    params = dict(eqn.params, outs=tuple(o for o, u in zip(eqn.params["outs"], used) if u))
+    return [True] * len(eqn.invars), new_jaxpr_eqn(
+        eqn.invars, [v for v, u in zip(eqn.outvars, used) if u], eqn.primitive, params,
+        eqn.effects, eqn.source_info, eqn.ctx)
+
+
+try:          # (JAX-internal functions; without them, jax.pure_callback's public path)
+    from jax._src.callback import emit_python_callback
+    mlir.register_lowering(rvm_call_p, _lowering, cacheable=False)
+except ImportError:                                   # pragma: no cover
+    mlir.register_lowering(rvm_call_p, mlir.lower_fun(_callback, multiple_results=True))
+try:
+    from jax._src.core import new_jaxpr_eqn
+    from jax._src.interpreters.partial_eval import dce_rules
+    dce_rules[rvm_call_p] = _dce
+except ImportError:                                   # pragma: no cover
+    pass
 
 
 def _is_float(x) -> bool:

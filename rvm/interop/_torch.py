@@ -26,14 +26,19 @@ def _numpy(t: torch.Tensor) -> np.ndarray:
     return t.numpy()
 
 
+_SCALARS = frozenset({torch.float64, torch.float32, torch.int64})
+
+
 class _Node:
     """What one _Call runs: fn, the results wanted (`outs`) and the batch axes (0 or None
     per argument; None: one call)."""
 
-    __slots__ = ("batched", "fn", "outs")
+    __slots__ = ("batched", "fn", "outs", "scalar")
 
-    def __init__(self, fn: Fn, outs: tuple, batched: tuple | None = None):
+    def __init__(self, fn: Fn, outs: tuple, batched: tuple | None = None,
+                 scalar: bool = False):
         self.fn, self.outs, self.batched = fn, outs, batched
+        self.scalar = scalar          # every argument a float64, float32 or int64 scalar
 
 
 def _row_shape(t: torch.Tensor, axis) -> tuple:
@@ -45,6 +50,9 @@ class _Call(torch.autograd.Function):
 
     @staticmethod
     def forward(node, *args):
+        if node.scalar:
+            res = node.fn.scalars(*[a.item() for a in args])    # (scalars, quickly)
+            return tuple(torch.scalar_tensor(res[o], dtype=args[o].dtype) for o in node.outs)
         res = node.fn.host(node.outs, node.batched, *[_numpy(a) for a in args])
         out = []
         for o, r in zip(node.outs, res):
@@ -79,8 +87,8 @@ class _Call(torch.autograd.Function):
             if ct is not None and o in ybar:
                 ybar[o] = ybar[o] + ct
         a_batched = None if b is None else b + (0,) * len(floats)
-        res = _Call.apply(_Node(node.fn.adjoint, tuple(n + floats.index(k) for k in want),
-                                a_batched), *args, *[ybar[k] for k in floats])
+        res = _apply(_Node(node.fn.adjoint, tuple(n + floats.index(k) for k in want),
+                           a_batched), *args, *[ybar[k] for k in floats])
         for k, r in zip(want, res):
             grads[1 + k] = r.sum(0) if b is not None and b[k] is None else r
         return tuple(grads)
@@ -132,7 +140,12 @@ class _Call(torch.autograd.Function):
             (0,) * len(out)
 
 
-def _tensor(a, label: str, who: str) -> torch.Tensor:
+def _tensor(a, k: int, fn: Fn, n: int) -> torch.Tensor:
+    if type(a) is torch.Tensor and a.device.type == "cpu" and not a.is_complex():
+        return a                                               # (the common case, quickly)
+    if type(a) is float:
+        return torch.scalar_tensor(a, dtype=torch.float64)
+    label, who = fn.names(n)[k], f"rvm.to_torch({fn.name})"
     if isinstance(a, torch.Tensor):
         if a.device.type != "cpu":
             raise UsageError(f"{who}: {label} is on device {a.device}; rvm runs on the CPU "
@@ -163,14 +176,26 @@ def to_torch(f, **options):
     from ..ad.gradient import check_options, positional
     check_options(options)
     fn = Fn(f, options, "rvm.to_torch")
-    who = f"rvm.to_torch({fn.name})"
+    seen: dict = {}          # the kinds of arguments of earlier calls -> their _Node
 
     def run(*args, **kwargs):
-        args = positional(f, args, kwargs)
-        names = fn.names(len(args))
-        tensors = [_tensor(a, names[k], who) for k, a in enumerate(args)]
-        fn.check(tuple((tuple(t.shape), _dtype(t)) for t in tensors))
-        return _Call.apply(_Node(fn, tuple(range(len(tensors)))), *tensors)
+        if kwargs:
+            args = positional(f, args, kwargs)
+        key = tuple([(a.dtype, a.shape, a.is_cpu) if type(a) is torch.Tensor else type(a)
+                     for a in args])
+        node = seen.get(key)
+        if node is not None:          # checked before: only Python numbers to convert
+            if len(key) and all(type(k) is tuple for k in key):
+                return _apply(node, *args)
+            return _apply(node, *[_tensor(a, k, fn, len(args)) for k, a in enumerate(args)])
+        n = len(args)
+        tensors = [_tensor(a, k, fn, n) for k, a in enumerate(args)]
+        fn.check(tuple((tuple(t.shape), _dtype(t.dtype)) for t in tensors))
+        scalar = all(t.dim() == 0 and t.dtype in _SCALARS for t in tensors)
+        node = _Node(fn, tuple(range(n)), scalar=scalar)
+        if all(type(a) in (torch.Tensor, float, int) for a in args):
+            seen[key] = node
+        return _apply(node, *tensors)
 
     run.__name__ = f"to_torch_{fn.name}"
     run.__doc__ = getattr(f, "__doc__", None)
@@ -178,10 +203,30 @@ def to_torch(f, **options):
     return run
 
 
-def _dtype(t: torch.Tensor) -> np.dtype:
-    if t.is_floating_point():
-        return np.dtype(np.float64) if t.dtype in (torch.bfloat16, torch.float16) \
-            else np.dtype(str(t.dtype).removeprefix("torch."))
-    if t.dtype == torch.bool:
-        return np.dtype(bool)
-    return np.dtype(str(t.dtype).removeprefix("torch."))
+_DTYPES: dict = {}
+
+
+def _dtype(dtype: torch.dtype) -> np.dtype:
+    """The numpy dtype a tensor of this dtype is read as (float16 and bfloat16: float64)."""
+    if dtype not in _DTYPES:
+        if dtype in (torch.bfloat16, torch.float16):
+            _DTYPES[dtype] = np.dtype(np.float64)
+        else:
+            _DTYPES[dtype] = np.dtype(str(dtype).removeprefix("torch."))
+    return _DTYPES[dtype]
+
+
+def _apply(node: _Node, *tensors):
+    """_Call.apply; outside torch.func transforms, without its binding of default
+    arguments (inspect.signature on every call, 15 us; forward has none)."""
+    if _functorch_active():
+        return _Call.apply(node, *tensors)
+    return _BASE_APPLY(node, *tensors)
+
+
+try:                  # (PyTorch internals; without them, _Call.apply every time)
+    _functorch_active = torch._C._are_functorch_transforms_active
+    _BASE_APPLY = super(torch.autograd.Function, _Call).apply
+except AttributeError:                                 # pragma: no cover
+    def _functorch_active():
+        return True
