@@ -47,7 +47,10 @@ def adam_step(params, m, v, k, x, y, lr=0.02, beta1=0.9, beta2=0.999):
     return params - lr * mhat / (jnp.sqrt(vhat) + 1e-12), m, v, value
 
 
-def main(steps: int = 400, points: int = 64):
+def main(steps: int = 400, points: int = 64, engine: str | None = None):
+    global J
+    if engine is not None:              # (before adam_step is first traced)
+        J = rvm.to_jax(besselj_inplace, engine=engine)
     rng = np.random.default_rng(0)
     x = np.linspace(0.25, 5.0, points)
     truth = jnp.array([1.5, 2.0])

@@ -2,6 +2,7 @@
 leapfrog steps (tools/bench/programs.py's `leapfrog`), its start and time step learned.
 
     python examples/torch_training.py [--steps N] [--epochs E] [--compare N1,N2]
+                                      [--engine interp|python|native]
 
 The model: a linear layer maps a feature vector to the pendulum's initial angle and
 momentum; the rvm layer integrates N steps (`rvm.to_torch(leapfrog)`), with a learned
@@ -31,7 +32,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools" / "
 from programs import leapfrog  # (the benchmarks' pendulum, reused)
 
 F64 = torch.float64
-LEAPFROG = rvm.to_torch(leapfrog)
+LEAPFROG = rvm.to_torch(leapfrog)       # (main() may choose an engine)
 
 
 def plain_leapfrog(q, p, n: int, dt):
@@ -98,7 +99,10 @@ def main(argv=None):
     parser.add_argument("--epochs", type=int, default=150)
     parser.add_argument("--compare", default="5000,50000",
                         help="step counts of the comparison with plain PyTorch")
+    parser.add_argument("--engine", default=None, help="rvm's engine (default: rvm's)")
     args = parser.parse_args(argv)
+    global LEAPFROG
+    LEAPFROG = rvm.to_torch(leapfrog, **({"engine": args.engine} if args.engine else {}))
     torch.manual_seed(0)
     features = torch.tensor([1.0, -0.5, 0.25], dtype=F64)
     with torch.no_grad():             # the observation: a pendulum from (1.0, 0.3), T = 1

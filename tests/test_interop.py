@@ -4,6 +4,7 @@ second-order programs for Hessians), batched by rvm.vmap, on every engine; check
 against closed forms and rvm's own transforms."""
 
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -402,3 +403,27 @@ def test_torch_integers_and_arrays():
     a, b = torch.tensor([1.0, 2.0, 3.0], dtype=F64, requires_grad=True), \
         torch.tensor([4.0, 5.0, -6.0], dtype=F64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda a, b: D(a, b, 0.5)[2], (a, b))
+
+
+# ---------------------------------------------------------------------------- examples
+
+def test_torch_training_example_memory_stays_flat_and_gradients_agree(capsys):
+    """examples/torch_training.py, small: what autograd keeps for the backward pass stays
+    the same with ten times the steps through the rvm layer, and grows tenfold through
+    plain PyTorch; the gradients agree."""
+    import torch_training
+    torch_training.main(["--steps", "300", "--epochs", "3", "--compare", "40,400",
+                         "--engine", "python"])
+    out = capsys.readouterr().out
+    saved = {(int(n), who): int(b.replace(",", "")) for n, who, b in
+             re.findall(r"^\s+(\d+)  (rvm|PyTorch)\s+\S+ MiB\s+([\d,]+) B", out, re.M)}
+    assert saved[(40, "rvm")] == saved[(400, "rvm")] < 200
+    assert saved[(400, "PyTorch")] > 9 * saved[(40, "PyTorch")]
+    diffs = [float(d) for d in re.findall(r"relative difference (\S+)", out)]
+    assert len(diffs) == 2 and max(diffs) < 1e-12
+
+
+def test_jax_bessel_example_fits():
+    import jax_bessel
+    a, b = jax_bessel.main(steps=120, points=16, engine="python")
+    assert abs(float(a) - 1.5) < 5e-3 and abs(float(b) - 2.0) < 5e-3
