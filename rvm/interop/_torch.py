@@ -79,16 +79,23 @@ class _Call(torch.autograd.Function):
             return tuple(grads)
         n, b = len(args), node.batched
         size = None if b is None else next(a.shape[0] for a, ax in zip(args, b) if ax == 0)
-        ybar = {}
-        for k in floats:
-            shape = tuple(args[k].shape) if b is None else (size,) + _row_shape(args[k], b[k])
-            ybar[k] = torch.zeros(shape, dtype=args[k].dtype)
+        ybar: dict = {}
         for o, ct in zip(node.outs, cts):
-            if ct is not None and o in ybar:
-                ybar[o] = ybar[o] + ct
+            if ct is not None and args[o].is_floating_point():
+                ybar[o] = ct if o not in ybar else ybar[o] + ct
+        for k in floats:
+            if k not in ybar:
+                shape = tuple(args[k].shape) if b is None else \
+                    (size,) + _row_shape(args[k], b[k])
+                ybar[k] = torch.zeros(shape, dtype=args[k].dtype)
         a_batched = None if b is None else b + (0,) * len(floats)
-        res = _apply(_Node(node.fn.adjoint, tuple(n + floats.index(k) for k in want),
-                           a_batched), *args, *[ybar[k] for k in floats])
+        adjoint = _Node(node.fn.adjoint, tuple(n + floats.index(k) for k in want),
+                        a_batched, node.scalar)
+        ybars = [ybar[k] for k in floats]
+        if torch.is_grad_enabled():      # create_graph: the backward pass differentiable
+            res = _apply(adjoint, *args, *ybars)
+        else:
+            res = _Call.forward(adjoint, *args, *ybars)
         for k, r in zip(want, res):
             grads[1 + k] = r.sum(0) if b is not None and b[k] is None else r
         return tuple(grads)
@@ -106,7 +113,9 @@ class _Call(torch.autograd.Function):
         picked = [o for o in node.outs if o in floats]
         res = iter(_Call.apply(_Node(node.fn.tangent,
                                      tuple(len(args) + floats.index(o) for o in picked),
-                                     t_batched), *args, *dots))
+                                     t_batched, node.scalar and all(
+                                         d.dim() == 0 and d.dtype in _SCALARS
+                                         for d in dots)), *args, *dots))
         return tuple(next(res) if o in floats else None for o in node.outs)
 
     @staticmethod
