@@ -252,6 +252,22 @@ def test_jax_bad_input_is_named():
         rvm.to_jax(leaks, engine="python")(1.0, 0.0)
 
 
+def test_transformed_and_loaded_functions_cross_too():
+    """~f, rvm.adjoint(f) and a loaded program's function, in both bridges."""
+    inv = rvm.to_jax(~quad, engine="python")
+    assert [float(v) for v in inv(118.0, 3.0, 4.0)] == [0.0, 3.0, 4.0]
+    assert float(jax.grad(lambda y: inv(118.0, 3.0, y)[0])(4.0)) == -41.0
+    adj = rvm.to_jax(rvm.adjoint(quad), engine="python")
+    assert [float(v) for v in adj(0.0, 3.0, 4.0, 1.0, 0.0, 0.0)[4:]] == [24.0, 41.0]
+    # d/dx of x's shadow (4x + 3y) is 4: the Hessian's row, by rvm.adjoint(rvm.adjoint(f))
+    assert float(jax.grad(lambda x: adj(0.0, x, 4.0, 1.0, 0.0, 0.0)[4])(3.0)) == 4.0
+    x = t64(3.0)[0]
+    rvm.to_torch(rvm.adjoint(quad), engine="python")(0.0, x, 4.0, 1.0, 0.0, 0.0)[5].backward()
+    assert float(x.grad) == 3.0
+    J = rvm.to_jax(rvm.load(str(ROOT / "asm" / "besselj.rasm"))["besselj"], engine="python")
+    assert float(jax.grad(lambda z: J(0.0, 2, z)[0])(1.0)) == pytest.approx(0.2102436159, 1e-9)
+
+
 def test_jax_second_derivatives_of_array_functions_are_refused_clearly():
     D = rvm.to_jax(DOT, engine="python")
     y = jnp.array([4.0, 5.0, -6.0])
