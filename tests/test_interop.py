@@ -397,6 +397,8 @@ def test_torch_dtypes_devices_and_layouts():
         Q(0.0, torch.empty((), device="meta"), 1.0)
     with pytest.raises(UsageError, match=r"argument 2 \(`y`\) is a complex tensor"):
         Q(0.0, 1.0, torch.tensor(1j))
+    with pytest.raises(rvm.RvmError, match="argument x of quad is declared float, got Array"):
+        Q(0.0, torch.ones(3, dtype=F64), 1.0)                 # a shape the function refuses
     with pytest.raises(rvm.RvmError, match="argument n of powsum is declared int, got float"):
         rvm.to_torch(powsum, engine="python")(0.0, 2.0, torch.tensor(3.0))
     # a non-contiguous tensor is read as its values (a copy), not its storage
