@@ -261,10 +261,12 @@ def cmd_dap(args) -> None:
     from .debugger import dap
     if args.port is not None and not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port}: a port is 0..65535")
+    def load(path: str, entry, texts: list):
+        return _program(argparse.Namespace(file=path, entry=entry, args=texts))
     if args.port is None:
-        dap.serve_stdio()
+        dap.serve_stdio(load)
     else:
-        dap.serve_tcp(args.port, once=args.once)
+        dap.serve_tcp(args.port, load, once=args.once)
 
 
 EXAMPLES = {

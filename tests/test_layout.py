@@ -6,7 +6,7 @@ import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "rvm"
 # lowest first: source -> Program -> transforms -> engine -> values / gradients / views
-LAYERS = ["core", "formats", "engines", "lang", "ad", "debugger", "drawing", ""]
+LAYERS = ["core", "formats", "engines", "lang", "ad", "debugger", "drawing", "interop", ""]
 
 
 def module_name(path: pathlib.Path) -> str:
@@ -115,4 +115,5 @@ def test_the_repository_root_holds_only_the_project_files():
                              check=True).stdout.splitlines()
     roots = {path.split("/")[0] for path in tracked}
     assert roots <= {".ci", ".gitignore", "README.md", "pyproject.toml", "LICENSE", "asm",
+                     "editors",
                      "docs", "examples", "rvm", "tests", "tools"}, sorted(roots)

@@ -161,9 +161,10 @@ def test_sigint_stops_the_cli_on_native_code_with_exit_130(tmp_path):
     assert err.strip() == "rvm: interrupted"        # one line, no traceback
 
 
-def test_sigint_stops_a_compile(monkeypatch):
+def test_sigint_stops_a_compile(monkeypatch, tmp_path):
     """An LLVM compile runs on a second thread: the main thread's wait is what Ctrl-C
-    stops (here a compile made to take seconds)."""
+    stops (here a compile made to take seconds; an empty cache, so it compiles)."""
+    monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path))
     slow = llvm._compile_ir
 
     def compile_slowly(text):

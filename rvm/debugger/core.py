@@ -153,7 +153,7 @@ class Debugger:
             if not w.enabled:
                 continue
             new = self.try_eval(w.expr)
-            if not _same(new, w.value):
+            if not same_value(new, w.value):
                 old, w.value = w.value, new
                 return f"watchpoint {w.number}: {w.expr}\n  old value = {fmt(old)}\n" \
                        f"  new value = {fmt(new)}"
@@ -490,7 +490,7 @@ def format_at(fn, i: int) -> str:
     return format_instruction(fn, i).strip() if i < len(fn.code) else "(end of function)"
 
 
-def _same(a, b) -> bool:
+def same_value(a, b) -> bool:
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and \
             a.shape == b.shape and bool(np.all(a == b))

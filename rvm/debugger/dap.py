@@ -43,9 +43,9 @@ from .core import (
     CommandError,
     Debugger,
     Watch,
-    _same,
     fmt,
     format_at,
+    same_value,
 )
 
 MAX_MESSAGE = 64 << 20          # bytes in one message; longer ones are refused
@@ -229,7 +229,7 @@ class DapDebugger(Debugger):
             if w.value is None:
                 w.value = new
                 continue
-            if not _same(new, w.value):
+            if not same_value(new, w.value):
                 old, w.value = w.value, new
                 return f"watchpoint {w.number}: {w.expr}\n  old value = {fmt(old)}\n" \
                        f"  new value = {fmt(new)}"
@@ -295,8 +295,9 @@ def _shown(v) -> str:
 
 # ---------------------------------------------------------------------- the session
 class Session:
-    def __init__(self, transport: Transport):
+    def __init__(self, transport: Transport, load):
         self.t = transport
+        self.read_program = load           # (path, entry, argument texts) -> program, entry, values
         self.dbg: DapDebugger | None = None
         self.queue: queue.Queue = queue.Queue()
         self.deferred: list = []
@@ -468,9 +469,7 @@ class Session:
             raise RequestError(f"launch: {path}: no such file")
         if not path.endswith((".py", ".ja", ".rasm", ".rvmb")):
             raise RequestError(f"launch: {path}: expected a .py, .ja, .rasm or .rvmb file")
-        from ..cli import _program
-        code, name, values = _program(types.SimpleNamespace(file=path, entry=entry,
-                                                            args=texts))
+        code, name, values = self.read_program(path, entry, texts)
         code, name = derived(code, name, transform)
         dbg = DapDebugger(code, name, tuple(values), max_steps=max_steps,
                           heap_limit=heap_limit, out=self.stdout,
@@ -1109,15 +1108,17 @@ def derived(program: Program, entry: str, transform: str | None) -> tuple[Progra
 
 
 # ---------------------------------------------------------------------- serving
-def serve_stdio() -> None:
+def serve_stdio(load) -> None:
     """One session over stdin and stdout. Anything else written to stdout while it runs
-    (a stray print) becomes an output event instead of corrupting the protocol."""
+    (a stray print) becomes an output event instead of corrupting the protocol. `load`
+    reads a program as the CLI does: (path, entry, argument texts) -> (program, entry,
+    argument values)."""
     sys.stdout.flush()
     wfile = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)                       # file descriptor 1 now writes to stderr
     # a reader of its own: the reader thread may still wait on it when the process ends
     rfile = os.fdopen(os.dup(0), "rb")
-    session = Session(Transport(rfile, wfile))
+    session = Session(Transport(rfile, wfile), load)
     saved, sys.stdout = sys.stdout, session.stdout
     try:
         session.run()
@@ -1127,7 +1128,7 @@ def serve_stdio() -> None:
             wfile.close()
 
 
-def serve_tcp(port: int, host: str = "127.0.0.1", once: bool = False) -> None:
+def serve_tcp(port: int, load, host: str = "127.0.0.1", once: bool = False) -> None:
     """Sessions over TCP on the loopback address, one connection at a time."""
     with socket.create_server((host, port)) as server:
         print(f"rvm dap: listening on {host}:{server.getsockname()[1]}", file=sys.stderr,
@@ -1136,7 +1137,7 @@ def serve_tcp(port: int, host: str = "127.0.0.1", once: bool = False) -> None:
             conn, _ = server.accept()
             with conn:
                 rfile, wfile = conn.makefile("rb"), conn.makefile("wb")
-                Session(Transport(rfile, wfile)).run()
+                Session(Transport(rfile, wfile), load).run()
                 with contextlib.suppress(OSError):
                     conn.shutdown(socket.SHUT_RDWR)
             if once:
