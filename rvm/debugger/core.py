@@ -145,19 +145,32 @@ class Debugger:
             if bp.enabled and place in bp.places:
                 if bp.condition and not self.try_eval(bp.condition):
                     continue
+                if not self.counts(bp):
+                    continue
                 return bp
         return None
+
+    def counts(self, bp: Breakpoint) -> bool:
+        """Does this arrival at bp stop (an editor's hit-count breakpoints say)?"""
+        return True
 
     def changed_watch(self) -> str | None:
         for w in self.watches.values():
             if not w.enabled:
                 continue
             new = self.try_eval(w.expr)
+            if not self.comparable(w, new):
+                continue
             if not same_value(new, w.value):
                 old, w.value = w.value, new
                 return f"watchpoint {w.number}: {w.expr}\n  old value = {fmt(old)}\n" \
                        f"  new value = {fmt(new)}"
         return None
+
+    def comparable(self, w: Watch, new) -> bool:
+        """Is the watch's new value to be compared with its last one (an editor's data
+        breakpoints keep the last value seen while their variable is out of scope)?"""
+        return True
 
     def travel(self, d: int, until: Callable[[], bool] | None = None,
                limit: int | None = None) -> str:

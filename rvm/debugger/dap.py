@@ -45,7 +45,6 @@ from .core import (
     Watch,
     fmt,
     format_at,
-    same_value,
 )
 
 MAX_MESSAGE = 64 << 20          # bytes in one message; longer ones are refused
@@ -204,36 +203,20 @@ class DapDebugger(Debugger):
         self.m.heap_limit = self.heap_limit
         self.arrivals.clear()
 
-    def at_breakpoint(self) -> Breakpoint | None:
-        fr = self.m.stack[-1]
-        place = (fr.fn.name, self.index(fr))
-        for bp in self.breakpoints.values():
-            if bp.enabled and place in bp.places:
-                if bp.condition and not self.try_eval(bp.condition):
-                    continue
-                test = self.hit_tests.get(bp.number)
-                if test is not None:
-                    self.arrivals[bp.number] = self.arrivals.get(bp.number, 0) + 1
-                    if not test(self.arrivals[bp.number]):
-                        continue
-                return bp
-        return None
+    def counts(self, bp: Breakpoint) -> bool:
+        test = self.hit_tests.get(bp.number)
+        if test is None:
+            return True
+        self.arrivals[bp.number] = self.arrivals.get(bp.number, 0) + 1
+        return test(self.arrivals[bp.number])
 
-    def changed_watch(self) -> str | None:
-        for w in self.watches.values():
-            if not w.enabled:
-                continue
-            new = self.try_eval(w.expr)
-            if new is None:                 # not in scope here: keep the last value seen
-                continue
-            if w.value is None:
-                w.value = new
-                continue
-            if not same_value(new, w.value):
-                old, w.value = w.value, new
-                return f"watchpoint {w.number}: {w.expr}\n  old value = {fmt(old)}\n" \
-                       f"  new value = {fmt(new)}"
-        return None
+    def comparable(self, w: Watch, new) -> bool:
+        if new is None:                 # not in scope here: keep the last value seen
+            return False
+        if w.value is None:
+            w.value = new
+            return False
+        return True
 
 
 def hit_test(text: str):
