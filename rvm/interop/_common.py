@@ -96,6 +96,28 @@ class Fn:
         self._checked[kinds] = floats
         return floats
 
+    def batch(self, args: list, axes: tuple, size: int) -> tuple:
+        """The calls on rows of `args` (axis 0, or None: the same for every row) as
+        rvm.vmap makes them: one native loop through the function's `batch` where it
+        can, else a call per row; each result stacked along a new first axis."""
+        batch = getattr(self.fn, "batch", None)
+        if batch is not None and size and all(
+                np.ndim(a) == (1 if ax is not None else 0) for a, ax in zip(args, axes)):
+            columns = [a if ax is not None else np.broadcast_to(a, (size,))
+                       for a, ax in zip(args, axes)]
+            done = batch(columns, **self.options)
+            if done is not None:
+                return done
+        rows = []
+        for i in range(size):
+            row = [a[i] if ax is not None else a for a, ax in zip(args, axes)]
+            rows.append(self.call_fn(*[v.item() if isinstance(v, np.generic) else v
+                                       for v in row]))
+        if not rows:
+            return tuple(np.empty((0,) + np.shape(a)[1 if ax is not None else 0:])
+                         for a, ax in zip(args, axes))
+        return tuple(np.stack([np.asarray(r[k]) for r in rows]) for k in range(len(args)))
+
     def scalars(self, *values) -> tuple:
         """One call on Python numbers: every argument's final value."""
         return self.call_fn(*values)
@@ -108,8 +130,7 @@ class Fn:
         if batched is None:
             results = self.call_fn(*args)
         else:
-            from ..api import vmap
-            results = vmap(self.call_fn, in_axes=list(batched))(*args)
+            results = self.batch(args, batched, batch_size(arrays, batched))
         out = []
         for o in outs:
             a, r = arrays[o], results[o]
