@@ -29,7 +29,8 @@ class Peer:
     result: object = None           # what it computes, to compare with rvm's
     mode: str = ""                  # reverse / forward / by hand
     skip: str = ""                  # why this peer did not run
-    tol: tuple = (1e-9, 1e-12)      # rtol, atol against rvm's result
+    tol: tuple = (1e-9, 1e-12)      # rtol, atol against rvm's result (see measure.compare)
+    parts: tuple = ()               # where to split the results into separately scaled parts
     extra: dict = field(default_factory=dict)
 
 
@@ -74,7 +75,8 @@ def one_thread_vmap(cores):
 
 # ====================================================================== GMM gradient
 GMM_FILES = {"quick": ["1k/gmm_d2_K5.txt"],
-             "full": ["1k/gmm_d2_K5.txt", "1k/gmm_d10_K25.txt", "10k/gmm_d20_K50.txt"]}
+             "full": ["1k/gmm_d2_K5.txt", "1k/gmm_d10_K25.txt", "1k/gmm_d20_K50.txt",
+                      "10k/gmm_d10_K50.txt"]}
 
 
 def gmm_parts(d: int):
@@ -312,7 +314,8 @@ def case_gmm(size, cores):
             return gmm.gradient(data, engine="native", threads=threads)
         v, g = rvm_run()
         extra = {"threads": gmm.cores(data, threads)}
-        peers = [Peer("rvm", rvm_run, _flat(v, g), "reverse, expanded", extra=extra)]
+        peers = [Peer("rvm", rvm_run, _flat(v, g), "reverse, expanded", extra=extra,
+                      parts=(1,))]          # the objective, then the gradient
         tol = (1e-9, 1e-9)
         peers.append(_try("numba by hand (rvm's algorithm), serial", "reverse, by hand",
                           lambda data=data: gmm_numba(data, False), tol))

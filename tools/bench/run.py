@@ -29,6 +29,7 @@ DOC = ROOT / "docs" / "performance.md"
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 CASES = ["gmm", "bessel-batch", "bessel-call", "ba", "leapfrog", "embedding"]
 MULTICORE = {"gmm", "bessel-batch", "ba"}       # rvm uses every core by default
+FAILED: list[str] = []
 MEMORY_PEERS = ["rvm (rvm.grad)", "rvm (rvm.tangent)", "JAX jit(grad)", "JAX jit(jvp)",
                 "numba tangent loop by hand"]
 
@@ -38,7 +39,10 @@ def measure(case, size, cores, rounds, budget, timeout=1800) -> list:
            "--rounds", str(rounds), "--budget", str(budget)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0:
-        raise SystemExit(f"run.py: {case} (cores {cores}) failed:\n{r.stderr[-3000:]}")
+        FAILED.append(f"{case} (cores {cores}): " + (r.stderr.strip().splitlines() or
+                                                     ["failed"])[-1])
+        print(f"run.py: {case} (cores {cores}) failed:\n{r.stderr[-3000:]}", flush=True)
+        return []
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
@@ -47,6 +51,8 @@ def peak(peer, n) -> float | str:
                        capture_output=True, text=True, timeout=1800)
     if r.returncode != 0:
         last = (r.stderr.strip().splitlines() or ["failed"])[-1]
+        if "step budget" in last:
+            return "stopped: default step budget (10^8 steps)"
         return "not installed" if "ModuleNotFoundError" in last else last[:60]
     return json.loads(r.stdout.strip().splitlines()[-1])["peak_mb"]
 
@@ -179,6 +185,8 @@ def main():
     ap.add_argument("--out", default="bench-results", help="directory for results.md/json")
     ap.add_argument("--doc", action="store_true", help="also write docs/performance.md")
     ap.add_argument("--render", metavar="JSON", help="no runs: the tables of a results.json")
+    ap.add_argument("--merge", metavar="JSON", help="keep this earlier results.json's tables "
+                    "of the comparisons not run now (--cases)")
     args = ap.parse_args()
     if args.render:
         result = json.loads(pathlib.Path(args.render).read_text())
@@ -199,6 +207,12 @@ def main():
                     for r in t["rows"]), flush=True)
             tables += got
     mem = {}
+    if args.merge:
+        old = json.loads(pathlib.Path(args.merge).read_text())
+        tables = [t for t in old["tables"] if t["case"] not in args.cases] + tables
+        tables.sort(key=lambda t: CASES.index(t["case"]))
+        if "leapfrog" not in args.cases:
+            mem = {p: {int(n): v for n, v in row.items()} for p, row in old["memory"].items()}
     if not args.quick and "leapfrog" in args.cases:
         for peer in MEMORY_PEERS:
             mem[peer] = {n: peak(peer, n) for n in (10**5, 10**6, 10**7)}
@@ -224,8 +238,8 @@ def publish(result: dict, args) -> None:
             DOC.write_text(doc)
     bad = [(t["title"], r["peer"]) for t in tables for r in t["rows"]
            if "skip" not in r and not r["agrees"]]
-    if bad:
-        raise SystemExit(f"run.py: peers disagree with rvm: {bad}")
+    if bad or FAILED:
+        raise SystemExit(f"run.py: peers disagree with rvm: {bad}; failed: {FAILED}")
 
 
 if __name__ == "__main__":
