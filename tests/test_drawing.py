@@ -1,6 +1,7 @@
 """Pictures of programs: the structure of the SVG (wires, gates, paired edges), the same
 bytes every time, a PNG render that is not blank, and the pictures in the docs current."""
 
+import itertools
 import pathlib
 import re
 import subprocess
@@ -123,3 +124,173 @@ def test_long_straight_runs_collapse_on_request():
     assert count(short, "control") == count(full, "control")     # control flow stays
     boxes = [int(n) for n in re.findall(r'class="collapsed-label"[^>]*>(\d+) ins<', short)]
     assert all(n > 4 for n in boxes)
+
+
+# ------------------------------------------------------------------ legibility
+# Every picture of every example (its functions, their inverses and adjoints, both views)
+# is checked for overlaps, with the text extents the renderer assumes (0.62 em per
+# character, 0.8 em above the baseline and 0.2 em below): no two labels intersect, no label
+# crosses a wire, an edge or a box border (unless an opaque box drawn over that line holds
+# the label: a gate's label hides the wire under its gate), and every label is on the page.
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def _bezier(p, steps=32):
+    out = []
+    for k in range(steps + 1):
+        t = k / steps
+        w = ((1 - t) ** 3, 3 * (1 - t) ** 2 * t, 3 * (1 - t) * t * t, t ** 3)
+        out.append((sum(c * q[0] for c, q in zip(w, p)), sum(c * q[1] for c, q in zip(w, p))))
+    return out
+
+
+def _shapes(svg: str):
+    """(texts, segments, rects, width, height) of a picture: texts as (box, text, order),
+    segments of lines, paths and box borders as ((x1, y1, x2, y2), order), opaque rects
+    as (box, order)."""
+    from xml.etree import ElementTree
+    root = ElementTree.fromstring(svg)
+    texts, segments, opaque = [], [], []
+    for order, el in enumerate(root.iter()):
+        tag, get = el.tag.replace(SVG, ""), el.get
+        if tag == "text":
+            x, y, size = float(get("x")), float(get("y")), float(get("font-size"))
+            w = len(el.text or "") * size * 0.62
+            x0 = {"start": x, "middle": x - w / 2, "end": x - w}[get("text-anchor")]
+            texts.append(((x0, y - 0.8 * size, x0 + w, y + 0.2 * size), el.text, order))
+        elif tag == "line":
+            segments.append((tuple(float(get(k)) for k in ("x1", "y1", "x2", "y2")), order))
+        elif tag == "path":
+            d = get("d")
+            v = [float(n) for n in re.findall(r"-?\d+(?:\.\d+)?", d)]
+            points = list(zip(v[0::2], v[1::2]))
+            if " C " in d:
+                points = _bezier(points[:4])
+            segments += [((*a, *b), order) for a, b in itertools.pairwise(points)]
+        elif tag == "rect" and get("x") is not None:
+            x, y, w, h = (float(get(k)) for k in ("x", "y", "width", "height"))
+            if get("fill") != "none":
+                opaque.append(((x, y, x + w, y + h), order))
+            if get("stroke") not in (None, "none", get("fill")):    # shading has no border
+                corners = [(x, y), (x + w, y), (x + w, y + h), (x, y + h), (x, y)]
+                segments += [((*a, *b), order) for a, b in itertools.pairwise(corners)]
+    return texts, segments, opaque, float(root.get("width")), float(root.get("height"))
+
+
+def _clip(seg, box):
+    """The part of a segment inside a box, or None (Liang-Barsky)."""
+    (x1, y1, x2, y2), (bx0, by0, bx1, by1) = seg, box
+    t0, t1, dx, dy = 0.0, 1.0, x2 - x1, y2 - y1
+    for p, q in ((-dx, x1 - bx0), (dx, bx1 - x1), (-dy, y1 - by0), (dy, by1 - y1)):
+        if p == 0:
+            if q < 0:
+                return None
+            continue
+        t = q / p
+        if p < 0:
+            t0 = max(t0, t)
+        else:
+            t1 = min(t1, t)
+        if t0 > t1:
+            return None
+    return (x1 + t0 * dx, y1 + t0 * dy, x1 + t1 * dx, y1 + t1 * dy)
+
+
+def _inside(point, box, slack=0.6):
+    return box[0] - slack <= point[0] <= box[2] + slack and \
+        box[1] - slack <= point[1] <= box[3] + slack
+
+
+class _Grid:
+    """Boxes by the 64-pixel cells they touch, to look up what is near a label quickly."""
+
+    def __init__(self, items, box):
+        self.cells: dict = {}
+        for item in items:
+            for cell in self._cells(box(item)):
+                self.cells.setdefault(cell, []).append(item)
+
+    @staticmethod
+    def _cells(b):
+        return [(i, j) for i in range(int(b[0] // 64), int(b[2] // 64) + 1)
+                for j in range(int(b[1] // 64), int(b[3] // 64) + 1)]
+
+    def near(self, b) -> list:
+        seen = {}
+        for cell in self._cells(b):
+            for item in self.cells.get(cell, ()):
+                seen[id(item)] = item
+        return list(seen.values())
+
+
+def _bounds(seg):
+    return (min(seg[0], seg[2]), min(seg[1], seg[3]), max(seg[0], seg[2]), max(seg[1], seg[3]))
+
+
+def overlaps(svg: str) -> list[str]:
+    """What a reader would see drawn over a label, one line each (empty: legible)."""
+    texts, segments, opaque, width, height = _shapes(svg)
+    found = []
+    shrink = [((b[0] + 0.5, b[1] + 0.5, b[2] - 0.5, b[3] - 0.5), s, o) for b, s, o in texts]
+    labels = _Grid(shrink, lambda t: t[0])
+    lines = _Grid(segments, lambda t: _bounds(t[0]))
+    boxes = _Grid(opaque, lambda t: t[0])
+    for a, s, order in shrink:
+        if a[0] < 0 or a[1] < 0 or a[2] > width or a[3] > height:
+            found.append(f"{s!r} is off the page")
+        for b, t, other in labels.near(a):
+            if other > order and a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]:
+                found.append(f"{s!r} overlaps {t!r}")
+        for seg, at in lines.near(a):
+            part = _clip(seg, a)
+            if part is None:
+                continue
+            if not any(o > at and _inside(part[:2], r) and _inside(part[2:], r)
+                       for r, o in boxes.near(a)):
+                found.append(f"{s!r} is crossed by a line {seg}")
+                break
+    return found
+
+
+def _every_program():
+    """(title, program, function name) for every example: the functions of examples/*.py,
+    asm/*.rasm and the Janus examples, and the adjoint of each that has one."""
+    from rvm.ad import transforms
+    files = sorted((ROOT / "examples").glob("*.py")) + sorted((ROOT / "asm").glob("*.rasm")) \
+        + sorted((ROOT / "examples" / "janus").glob("*.ja"))
+    for path in files:
+        if path.suffix == ".py" and "@rvm.reversible" not in path.read_text():
+            continue                        # (an example of rvm inside JAX, say)
+        program = rvm.load(path)
+        for name in list(program.functions):
+            yield f"{path.name}:{name}", program, name
+            try:
+                derived, entry = transforms.adjoint(program, name)
+            except rvm.RvmError:            # nothing to differentiate
+                continue
+            yield f"{path.name}:{entry}", derived, entry
+
+
+def test_no_label_overlaps_another_label_or_a_wire():
+    from rvm.drawing import draw
+    bad = []
+    for title, program, name in _every_program():
+        for view, inverse in (("circuit", False), ("circuit", True), ("cfg", False)):
+            found = overlaps(draw(program, name, view, inverse=inverse).svg)
+            bad += [f"{title} {view}{' inverse' if inverse else ''}: {f}" for f in found]
+    assert not bad, f"{len(bad)} overlaps:\n" + "\n".join(bad[:40])
+
+
+def test_the_legibility_check_sees_what_a_reader_would():
+    from rvm.drawing.svg import Canvas
+    c = Canvas()
+    c.line(0, 50, 300, 50, cls="wire")
+    c.rect(100, 41, 60, 18, cls="gate")                # the wire hides under a gate box
+    c.text(130, 54, "+= x", size=9)
+    assert overlaps(c.render()) == []
+    c.text(20, 54, "a label on a wire", size=9, anchor="start")
+    c.text(230, 30, "one", size=9)
+    c.text(236, 32, "two", size=9)
+    found = overlaps(c.render())
+    assert len(found) == 2 and "crossed by a line" in found[0] and "overlaps" in found[1]

@@ -10,8 +10,12 @@ into their callees' gates; `inverse` draws the inverse program (the mirror image
 functions wrap into rows.
 
 Control-flow graph: basic blocks as boxes of instructions, fall-through edges straight
-down, and each branch and the comefrom it is paired with as one curved edge, the branch's
-forward condition at one end and the comefrom's assertion at the other.
+down, and each branch and the comefrom it is paired with as one curved edge in a lane of
+its own, the branch's forward condition in the margin of its line and the comefrom's
+assertion in the margin of its own.
+
+No label is drawn over another or over a line: widths come from `text_width`, the
+renderer's estimate of a label's extent (tests/test_drawing.py checks every example).
 """
 
 from __future__ import annotations
@@ -168,30 +172,71 @@ def circuit(program: Program, fn: Function, depth: int = 0, collapse: int = 0) -
         labels[key] = _label(fn, key) if isinstance(key, Reg) else f"{key[0]}{key[1]}"
     heap_row = len(wires) if memory else None
     nwires = len(wires) + (1 if memory else 0)
+    left = max([LEFT] + [text_width(s, 11) + 16 for s in labels.values()])
+    widths = [_column_width(ins, rename, labels) for ins, rename in steps]
+    rows, start = [], 0                        # wrap at PER_ROW columns or their width
+    for k in range(1, len(steps) + 1):
+        if k == len(steps) or k - start == PER_ROW or \
+                sum(widths[start:k + 1]) > PER_ROW * COLUMN:
+            rows.append(range(start, k))
+            start = k
+    rows = rows or [range(0)]
     c = Canvas()
-    rows = [steps[k:k + PER_ROW] for k in range(0, len(steps), PER_ROW)] or [[]]
     row_height = nwires * WIRE + 40
     for r, chunk in enumerate(rows):
         top = 20 + r * row_height
-        for k in range(len(chunk)):               # compute/uncompute blocks, shaded pairs
-            shade = shades.get(r * PER_ROW + k)
+        xs = {}                                   # each column's left edge
+        x = left
+        for k in chunk:
+            xs[k] = x
+            x += widths[k]
+        for k in chunk:                           # compute/uncompute blocks, shaded pairs
+            shade = shades.get(k)
             if shade is not None:
-                c.rect(LEFT + k * COLUMN, top + 8, COLUMN, nwires * WIRE + 4, fill=shade[0],
+                c.rect(xs[k], top + 8, widths[k], nwires * WIRE + 4, fill=shade[0],
                        stroke=shade[0], cls=shade[1], rx=0)
         y = {k: top + 20 + i * WIRE for k, i in wires.items()}
         if memory:
             y["heap"] = top + 20 + heap_row * WIRE
-        right = LEFT + len(chunk) * COLUMN + 10
+        right = x + 10
         for key, yy in y.items():
             heap = key == "heap"
-            c.line(LEFT - 6, yy, right, yy, stroke="#8a6" if heap else "#999",
+            c.line(left - 6, yy, right, yy, stroke="#8a6" if heap else "#999",
                    width=3 if heap else 1, cls="wire")
-            c.text(LEFT - 10, yy + 4, "heap" if heap else labels[key], anchor="end",
+            c.text(left - 10, yy + 4, "heap" if heap else labels[key], anchor="end",
                    cls="wire-label")
-        for k, (ins, rename) in enumerate(chunk):
-            x = LEFT + k * COLUMN + COLUMN / 2
-            _gate(c, ins, rename, x, y, top, nwires, labels, fn)
+        for k in chunk:
+            ins, rename = steps[k]
+            _gate(c, ins, rename, xs[k] + widths[k] / 2, y, top, nwires, labels, fn,
+                  widths[k])
     return c.render()
+
+
+def text_width(s: str, size: float) -> float:
+    """How wide the renderer takes a label to be (a monospace font: 0.62 em a character),
+    the estimate every layout decision here (and the legibility test) uses."""
+    return len(s) * size * 0.62
+
+
+def _column_width(ins, rename, labels) -> float:
+    """A column wide enough for its gate's label, with a gap to the next column's."""
+    if isinstance(ins, Collapsed):
+        text, size = f"{ins.count} ins", 9
+    elif ins.spec.group == "control":
+        text, size = f"{ins.op} {ins.args[-1]}", 8
+    elif ins.spec.group == "call":
+        text, size = _callee(ins), 9
+    elif ins.op in ("ROT", "IROT", "SWAP", "EXCH"):
+        text, size = ins.op.lower(), 9
+    else:
+        text, size = _gate_text(ins, lambda a: labels.get(rename.get(a, a), str(a))
+                                if isinstance(a, Reg) else str(a)), 9
+    return max(COLUMN, text_width(text, size) + 14)
+
+
+def _callee(ins) -> str:
+    callee = ins.args[0].name if isinstance(ins.args[0], FuncRef) else "?"
+    return callee + ("⁻¹" if ins.op == "UNCALL" else "")
 
 
 SHADES = ["#e8f4e8", "#e8eef8", "#f8f0e0", "#f4e8f4"]
@@ -211,9 +256,10 @@ def _shades(fn: Function, depth: int, n: int) -> dict:
     return out
 
 
-def _gate(c: Canvas, ins, rename, x, y, top, nwires, labels, fn) -> None:
+def _gate(c: Canvas, ins, rename, x, y, top, nwires, labels, fn, column=COLUMN) -> None:
+    box = column - 6                          # a gate's box: the column, less a gap
     if isinstance(ins, Collapsed):
-        c.rect(x - 20, top + 12, 40, (nwires - 1) * WIRE + 16, fill="#f4f4f4",
+        c.rect(x - box / 2, top + 12, box, (nwires - 1) * WIRE + 16, fill="#f4f4f4",
                cls="collapsed")
         c.text(x, top + 20 + (nwires - 1) * WIRE / 2, f"{ins.count} ins", size=9,
                cls="collapsed-label")
@@ -236,11 +282,9 @@ def _gate(c: Canvas, ins, rename, x, y, top, nwires, labels, fn) -> None:
         regs = [a for a in ins.args[1:] if isinstance(a, Reg)]
         ys = [at(r) for r in regs] or [top + 20]
         dashed = ins.op == "UNCALL"
-        c.rect(x - 20, min(ys) - 10, 40, max(ys) - min(ys) + 20,
+        c.rect(x - box / 2, min(ys) - 10, box, max(ys) - min(ys) + 20,
                fill="#eef" if not dashed else "#fee", cls="call" if not dashed else "uncall")
-        callee = ins.args[0].name if isinstance(ins.args[0], FuncRef) else "?"
-        c.text(x, (min(ys) + max(ys)) / 2 + 4, callee + ("⁻¹" if dashed else ""), size=9,
-               cls="call-label")
+        c.text(x, (min(ys) + max(ys)) / 2 + 4, _callee(ins), size=9, cls="call-label")
         return
     written = ins.written
     read = [a for a, k in zip(ins.args, spec.kinds) if k in "SVC" and isinstance(a, Reg)]
@@ -258,7 +302,7 @@ def _gate(c: Canvas, ins, rename, x, y, top, nwires, labels, fn) -> None:
         return
     if ins.op in ("ROT", "IROT"):
         ys = [at(written[0]), at(written[1])]
-        c.rect(x - 20, min(ys) - 9, 40, max(ys) - min(ys) + 18, fill="#ffe", cls="gate")
+        c.rect(x - box / 2, min(ys) - 9, box, max(ys) - min(ys) + 18, fill="#ffe", cls="gate")
         c.text(x, (ys[0] + ys[1]) / 2 + 4, ins.op.lower(), size=9, cls="gate-label")
         for reg in read:
             c.circle(x, at(reg), 3, cls="control-dot")
@@ -275,10 +319,10 @@ def _gate(c: Canvas, ins, rename, x, y, top, nwires, labels, fn) -> None:
     for reg in read:
         c.circle(x, at(reg), 3, cls="control-dot")
     text = _gate_text(ins, name)
-    width = max(30.0, min(COLUMN - 4, 6.2 * len(text) + 6))
+    width = max(30.0, min(box, text_width(text, 9) + 8))
     for yy in targets:
         c.rect(x - width / 2, yy - 9, width, 18, cls="gate")
-        c.text(x, yy + 4, text, size=9 if len(text) < 8 else 7, cls="gate-label")
+        c.text(x, yy + 4, text, size=9, cls="gate-label")
 
 
 # ------------------------------------------------------------------ control-flow graph
@@ -293,13 +337,36 @@ def _condition(ins) -> str:
 
 
 def cfg(fn: Function) -> str:
+    """Basic blocks in one column, each instruction a line; a branch's forward condition
+    and its comefrom's assertion in a margin column on their own lines (so no label meets
+    another or an edge), and each pair's edge out to its own lane on the right."""
     code = fn.code
     n = len(code)
     leaders = sorted({0} | {i for i, ins in enumerate(code) if ins.op in isa.COMEFROMS}
                      | {i + 1 for i, ins in enumerate(code) if ins.op in isa.BRANCHES})
     leaders = [b for b in leaders if b < n] or [0]
+    pairs, notes = [], {}                  # (branch, target); instruction -> margin notes
+    for i, ins in enumerate(code):
+        if ins.op in isa.BRANCHES:
+            j = fn.labels[ins.args[-1].name]
+            pairs.append((i, j))
+            assertion = _condition(code[j])
+            notes.setdefault(i, []).append((f"if {_condition(ins) or 'always'}",
+                                            "pair-branch"))
+            notes.setdefault(j, []).append((f"comefrom: iff {assertion}" if assertion
+                                            else "comefrom: only by this jump",
+                                            "pair-comefrom"))
+    lines = []
+    for i in range(n):
+        labels = " ".join(f"{lab}:" for lab in fn.labels_at(i))
+        lines.append(f"{i:>3} {labels} {code[i]}".strip())
     c = Canvas()
-    x0, width, line_h = 20.0, 300.0, 14.0
+    x0, line_h, size, note_size = 20.0, 14.0, 10.0, 9.0
+    text_w = max([text_width(t, size) for t in lines] or [0.0])
+    note_w = max([text_width("; ".join(t for t, _ in v), note_size)
+                  for v in notes.values()] or [0.0])
+    margin = x0 + 6 + text_w + 14             # where the notes start
+    width = max(300.0, margin - x0 + (note_w + 8 if notes else 0.0))
     boxes, yy = {}, 20.0
     for k, start in enumerate(leaders):
         end = leaders[k + 1] if k + 1 < len(leaders) else n
@@ -307,38 +374,35 @@ def cfg(fn: Function) -> str:
         boxes[k] = (start, end, yy, h)
         c.rect(x0, yy, width, h, fill="#f7f7ff", cls="block")
         for j, i in enumerate(range(start, end)):
-            labels = " ".join(f"{lab}:" for lab in fn.labels_at(i))
-            c.text(x0 + 6, yy + 14 + j * line_h, f"{i:>3} {labels} {code[i]}".strip(),
-                   size=10, anchor="start", cls="instruction")
+            base = yy + 14 + j * line_h
+            c.text(x0 + 6, base, lines[i], size=size, anchor="start", cls="instruction")
+            if i in notes:                     # (one note a line but for odd programs)
+                c.text(margin, base, "; ".join(t for t, _ in notes[i]), size=note_size,
+                       anchor="start", fill="#a33", cls=notes[i][0][1])
         yy += h + 24
-    block_of = {s: k for k, (s, _, _, _) in boxes.items()}
 
-    def block_at(i):
-        return max(k for k, (s, _, _, _) in boxes.items() if s <= i)
+    def line_y(i):
+        k = max(k for k, (s, _, _, _) in boxes.items() if s <= i)
+        return boxes[k][2] + 10 + (i - boxes[k][0]) * line_h
     for k, (_, end, top, h) in boxes.items():          # fall-through edges
         if k + 1 in boxes and code[end - 1].op != "JMP":
             c.line(x0 + width / 2, top + h, x0 + width / 2, boxes[k + 1][2], cls="fall")
-    pair = 0
-    for i, ins in enumerate(code):                     # one edge per branch/comefrom pair
-        if ins.op not in isa.BRANCHES:
-            continue
-        j = fn.labels[ins.args[-1].name]
-        sb, tb = block_at(i), block_of.get(j, block_at(j))
-        s_y = boxes[sb][2] + 10 + (i - boxes[sb][0]) * line_h
-        t_y = boxes[tb][2] + 10 + (j - boxes[tb][0]) * line_h
-        reach = x0 + width + 30 + 26 * pair
-        c.path(f"M {x0 + width} {s_y:.1f} C {reach} {s_y:.1f} {reach} {t_y:.1f} "
-               f"{x0 + width} {t_y:.1f}", stroke="#c55", cls="pair")
-        c.circle(x0 + width + 2, t_y, 3, fill="#c55", cls="pair-end")
-        cond = _condition(ins) or "always"
-        assertion = _condition(code[j])
-        c.text(reach + 4, s_y - 3, f"if {cond}", size=9, anchor="start", fill="#a33",
-               cls="pair-branch")
-        c.text(reach + 4, t_y + 11, f"comefrom: iff {assertion}" if assertion
-               else "comefrom: only by this jump", size=9, anchor="start", fill="#a33",
-               cls="pair-comefrom")
-        c.grow(reach + 200, max(s_y, t_y))
-        pair += 1
+    lanes: list[list] = []                 # the spans each lane holds
+    lane_of = {}
+    for i, j in sorted(pairs, key=lambda p: (abs(p[0] - p[1]), p)):   # inner pairs nearer
+        lo, hi = sorted((line_y(i), line_y(j)))
+        free = next((k for k, spans in enumerate(lanes)
+                     if all(hi + 6 < a or b + 6 < lo for a, b in spans)), len(lanes))
+        if free == len(lanes):
+            lanes.append([])
+        lanes[free].append((lo, hi))
+        lane_of[i, j] = free
+    right = x0 + width
+    for i, j in pairs:                                 # one edge per branch/comefrom pair
+        s_y, t_y = line_y(i), line_y(j)
+        reach = right + 30 + 26 * lane_of[i, j]
+        c.path(f"M {right} {s_y:.1f} C {reach} {s_y:.1f} {reach} {t_y:.1f} "
+               f"{right} {t_y:.1f}", stroke="#c55", cls="pair")
+        c.circle(right + 2, t_y, 3, fill="#c55", cls="pair-end")
+        c.grow(right + 30 + 26 * lane_of[i, j], max(s_y, t_y))
     return c.render()
-
-
