@@ -16,6 +16,7 @@ import numpy as np
 from .api import load, save
 from .core.errors import MachineError, RvmError, UsageError
 from .core.program import Program
+from .engines.arguments import plural
 from .engines.machine import Machine
 from .formats.assembly import disassemble
 
@@ -104,6 +105,14 @@ def _transformed(args) -> Program:
 
 def cmd_compile(args) -> None:
     program = _transformed(args)
+    left = {name: rf for name, rf in program.cache.get("unannotated", {}).items()
+            if name not in program.functions}
+    if left and not program.functions:    # typed only by a call's arguments: nothing to write
+        listing = "; ".join(f"{name}: " + ", ".join(
+            a.arg for a in rf.node.args.args if a.annotation is None) for name, rf in left.items())
+        raise RvmError(f"{args.file}: nothing to compile: parameters without annotations "
+                       f"({listing}). Annotate each (x: float, n: int, a: Array[float]) to "
+                       "compile it; `rvm run` and `rvm grad` take it as it is, typed by --args")
     if args.emit == "asm":
         text = disassemble(program, annotate=True, source=True)
         if args.output:
@@ -121,6 +130,45 @@ def cmd_dis(args) -> None:
     print(disassemble(_transformed(args), annotate=not args.plain), end="")
 
 
+TRANSFORMS = {"inverse": "inverse", "inv": "inverse", "adjoint": "adjoint", "adj": "adjoint",
+              "tangent": "tangent", "tan": "tangent"}
+
+
+def _derivation(names: list[str], entry: str | None, transform: str | None):
+    """(function, transform) from --entry and --transform. An entry that names a derived
+    program, as the API and the disassembly name them (`f.adj`, `f.adjoint`,
+    `adjoint(f)`; `f.tan`, `tangent(f)`; `f.inv`, `f.inverse`, `inverse(f)`), is that
+    transform of f, unless the program has a function of that very name (a compiled
+    derivative)."""
+    if entry is None or entry in names:
+        return entry, transform
+    m = re.fullmatch(r"(inverse|adjoint|tangent)\((.+)\)", entry)
+    base, kind = (m.group(2), m.group(1)) if m else (entry.rpartition(".")[0],
+                                                     TRANSFORMS.get(entry.rpartition(".")[2]))
+    if not base or kind is None:
+        return entry, transform
+    if transform is not None and transform != kind:
+        raise UsageError(f"--entry {entry} is the {kind} of {base}, but --transform is "
+                         f"{transform}")
+    return base, kind
+
+
+def _derive(program: Program, names: list[str], args, values) -> tuple[Program, str]:
+    """The entry to run, and the program holding it: with --transform (or an entry like
+    f.adj) the inverse, adjoint or tangent program of the function (the debugger's and
+    the editor's `transform`: rvm.debugger.dap.derived)."""
+    name, kind = _derivation(names, args.entry, getattr(args, "transform", None))
+    entry = _entry(names, program.source, name)
+    if kind is None:
+        return program, entry
+    from .debugger.dap import derived
+    from .lang import specialized
+    rf = program.cache.get("unannotated", {}).get(entry)
+    if rf is not None:          # typed by its own arguments: the first values
+        program, entry = specialized(program, entry, values[:len(rf.node.args.args)])
+    return derived(program, entry, kind)
+
+
 def _program(args) -> tuple[Program, str, list]:
     """The program, entry and argument values a command runs on (a .py function without
     annotations is compiled for the arguments' types)."""
@@ -132,14 +180,38 @@ def _program(args) -> tuple[Program, str, list]:
         program = load(args.file)
     names = list(program.functions) + list(program.cache.get("unannotated", {}))
     values = _arguments(args.args)
-    entry = _entry(names, program.source, args.entry)
+    program, entry = _derive(program, names, args, values)
     if "janus" in program.cache:
         from .lang import janus
         if entry == "main" and not values:        # main's variables, as declared
             values = janus.main_arguments(program)
         values = list(janus.to_machine(program, entry, values))
+    _count(program, entry, values)
     program, entry = specialized(program, entry, values)
     return program, entry, values
+
+
+def _count(program: Program, entry: str, values: list) -> None:
+    """A wrong number of --args is bad usage (exit 2), said before anything runs."""
+    rf = program.cache.get("unannotated", {}).get(entry)
+    fn = program.functions.get(entry)
+    names = [a.arg for a in rf.node.args.args] if rf is not None else \
+        list(fn.names) if fn is not None and fn.names else None
+    if names is not None:
+        if len(values) != len(names):
+            raise UsageError(f"{entry} takes {plural(len(names), 'argument')} "
+                             f"({', '.join(names)}); --args gives {len(values)}")
+        return
+    if fn is None:
+        return
+    fill = sum(1 + np.ndim(v) if isinstance(v, np.ndarray) and v.dtype.kind != "c" else
+               2 if isinstance(v, (complex, np.ndarray)) else 1 for v in values)
+    if fill != len(fn.params):
+        raise UsageError(f"{entry} takes {plural(len(fn.params), 'parameter register')} "
+                         f"({', '.join(map(str, fn.params))}); the "
+                         f"{plural(len(values), 'value')} of --args "
+                         f"fill{'s' if len(values) == 1 else ''} {fill} (an array fills "
+                         "1 + ndim integer registers, a complex number two float ones)")
 
 
 def cmd_run(args) -> None:
@@ -167,12 +239,40 @@ def cmd_run(args) -> None:
 def cmd_grad(args) -> None:
     from .ad.gradient import grad
     program, entry, values = _program(args)
-    grads = grad(program[entry], loss=_loss(args.loss), **_options(args))(*values)
+    labels = _labels(program, entry, values)
+    loss = _which(args.loss, labels, "--loss")
+    grads = grad(program[entry], loss=loss, **_options(args))(*values)
     _print_values(_names(program, entry, values), grads, args.json, prefix=f"d{args.loss}/d")
 
 
-def _loss(text: str):
-    return int(text) if text.isdigit() else text
+def _labels(program: Program, entry: str, values) -> list[list[str]]:
+    """Every name of each argument, the first the one results are printed under: its
+    source name (.py, .ja) or registers, then its registers and `.alias` names."""
+    m = Machine(program, engine="interp")
+    m.enter(entry, *values)
+    fn = program.functions[entry]
+    out = []
+    for b in m.bindings:
+        regs = [fn.params[k] for k in b.params]
+        names = [b.name, ":".join(map(str, regs)), *map(str, regs)]
+        names += [s.name for s in fn.symbols if s.regs and s.regs[0] in regs]
+        out.append(list(dict.fromkeys(names)))
+    return out
+
+
+def _which(text: str, labels: list[list[str]], option: str) -> int | str:
+    """The argument index a --loss/--wrt names: an index, or any of its names (a --loss
+    named otherwise is left to rvm.grad, which says what it takes)."""
+    if text.isdigit() and int(text) < len(labels):
+        return int(text)
+    for k, names in enumerate(labels):
+        if text in names:
+            return k
+    if option == "--loss":
+        return int(text) if text.isdigit() else text
+    raise UsageError(f"{option} {text}: no such argument (the arguments are "
+                     f"{', '.join(names[0] for names in labels)}; or an index 0.."
+                     f"{len(labels) - 1})")
 
 
 def _options(args) -> dict:
@@ -201,25 +301,45 @@ def cmd_jvp(args) -> None:
 
 
 def cmd_hessian(args) -> None:
-    from .ad.derivatives import hessian
+    from .ad.derivatives import float_arguments, hessian
     program, entry, values = _program(args)
-    wrt = [_loss(w) for w in args.wrt] if args.wrt else None
-    h = hessian(program[entry], loss=_loss(args.loss), wrt=wrt, **_options(args))(*values)
+    labels = _labels(program, entry, values)
+    loss = _which(args.loss, labels, "--loss")
+    wrt = [_which(w, labels, "--wrt") for w in args.wrt] if args.wrt else \
+        float_arguments(program[entry], values)
+    h = hessian(program[entry], loss=loss, wrt=wrt, **_options(args))(*values)
     if args.json:
         print(json.dumps(h.tolist()))
-    else:
-        print(np.array2string(h, separator=", "))
+        return
+    rows = []           # one label per row and column: an array's elements a[0], a[1]...
+    for k in wrt:
+        v, name = values[k], labels[k][0]
+        rows += [f"{name}[{', '.join(map(str, e))}]" if np.ndim(v) > 1 else f"{name}[{e[0]}]"
+                 for e in np.ndindex(np.shape(v))] if np.ndim(v) else [name]
+    cells = [[f"{x:.17g}" for x in row] for row in h.tolist()]
+    width = max([len(t) for t in rows] + [len(c) for row in cells for c in row])
+    first = max(len(t) for t in rows)
+    print(f"the Hessian of {args.loss}:")
+    print(" " * first + "  " + "  ".join(t.rjust(width) for t in rows))
+    for t, row in zip(rows, cells):
+        print(t.ljust(first) + "  " + "  ".join(c.rjust(width) for c in row))
 
 
 def cmd_draw(args) -> None:
     from .drawing import draw
-    program = _transformed(args)
+    program = load(args.file)
     names = list(program.functions)
-    if args.tangent or args.adjoint:
-        entry = f"{args.tangent}.tan" if args.tangent else f"{args.adjoint}.adj"
-    else:
-        entry = _entry(names, program.source, args.entry)
-    picture = draw(program, entry, args.view, args.depth, args.inverse, args.collapse)
+    # --tangent NAME / --adjoint NAME are --entry NAME with --transform tangent / adjoint
+    given = args.tangent or args.adjoint or args.entry
+    transform = "tangent" if args.tangent else "adjoint" if args.adjoint else args.transform
+    name, kind = _derivation(names, given, transform)
+    entry = _entry(names, program.source, name)
+    inverse = args.inverse or kind == "inverse"
+    if kind in ("tangent", "adjoint"):      # the forward-mode program, the gradient pass
+        from .ad import transforms
+        program, _ = getattr(transforms, kind)(program, entry)
+        entry = f"{entry}.{kind[:3]}"
+    picture = draw(program, entry, args.view, args.depth, inverse, args.collapse)
     out = args.output or f"{os.path.splitext(os.path.basename(args.file))[0]}.{entry}." \
         f"{args.view}.svg"
     picture.save(out)
@@ -302,6 +422,13 @@ def _derivatives(p: argparse.ArgumentParser) -> None:
                    help="the adjoint program of function NAME instead (reverse mode)")
 
 
+def _transform(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--transform", choices=["inverse", "adjoint", "tangent"],
+                   help="the entry's inverse, adjoint or tangent program instead, as "
+                   "rvm.inverse/adjoint/tangent make it (--entry f.adj, f.tan, f.inv say "
+                   "the same); --args are then that program's arguments")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rvm", allow_abbrev=False, description=(
         "A reversible virtual machine: run programs forwards and backwards, and "
@@ -357,6 +484,7 @@ def parser() -> argparse.ArgumentParser:
                    "-m32 before the file or -m after it")
     r.add_argument("--trace", action="store_true",
                    help="print every executed instruction with the registers it changed")
+    _transform(r)
     r.set_defaults(run=cmd_run)
 
     g = runner("grad", "gradient of one float parameter (the loss) w.r.t. every parameter")
@@ -386,6 +514,9 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--inverse", action="store_true", help="the inverse program (the mirror)")
     w.add_argument("--collapse", type=int, default=0, metavar="N",
                    help="draw runs of more than N straight-line instructions as one box")
+    w.add_argument("--transform", choices=["inverse", "adjoint", "tangent"],
+                   help="draw the entry's inverse (as --inverse), its gradient pass (NAME.adj) "
+                   "or its forward-mode program (NAME.tan); --entry f.adj says the same")
     _derivatives(w)
     w.set_defaults(run=cmd_draw)
 
@@ -396,6 +527,7 @@ def parser() -> argparse.ArgumentParser:
 
     b = runner("debug", "step through a function forwards and backwards (gdb-like)")
     b.add_argument("--batch", metavar="FILE", help="run the commands in FILE, one per line")
+    _transform(b)
     b.set_defaults(run=cmd_debug)
 
     a = sub.add_parser("dap", **_help("dap"), help="the debugger for editors: a Debug Adapter "
@@ -431,7 +563,8 @@ def main(argv: list[str] | None = None) -> int:
     except RvmError as e:
         kind = f"{type(e).__name__}: " if isinstance(e, MachineError) else ""
         print(f"rvm: {kind}{e}", file=sys.stderr)
-        if getattr(args, "verbose", False) and getattr(e, "detail", ""):
+        if getattr(args, "verbose", False) and getattr(e, "detail", "") and \
+                e.detail != getattr(e, "message", None):        # (not the same words twice)
             print(f"  register-level detail: {e.detail}", file=sys.stderr)
         return 1
     except OSError as e:                # output the user pointed at (stdout, a file)

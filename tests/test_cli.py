@@ -93,8 +93,8 @@ def test_bad_arguments_and_entry():
     assert rvm("run", ASM / "fib.rasm", "--args", "x", "0", "0").returncode == 1
     r = rvm("run", ASM / "reverse.rasm", "--entry", "nope", "--args")
     assert r.returncode == 1 and "no function 'nope'" in r.stderr
-    r = rvm("run", ASM / "fib.rasm", "--args", "1")
-    assert r.returncode == 1 and "takes 3 parameter registers" in r.stderr
+    r = rvm("run", ASM / "fib.rasm", "--args", "1")        # a wrong count is bad usage
+    assert r.returncode == 2 and "takes 3 parameter registers" in r.stderr
 
 
 def test_missing_and_corrupt_files(tmp_path):

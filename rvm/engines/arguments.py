@@ -42,26 +42,42 @@ class Binding:
         return self.base >= 0
 
 
-def coerce(v, reg, fname: str):
-    """A Python value for a parameter register, or a MachineError naming the problem."""
+def coerce(v, reg, fname: str, label: str | None = None):
+    """A Python value for a parameter register, or a MachineError naming the problem: the
+    parameter by its source name (`label`, else the register) and the value by its type."""
+    name = label or str(reg)
     if reg.cls == isa.INT:
         if isinstance(v, bool) or not isinstance(v, numbers.Integral):
             if isinstance(v, float) and v.is_integer():
                 v = int(v)
             else:
-                raise MachineError(f"argument for {reg} must be an integer, got {v!r}", fname)
+                raise MachineError(f"argument {name} must be an integer, got {_kind(v)}",
+                                   fname)
         v = int(v)
         if not INT64[0] <= v <= INT64[1]:
-            raise MachineError(f"argument for {reg} does not fit in int64: {_short(v)}",
+            raise MachineError(f"argument {name} does not fit in int64: {_short(v)}",
                                fname)
         return v
     if not isinstance(v, numbers.Real) or isinstance(v, bool):
-        raise MachineError(f"argument for {reg} must be a number, got {v!r}", fname)
+        raise MachineError(f"argument {name} must be a number, got {_kind(v)}", fname)
     try:
         return float(v)
     except OverflowError:          # an integer past float64's range
-        raise MachineError(f"argument for {reg} is too large for a float64: "
+        raise MachineError(f"argument {name} is too large for a float64: "
                            f"{_short(v)}", fname) from None
+
+
+def _kind(v) -> str:
+    """A value for a message: a short repr, after its type unless it is a number
+    (`str 'a'`, `NoneType None`, `2.5`)."""
+    text = repr(v)
+    text = text if len(text) <= 40 else text[:37] + "..."
+    return text if isinstance(v, numbers.Number) else f"{type(v).__name__} {text}"
+
+
+def plural(n: int, word: str) -> str:
+    """'1 argument', '2 arguments'."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def _short(v) -> str:
@@ -213,6 +229,9 @@ def bind(machine, fn, args, names: list[str] | None = None) -> tuple[list, list[
             continue
         if is_complex:
             a = as_floats(a)
+        if isinstance(a, np.ndarray) and a.dtype.kind == "i" and \
+                _declared(fn, params[k:k + 1 + a.ndim]) == isa.FLOAT:
+            a = a.astype(np.float64)      # as np.asarray(a, float): [1, 2] for Array[float]
         if isinstance(a, np.ndarray):
             dtype = DTYPES[a.dtype]
             if a.ndim not in (1, 2):
@@ -236,15 +255,27 @@ def bind(machine, fn, args, names: list[str] | None = None) -> tuple[list, list[
             if k >= len(params):           # too many: count what they would fill
                 k += 1
                 continue
-            values.append(coerce(a, params[k], fn.name))
+            values.append(coerce(a, params[k], fn.name, names[n] if names else None))
             bindings.append(Binding((k,), names[n] if names else str(params[k]), params[k].cls))
             k += 1
     if k != len(params) or len(bindings) != len(args):
         raise MachineError(f"{fn.name} takes {len(params)} parameter registers "
-                           f"({', '.join(map(str, params))}); the {len(args)} arguments given "
-                           f"fill {k} (an array fills 1 + ndim integer parameters, a complex "
-                           "number two float parameters: write 2+0j for a complex 2)", fn.name)
+                           f"({', '.join(map(str, params))}); the "
+                           f"{plural(len(args), 'argument')} given "
+                           f"fill{'s' if len(args) == 1 else ''} {k} (an array fills 1 + ndim "
+                           "integer parameters, a complex number two float parameters: write "
+                           "2+0j for a complex 2)", fn.name)
     return values, bindings
+
+
+def _declared(fn, regs) -> str:
+    """The element class the source declares for an array parameter in these registers
+    (its debug symbol's), or "" when none is known (assembly)."""
+    regs = tuple(regs)
+    for s in fn.symbols:
+        if s.regs == regs and s.dtype:
+            return s.dtype
+    return ""
 
 
 def read_array(machine, b: Binding, shadows: bool = False) -> np.ndarray:

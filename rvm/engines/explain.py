@@ -55,6 +55,10 @@ def explain(fn: Function, ins, line: int, path: str, R: list, message: str) -> s
     for suffix, other in EXPLAINERS.items():
         if path.endswith(suffix):
             return other(fn, ins, line, path, R, message)
+    if ins.op in ("ASSERT.LT", "ASSERT.GE"):
+        bounds = _bounds(fn, ins, line, path, R)
+        if bounds is not None:
+            return bounds
     if ins.op.startswith("ASSERT"):
         return _assertion(fn, line, path, R)
     names = names_at(fn, line)
@@ -128,3 +132,64 @@ def explain_locals(fn: Function, line: int, bad: dict) -> str | None:
     listing = ", ".join(f"`{n}` = {v!r}" for n, v in named.items())
     return (f"{'ancillas' if len(named) > 1 else 'ancilla'} {listing} not back to zero when "
             f"{fn.name} is left at line {line}; the values would be lost")
+
+
+def array_dims(fn: Function, line: int) -> dict:
+    """Registers holding an array's dimensions at `line`: register -> (array name, which
+    dimension, the dimension registers) (arrays' symbols are (base, dims...))."""
+    dims = {}
+    for s in fn.symbols:
+        if len(s.regs) > 1 and s.first <= line <= s.last:
+            for k, r in enumerate(s.regs[1:]):
+                dims[r] = (s.name, k, s.regs[1:])
+    return dims
+
+
+def bounds_check(fn: Function, ins, line: int):
+    """(index register or constant, dimension register, (array, dimension, dims)) of the
+    failed check `index >= 0` / `index < length` that guards an array access, or None."""
+    dims = array_dims(fn, line)
+    index, length = ins.args[0], ins.args[1]
+    if ins.op == "ASSERT.GE":          # index >= 0: its length is the next check's
+        if isinstance(length, Reg) or getattr(length, "value", None) != 0:
+            return None
+        at = next((j for j, x in enumerate(fn.code) if x is ins), None)
+        length = next((x.args[1] for x in fn.code[at + 1:at + 4] if x.op == "ASSERT.LT"
+                       and x.args[0] == index), None) if at is not None else None
+    if not isinstance(length, Reg) or length not in dims:
+        return None
+    return index, length, dims[length]
+
+
+def _bounds(fn: Function, ins, line: int, path: str, R: list) -> str | None:
+    """An array index out of bounds in source terms: `a[i]: i = 2 is outside a (length
+    2)`, the access as the source line writes it."""
+    found = bounds_check(fn, ins, line)
+    if found is None:
+        return None
+    index, length, (name, k, regs) = found
+    value = R[fn.slot(index)] if isinstance(index, Reg) else getattr(index, "value", index)
+    text = source_line(path, line).strip() if path else ""
+    access, expr = f"{name}[...]", None
+    try:
+        tree = ast.parse(text if not text.endswith(":") else text + " pass")
+    except SyntaxError:
+        tree = None
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and \
+                node.value.id == name:
+            access = ast.unparse(node)
+            parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            if k < len(parts):
+                expr = ast.unparse(parts[k])
+            break
+    named = names_at(fn, line).get(index) if isinstance(index, Reg) else None
+    shown = f"{named} = {value!r}" if named and expr in (None, named) else \
+        f"the index {expr} = {value!r}" if expr else f"the index {value!r}"
+    if len(regs) == 1:
+        where = f"{name} (length {R[fn.slot(length)]})"
+    else:
+        which = "rows" if k == 0 else "columns"
+        where = f"the {which} of {name} ({R[fn.slot(length)]} {which}; {name} is " \
+            f"{' x '.join(str(R[fn.slot(r)]) for r in regs)})"
+    return f"{access}: {shown} is outside {where}"

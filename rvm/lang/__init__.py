@@ -28,7 +28,7 @@ from ..core import isa
 from ..core.errors import CompileError, MachineError, RvmError, user_facing
 from ..core.program import FuncRef, Instruction, Program
 from ..core.verify import verify
-from ..engines.arguments import first_row, place_keywords
+from ..engines.arguments import first_row, place_keywords, plural
 from ..engines.machine import machine_for
 from .compiler import FunctionCompiler, is_function, parse_annotation, sig_of
 from .expressions import Source
@@ -208,11 +208,13 @@ class ReversibleFunction:
             self._cache["annotations"] = out
         return self._cache["annotations"]
 
-    def check_signature(self, sig: tuple, node=None, src=None) -> tuple:
+    def check_signature(self, sig: tuple, node=None, src=None, values=None) -> tuple:
+        """The signature to compile for `sig`; `values` (a Python call's arguments) are
+        named by their types in a refusal."""
         params = self.node.args.args
         if len(sig) != len(params):
             where = src or self.source
-            msg = (f"{self.name} takes {len(params)} arguments "
+            msg = (f"{self.name} takes {plural(len(params), 'argument')} "
                    f"({', '.join(a.arg for a in params)}), got {len(sig)}")
             if node is not None:
                 raise where.error(node, msg)
@@ -222,10 +224,16 @@ class ReversibleFunction:
             if ann is None:
                 out.append(s)
                 continue
-            ok = ann == s or (ann == ("float",) and s == ("int",) and node is None)
+            # a call converts as numpy does (np.asarray(x, float)): an int for a float, an
+            # int array or list for an Array[float] (rvm.engines.arguments.bind)
+            ok = ann == s or (node is None and ((ann == ("float",) and s == ("int",)) or
+                                                (ann[0] == s[0] == "array" and
+                                                 ann[1] == isa.FLOAT and s[1] == isa.INT and
+                                                 ann[2:] == s[2:])))
             if not ok:
+                got = _show(s) if values is None else _given(values[len(out)], s)
                 msg = (f"argument {p.arg} of {self.name} is declared {_show(ann)}, "
-                       f"got {_show(s)}")
+                       f"got {got}")
                 if node is not None:
                     raise (src or self.source).error(node, msg)
                 raise MachineError(msg, self.name)
@@ -234,7 +242,7 @@ class ReversibleFunction:
 
     def specialize(self, args) -> tuple[Program, str, list[str]]:
         """(program, entry name, parameter names) for these arguments' signature."""
-        sig = self.check_signature(tuple(sig_of(a) for a in args))
+        sig = self.check_signature(tuple(sig_of(a) for a in args), values=args)
         if sig not in self._cache:
             with _SPECIALIZING:     # threads calling at once share one program (and its code)
                 if sig not in self._cache:
@@ -330,6 +338,17 @@ def _show(sig: tuple) -> str:
     if sig[0] == "array":
         return f"Array[{ {'f': 'float', 'c': 'complex'}.get(sig[1], 'int')}, {sig[2]}]"
     return sig[0]
+
+
+def _given(value, sig: tuple) -> str:
+    """An argument that does not fit its declaration, as a message says it: its type and
+    value for a non-number (`str 'a'`), else its kind (`Array[int, 1]`)."""
+    if sig[0] == "function" and not hasattr(value, "specialize"):
+        sig = ("other",)
+    if sig[0] in ("function", "array", "float", "int", "complex"):
+        return _show(sig)
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
 
 
 def reversible(pyfunc) -> ReversibleFunction:

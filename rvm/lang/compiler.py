@@ -23,7 +23,8 @@ from .expressions import FLOAT, INT, Lowering, Var
 
 def is_function(value) -> bool:
     """A reversible function, or a transformed one (rvm.adjoint / rvm.tangent)?"""
-    return hasattr(value, "specialize") or hasattr(value, "lower")
+    return hasattr(value, "specialize") or (hasattr(value, "lower") and   # (a str has one)
+                                            not isinstance(value, (str, bytes)))
 
 
 _PLAIN = {float: ("float",), int: ("int",)}

@@ -1,0 +1,203 @@
+"""Everyday use: the user's names in messages and on the command line, argument counts,
+numpy-style argument conversion, `rvm compile` of unannotated functions."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import rvm
+from rvm.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+ASM = ROOT / "asm"
+
+PROGRAM = '''
+import rvm
+from rvm import Array
+
+@rvm.reversible
+def f(out: float, x: float, y: float):
+    out += x * x * y
+
+@rvm.reversible
+def g(out: float, a: Array[float], i: int):
+    out += a[i]
+
+@rvm.reversible
+def g1(out: float, a: Array[float], i: int):
+    out += a[i + 1]
+
+@rvm.reversible
+def m2(out: float, a: Array[float, 2], i: int, j: int):
+    out += a[i, j]
+
+@rvm.reversible
+def u(out, x):
+    out += x * x
+
+@rvm.reversible
+def one(x: float):
+    x += 1.0
+'''
+
+
+@pytest.fixture(scope="module")
+def prog(tmp_path_factory):
+    path = tmp_path_factory.mktemp("everyday") / "prog.py"
+    path.write_text(PROGRAM)
+    namespace: dict = {}
+    exec(compile(PROGRAM, str(path), "exec"), namespace)
+    return path, namespace
+
+
+def cli(capsys, *argv) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# 4. --loss and --wrt in one namespace: source names, registers, .alias names
+
+
+def test_hessian_wrt_takes_source_names_and_prints_a_labelled_table(prog, capsys):
+    path, _ = prog
+    code, out, err = cli(capsys, "hessian", path, "--entry", "f", "--loss", "out",
+                         "--wrt", "x", "y", "--args", "0", "2", "3")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "the Hessian of out:"
+    assert lines[1].split() == ["x", "y"]
+    assert lines[2].split() == ["x", "6", "4"] and lines[3].split() == ["y", "4", "0"]
+    # registers and indices name the same arguments; --json is the bare matrix
+    code, out, err = cli(capsys, "hessian", path, "--entry", "f", "--loss", "f0",
+                         "--wrt", "f1", "2", "--args", "0", "2", "3", "--json")
+    assert code == 0, err
+    assert json.loads(out) == [[6.0, 4.0], [4.0, 0.0]]
+
+
+def test_hessian_wrt_unknown_name_lists_the_arguments(prog, capsys):
+    path, _ = prog
+    code, _, err = cli(capsys, "hessian", path, "--entry", "f", "--loss", "out",
+                       "--wrt", "z", "--args", "0", "2", "3")
+    assert code == 2 and "--wrt z: no such argument (the arguments are out, x, y" in err
+
+
+def test_grad_and_hessian_take_alias_names(tmp_path, capsys):
+    src = tmp_path / "sq.rasm"
+    src.write_text(textwrap.dedent("""\
+        .func sq(f0, f1)
+        .alias out f0
+        .alias x f1
+                ADD.mul out, x, x
+        .end
+        """))
+    code, out, err = cli(capsys, "hessian", src, "--loss", "out", "--wrt", "x",
+                         "--args", "0.0", "3.0", "--json")
+    assert code == 0, err
+    assert json.loads(out) == [[2.0]]
+    code, out, err = cli(capsys, "grad", src, "--loss", "out", "--args", "0.0", "3.0",
+                         "--json")
+    assert code == 0, err
+    assert json.loads(out)["f1"] == 6.0
+
+
+# 5. run-time messages in the user's names
+
+
+@pytest.mark.parametrize("engine", ["interp", "python", "native"])
+def test_index_out_of_bounds_names_the_array(prog, engine):
+    _, ns = prog
+    with pytest.raises(rvm.InvertibilityError, match=r"a\[i\]: i = 2 is outside a "
+                       r"\(length 2\)"):
+        ns["g"](0.0, np.array([1.0, 2.0]), 2, engine=engine)
+    with pytest.raises(rvm.InvertibilityError, match=r"a\[i \+ 1\]: the index i \+ 1 = 2 "
+                       r"is outside a \(length 2\)"):
+        ns["g1"](0.0, np.array([1.0, 2.0]), 1, engine=engine)
+    with pytest.raises(rvm.InvertibilityError, match=r"a\[i, j\]: j = 3 is outside the "
+                       r"columns of a \(3 columns; a is 2 x 3\)"):
+        ns["m2"](0.0, np.ones((2, 3)), 1, 3, engine=engine)
+    with pytest.raises(rvm.InvertibilityError, match=r"a\[i\]: i = -1 is outside a"):
+        ns["g"](0.0, np.array([1.0, 2.0]), -1, engine=engine)
+
+
+def test_cli_bounds_message_and_verbose_says_it_once(prog, capsys, tmp_path):
+    path, _ = prog
+    code, _, err = cli(capsys, "run", path, "--entry", "g", "--args", "0", "[1.0,2.0]",
+                       "2", "--verbose")
+    assert code == 1 and "a[i]: i = 2 is outside a (length 2)" in err
+    assert err.count("assertion r2 < r1 failed") == 1      # the detail, once
+    # without a source-level account, --verbose does not repeat the message
+    src = tmp_path / "z.rasm"
+    src.write_text(".func z(r0, r1)\n        ASSERT.LT r0, r1\n.end\n")
+    code, _, err = cli(capsys, "run", src, "--args", "3", "2", "--verbose")
+    assert code == 1 and err.count("assertion r0 < r1 failed") == 1
+    assert "register-level detail" not in err
+
+
+def test_wrong_kind_of_argument_names_parameter_and_type(prog):
+    _, ns = prog
+    with pytest.raises(rvm.MachineError, match=r"argument out must be a number, got str "
+                       r"'a'"):
+        ns["f"]("a", 1.0, 2.0)
+    with pytest.raises(rvm.MachineError, match=r"argument out must be a number, got str "
+                       r"'a'"):
+        ns["u"]("a", 1.0)
+    with pytest.raises(rvm.MachineError, match=r"argument out must be a number, got "
+                       r"NoneType None"):
+        ns["f"](None, 1.0, 2.0)
+
+
+# 7. rvm compile of unannotated functions
+
+
+def test_compile_unannotated_is_an_error_naming_them(tmp_path, capsys):
+    src = tmp_path / "h.py"
+    src.write_text("import rvm\n\n@rvm.reversible\ndef h(out, x: float):\n"
+                   "    out += x * x\n")
+    out = tmp_path / "h.rvmb"
+    code, _, err = cli(capsys, "compile", src, "-o", out)
+    assert code == 1 and not out.exists()
+    assert "parameters without annotations (h: out)" in err and "Annotate" in err
+
+
+# 8. argument counts
+
+
+def test_wrong_argument_count_is_bad_usage(prog, capsys):
+    path, _ = prog
+    code, _, err = cli(capsys, "run", path, "--entry", "f", "--args", "1")
+    assert code == 2 and "f takes 3 arguments (out, x, y); --args gives 1" in err
+    code, _, err = cli(capsys, "run", path, "--entry", "u", "--args", "1", "2", "3")
+    assert code == 2 and "u takes 2 arguments (out, x); --args gives 3" in err
+    code, _, err = cli(capsys, "grad", ASM / "fib.rasm", "--loss", "0", "--args", "1")
+    assert code == 2 and "the 1 value of --args fills 1" in err
+
+
+def test_argument_count_messages_say_1_argument(prog):
+    _, ns = prog
+    with pytest.raises(rvm.MachineError, match="the 1 argument given fills 1"):
+        rvm.load(str(ASM / "fib.rasm"))["fib"](1)
+    with pytest.raises(rvm.MachineError, match=r"one takes 1 argument \(x\), got 2"):
+        ns["one"](1.0, 2.0)
+
+
+# 12. numpy-style conversion
+
+
+def test_lists_and_int_arrays_convert_for_array_float(prog):
+    _, ns = prog
+    g = ns["g"]
+    for a in ([1, 2], np.array([1, 2]), [1.0, 2.0]):
+        out = g(0.0, a, 1)
+        assert out[0] == 2.0 and out[1].dtype == np.float64
+        assert np.array_equal(out[1], [1.0, 2.0])
+    grads = rvm.grad(g)(0.0, [1, 2], 1)
+    assert np.array_equal(grads[1], [0.0, 1.0])
+    with pytest.raises(rvm.MachineError, match=r"declared Array\[float, 1\], got "
+                       r"Array\[int, 2\]"):
+        g(0.0, [[1, 2]], 0)
