@@ -155,7 +155,10 @@ def render(result: dict) -> str:
     cmd = "python tools/bench/run.py" + (" --quick" if result["size"] == "quick" else "")
     out = [f"Measured with `{cmd}` on {m['cpu']} ({m['cores']} cores; Python {m['python']}, "
            f"numpy {m['numpy']}, numba {m['numba']}, JAX {m['jax']}, PyTorch {m['torch']}), "
-           f"{result['rounds']} rounds, alternating tools; {result['seconds']:.0f} s in all.",
+           f"{result['rounds']} rounds, alternating tools; {result['seconds']:.0f} s in all."
+           + (f" The {', '.join(result['merged']['cases'])} comparisons are from that "
+              f"command with `--cases {' '.join(result['merged']['cases'])} --merge`, the "
+              "others from a full run just before it." if result.get("merged") else ""),
            "**rvm ÷ peer** is rvm's time over the peer's (minimum over the rounds): below 1, "
            "rvm is faster.", "", "### Summary", ""] + summary(result["tables"]) + [""]
     titles = list(dict.fromkeys(t["title"] for t in result["tables"]))
@@ -219,6 +222,8 @@ def main():
             print(peer, mem[peer], flush=True)
     result = {"size": size, "rounds": rounds, "budget_s": budget, "machine": machine(),
               "seconds": time.perf_counter() - t0, "tables": tables, "memory": mem}
+    if args.merge:
+        result["merged"] = {"cases": args.cases, "from": args.merge}
     publish(result, args)
 
 
