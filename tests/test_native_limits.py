@@ -341,3 +341,111 @@ def test_random_programs_report_an_exhausted_budget_as_the_interpreter_does(seed
             except rvm.RvmError as e:
                 errors.append((type(e).__name__, str(e), e.function, e.index))
         assert errors[0] == errors[1], (seed, budget)
+
+
+# spin run backwards by a caller: the budget runs out in a function called by UNCALL
+SPIN_UNCALLED = SPIN + """
+.func unspin(f0, f1, r0)
+        UNCALL spin, f0, f1, r0
+.end
+"""
+PASSES = 3_000_000
+
+
+def states(text: str) -> tuple:
+    """(program, function, its arguments at the start and at the end of a run of PASSES
+    passes)."""
+    p, n = rvm.assemble(text), float(PASSES)
+    if text is FIB:
+        start = (PASSES, 0, 0)
+        return p, "fib", start, p.call("fib", *start, engine="native", max_steps=10**9)
+    if text is SPIN_UNCALLED:
+        return p, "unspin", (n, n, PASSES), (0.0, n, 0)
+    return p, "spin", (0.0, n, 0), (n, n, PASSES)
+
+
+def run_out(text: str, engine: str, budget: int, how: str) -> tuple:
+    """Run a program backwards from the end of a run of PASSES passes with this step
+    budget, which must run out: the error (message, function, instruction), the steps
+    counted, and each frame's function, state, registers and shadows. how: "uncall"
+    (p.uncall, rvm run --backward: the root frame reversed, run to its end), "forward"
+    (from the start: the budget of unspin runs out in the spin it uncalls), "back"
+    (run(-1) after a forward run) or "grad" (rvm.grad's gradient pass: run(-1) in
+    gradient mode, the first float parameter's shadow seeded with 1)."""
+    p, name, start, end = states(text)
+    if how in ("uncall", "forward"):
+        m = Machine(p, engine=engine, max_steps=budget)
+        m.enter(name, *(end if how == "uncall" else start), backward=how == "uncall")
+        direction = 1
+    else:           # forwards first, on native code (the same end state, quickly)
+        m = Machine(p, engine="native", max_steps=10**9)
+        m.enter(name, *start)
+        m.run(1)
+        assert m.results() == tuple(end)
+        m.engine, m.max_steps, direction = engine, budget, -1
+        if how == "grad":
+            m.set_grad(True)
+            m.clear_shadows()
+            fr = m.stack[0]
+            if fr.fn.n_float:       # (fib has no float: its shadows stay zero)
+                fr.G[fr.fn.n_int] = 1.0
+    with pytest.raises(rvm.MachineError) as e:
+        m.run(direction)
+    return ((str(e.value), e.value.function, e.value.index), m.steps,
+            [(f.fn.name, f.state, f.R, f.G) for f in m.stack])
+
+
+@pytest.mark.parametrize("text,how", [
+    (text, how) for text in (SPIN, FIB, SPIN_CALLS, SPIN_UNCALLED)
+    for how in ("uncall", "back", "grad")] + [(SPIN_UNCALLED, "forward")],
+    ids=[f"{text}-{how}" for text in ("loop", "counted-loop", "calls-and-heap", "uncalled")
+         for how in ("uncall", "back", "grad")] + ["uncalled-forward"])
+def test_an_exhausted_budget_backwards_or_in_a_gradient_pass_is_reported_from_native_code(
+        text, how, monkeypatch):
+    """Backward runs and gradient passes (shadows included) stop where the interpreter
+    does, reported from native code's checkpoint: the same error, steps, frames,
+    registers and shadows, the interpreter stepping over only the few steps past the
+    budget."""
+    for budget in (1_000, 1_001, 1_002, 1_003, 1_004, 1_005, 1_006, 200_003):
+        expected = run_out(text, "interp", budget, how)
+        taken = steps_stepped(monkeypatch)
+        got = run_out(text, "native", budget, how)
+        monkeypatch.undo()
+        assert got == expected, (budget, got, expected)
+        assert "step budget of" in got[0][0] and sum(taken) < 100, (budget, taken)
+
+
+@pytest.mark.parametrize("how", ["back", "grad"])
+@pytest.mark.parametrize("seed", range(0, 40, 4))
+def test_random_programs_report_an_exhausted_budget_backwards_as_the_interpreter_does(
+        seed, how):
+    """Random programs (loops, heap blocks, calls and uncalls of a helper) run backwards,
+    plain or in gradient mode, with budgets that run out anywhere: the error, the steps
+    counted and where each frame stands are the interpreter's."""
+    import random
+
+    from progen import program
+    p = rvm.assemble(program(seed))
+    args = (3, -2, 5, 0.5, -1.25, 2.0)
+    m = Machine(p, engine="interp")
+    m.enter("main", *args)
+    total = m.run()
+    rng = random.Random(seed)
+    for budget in sorted({rng.randint(1, max(total - 1, 1)) for _ in range(4)}):
+        outcomes = []
+        for engine in ("interp", "native"):
+            m = Machine(p, engine="interp")
+            m.enter("main", *args)
+            m.run(1)                # (the same end state for both)
+            m.engine, m.max_steps = engine, budget
+            if how == "grad":
+                m.set_grad(True)
+                m.clear_shadows()
+                m.stack[0].G[-1] = 1.0
+            try:
+                m.run(-1)
+                outcomes.append(m.results())
+            except rvm.RvmError as e:
+                outcomes.append((type(e).__name__, str(e), e.function, e.index, m.steps,
+                                 [(f.fn.name, f.state) for f in m.stack]))
+        assert outcomes[0] == outcomes[1], (seed, budget)

@@ -39,6 +39,7 @@ from .lowering import (
     CHECKPOINT,
     FAULT,
     FLOAT_NAMES,
+    FRAME_REGISTER,
     INTERRUPT,
     INTERRUPT_CELL,
     MESSAGES,
@@ -469,7 +470,7 @@ def _end_checkpoint(b, t: Types, function: str, S, H, cap, out, names: list[str]
     """A function that ran to its end past its step budget: its results in the heap
     cells above the top, as a checkpoint record at the end (AT_END; see
     rvm.engines.lowering.Lowering.record), when they fit."""
-    if not all(re.fullmatch(r"[rf]\d+", n) for n in names):
+    if not all(FRAME_REGISTER.fullmatch(n) for n in names):
         return
     size = RECORD + 2 * len(names)
     top = b.load(b.gep(S, [t.i64(0)]))

@@ -480,9 +480,9 @@ class Lowering:
         CHECKPOINT, crc32 of the function's name, the kind (AT_BACK_EDGE: the block the
         edge goes to and the budget left, < 0; AT_CALL: the block of the call and crc32
         of the callee's name), the number of registers, then (crc32 of its name, its bits)
-        for each register."""
+        for each register (and, in a gradient mode, each float register's shadow)."""
         b, t = self.b, self.t
-        regs = sorted(n for n in self.vars if re.fullmatch(r"[rf]\d+", n))
+        regs = sorted(n for n in self.vars if FRAME_REGISTER.fullmatch(n))
         size = RECORD + 2 * len(regs)
         with b.goto_block(self.fn.entry_basic_block):
             at = b.alloca(t.i64)
@@ -928,6 +928,7 @@ def is_exact(test) -> bool:
 CHECKPOINT = 0x52564D434B505431     # "RVMCKPT1": the first cell of a checkpoint record
 AT_BACK_EDGE, AT_END, AT_CALL = 0, 1, 2    # its kinds
 RECORD = 6                          # its cells before the registers
+FRAME_REGISTER = re.compile(r"(?:[rf]|gf)\d+")    # what a record keeps: registers, shadows
 
 
 def _crc(name: str) -> int:

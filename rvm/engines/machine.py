@@ -20,6 +20,7 @@ import numpy as np
 
 from ..core import isa
 from ..core.errors import InvertibilityError, MachineError, RvmError, UsageError
+from ..core.inverse import inverse_function
 from ..core.program import Function, Program
 from . import closures, templates
 from .arguments import (
@@ -461,22 +462,25 @@ class Machine:
                             top.index(top.dir * direction))
 
     def _exhausted(self, direction: int) -> MachineError | None:
-        """After a native forward run of the root function ran out of steps: the machine
-        put where the interpreter's run would have stopped, and the error it reports, or
-        None (nothing changed) where that cannot be told so (then the interpreter runs
-        the pass again). Native code tests the budget at back edges, and leaves there, in
-        the heap cells above the top, its registers and the block the edge goes to, and
-        each caller its registers and the block of its call (rvm.engines.lowering:
+        """After a native run of the root function ran out of steps (forwards or
+        backwards, plain or in gradient mode): the machine put where the interpreter's
+        run would have stopped, and the error it reports, or None (nothing changed) where
+        that cannot be told so (then the interpreter runs the pass again). Native code
+        tests the budget at back edges, and leaves there, in the heap cells above the
+        top, its registers (and their shadows) and the block the edge goes to, and each
+        caller its registers and the block of its call (rvm.engines.lowering:
         Lowering.record), a few steps past the end of the budget: the machine takes that
         state and steps back over those few steps (the inverse instructions), so a
-        failing run costs about what a succeeding one does. A float register holding
+        failing run costs about what a succeeding one does. A frame run backwards is
+        native code of the function's inverse (rvm.core.inverse): its blocks and states
+        are the inverse's, mapped back onto the function's own. A float register holding
         -0.0 is not taken (native code may hold a heap cell's -0.0 where the interpreter
-        holds 0.0)."""
+        holds 0.0); a shadow may (no branch reads one)."""
         from .lowering import AT_BACK_EDGE, AT_CALL, AT_END, CHECKPOINT, RECORD, _crc
         heap, fr = self.__dict__.get("_native_heap"), self.stack[0]
-        if heap is None or heap[0] is not self._buf or self.grad or len(self.stack) != 1 \
-                or fr.dir * direction < 0:
+        if heap is None or heap[0] is not self._buf or len(self.stack) != 1:
             return None
+        grad = self.grad
         hi, t = heap[1], int(heap[4][0])
         records, pos = [], t          # innermost first
         while 0 <= pos <= len(hi) - RECORD and hi[pos] == CHECKPOINT:
@@ -490,83 +494,128 @@ class Machine:
         if not records or records[0][1] == AT_CALL or \
                 any(r[1] != AT_CALL for r in records[1:]):
             return None
-        frames = []         # (state, registers), the root's first
-        fn, owed = fr.fn, 0
+        frames = []         # (machine state, registers, shadows), the root's first
+        fn, e, owed = fr.fn, fr.dir * direction, 0
         for k, (name, kind, block, arg, found) in enumerate(reversed(records)):
-            if name != _crc(self._compiled.name(fn.name, "fw")):
+            mode = ("g" if grad else "") + ("fw" if e > 0 else "bw")
+            if name != _crc(self._compiled.name(fn.name, mode)):
                 return None
             R = [0] * fn.n_int + [0.0] * fn.n_float
+            G = [0.0] * len(R) if grad else None
             if kind == AT_END:      # the parameters (the locals are zero: checked)
-                if k != 0:
-                    return None
-                regs, state = fn.params, 2 * len(fn.code)
+                if k != 0 or (grad and any(r.cls == isa.FLOAT for r in fn.locals)):
+                    return None     # (a local's shadow is not left at the end)
+                regs = fn.params
             else:
-                regs, state = fn.registers, None
+                regs = fn.registers
             for r in regs:
-                bits = found.get(_crc(f"{'r' if r.cls == isa.INT else 'f'}{r.n}"))
+                reg = f"{'r' if r.cls == isa.INT else 'f'}{r.n}"
+                bits = found.get(_crc(reg))
                 if bits is None or (r.cls == isa.FLOAT and bits == -(1 << 63)):  # -0.0
                     return None
                 R[fn.slot(r)] = bits if r.cls == isa.INT else \
                     np.int64(bits).view(np.float64).item()
-            code = fn.code
-            leaders = sorted({0} | {i for i, ins in enumerate(code)
-                                    if ins.op in isa.COMEFROMS}
-                             | {i + 1 for i, ins in enumerate(code) if ins.op in isa.BRANCHES})
-            leaders = [b for b in leaders if b < len(code)] or [0]
-            if kind != AT_END and not 0 <= block < len(leaders):
+                if grad and r.cls == isa.FLOAT:
+                    bits = found.get(_crc("g" + reg))
+                    if bits is None:
+                        return None
+                    G[fn.slot(r)] = np.int64(bits).view(np.float64).item()
+            # native code runs a frame moving backwards as its inverse's forward run
+            code = fn.code if e > 0 else inverse_function(fn).code
+            n = len(code)
+            leaders = _leaders(code)
+            if kind == AT_END:
+                state = 2 * n
+            elif not 0 <= block < len(leaders):
                 return None
-            if kind == AT_CALL:     # the one CALL in the block of the callee named
-                stop = leaders[block + 1] if block + 1 < len(leaders) else len(code)
-                sites = [i for i in range(leaders[block], stop) if code[i].op == "CALL" and
-                         _crc(self._compiled.name(code[i].args[0].name, "fw")) == arg]
-                if len(sites) != 1:
+            elif kind == AT_CALL:   # the one call in the block of the callee named
+                stop = leaders[block + 1] if block + 1 < len(leaders) else n
+                site = None
+                for i in range(leaders[block], stop):
+                    if code[i].op not in isa.CALLS:
+                        continue
+                    callee = self.program.functions[code[i].args[0].name]
+                    d = 1 if code[i].op == "CALL" else -1     # (native code's own)
+                    wanted = ("g" if grad else "") + ("fw" if d > 0 else "bw")
+                    if _crc(self._compiled.name(callee.name, wanted)) == arg:
+                        if site is not None:
+                            return None
+                        site, inner, inner_e = i, callee, d
+                if site is None:
                     return None
-                state = 2 * sites[0]
                 # the block's steps were charged on entry to it: those after the call,
                 # and the call's return, are not taken yet
-                owed += closures_cost(code[sites[0] + 1:stop]) + 1
-                fn = self.program.functions[code[sites[0]].args[0].name]
-            elif kind == AT_BACK_EDGE:
+                owed += closures_cost(code[site + 1:stop]) + 1
+                state = 2 * site
+            else:                   # AT_BACK_EDGE
                 state = 2 * leaders[block]
-                if code[leaders[block]].op in isa.COMEFROMS:    # arrived by its jump?
-                    try:
-                        self._code(fn, 1)[state + 1](list(R), None)
-                        state += 1
-                    except Fault:
-                        pass
-            frames.append((state, R))
+            if e < 0:               # the inverse's state as the function's own
+                state = self._own_state(fn, code, state, R, G, kind == AT_BACK_EDGE)
+            elif kind == AT_BACK_EDGE and code[state >> 1].op in isa.COMEFROMS:
+                with contextlib.suppress(Fault):    # arrived by its jump? (its test tells)
+                    self._code(fn, 1)[state + 1](list(R), None if G is None else list(G))
+                    state += 1
+            frames.append((state, R, G))
             left = arg
+            if kind == AT_CALL:
+                fn, e = inner, inner_e
         left += owed            # steps the interpreter's run takes from that state
-        saved, start = list(fr.R), fr.state
+        saved = (list(fr.R), None if fr.G is None else list(fr.G), fr.state)
+        steps = self.steps
         hi[t:pos] = 0
         self.top = t
         try:
-            for k, (state, R) in enumerate(frames):
+            for k, (state, R, G) in enumerate(frames):
                 top = self.stack[-1]
-                if k:               # pushed by the caller's CALL, then as it was
-                    self._push(top, 1, 1)
+                if k:           # pushed by the caller's CALL (UNCALL), then as it was
+                    self._push(top, top.dir * direction, direction)
                     top = self.stack[-1]
                 top.R[:], top.state = R, state
-            self.steps = self.max_steps - left
+                if G is not None:
+                    top.G[:] = G
+            self.steps = steps + direction * (self.max_steps - left)
             D = direction if left > 0 else -direction
             if self._move(D, abs(left)) != abs(left) or self.at_boundary(direction):
                 raise MachineError("the checkpoint is not reachable")
         except RvmError:        # (never, if native code and the interpreter agree)
-            self.stack, self.frame_cells, self.steps = [fr], len(fr.R), 0
-            fr.R[:], fr.state = saved, start
+            self.stack, self.frame_cells, self.steps = [fr], len(fr.R), steps
+            fr.R[:], fr.state = saved[0], saved[2]
+            if saved[1] is not None:
+                fr.G[:] = saved[1]
             return None
         return self._out_of_steps(self.max_steps, direction)
 
+    def _own_state(self, fn: Function, code, state: int, R: list, G, edge: bool) -> int:
+        """A state of fn's inverse (`code`, run forwards) as fn's own state run
+        backwards: before inverse instruction q (by fall-through) is after fn's
+        instruction n-1-q; at the inverse's comefrom q arrived by its jump (the inverse of
+        fn's branch j = n-1-q) is at fn's comefrom that j jumps to, arrived by the jump
+        (reached by a back edge, the comefrom's test tells which of the two)."""
+        n = len(code)
+        q = state >> 1
+        own = 2 * (n - q)
+        if edge and q < n and code[q].op in isa.COMEFROMS:
+            j = n - 1 - q
+            jumped = 2 * fn.labels[fn.code[j].args[-1].name] + 1
+            try:
+                self._code(fn, -1)[jumped](list(R), None if G is None else list(G))
+                return jumped
+            except Fault:
+                pass
+        return own
+
     def _record_room(self) -> int:
         """After a native run ran out of steps, with no checkpoint for _exhausted: the heap
-        size (cells) that leaves room for the records of every function above the top,
+        size (cells) that leaves room for the records of every function (and, in gradient
+        mode, their float registers' shadows) above the top,
         if the heap was too small for them (and the run could use them), else 0."""
         from .lowering import RECORD
-        heap, fr = self.__dict__.get("_native_heap"), self.stack[0]
-        if heap is None or heap[0] is not self._buf or self.grad or fr.dir < 0 or \
+        heap = self.__dict__.get("_native_heap")
+        if heap is None or heap[0] is not self._buf or \
                 getattr(self, "_roomy", None) is self._buf:
             return 0
-        room = sum(RECORD + 2 * len(f.registers) for f in self.program.functions.values())
+        room = sum(RECORD + 2 * len(f.registers) + 2 * self.grad * f.n_float  # (shadows)
+                   for f in self.program.functions.values())
         top = int(heap[4][0])
         if not 0 <= top <= self.cap or self.cap - top >= room or \
                 top + room + self.frame_cells > self.heap_limit:
@@ -848,6 +897,13 @@ class Machine:
 ENGINES = ("interp", "python", "native", "auto")
 DIRECT_HEAP = 4096            # cells of the private heap of a direct native call
 PROGRESS_CHUNK = 200_000      # steps between progress reports of a stepped run
+
+
+def _leaders(code) -> list[int]:
+    """The first instruction of each block, as compiled code numbers its blocks."""
+    leaders = sorted({0} | {i for i, ins in enumerate(code) if ins.op in isa.COMEFROMS}
+                     | {i + 1 for i, ins in enumerate(code) if ins.op in isa.BRANCHES})
+    return [b for b in leaders if b < len(code)] or [0]
 
 
 def closures_cost(code) -> int:
