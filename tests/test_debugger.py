@@ -474,3 +474,236 @@ def test_control_characters_in_names_are_escaped(tmp_path):
                       dbg.execute("list"), dbg.execute("view")])
     assert "\x1b" not in text and "\x07" not in text
     assert "x\\x1b]0;title\\x07.rasm" in text and "\\x1b[2J clear" in text
+
+
+# ---------------------------------------------------------------------- gdb's habits
+LOOP_FIRST = """\
+.func main(r0, r1)
+        CALL    loop, r0, r1
+        CALL    loop, r0, r1
+.end
+
+.func loop(r0, r1)           ; r1 += r0 (r0 >= 1), counting: the first instruction is a loop head
+.alias n r0
+.alias k r1
+top:    CF.NE   k, 0, again
+        INC     k
+again:  BR.LT   k, n, top
+        SUB     k, n
+.end
+"""
+
+
+@pytest.fixture
+def loop_first(tmp_path):
+    path = tmp_path / "loop.rasm"
+    path.write_text(LOOP_FIRST)
+    return Debugger(rvm.load(path), "main", (3, 0))
+
+
+def test_break_function_stops_once_per_call_at_entry_both_ways(loop_first):
+    dbg = loop_first
+    assert "loop instruction 0 (its entry, once a call)" in dbg.execute("b loop")
+    stops = []
+    while dbg.execute("c").startswith("breakpoint 1"):
+        stops.append(dbg.m.steps)
+    assert stops == [1, 13] and dbg.m.at_end          # two calls, two stops (not 6)
+    back = []
+    while dbg.execute("rc").startswith("breakpoint 1"):
+        back.append(dbg.m.steps)
+    assert back == [13, 1] and dbg.m.at_start
+    assert "hits: 4" in dbg.execute("info breakpoints")
+
+
+def test_finish_reverse_finish_and_goto_do_not_stop_where_they_started(loop_first):
+    dbg = loop_first
+    dbg.execute("b loop:*0")                  # the loop head: every pass stops here
+    assert dbg.execute("c").startswith("breakpoint 1") and dbg.m.steps == 1
+    assert dbg.execute("c").startswith("breakpoint 1") and dbg.m.steps == 4
+    out = dbg.execute("finish")               # not the next pass at the loop head
+    assert not out.startswith("breakpoint") and dbg.frame().fn.name == "main"
+    assert dbg.m.steps == 12
+    dbg.execute("rc")                         # back to the last pass at the loop head
+    assert dbg.frame().fn.name == "loop" and dbg.m.steps == 7
+    out = dbg.execute("reverse-finish")       # back to the call, past the earlier passes
+    assert not out.startswith("breakpoint") and dbg.frame().fn.name == "main"
+    assert dbg.m.steps == 0
+    assert dbg.execute("goto 4").startswith("breakpoint 1") and dbg.m.steps == 1
+    dbg.execute("goto 4")                     # from the breakpoint: on to step 4
+    assert dbg.m.steps == 4
+    out = dbg.execute("goto 11")              # passes the loop head at step 7: no stop
+    assert not out.startswith("breakpoint") and dbg.m.steps == 11
+    out = dbg.execute("goto 15")              # from elsewhere, other places still stop
+    assert out.startswith("breakpoint 1") and dbg.m.steps == 13
+
+
+def test_until_advance_and_frame():
+    dbg = debugger_for(besselj_inplace, (0.0, 1, 0.5))
+    lines = (ROOT / "examples" / "besselj.py").read_text().splitlines()
+    start = next(n for n, t in enumerate(lines, 1) if "def besselj_inplace" in t)
+    last = next(n for n, t in enumerate(lines, 1) if n > start and t.strip() == "sum_ += term"
+                and t.startswith(" " * 16))                 # the loop body's last line
+    after = next(n for n, t in enumerate(lines, 1) if n > start and "out += sum_" in t)
+    dbg.execute(f"tbreak {last}")
+    assert dbg.execute("c").startswith("breakpoint 1") and dbg.evaluate("k") == 1
+    assert not dbg.breakpoints                                 # tbreak: used once
+    dbg.execute("until")                      # next would go back into the loop
+    assert dbg.line(dbg.frame()) == after and dbg.evaluate("k") > 2
+    dbg.execute("set exec-direction reverse")
+    dbg.execute("until")                      # backwards: to the loop's test (its last
+    loop_test = dbg.line(dbg.frame())         # line going back), then out of the loop
+    assert loop_test < last and dbg.evaluate("k") > 2
+    dbg.execute("until")
+    assert dbg.line(dbg.frame()) < loop_test and dbg.evaluate("k") == 0
+    dbg.execute("set exec-direction forward")
+    dbg.execute("run")
+    out = dbg.execute(f"advance {after}")
+    assert dbg.line(dbg.frame()) == after and "advance" not in out
+    dbg.execute("run")
+    dbg.execute("advance first_term")         # into a call
+    assert dbg.frame().fn.name == "first_term" and len(dbg.m.stack) == 2
+    assert dbg.execute("frame 1").startswith("#1  besselj_inplace")
+    assert dbg.selected == 1 and "nu = 1" in dbg.execute("info args")
+    assert "no frame #2" in dbg.execute("frame 2")
+    assert dbg.execute("frame").startswith("#1")
+    dbg.execute("frame 0")
+    assert dbg.selected == 0
+    dbg.execute("run")
+    dbg.execute("until first_term")           # until LOCATION: not in a deeper call
+    assert dbg.m.at_end
+
+
+def test_info_locals_and_args_name_the_source_variables():
+    dbg = debugger_for(besselj_inplace, (0.0, 1, 0.5))
+    args = dbg.execute("info args")
+    assert args.splitlines() == ["out = 0.0", "nu = 1", "z = 0.5"]
+    locals_ = dbg.execute("info locals")
+    assert "k = 0" in locals_ and "term = 0.0" in locals_ and "nu" not in locals_
+    asm = Debugger(rvm.load(ROOT / "asm" / "isqrt.rasm"), "isqrt", (30, 0))
+    asm.execute("s")
+    assert asm.execute("info args").splitlines() == ["n = 30", "k = 0"]    # .alias names
+    assert asm.execute("info locals").splitlines() == ["sq = 0"]
+
+
+def test_breakpoint_management_like_gdb():
+    dbg = Debugger(rvm.load(ROOT / "asm" / "isqrt.rasm"), "isqrt", (30, 0))
+    dbg.execute("b count:*6")                    # BR.LE sq, n, top: once a pass
+    dbg.execute("b isqrt:*1")
+    dbg.execute("disable")                       # no numbers: all of them
+    assert "reached the end" in dbg.execute("c")
+    dbg.execute("run")
+    dbg.execute("enable 1")
+    assert "ignore next 2 crossings" in dbg.execute("ignore 1 2")
+    assert "(ignore next 2)" in dbg.execute("info breakpoints")
+    assert dbg.execute("c").startswith("breakpoint 1") and dbg.evaluate("k") == 3
+    dbg.execute("condition 1 k == 5")
+    assert dbg.execute("c").startswith("breakpoint 1") and dbg.evaluate("k") == 5
+    info = dbg.execute("info breakpoints")
+    assert "1  breakpoint at count:*6" in info and "if k == 5" in info and "(disabled)" in info
+    assert dbg.execute("clear count:*6") == "deleted breakpoint 1"
+    assert "no breakpoint at" in dbg.execute("clear count:*6")
+    dbg.execute("b count")
+    assert dbg.execute("clear count") == "deleted breakpoint 3"
+    dbg.execute("enable 2")
+    assert dbg.execute("c").startswith("breakpoint 2")
+    assert dbg.execute("clear") == "deleted breakpoint 2"       # where the frame is
+    assert "usage: ignore" in dbg.execute("ignore 9 1")
+
+
+def test_display_after_every_stop_both_directions():
+    dbg = Debugger(rvm.load(ROOT / "asm" / "fib.rasm"), "fib", (6, 0, 0))
+    assert dbg.execute("display r1 + r2") == "1: r1 + r2 = 0"
+    dbg.execute("display r3")
+    for command in ("s", "n", "si", "c", "rs", "rn", "rsi", "rc", "goto 5", "run"):
+        out = dbg.execute(command)
+        assert f"1: r1 + r2 = {dbg.evaluate('r1 + r2')}" in out, command
+        assert f"2: r3 = {dbg.evaluate('r3')}" in out, command
+    assert dbg.execute("undisplay 1") == "deleted display 1"
+    assert "r1 + r2 =" not in dbg.execute("s") and "1: r3 =" in dbg.execute("s")
+
+
+def test_run_with_arguments_restarts_with_them():
+    dbg = Debugger(rvm.load(ROOT / "asm" / "fib.rasm"), "fib", (3, 0, 0))
+    dbg.execute("b fib:*4")
+    out = dbg.execute("run 6 0 0")
+    assert "restarted with arguments 6 0 0" in out and dbg.m.steps == 0
+    dbg.execute("delete")
+    dbg.execute("c")
+    assert (dbg.evaluate("r1"), dbg.evaluate("r2")) == (8, 13)         # fib 6, not fib 3
+    dbg.execute("run")                                                 # the new arguments kept
+    dbg.execute("c")
+    assert dbg.evaluate("r1") == 8
+    out = dbg.execute("run 6 0")
+    assert "fib takes 3" in out and "previous arguments" in out and dbg.args == (6, 0, 0)
+    assert "is not a number" in dbg.execute("run 6 x 0") and dbg.args == (6, 0, 0)
+    py = debugger_for(iexp, (0.0, 0.5))
+    py.execute("run 0.0 1.0")
+    py.execute("c")
+    assert py.evaluate("out") == pytest.approx(2.718281828459045)
+
+
+def test_set_var_is_refused_with_the_reason():
+    dbg = Debugger(rvm.load(ROOT / "asm" / "fib.rasm"), "fib", (3, 0, 0))
+    dbg.execute("s")
+    before = dbg.m.snapshot()
+    for command in ("set var r1 = 5", "set variable r1=5", "set r1 = 5"):
+        out = dbg.execute(command)
+        assert out.startswith("set var: refused") and "reversib" in out and "run ARGS" in out
+    assert dbg.m.snapshot() == before
+
+
+def test_tab_completion_offers_what_fits_the_position():
+    import io
+
+    from rvm.debugger.views import Shell
+    dbg = Debugger(rvm.load(ROOT / "asm" / "isqrt.rasm"), "isqrt", (30, 0))
+    dbg.execute("s")                                     # in count: n, k, sq
+    dbg.execute("b count:*6")
+    shell = Shell(dbg, io.StringIO())
+
+    def complete(line):
+        before, _, text = line.rpartition(" ")
+        return shell.completedefault(text, line, len(before) + 1, len(line))
+    assert complete("p ") == ["grad[", "heap[", "k", "n", "r0", "r1", "r2", "sq"]
+    assert complete("print s") == ["sq"] and complete("display k + ") == complete("p ")
+    assert complete("b co")[:2] == ["count", "count:*0"] and "k" not in complete("b ")
+    assert complete("info ") == ["args", "breakpoints", "display", "frame", "locals",
+                                 "registers", "watchpoints"]
+    assert complete("info registers ") == ["all"] and complete("regs ") == ["all"]
+    assert complete("grad ") == ["off", "on"]
+    assert complete("set exec-direction ") == ["forward", "reverse"]
+    assert complete("delete ") == ["1"] and complete("condition 1 ") == complete("p ")
+    assert complete("s ") == [] and complete("q ") == []
+    for line in ("p ", "print ", "display ", "watch "):
+        assert not {"breakpoints", "on", "off", "registers"} & set(complete(line))
+
+
+def test_cli_debug_run_and_draw_take_a_transform(tmp_path):
+    script = tmp_path / "cmds"
+    script.write_text("c\ninfo args\nq\n")
+    py = str(ROOT / "examples" / "besselj.py")
+    values = ["0.0", "1", "0.5", "1.0", "0.0"]          # f's arguments, then out_bar, z_bar
+    for how in (["--entry", "besselj_inplace", "--transform", "adjoint"],
+                ["--entry", "besselj_inplace.adj"], ["--entry", "adjoint(besselj_inplace)"]):
+        r = subprocess.run([sys.executable, "-m", "rvm.cli", "debug", py, *how, "--args",
+                            *values, "--batch", str(script)], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert "rvm debugger: besselj_inplace.adjoint" in r.stdout, how
+        assert "z_bar = 0.4539328918910" in r.stdout                # dJ1(z)/dz at 0.5
+    r = subprocess.run([sys.executable, "-m", "rvm.cli", "run", str(ROOT / "asm/fib.rasm"),
+                        "--entry", "fib", "--transform", "inverse", "--args", "6", "8", "13"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "r1 = 0\nr2 = 0" in r.stdout, r.stderr
+    r = subprocess.run([sys.executable, "-m", "rvm.cli", "run", str(ROOT / "asm/fib.rasm"),
+                        "--entry", "fib.adj", "--transform", "tangent", "--args", "1"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "fib.adj is the adjoint of fib" in r.stderr
+    pictures = []
+    for how in (["--transform", "tangent"], ["--entry", "fib.tan"], ["--tangent", "fib"]):
+        out = tmp_path / f"{len(pictures)}.svg"
+        r = subprocess.run([sys.executable, "-m", "rvm.cli", "draw", str(ROOT / "asm/fib.rasm"),
+                            *how, "-o", str(out)], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        pictures.append(out.read_bytes())
+    assert pictures[0] == pictures[1] == pictures[2]

@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import ast
 
+import numpy as np
+
 from ..core import isa
+from ..core.errors import RvmError
 from ..core.program import Reg
-from .core import ALIASES, COMMANDS, HELP, Breakpoint, CommandError, Debugger, Watch, fmt
+from .core import ALIASES, COMMANDS, ENTRY, HELP, Breakpoint, CommandError, Debugger, Watch, fmt
 
 ALIASES.update({
     "s": "step", "si": "stepi", "n": "next", "c": "continue", "rs": "reverse-step",
     "rsi": "reverse-stepi", "rn": "reverse-next", "rc": "reverse-continue", "b": "break",
     "p": "print", "l": "list", "bt": "backtrace", "where": "backtrace", "q": "quit",
     "regs": "info registers", "restart": "run", "d": "delete", "exit": "quit",
-    "disassemble": "disas",
+    "disassemble": "disas", "u": "until", "f": "frame", "i": "info",
 })
 # ---------------------------------------------------------------------- command table
 
@@ -67,9 +70,34 @@ for _name, _kind, _help in [
               .replace("the end", "the start").replace("returns", "was called"))
 
 
-@command("set", help="set exec-direction forward|reverse: which way step/next/continue go")
+SET_VAR = ("set var: refused: rvm does not edit a program's values. Going back runs each "
+           "instruction's inverse on the state as it is, so after an edit the steps back "
+           "would compute a history the program never had (and an edited local could not "
+           "return to zero): the state would no longer be reversible. To try other values, "
+           "restart with them: run ARGS")
+
+
+@command("until", help="until [LOCATION]: like next, but not back into a loop (runs until "
+         "a later line); with LOCATION, run there or until the current function returns")
+def _until(dbg: Debugger, rest: str) -> str:
+    return dbg.stop_text(dbg.until(dbg.direction, rest, frame_only=True))
+
+
+@command("advance", help="advance LOCATION: run to LOCATION (in any call) or until the "
+         "current function returns")
+def _advance(dbg: Debugger, rest: str) -> str:
+    if not rest:
+        raise CommandError("usage: advance LOCATION (a line, a function, *INDEX or "
+                           "FUNCTION:*INDEX)")
+    return dbg.stop_text(dbg.until(dbg.direction, rest, frame_only=False))
+
+
+@command("set", help="set exec-direction forward|reverse: which way step/next/continue go "
+         "(set var is refused: an edit would break reversibility; use run ARGS)")
 def _set(dbg: Debugger, rest: str) -> str:
     parts = rest.split()
+    if parts and (parts[0] in ("var", "variable") or "=" in rest):
+        raise CommandError(SET_VAR)
     if len(parts) != 2 or parts[0] != "exec-direction" or parts[1] not in ("forward",
                                                                            "reverse"):
         raise CommandError("usage: set exec-direction forward|reverse")
@@ -86,8 +114,10 @@ def _goto(dbg: Debugger, rest: str) -> str:
     if target < 0:
         raise CommandError("step numbers start at 0")
     d = 1 if target > dbg.m.steps else -1
+    # breakpoints at the place it starts from do not stop it (a loop passes there again)
     msg = "" if target == dbg.m.steps else dbg.travel(d, lambda: dbg.m.steps == target,
-                                                      limit=abs(target - dbg.m.steps))
+                                                      limit=abs(target - dbg.m.steps),
+                                                      skip=dbg.place_key())
     return dbg.stop_text(msg)
 
 
@@ -96,10 +126,16 @@ def _break(temporary: bool):
         if not rest:
             raise CommandError("usage: break LINE | FUNCTION | *INDEX | FUNCTION:*INDEX")
         n = dbg.new_number()
-        dbg.breakpoints[n] = Breakpoint(n, rest, dbg.places(rest), temporary)
-        where = ", ".join(f"{f} instruction {i}" for f, i in sorted(dbg.breakpoints[n].places))
-        return f"{'temporary ' if temporary else ''}breakpoint {n} at {where}"
+        places = dbg.places(rest)
+        dbg.breakpoints[n] = Breakpoint(n, rest, places, temporary)
+        return f"{'temporary ' if temporary else ''}breakpoint {n} at {_places_text(places)}"
     return run
+
+
+def _places_text(places) -> str:
+    """'f instruction 3, g instruction 0 (its entry, once a call)'."""
+    return ", ".join(f"{f} instruction 0 (its entry, once a call)" if i == ENTRY else
+                     f"{f} instruction {i}" for f, i in sorted(places))
 
 
 COMMANDS["break"], HELP["break"] = _break(False), \
@@ -129,14 +165,51 @@ def _delete(dbg: Debugger, rest: str) -> str:
 
 def _able(enabled: bool):
     def run(dbg: Debugger, rest: str) -> str:
-        for n in _numbers(dbg, rest):
+        nums = _numbers(dbg, rest) if rest else list(dbg.breakpoints) + list(dbg.watches)
+        for n in nums:
             (dbg.breakpoints.get(n) or dbg.watches[n]).enabled = enabled
-        return f"{'enabled' if enabled else 'disabled'} {rest}"
+        what = " ".join(map(str, nums)) or "nothing (no breakpoints or watchpoints)"
+        return f"{'enabled' if enabled else 'disabled'} {what}"
     return run
 
 
-COMMANDS["enable"], HELP["enable"] = _able(True), "enable N...: enable breakpoints/watches"
-COMMANDS["disable"], HELP["disable"] = _able(False), "disable N...: disable them"
+COMMANDS["enable"], HELP["enable"] = _able(True), \
+    "enable [N...]: enable breakpoints/watches (all if none given)"
+COMMANDS["disable"], HELP["disable"] = _able(False), "disable [N...]: disable them (all if " \
+    "none given)"
+
+
+@command("clear", help="clear [LOCATION]: delete the breakpoints at LOCATION (default: "
+         "where the selected frame is)")
+def _clear(dbg: Debugger, rest: str) -> str:
+    if rest:
+        wanted = dbg.places(rest)
+        entries = {(f, ENTRY) for f, i in wanted if i == ENTRY or i == 0}
+        wanted = wanted | entries
+    else:
+        fr = dbg.frame()
+        wanted = {(fr.fn.name, dbg.index(fr))} | ({(fr.fn.name, ENTRY)} if fr.state == 0
+                                                    else set())
+    gone = [n for n, b in dbg.breakpoints.items() if b.places & wanted]
+    if not gone:
+        raise CommandError(f"no breakpoint at {rest or dbg.where(dbg.frame())}")
+    for n in gone:
+        del dbg.breakpoints[n]
+    return f"deleted breakpoint{'s' if len(gone) > 1 else ''} {' '.join(map(str, gone))}"
+
+
+@command("ignore", help="ignore N COUNT: pass breakpoint N by its next COUNT arrivals")
+def _ignore(dbg: Debugger, rest: str) -> str:
+    parts = rest.split()
+    if len(parts) != 2 or not all(p.isdigit() for p in parts) or \
+            int(parts[0]) not in dbg.breakpoints:
+        raise CommandError("usage: ignore N COUNT (N a breakpoint number, COUNT >= 0)")
+    bp, count = dbg.breakpoints[int(parts[0])], int(parts[1])
+    bp.ignore = count
+    if count == 0:
+        return f"will stop next time breakpoint {bp.number} is reached"
+    return f"will ignore next {count} crossing{'s' if count > 1 else ''} of breakpoint " \
+           f"{bp.number}"
 
 
 @command("condition", help="condition N EXPR: stop at breakpoint N only when EXPR holds")
@@ -181,6 +254,23 @@ def _display(dbg: Debugger, rest: str) -> str:
     return f"{len(dbg.displays)}: {rest} = {fmt(dbg.evaluate(rest))}"
 
 
+@command("undisplay", help="undisplay [N...]: stop showing displays N (all if none given)")
+def _undisplay(dbg: Debugger, rest: str) -> str:
+    try:
+        nums = sorted({int(x) for x in rest.split()}, reverse=True)
+    except ValueError:
+        raise CommandError(f"expected display numbers, got {rest!r}") from None
+    if not nums:
+        dbg.displays.clear()
+        return "deleted all displays"
+    for n in nums:
+        if not 1 <= n <= len(dbg.displays):
+            raise CommandError(f"no display number {n}")
+    for n in nums:
+        del dbg.displays[n - 1]
+    return f"deleted display {' '.join(map(str, sorted(nums)))}"
+
+
 @command("print", help="print EXPR: registers (r0, f1), variables, heap[ADDR], grad[VAR], "
          "arithmetic")
 def _print(dbg: Debugger, rest: str) -> str:
@@ -202,17 +292,27 @@ def _x(dbg: Debugger, rest: str) -> str:
                      for k, (i, f) in enumerate(zip(ints, floats)))
 
 
-@command("info", help="info registers [all]|breakpoints|watchpoints|display|frame")
+INFO = ("registers", "breakpoints", "watchpoints", "display", "frame", "locals", "args")
+
+
+@command("info", help="info registers [all]|breakpoints|watchpoints|display|frame|locals|"
+         "args")
 def _info(dbg: Debugger, rest: str) -> str:
     what = rest.split()[0] if rest else ""
+    if what in ("locals", "args"):
+        rows = dbg.variables(args=what == "args")
+        return "\n".join(f"{n} = {fmt(v)}" for n, v in rows) or \
+            f"no {'arguments' if what == 'args' else 'locals'}"
     if what in ("registers", "regs", "r"):
         from .views import registers_lines
         show_all = rest.split()[1:2] == ["all"]
         return "\n".join(text for text, _ in registers_lines(dbg, show_all))
     if what in ("breakpoints", "break", "b", "watchpoints", "watch"):
         rows = [f"{b.number}  {'temporary ' if b.temporary else ''}breakpoint at {b.where}"
+                f" ({_places_text(b.places)})"
                 f"{'' if b.enabled else ' (disabled)'}"
                 f"{' if ' + b.condition if b.condition else ''}  hits: {b.hits}"
+                f"{f'  (ignore next {b.ignore})' if b.ignore else ''}"
                 for b in dbg.breakpoints.values()]
         rows += [f"{w.number}  watchpoint {w.expr}{'' if w.enabled else ' (disabled)'}"
                  for w in dbg.watches.values()]
@@ -221,7 +321,8 @@ def _info(dbg: Debugger, rest: str) -> str:
         return _display(dbg, "")
     if what == "frame":
         return dbg.where(dbg.frame())
-    raise CommandError("usage: info registers [all]|breakpoints|watchpoints|display|frame")
+    raise CommandError("usage: info registers [all]|breakpoints|watchpoints|display|frame|"
+                       "locals|args")
 
 
 @command("list", help="list [LINE]: source around the current line (or LINE)")
@@ -254,6 +355,19 @@ def _updown(sign: int):
         dbg.selected = new
         return f"#{dbg.selected}  {dbg.where(dbg.frame())}"
     return run
+
+
+@command("frame", help="frame [N]: select frame N (0 = innermost, as backtrace numbers "
+         "them), or show the selected one")
+def _frame(dbg: Debugger, rest: str) -> str:
+    if rest:
+        if not rest.isdigit():
+            raise CommandError("usage: frame [N] (a frame number from backtrace)")
+        n = int(rest)
+        if n >= len(dbg.m.stack):
+            raise CommandError(f"no frame #{n} (frames #0..#{len(dbg.m.stack) - 1})")
+        dbg.selected = n
+    return f"#{dbg.selected}  {dbg.where(dbg.frame())}"
 
 
 COMMANDS["up"], HELP["up"] = _updown(1), "up [N]: select the caller's frame"
@@ -292,10 +406,45 @@ def _grad(dbg: Debugger, rest: str) -> str:
     return "gradient mode on"
 
 
-@command("run", help="run: restart from the beginning (breakpoints are kept)")
+@command("run", help="run [ARGS]: restart from the beginning (breakpoints are kept), with "
+         "new arguments if given (numbers, arrays like [1.0,2.0])")
 def _run(dbg: Debugger, rest: str) -> str:
-    dbg.restart()
-    return dbg.stop_text("restarted")
+    if not rest:
+        dbg.restart()
+        return dbg.stop_text("restarted")
+    values = dbg.convert(rest.split()) if dbg.convert else [_value(t) for t in rest.split()]
+    old = dbg.args
+    dbg.args = tuple(values)
+    try:
+        dbg.restart()
+    except RvmError as e:
+        dbg.args = old
+        dbg.restart()
+        raise CommandError(f"run: {e} (restarted with the previous arguments)") from None
+    shown = " ".join(fmt(v) for v in values)
+    return dbg.stop_text(f"restarted with arguments {shown}")
+
+
+def _value(text: str):
+    """An argument as `rvm run --args` takes it: an integer, a float, a complex number
+    (1+2j), or an array ([1.0,2.5] float64, [1,2] int64)."""
+    try:
+        v = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        try:
+            return float(text)          # inf, nan
+        except ValueError:
+            raise CommandError(f"argument {text!r} is not a number or an array like "
+                               "[1.0,2.0]") from None
+    if isinstance(v, list):
+        floats = "." in text or any(isinstance(x, float) for x in v)
+        try:
+            return np.array(v, dtype=np.float64 if floats else np.int64)
+        except (TypeError, ValueError):
+            raise CommandError(f"argument {text!r}: an array holds numbers") from None
+    if isinstance(v, bool) or not isinstance(v, (int, float, complex)):
+        raise CommandError(f"argument {text!r} is not a number or an array like [1.0,2.0]")
+    return v
 
 
 @command("view", help="view: show every pane (source, disassembly, registers, stack, heap)")

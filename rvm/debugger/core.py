@@ -49,11 +49,16 @@ class CommandError(Exception):
 class Breakpoint:
     number: int
     where: str                            # as the user wrote it
-    places: frozenset                     # {(function name, instruction index)}
+    # {(function name, instruction index)}; index ENTRY: the function's entry, once a call
+    places: frozenset
     temporary: bool = False
     enabled: bool = True
     condition: str = ""
     hits: int = 0
+    ignore: int = 0                       # arrivals still to pass by (gdb's ignore N COUNT)
+
+
+ENTRY = -1      # a place: a function at its start (state 0), not its loop head re-entered
 
 
 @attrs.define
@@ -79,6 +84,8 @@ class Debugger:
         self.last_command = ""
         self._source: tuple | None = None   # (lines or None, why not), read once
         self.told = False                   # whether a stop has said why source is not shown
+        # `run ARGS`: the argument texts as values (the CLI sets its own parser here)
+        self.convert: Callable[[list[str]], list] | None = None
         self.restart()
 
     # ------------------------------------------------------------------ state
@@ -138,17 +145,33 @@ class Debugger:
     def move(self, d: int) -> bool:
         return self.m.step() if d > 0 else self.m.back()
 
-    def at_breakpoint(self) -> Breakpoint | None:
+    def at_breakpoint(self, skip: tuple | None = None) -> Breakpoint | None:
+        """The breakpoint that stops the machine here, if any. A function's breakpoint
+        (place ENTRY) holds once a call: at the frame's start (state 0), which a loop
+        whose head is the first instruction passes again only in state 1. `skip` is the
+        place (depth, function, index) a move started from: no stop there again."""
         fr = self.m.stack[-1]
-        place = (fr.fn.name, self.index(fr))
+        i = self.index(fr)
+        if skip is not None and skip == (len(self.m.stack), fr.fn.name, i):
+            return None
+        place = (fr.fn.name, i)
+        entry = (fr.fn.name, ENTRY) if fr.state == 0 else None
         for bp in self.breakpoints.values():
-            if bp.enabled and place in bp.places:
+            if bp.enabled and (place in bp.places or entry in bp.places):
                 if bp.condition and not self.try_eval(bp.condition):
+                    continue
+                if bp.ignore > 0:
+                    bp.ignore -= 1
                     continue
                 if not self.counts(bp):
                     continue
                 return bp
         return None
+
+    def place_key(self) -> tuple:
+        """Where the machine is, for `skip`: (stack depth, function, instruction)."""
+        fr = self.m.stack[-1]
+        return len(self.m.stack), fr.fn.name, self.index(fr)
 
     def counts(self, bp: Breakpoint) -> bool:
         """Does this arrival at bp stop (an editor's hit-count breakpoints say)?"""
@@ -173,9 +196,10 @@ class Debugger:
         return True
 
     def travel(self, d: int, until: Callable[[], bool] | None = None,
-               limit: int | None = None) -> str:
+               limit: int | None = None, skip: tuple | None = None) -> str:
         """Move in direction d until `until` holds, a breakpoint or watch triggers, the
-        program's end/start, an error, or `limit` steps. Returns why it stopped."""
+        program's end/start, an error, or `limit` steps. Returns why it stopped. With
+        `skip` (a place_key), breakpoints at that place do not stop the move."""
         limit = self.max_steps if limit is None else limit
         self.selected = 0
         self.interrupted = False
@@ -202,7 +226,7 @@ class Debugger:
                     return self.interrupt_message(d)
                 if k % CHUNK == CHUNK - 1:
                     self.report(d, start, began)
-                bp = self.at_breakpoint()
+                bp = self.at_breakpoint(skip)
                 if bp is not None:
                     bp.hits += 1
                     if bp.temporary:
@@ -270,10 +294,63 @@ class Debugger:
         return msg
 
     def finish(self, d: int) -> str:
-        depth = len(self.m.stack)
+        """Run until the current function returns (d > 0) or back to its call (d < 0);
+        breakpoints at the place it started from do not stop it (a loop passing there
+        again would keep it there)."""
+        depth, skip = len(self.m.stack), self.place_key()
         if depth == 1:
-            return self.travel(d)
-        return self.travel(d, lambda: len(self.m.stack) < depth)
+            return self.travel(d, skip=skip)
+        return self.travel(d, lambda: len(self.m.stack) < depth, skip=skip)
+
+    def at_places(self, places) -> bool:
+        """Is the machine at one of these places (ENTRY: a function's start)?"""
+        fr = self.m.stack[-1]
+        return (fr.fn.name, self.index(fr)) in places or (
+            fr.state == 0 and (fr.fn.name, ENTRY) in places)
+
+    def until(self, d: int, where: str = "", frame_only: bool = True) -> str:
+        """gdb's until / advance. With no place: like next, but a jump back to an earlier
+        line (a loop's next pass) does not stop it, so it leaves the loop. With a place:
+        run to it, or until the current function returns (`frame_only`: only in this frame
+        or its callers, not in deeper calls)."""
+        depth = len(self.m.stack)
+        if where:
+            places = self.places(where)
+            return self.travel(d, lambda: len(self.m.stack) < depth or (
+                self.at_places(places) and (not frame_only or len(self.m.stack) <= depth)))
+        start = self.key()
+        while True:
+            msg = self.line_step(d, over=True, count=1)
+            k = self.key()
+            if msg or k[0] != depth or k[1] != start[1] or k[3] or \
+                    (k[2] - start[2]) * d > 0:
+                return msg
+
+    def variables(self, args: bool) -> list[tuple[str, object]]:
+        """The selected frame's arguments (args) or its other variables in scope, by their
+        source names (registers by number in a program without names)."""
+        fr = self.frame()
+        fn, line = fr.fn, self.line(fr)
+        params = set(fn.params)
+        out, seen = [], set()
+        for s in fn.symbols:
+            if not s.first <= line <= s.last:
+                continue
+            name = s.name.rpartition(".")[0] if s.name.endswith((".real", ".imag")) \
+                else s.name
+            if name in seen or (s.regs[0] in params) != args:
+                continue
+            if self.symbol(s.name, fr) is not s:        # shadowed by an inner one
+                continue
+            seen.add(name)
+            try:
+                out.append((name, self.lookup(name)))
+            except CommandError:
+                out.append((name, None))
+        if not fn.symbols:
+            regs = fn.params if args else [r for r in fn.registers if r not in params]
+            out = [(str(r), self.register_value(self.selected, fn.slot(r))) for r in regs]
+        return out
 
     # ------------------------------------------------------------------ expressions
     def symbol(self, name: str, fr):
@@ -422,7 +499,7 @@ class Debugger:
                 raise CommandError(f"{fn.name} has instructions 0..{len(fn.code) - 1}")
             return frozenset({(fn.name, i)})
         if where in funcs:
-            return frozenset({(where, 0)})
+            return frozenset({(where, ENTRY)})
         try:
             line = int(rest)
         except ValueError:

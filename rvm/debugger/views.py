@@ -304,15 +304,79 @@ class Shell(cmd.Cmd):
         return sorted(n for n in set(COMMANDS) | set(ALIASES) if n.startswith(text))
 
     def completedefault(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
-        dbg = self.dbg
-        words = {"registers", "breakpoints", "watchpoints", "display", "frame", "all", "on",
-                 "off"}
-        for fn in dbg.program.functions.values():
-            words.add(fn.name)
-            words.update(f"{fn.name}:*{i}" for i in range(len(fn.code)))
-            words.update(s.name for s in fn.symbols)
-            words.update(str(r) for r in fn.registers)
-        return sorted(w for w in words if w.startswith(text))
+        return completions(self.dbg, line[:begidx], text)
+
+
+# what each command's arguments are, position by position (the last kind repeats)
+ARGUMENTS = {
+    "print": ["expr"], "display": ["expr"], "watch": ["expr"], "x": ["expr"],
+    "break": ["location"], "tbreak": ["location"], "until": ["location"],
+    "advance": ["location"], "clear": ["location"], "list": ["line"],
+    "delete": ["number"], "disable": ["number"], "enable": ["number"],
+    "condition": ["number", "expr"], "ignore": ["number", "none"],
+    "undisplay": ["display"], "frame": ["frame"], "up": ["none"], "down": ["none"],
+    "info": ["info", "info-more"], "grad": ["on-off", "float"],
+    "set": ["set", "set-more"], "help": ["command"],
+}
+
+
+def completions(dbg, before: str, text: str) -> list[str]:
+    """Tab completion by position: the words that fit where the cursor is (`p ` offers
+    variables and registers, `break ` locations, `info ` its subcommands, `delete `
+    breakpoint numbers), never words of another command."""
+    from .core import ALIASES, COMMANDS
+    words = before.split()
+    if not words:
+        return sorted(n for n in set(COMMANDS) | set(ALIASES) if n.startswith(text))
+    head = ALIASES.get(words[0], words[0])
+    if " " in head:                     # an alias with its first argument: regs
+        head, _, extra = head.partition(" ")
+        words = [head, *extra.split(), *words[1:]]
+    kinds = ARGUMENTS.get(head, ["none"])
+    kind = kinds[min(len(words) - 1, len(kinds) - 1)]
+    fr = dbg.frame()
+    fn = fr.fn
+    if kind == "expr":
+        line = dbg.line(fr)
+        names = {s.name.rpartition(".")[0] if s.name.endswith((".real", ".imag"))
+                 else s.name for s in fn.symbols if s.first <= line <= s.last}
+        names |= {str(r) for r in fn.registers} | {"heap[", "grad["}
+        if text.startswith("grad["):
+            names = {f"grad[{n}]" for n in names if not n.endswith("[")}
+    elif kind == "float":
+        names = {s.name for s in fn.symbols if len(s.regs) == 1 and s.regs[0].cls == isa.FLOAT}
+        names |= {str(r) for r in fn.registers if r.cls == isa.FLOAT}
+    elif kind == "location":
+        names = set()
+        for f in dbg.program.functions.values():
+            names.add(f.name)
+            names.update(f"{f.name}:*{i}" for i in range(len(f.code)))
+        names.update(f"*{i}" for i in range(len(fn.code)))
+        names.update(str(ins.line) for ins in fn.code)
+    elif kind == "line":
+        names = {str(ins.line) for ins in fn.code}
+    elif kind == "number":
+        names = {str(n) for n in list(dbg.breakpoints) + list(dbg.watches)}
+    elif kind == "display":
+        names = {str(k) for k in range(1, len(dbg.displays) + 1)}
+    elif kind == "frame":
+        names = {str(k) for k in range(len(dbg.m.stack))}
+    elif kind == "info":
+        from .commands import INFO
+        names = set(INFO)
+    elif kind == "info-more":
+        names = {"all"} if words[1:2] == ["registers"] else set()
+    elif kind == "on-off":
+        names = {"on", "off"}
+    elif kind == "set":
+        names = {"exec-direction"}
+    elif kind == "set-more":
+        names = {"forward", "reverse"} if words[1:2] == ["exec-direction"] else set()
+    elif kind == "command":
+        names = set(COMMANDS) | set(ALIASES)
+    else:
+        names = set()
+    return sorted(w for w in names if w.startswith(text))
 
 
 def _state(dbg) -> tuple:
