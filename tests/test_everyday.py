@@ -201,3 +201,29 @@ def test_lists_and_int_arrays_convert_for_array_float(prog):
     with pytest.raises(rvm.MachineError, match=r"declared Array\[float, 1\], got "
                        r"Array\[int, 2\]"):
         g(0.0, [[1, 2]], 0)
+
+
+# 6. the trace and the control-flow view in source and .alias names
+
+SQ = ".func sq(f0, f1)\n.alias out f0\n.alias x f1\n        ADD.mul out, x, x\n.end\n"
+
+
+def test_trace_uses_source_and_alias_names(prog, tmp_path, capsys):
+    path, _ = prog
+    code, out, err = cli(capsys, "run", path, "--entry", "m2", "--args", "0",
+                         "[[1.0,2.0]]", "0", "1", "--trace")
+    assert code == 0, err
+    assert "ASSERT.LT i, a.shape[0]" in out and "ADDM     out, [a + r5]" in out
+    assert "out: 0.0 -> 2.0" in out
+    src = tmp_path / "sq.rasm"
+    src.write_text(SQ)
+    code, out, err = cli(capsys, "run", src, "--args", "0.0", "3.0", "--trace")
+    assert code == 0, err
+    assert "ADD.mul  out, x, x" in out and "out: 0.0 -> 9.0" in out
+
+
+def test_control_flow_view_uses_alias_names():
+    from rvm.drawing import draw
+    svg = draw(rvm.load(str(ASM / "isqrt.rasm")), "count", "cfg")._repr_svg_()
+    assert "BR.GT    sq, n, skip" in svg and "if sq &gt; n" in svg
+    assert "comefrom: iff k != 0" in svg and "r2" not in svg

@@ -8,17 +8,20 @@ from collections.abc import Callable
 from typing import TextIO
 
 from ..core.errors import MachineError
+from ..engines.explain import shown_names, with_names
 from ..engines.machine import Machine
 from ..formats.assembly import format_instruction
 
 
-def changes(fn, before: list, after: list) -> str:
-    """'r2: 0 -> 1, f1: 0.5 -> 0.25' for the registers of fn that differ."""
+def changes(fn, before: list, after: list, line: int = 0) -> str:
+    """'r2: 0 -> 1, f1: 0.5 -> 0.25' for the registers of fn that differ, by their source
+    or `.alias` names at `line` where they have one ('x: 0.5 -> 0.25')."""
+    names = shown_names(fn, line) if line else {}
     out = []
     for reg in fn.registers:
         k = fn.slot(reg)
         if before[k] != after[k]:
-            out.append(f"{reg}: {before[k]!r} -> {after[k]!r}")
+            out.append(f"{names.get(str(reg), reg)}: {before[k]!r} -> {after[k]!r}")
     return ", ".join(out)
 
 
@@ -36,8 +39,9 @@ def describe_step(m: Machine, move: Callable[[], bool], direction: int) -> str |
         return f"{head}: enter {new.fn.name} ({how})"
     if len(m.stack) < depth:
         return f"{m.steps:>8} {arrow} {m.stack[-1].fn.name}: leave {fr.fn.name}"
-    text = f"{head} {i:>4}  {format_instruction(fr.fn, i)}"
-    diff = changes(fr.fn, before, fr.R)
+    line = fr.fn.code[i].line
+    text = f"{head} {i:>4}  {with_names(fr.fn, format_instruction(fr.fn, i), line)}"
+    diff = changes(fr.fn, before, fr.R, line)
     return f"{text:<60} {diff}" if diff else text
 
 

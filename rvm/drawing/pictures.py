@@ -26,6 +26,7 @@ from ..core import isa
 from ..core.errors import UsageError
 from ..core.inverse import inverse_function
 from ..core.program import FuncRef, Function, Mem, Program, Reg
+from ..engines.explain import with_names
 from .svg import Canvas
 
 COLUMN, WIRE, LEFT, PER_ROW = 46.0, 26.0, 90.0, 28
@@ -336,6 +337,11 @@ def _condition(ins) -> str:
     return f"{a} {isa.CONDITIONS[cc]} {b}"
 
 
+def _named(fn: Function, text: str, line: int) -> str:
+    """Assembly text with source and `.alias` names for the registers that have one."""
+    return with_names(fn, text, line)
+
+
 def cfg(fn: Function) -> str:
     """Basic blocks in one column, each instruction a line; a branch's forward condition
     and its comefrom's assertion in a margin column on their own lines (so no label meets
@@ -350,8 +356,9 @@ def cfg(fn: Function) -> str:
         if ins.op in isa.BRANCHES:
             j = fn.labels[ins.args[-1].name]
             pairs.append((i, j))
-            assertion = _condition(code[j])
-            notes.setdefault(i, []).append((f"if {_condition(ins) or 'always'}",
+            assertion = _named(fn, _condition(code[j]), code[j].line)
+            condition = _named(fn, _condition(ins), ins.line)
+            notes.setdefault(i, []).append((f"if {condition or 'always'}",
                                             "pair-branch"))
             notes.setdefault(j, []).append((f"comefrom: iff {assertion}" if assertion
                                             else "comefrom: only by this jump",
@@ -359,7 +366,7 @@ def cfg(fn: Function) -> str:
     lines = []
     for i in range(n):
         labels = " ".join(f"{lab}:" for lab in fn.labels_at(i))
-        lines.append(f"{i:>3} {labels} {code[i]}".strip())
+        lines.append(f"{i:>3} {labels} {_named(fn, str(code[i]), code[i].line)}".strip())
     c = Canvas()
     x0, line_h, size, note_size = 20.0, 14.0, 10.0, 9.0
     text_w = max([text_width(t, size) for t in lines] or [0.0])

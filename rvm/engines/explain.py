@@ -26,6 +26,35 @@ def names_at(fn: Function, line: int) -> dict[Reg, str]:
     return out
 
 
+def shown_names(fn: Function, line: int) -> dict[str, str]:
+    """What views print for a register at `line` (the trace, the control-flow view): its
+    source or `.alias` name, an array's base its name and its dimensions `len(a)` (1-D)
+    or `a.shape[0]`, `a.shape[1]`; registers with no name are not in it."""
+    out = {}
+    for s in fn.symbols:
+        if not s.first <= line <= s.last or not s.regs:
+            continue
+        if len(s.regs) == 1:
+            out[str(s.regs[0])] = s.name
+        else:
+            out[str(s.regs[0])] = s.name
+            dims = s.regs[1:]
+            for k, r in enumerate(dims):
+                out[str(r)] = f"len({s.name})" if len(dims) == 1 else f"{s.name}.shape[{k}]"
+    return out
+
+
+_REGISTER = re.compile(r"(?<![\w.])[rf]\d+(?![\w.])")
+
+
+def with_names(fn: Function, text: str, line: int) -> str:
+    """Assembly text with the registers that have a name at `line` written by it."""
+    names = shown_names(fn, line)
+    if not names:
+        return text
+    return _REGISTER.sub(lambda m: names.get(m.group(0), m.group(0)), text)
+
+
 def _statement(path: str, line: int) -> ast.stmt | None:
     text = source_line(path, line).strip() if path else ""
     if not text.endswith(":"):
