@@ -186,7 +186,8 @@ def _program(args) -> tuple[Program, str, list]:
         if entry == "main" and not values:        # main's variables, as declared
             values = janus.main_arguments(program)
         values = list(janus.to_machine(program, entry, values))
-    _count(program, entry, values)
+    if getattr(args, "count", True):   # (rvm dap derives its `transform` after loading)
+        _count(program, entry, values)
     program, entry = specialized(program, entry, values)
     return program, entry, values
 
@@ -382,7 +383,7 @@ def cmd_dap(args) -> None:
     if args.port is not None and not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port}: a port is 0..65535")
     def load(path: str, entry, texts: list):
-        return _program(argparse.Namespace(file=path, entry=entry, args=texts))
+        return _program(argparse.Namespace(file=path, entry=entry, args=texts, count=False))
     if args.port is None:
         dap.serve_stdio(load)
     else:
