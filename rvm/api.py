@@ -11,7 +11,7 @@ import os
 import attrs
 import numpy as np
 
-from .ad.derivatives import Transformed, adjoint, tangent
+from .ad.derivatives import Transformed, adjoint, float_arguments, tangent
 from .core.errors import RvmError, UsageError, user_facing
 from .core.program import Program
 from .engines.machine import machine_for, resolve_engine
@@ -282,6 +282,7 @@ def _batch(fn, axes, *args):
     return vmap(fn, in_axes=axes)(*args)
 
 
+@user_facing
 def draw(fn, *args, view: str = "circuit", depth: int = 0, inverse: bool = False,
          collapse: int = 0):
     """A picture of a function: `view="circuit"` (wires and gates) or `"cfg"` (basic
@@ -290,14 +291,45 @@ def draw(fn, *args, view: str = "circuit", depth: int = 0, inverse: bool = False
     `depth` expands calls, `inverse` draws the inverse, `collapse=N` draws runs of more
     than N straight-line instructions as one box.
     The result renders inline in Jupyter; `.save("f.svg")` writes it."""
-    from .ad.gradient import target
+    from .ad.gradient import target, with_inverse
     from .drawing import draw as picture
-    if hasattr(fn, "compile") and not args:
+    if hasattr(fn, "compile") and not args and not getattr(fn, "backward", False):
         program = fn.compile()
         name = next(iter(program.functions))
+    elif isinstance(fn, Transformed):   # (target refuses its arrays: that is for grad)
+        program, name, _ = fn.specialize(args or _stand_ins(fn, fn))
+        if fn.backward:
+            program, name = with_inverse(program, name)
     else:
-        program, name, _ = target(fn, args)
+        program, name, _ = target(fn, args or _stand_ins(fn, fn))
     return picture(program, name, view, depth, inverse, collapse)
+
+
+def _stand_ins(fn, drawn) -> tuple:
+    """Zeros of the kinds a function takes, for drawing it without arguments (the program
+    depends on their kinds only): from the annotations of the reversible function a
+    transformed one derives from, or a loaded function's parameters; then a zero tangent
+    or shadow per float argument for each transform."""
+    if isinstance(fn, Transformed):
+        inner = _stand_ins(fn.inner, drawn)
+        floats = float_arguments(fn.inner, inner)
+        return inner + tuple(inner[i] * 0 for i in floats)
+    if isinstance(fn, ReversibleFunction):
+        kinds = fn.annotations()
+        params = [a.arg for a in fn.node.args.args]
+        missing = [p for p, k in zip(params, kinds) if k is None]
+        if missing:
+            raise UsageError(f"rvm.draw({getattr(drawn, 'name', fn.name)}) without arguments "
+                             f"needs {fn.name}'s parameters annotated: annotate "
+                             f"{', '.join(missing)} (float, int, Array[float], ...) or pass "
+                             "arguments, rvm.draw(f, 1.0, 2)")
+        dtypes = {"f": float, "c": complex}
+        return tuple(np.zeros((1,) * k[2], dtypes.get(k[1], np.int64)) if k[0] == "array"
+                     else {"float": 0.0, "int": 0, "complex": 0j}[k[0]] for k in kinds)
+    program, name = getattr(fn, "program", None), getattr(fn, "name", None)
+    if program is None or name not in getattr(program, "functions", {}):
+        return ()                      # (target says what it takes)
+    return tuple(0.0 if p.cls == "f" else 0 for p in program.functions[name].params)
 
 
 def _is_zero(axis) -> bool:

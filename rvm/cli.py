@@ -409,10 +409,11 @@ EXAMPLES = {
 
 def _help(command: str) -> dict:
     """Options every subcommand parser gets: no abbreviations, and an example."""
+    values = "Negative numbers are values (--args 0.0 -1e-8); " \
+        if "--args" in EXAMPLES[command] else ""     # (only where --args is taken: not draw)
     return dict(allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
-                epilog=f"example:\n  {EXAMPLES[command]}\n\nNegative numbers are values "
-                       "(--args 0.0 -1e-8); exit codes: 0 ok, 1 an error in the program "
-                       "or its input, 2 bad usage.")
+                epilog=f"example:\n  {EXAMPLES[command]}\n\n{values}exit codes: 0 ok, 1 "
+                       "an error in the program or its input, 2 bad usage.")
 
 
 def _derivatives(p: argparse.ArgumentParser) -> None:

@@ -6,6 +6,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import traceback
 
 import pytest
 
@@ -294,3 +295,49 @@ def test_the_legibility_check_sees_what_a_reader_would():
     c.text(236, 32, "two", size=9)
     found = overlaps(c.render())
     assert len(found) == 2 and "crossed by a line" in found[0] and "overlaps" in found[1]
+
+
+def test_calls_expanded_and_collapsed_runs_are_legible_too():
+    sys.path.insert(0, str(ROOT / "examples"))
+    from besselj import besselj
+    from fib import rrfib
+    for fn, args in ((besselj, (0.0, 2, 1.0)), (rrfib, (0, 5))):
+        for options in (dict(depth=1), dict(depth=2, inverse=True), dict(collapse=4)):
+            assert overlaps(rvm.draw(fn, *args, **options).svg) == [], (fn, options)
+
+
+@rvm.reversible
+def _unannotated(x, y: float, z):
+    x += y * z
+
+
+def test_a_derived_function_draws_without_arguments():
+    sys.path.insert(0, str(ROOT / "examples"))
+    from besselj import besselj
+    # besselj(out: float, nu: int, z: float): stand-ins of these kinds, the same picture
+    for view in ("circuit", "cfg"):
+        assert rvm.draw(rvm.adjoint(besselj), view=view).svg == \
+            rvm.draw(rvm.adjoint(besselj), 0.0, 2, 1.0, 0.0, 0.0, view=view).svg
+    assert rvm.draw(rvm.tangent(besselj)).svg == \
+        rvm.draw(rvm.tangent(besselj), 0.0, 2, 1.0, 0.0, 0.0).svg
+    assert rvm.draw(~besselj).svg == rvm.draw(~besselj, 0.0, 2, 1.0).svg   # the inverse
+    twice = rvm.tangent(rvm.adjoint(besselj))
+    assert rvm.draw(twice).svg == \
+        rvm.draw(twice, 0.0, 2, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0).svg
+    from gmm import gmm_prior
+    # of arrays: drawn with stand-in arrays of their ranks (with arrays, failed before)
+    assert count(rvm.draw(rvm.adjoint(gmm_prior)).svg, "gate") > 0
+    handle = rvm.load(ROOT / "asm" / "poly.rasm")["f"]
+    assert rvm.draw(rvm.adjoint(handle)).svg == \
+        rvm.draw(rvm.adjoint(handle), 0.0, 1.0, 3.0, 0.0, 0.0, 0.0).svg
+    with pytest.raises(rvm.UsageError) as e:
+        rvm.draw(rvm.adjoint(_unannotated))
+    assert "\n" not in str(e.value) and "x, z" in str(e.value) and "annotate" in str(e.value)
+    frames = [f.filename for f in traceback.extract_tb(e.tb)]
+    assert not any("/rvm/ad/" in f or "/rvm/lang/" in f for f in frames)   # the user's frame
+
+
+def test_draw_help_mentions_no_arguments_it_does_not_take():
+    r = subprocess.run([sys.executable, "-m", "rvm.cli", "draw", "--help"], cwd=ROOT,
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "--adjoint" in r.stdout and "--args" not in r.stdout
