@@ -368,6 +368,10 @@ def cmd_debug(args) -> None:
     program, entry, values = _program(args)
     dbg = Debugger(program, entry, tuple(values), max_steps=args.max_steps)
     dbg.m.heap_limit = args.heap_limit
+    dbg.convert = _arguments            # `run ARGS`: written as --args takes them
+    if "janus" in program.cache:        # Janus values (stacks, arrays) as the machine's
+        from .lang import janus
+        dbg.convert = lambda texts: list(janus.to_machine(program, entry, _arguments(texts)))
     batch = None
     if args.batch:
         try:

@@ -707,3 +707,13 @@ def test_cli_debug_run_and_draw_take_a_transform(tmp_path):
         assert r.returncode == 0, r.stderr
         pictures.append(out.read_bytes())
     assert pictures[0] == pictures[1] == pictures[2]
+
+
+def test_cli_run_args_in_a_janus_program_converts_as_args_does(tmp_path):
+    script = tmp_path / "cmds"
+    script.write_text("run 0 0 10\nc\nq\n")        # main's x1, x2, n; main adds 4 to n
+    r = subprocess.run([sys.executable, "-m", "rvm.cli", "debug",
+                        str(ROOT / "examples/janus/fib.ja"), "--batch", str(script)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "restarted with arguments 0 0 10" in r.stdout and "x1 = 610, x2 = 987" in r.stdout
