@@ -227,3 +227,42 @@ def test_control_flow_view_uses_alias_names():
     svg = draw(rvm.load(str(ASM / "isqrt.rasm")), "count", "cfg")._repr_svg_()
     assert "BR.GT    sq, n, skip" in svg and "if sq &gt; n" in svg
     assert "comefrom: iff k != 0" in svg and "r2" not in svg
+
+
+# 11. reversible functions where Python keeps no source
+
+
+def test_python_c_says_how_and_reversible_source_works():
+    import subprocess
+    import sys
+    decorated = ("import rvm\n@rvm.reversible\ndef f(out: float, x: float):\n"
+                 "    out += x\nf(0.0, 1.0)\n")
+    r = subprocess.run([sys.executable, "-c", decorated], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 1 and "cannot read the source of f" in r.stderr
+    assert 'f = rvm.reversible.source("""def f(...): ...""")' in r.stderr
+    given = ("import rvm, math\nK = 3.0\n"
+             "sq = rvm.reversible.source('''\ndef sq(out: float, x: float):\n"
+             "    out += K * math.cos(x) * x\n''')\nprint(sq(0.0, 0.0), (~sq)(3.0, 0.0))\n")
+    r = subprocess.run([sys.executable, "-c", given], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["(0.0,", "0.0)", "(3.0,", "0.0)"]
+
+
+def test_reversible_source_functions_call_each_other_and_locate_errors():
+    inner, outer = rvm.reversible.source('''
+        @rvm.reversible
+        def inner(out: float, a: Array[float], i: int):
+            out += a[i] * 2.0
+
+        def outer(out: float, a: Array[float], i: int):
+            inner(out, a, i)
+        ''', {"rvm": rvm, "Array": rvm.Array})
+    assert outer(0.0, [1.0, 4.0], 1)[0] == 8.0
+    assert np.array_equal(rvm.grad(outer)(0.0, [1.0, 4.0], 1)[1], [0.0, 2.0])
+    with pytest.raises(rvm.InvertibilityError,
+                       match=r"<rvm.reversible.source \d+>:4: a\[i\]: i = 5 is outside a"):
+        inner(0.0, [1.0], 5)
+    with pytest.raises(rvm.CompileError, match="defines no function"):
+        rvm.reversible.source("x = 1")

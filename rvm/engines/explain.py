@@ -214,7 +214,8 @@ def _bounds(fn: Function, ins, line: int, path: str, R: list) -> str | None:
             break
     named = names_at(fn, line).get(index) if isinstance(index, Reg) else None
     shown = f"{named} = {value!r}" if named and expr in (None, named) else \
-        f"the index {expr} = {value!r}" if expr else f"the index {value!r}"
+        f"the index {expr} = {value!r}" if expr and expr != repr(value) else \
+        f"the index {value!r}"
     if len(regs) == 1:
         where = f"{name} (length {R[fn.slot(length)]})"
     else:

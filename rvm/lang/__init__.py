@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import ast
 import builtins
+import collections
 import contextlib
 import importlib
 import inspect
+import itertools
 import linecache
 import sys
 import textwrap
@@ -153,10 +155,13 @@ class ReversibleFunction:
         try:
             lines, start = inspect.getsourcelines(self.pyfunc)
         except (OSError, TypeError):
-            raise CompileError(f"cannot read the source of {self.pyfunc.__name__}: "
-                               "@rvm.reversible needs functions defined in a file (or a "
-                               "notebook cell), not typed at the interactive prompt",
-                               "<unknown>", 1, 1) from None
+            name = self.pyfunc.__name__
+            raise CompileError(f"cannot read the source of {name}: @rvm.reversible reads "
+                               "a function's text, which Python keeps for files and "
+                               "notebook cells but not for the interactive prompt or "
+                               "`python -c`", "<unknown>", 1, 1,
+                               hint=f'there, give the text: {name} = rvm.reversible.source('
+                               f'"""def {name}(...): ...""")') from None
         file = inspect.getsourcefile(self.pyfunc) or "<string>"
         text = "".join(lines)
         indent = len(text) - len(text.lstrip(" "))
@@ -354,6 +359,39 @@ def _given(value, sig: tuple) -> str:
 def reversible(pyfunc) -> ReversibleFunction:
     """Decorator: compile a function of the reversible Python subset for the rvm VM."""
     return ReversibleFunction(pyfunc)
+
+
+_TEXTS = itertools.count(1)
+
+
+def from_source(text: str, env: dict | None = None):
+    """`rvm.reversible.source(text)`: the reversible function defined by `text` (a `def`,
+    with or without its decorator), or a tuple of them if it defines several, for where
+    Python keeps no source to read: the interactive prompt, `python -c`, exec'd strings.
+    Names in the text (other reversible functions, constants, math) are looked up in the
+    other functions of the text, then `env` (default: the caller's globals)."""
+    if not isinstance(text, str):
+        raise TypeError(f"rvm.reversible.source takes the text of a function, got "
+                        f"{type(text).__name__}")
+    text = textwrap.dedent(text)
+    file = f"<rvm.reversible.source {next(_TEXTS)}>"
+    lines = text.splitlines(keepends=True)
+    linecache.cache[file] = (len(text), None, lines, file)    # for messages and listings
+    tree = parse(text, file)
+    scope = collections.ChainMap({}, sys._getframe(1).f_globals if env is None else env)
+    functions = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            rf = ReversibleFunction(node=node, source=Source(file, lines), env=scope)
+            scope.maps[0][node.name] = rf
+            functions.append(rf)
+    if not functions:
+        raise CompileError("rvm.reversible.source: the text defines no function", file, 1,
+                           1, hint="give the whole `def f(...):` with its body")
+    return functions[0] if len(functions) == 1 else tuple(functions)
+
+
+reversible.source = from_source
 
 
 def compile_file(path: str, transforms: dict | None = None) -> Program:
