@@ -115,7 +115,7 @@ def pin(cores: int) -> None:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("case", nargs="?")
+    ap.add_argument("case", nargs="?", help="a comparison, or several separated by commas")
     ap.add_argument("--size", default="quick", choices=["quick", "full"])
     ap.add_argument("--cores", type=int, default=0)
     ap.add_argument("--rounds", type=int, default=3)
@@ -128,7 +128,8 @@ def main():
                           "peak_mb": memory(args.memory[0], int(args.memory[1]))}))
         return
     try:
-        out = run_case(args.case, args.size, args.cores, args.rounds, args.budget)
+        out = [t for case in args.case.split(",")
+               for t in run_case(case, args.size, args.cores, args.rounds, args.budget)]
     except Exception:
         traceback.print_exc()
         sys.exit(1)

@@ -201,14 +201,20 @@ def main():
     budget = args.budget or (0.01 if args.quick else 0.3)
     t0 = time.perf_counter()
     tables = []
-    for case in args.cases:
-        for cores in ([1, 0] if case in MULTICORE else [1]):
-            got = measure(case, size, cores, rounds, budget)
-            for t in got:
-                print(f"{t['title']} ({'1 core' if cores == 1 else 'default'}): " + ", ".join(
-                    f"{r['peer']} {r.get('skip') or fmt_time(r['min_s'])}"
-                    for r in t["rows"]), flush=True)
-            tables += got
+    runs = [(case, cores) for case in args.cases
+            for cores in ([1, 0] if case in MULTICORE else [1])]
+    if args.quick:          # tiny inputs: one process per core setting, to start faster
+        runs = [(",".join(c for c in args.cases if k == 1 or c in MULTICORE), k)
+                for k in (1, 0)]
+    for case, cores in runs:
+        if not case:
+            continue
+        got = measure(case, size, cores, rounds, budget)
+        for t in got:
+            print(f"{t['title']} ({'1 core' if cores == 1 else 'default'}): " + ", ".join(
+                f"{r['peer']} {r.get('skip') or fmt_time(r['min_s'])}"
+                for r in t["rows"]), flush=True)
+        tables += got
     mem = {}
     if args.merge:
         old = json.loads(pathlib.Path(args.merge).read_text())
