@@ -292,9 +292,6 @@ def _x(dbg: Debugger, rest: str) -> str:
                      for k, (i, f) in enumerate(zip(ints, floats)))
 
 
-INFO = ("registers", "breakpoints", "watchpoints", "display", "frame", "locals", "args")
-
-
 @command("info", help="info registers [all]|breakpoints|watchpoints|display|frame|locals|"
          "args")
 def _info(dbg: Debugger, rest: str) -> str:

@@ -39,6 +39,8 @@ COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
 COMMANDS: dict[str, Callable[[Debugger, str], str]] = {}
 ALIASES: dict[str, str] = {}
 HELP: dict[str, str] = {}
+# what `info` shows (for the command and for Tab completion)
+INFO = ("registers", "breakpoints", "watchpoints", "display", "frame", "locals", "args")
 
 
 class CommandError(Exception):

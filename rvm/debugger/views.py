@@ -16,7 +16,7 @@ import numpy as np
 from ..core import isa
 from ..formats.assembly import format_instruction
 from ..formats.bytecode import printable
-from .core import fmt
+from .core import INFO, fmt
 
 Lines = list[tuple[str, str]]      # (text, style): style "" | "current" | "changed" | "dim"
 
@@ -362,7 +362,6 @@ def completions(dbg, before: str, text: str) -> list[str]:
     elif kind == "frame":
         names = {str(k) for k in range(len(dbg.m.stack))}
     elif kind == "info":
-        from .commands import INFO
         names = set(INFO)
     elif kind == "info-more":
         names = {"all"} if words[1:2] == ["registers"] else set()
