@@ -266,3 +266,35 @@ def test_reversible_source_functions_call_each_other_and_locate_errors():
         inner(0.0, [1.0], 5)
     with pytest.raises(rvm.CompileError, match="defines no function"):
         rvm.reversible.source("x = 1")
+
+
+# 12, 13. what the docs say about lists, tol and rvm.adjoint, and that it holds
+
+
+def test_docs_say_one_thing_about_lists_and_explain_tol():
+    text = (ROOT / "docs" / "gradients.md").read_text()
+    assert "Python lists are refused" not in text and "lists are refused" not in text
+    assert "np.asarray(x, float)" in text
+    assert "**The tolerance, `tol`.**" in text and "loosens only these zero checks" in text
+    assert "Pass the arguments' **initial** values" in text
+
+
+def test_tol_loosens_zero_checks_only_and_adjoint_takes_initial_values():
+    # an ancilla that comes back to -1e-7, not 0: refused at the default tol (1e-8)
+    f = rvm.reversible.source('''
+        def f(out: float, x: float):
+            with ancilla(t=0.0):
+                t += x * 1e-7
+                out += t
+                t -= x * 1e-7 * 2.0
+        ''', {"ancilla": rvm.ancilla})
+    with pytest.raises(rvm.InvertibilityError, match="ancilla `t`"):
+        f(0.0, 1.0)
+    assert f(0.0, 1.0, tol=1e-6)[0] == pytest.approx(1e-7)
+    # rvm.adjoint of out += x*x*y at the initial values (0, 2, 3): J^T ybar, inputs back
+    h = rvm.reversible.source('''
+        def h(out: float, x: float, y: float):
+            out += x * x * y
+        ''', {})
+    back = rvm.adjoint(h)(0.0, 2.0, 3.0, 1.0, 0.0, 0.0)
+    assert back[:3] == (0.0, 2.0, 3.0) and back[3:] == (1.0, 12.0, 4.0)
