@@ -470,7 +470,7 @@ def test_repeated_native_calls_with_arrays_go_straight_to_native_code():
     e = rvm.grad(scatter_add, loss=(0, 2), engine="native")(out, idx, vals, 0.25)
     np.testing.assert_array_equal(e[2], [2.0, 0.0, 0.0])
     bad = np.array([2, 7, 3])
-    with pytest.raises(rvm.RvmError, match=r"out\[idx\[k\]\]: the index idx\[k\] = 7 is outside out"):
+    with pytest.raises(rvm.RvmError, match=r"the index idx\[k\] = 7 is outside out"):
         scatter_add(out, bad, vals, 0.25, engine="native")
     with pytest.raises(rvm.RvmError, match="is outside out"):
         g(out, bad, vals, 0.25)
