@@ -449,3 +449,44 @@ def test_random_programs_report_an_exhausted_budget_backwards_as_the_interpreter
                 outcomes.append((type(e).__name__, str(e), e.function, e.index, m.steps,
                                  [(f.fn.name, f.state) for f in m.stack]))
         assert outcomes[0] == outcomes[1], (seed, budget)
+
+
+# a loop whose block calls spin twice and uncalls it twice (its own loops of 10 passes)
+SPIN_TWICE = SPIN + """
+.func twice(f0, f1, r0)
+top:    CF.NE  r0, 0, back
+        ADD    f0, 1.0
+        INC    r0
+        ADD    f3, 10.0
+        CALL   spin, f2, f3, r2
+        ADD    f5, 10.0
+        CALL   spin, f4, f5, r4
+        UNCALL spin, f4, f5, r4
+        SUB    f5, 10.0
+        UNCALL spin, f2, f3, r2
+        SUB    f3, 10.0
+exitbr: BR.GE  f0, f1, done
+back:   JMP    top
+done:   CF     exitbr
+.end
+"""
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "uncall"])
+def test_an_exhausted_budget_in_one_of_a_blocks_calls_of_a_function_is_reported_from_native_code(
+        backward, monkeypatch):
+    p = rvm.assemble(SPIN_TWICE)
+    args = (1e6, 1e6, 10**6) if backward else (0.0, 1e6, 0)
+    for budget in range(1_000, 1_300, 7):     # (in each of the four calls, and between)
+        errors = []
+        for engine in ("interp", "native"):
+            taken = steps_stepped(monkeypatch)
+            m = Machine(p, engine=engine, max_steps=budget)
+            m.enter("twice", *args, backward=backward)
+            with pytest.raises(rvm.MachineError) as e:
+                m.run()
+            monkeypatch.undo()
+            errors.append((str(e.value), e.value.function, e.value.index, m.steps,
+                           [(f.fn.name, f.state, f.R) for f in m.stack]))
+        assert errors[0] == errors[1], budget
+        assert "step budget of" in errors[1][0] and sum(taken) < 100, (budget, taken)

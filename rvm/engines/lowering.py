@@ -108,6 +108,7 @@ class Lowering:
         self.later = None           # a counted loop's flag: a float was not finite (for_)
         self.counting = 0           # lowering a counted loop's passes
         self.case = 0               # the block lowered (a function of one block: 0)
+        self.sites: dict = {}       # (block, callee) -> its calls lowered with a record
         self.fault_block, self.full_block = self.exit(FAULT), self.exit(FULL)
         self.budget_block, self.interrupt_block = self.exit(BUDGET), self.exit(INTERRUPT)
         self.passed = self.exit(None)          # a callee's fault: return, its code kept
@@ -478,8 +479,9 @@ class Lowering:
     def record(self, kind: int, block: int, arg) -> None:
         """Append a checkpoint record to the chain above the heap top (when it fits):
         CHECKPOINT, crc32 of the function's name, the kind (AT_BACK_EDGE: the block the
-        edge goes to and the budget left, < 0; AT_CALL: the block of the call and crc32
-        of the callee's name), the number of registers, then (crc32 of its name, its bits)
+        edge goes to and the budget left, < 0; AT_CALL: the block of the call, and crc32
+        of the callee's name plus 2^32 times the number of the block's calls of it
+        before this one), the number of registers, then (crc32 of its name, its bits)
         for each register (and, in a gradient mode, each float register's shadow)."""
         b, t = self.b, self.t
         regs = sorted(n for n in self.vars if FRAME_REGISTER.fullmatch(n))
@@ -616,8 +618,13 @@ class Lowering:
             with b.goto_block(other):
                 budget = b.icmp_signed("==", b.load(self.flag), t.i64(BUDGET))
                 b.cbranch(budget, site, self.passed)
+            # which of the block's calls of this callee (in the order of the code: a
+            # counted loop's copy of its block records nothing), in the bits above the
+            # callee's crc32
+            nth = self.sites.get((self.case, value.func.id), 0)
+            self.sites[self.case, value.func.id] = nth + 1
             with b.goto_block(site):
-                self.record(AT_CALL, self.case, t.i64(_crc(value.func.id)))
+                self.record(AT_CALL, self.case, t.i64(_crc(value.func.id) | nth << 32))
                 b.branch(self.passed)
         else:
             self.guard(failed, self.passed)

@@ -528,21 +528,20 @@ class Machine:
                 state = 2 * n
             elif not 0 <= block < len(leaders):
                 return None
-            elif kind == AT_CALL:   # the one call in the block of the callee named
+            elif kind == AT_CALL:   # the block's nth call of the callee named
                 stop = leaders[block + 1] if block + 1 < len(leaders) else n
-                site = None
+                sites = []
                 for i in range(leaders[block], stop):
                     if code[i].op not in isa.CALLS:
                         continue
                     callee = self.program.functions[code[i].args[0].name]
                     d = 1 if code[i].op == "CALL" else -1     # (native code's own)
                     wanted = ("g" if grad else "") + ("fw" if d > 0 else "bw")
-                    if _crc(self._compiled.name(callee.name, wanted)) == arg:
-                        if site is not None:
-                            return None
-                        site, inner, inner_e = i, callee, d
-                if site is None:
+                    if _crc(self._compiled.name(callee.name, wanted)) == arg & 0xFFFFFFFF:
+                        sites.append((i, callee, d))
+                if not 0 <= arg >> 32 < len(sites):
                     return None
+                site, inner, inner_e = sites[arg >> 32]
                 # the block's steps were charged on entry to it: those after the call,
                 # and the call's return, are not taken yet
                 owed += closures_cost(code[site + 1:stop]) + 1
