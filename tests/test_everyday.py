@@ -203,6 +203,24 @@ def test_lists_and_int_arrays_convert_for_array_float(prog):
         g(0.0, [[1, 2]], 0)
 
 
+def test_derivatives_convert_lists_and_int_arrays_as_calls_do(tmp_path):
+    (tmp_path / "sq.py").write_text(textwrap.dedent("""
+        from rvm import Array, reversible
+
+
+        @reversible
+        def sq(out: float, a: Array[float]):
+            for i in range(len(a)):
+                out += a[i] * a[i]
+    """))
+    f = rvm.load(tmp_path / "sq.py")["sq"]
+    for a in ([1, 2], np.array([1, 2]), [1.0, 2.0]):
+        values, dots = rvm.jvp(f, (0.0, a), (0.0, [1.0, 0.0]))
+        assert values[0] == 5.0 and dots[0] == 2.0
+        np.testing.assert_array_equal(rvm.hessian(f)(0.0, a), np.diag([0.0, 2.0, 2.0]))
+        np.testing.assert_array_equal(rvm.hvp(f, (0.0, a), (1.0, [1.0, 0.0]))[1], [2.0, 0.0])
+
+
 # 6. the trace and the control-flow view in source and .alias names
 
 SQ = ".func sq(f0, f1)\n.alias out f0\n.alias x f1\n        ADD.mul out, x, x\n.end\n"

@@ -18,7 +18,7 @@ import numpy as np
 from ..core import isa
 from ..core.errors import InvertibilityError, UsageError, user_facing
 from ..core.program import Program
-from ..engines.arguments import call_kind, first_row
+from ..engines.arguments import call_kind, convert, declared_float_arrays, first_row
 from ..engines.machine import PerThread, machine_for
 from . import transforms
 from .gradient import loss_index, target, with_inverse
@@ -49,6 +49,17 @@ def arity(fn, args) -> int:
         k += 1 + (a.ndim if isinstance(a, np.ndarray) else 0)
         count += 1
     return count if args else len(params)
+
+
+def as_bound(f, args) -> tuple:
+    """f's arguments as a call binds them (rvm.engines.arguments): lists as arrays, numpy
+    scalars as scalars, and an integer array where f declares floats as a float array."""
+    name = getattr(f, "name", "f")
+    args = tuple(convert(a, n, name) for n, a in enumerate(args))
+    if isinstance(f, Transformed) or not any(
+            isinstance(a, np.ndarray) and a.dtype.kind in "iu" for a in args):
+        return args
+    return declared_float_arrays(_program_of(f, args), args)
 
 
 def float_arguments(fn, args) -> list[int]:
@@ -227,6 +238,8 @@ def _checked_tangents(tangents, floats: list[int], n: int, what: str) -> list:
                 raise UsageError(f"{what}: argument {k} is an integer; its tangent must "
                                  "be None")
         else:
+            if isinstance(t, (list, tuple)):        # as numpy converts it
+                t = np.asarray(t, dtype=np.float64)
             out.append(0.0 if t is None else t if isinstance(t, (np.ndarray, complex))
                        else float(t))
     return out
@@ -251,7 +264,7 @@ def jvp(f, primals: Sequence, tangents: Sequence, **options) -> tuple[tuple, tup
     """(values, tangents_out): f's final values and J @ tangents, by running f's tangent
     program. One entry per argument, None as the tangent of an integer (JAX's jvp);
     arrays as arrays."""
-    primals = tuple(a.item() if isinstance(a, np.generic) else a for a in primals)
+    primals = as_bound(f, primals)
     floats, n = float_arguments(f, primals), len(primals)
     dots = _checked_tangents(tuple(tangents), floats, n, "jvp")
     dots = [complex(t) if isinstance(primals[k], complex) else t for k, t in zip(floats, dots)]
@@ -273,7 +286,7 @@ def hvp(f, primals: Sequence, tangents: Sequence, loss=0, **options) -> tuple:
 
 
 def _hvp(f, primals: Sequence, tangents: Sequence, loss, options: dict) -> tuple:
-    primals, tangents = tuple(primals), tuple(tangents)
+    primals, tangents = as_bound(f, primals), tuple(tangents)
     _real_only(primals, "hvp")
     try:          # a plan for these argument types: the machine and entry of an earlier call
         key = (_identity(f), call_kind(primals), tuple(t is None for t in tangents), loss,
@@ -370,6 +383,7 @@ def hessian(f, loss=0, wrt: Sequence | None = None, **options) -> Callable[..., 
     by `wrt` (indices or names; default: all float arguments; an array contributes all its
     elements in order) as a 2-D array, one Hessian-vector product per column."""
     def run(*args) -> np.ndarray:
+        args = as_bound(f, args)
         _real_only(args, "hessian")
         floats, n = float_arguments(f, args), len(args)
         cols = floats if wrt is None else [_position(f, args, w) for w in wrt]

@@ -268,6 +268,21 @@ def bind(machine, fn, args, names: list[str] | None = None) -> tuple[list, list[
     return values, bindings
 
 
+def declared_float_arrays(fn, args) -> tuple:
+    """args with each integer array that fn declares as floats converted as
+    np.asarray(a, float) converts it (as bind does)."""
+    out, k = [], 0
+    for a in args:
+        if isinstance(a, np.ndarray):
+            if a.dtype.kind in "iu" and _declared(fn, fn.params[k:k + 1 + a.ndim]) == isa.FLOAT:
+                a = a.astype(np.float64)
+            k += 1 + a.ndim
+        else:
+            k += 2 if isinstance(a, complex) else 1
+        out.append(a)
+    return tuple(out)
+
+
 def _declared(fn, regs) -> str:
     """The element class the source declares for an array parameter in these registers
     (its debug symbol's), or "" when none is known (assembly)."""
