@@ -490,3 +490,50 @@ def test_an_exhausted_budget_in_one_of_a_blocks_calls_of_a_function_is_reported_
                            [(f.fn.name, f.state, f.R) for f in m.stack]))
         assert errors[0] == errors[1], budget
         assert "step budget of" in errors[1][0] and sum(taken) < 100, (budget, taken)
+
+
+# a counted loop (r3 up to r0) whose passes call and uncall spin (a loop of 10 passes)
+COUNTED_CALLS = SPIN + """
+.func outer(r0, f0)
+top:    CF.NE  r3, 0, back
+        ADD    f3, 10.0
+        CALL   spin, f2, f3, r2
+        ADD    f0, f2
+        UNCALL spin, f2, f3, r2
+        SUB    f3, 10.0
+        INC    r3
+exitbr: BR.EQ  r3, r0, done
+back:   JMP    top
+done:   CF     exitbr
+        SUB    r3, r0
+.end
+"""
+
+
+@pytest.mark.parametrize("how", ["forward", "uncall", "grad"])
+def test_an_exhausted_budget_in_a_counted_loops_callee_is_reported_from_native_code(
+        how, monkeypatch):
+    """A counted loop charges all its passes up front, so native code runs a loop that
+    calls a function whose budget can run out midway as the general loop: the callee
+    runs out where the interpreter's run does, and the loop's frame joins its record."""
+    p = rvm.assemble(COUNTED_CALLS)
+    # 100 passes of about 110 steps: the loop's own 800 fit every budget here, and it is
+    # a counted loop in the machine code unless it calls such a function
+    args = (100, 0.0) if how == "forward" else (100, 1000.0)
+    for budget in [*range(1_000, 1_400, 7), 5_003]:
+        errors = []
+        for engine in ("interp", "native"):
+            taken = steps_stepped(monkeypatch)
+            m = Machine(p, engine=engine, max_steps=budget)
+            m.enter("outer", *args, backward=how != "forward")
+            if how == "grad":       # (f0's shadow seeded)
+                m.set_grad(True)
+                fn = m.stack[0].fn
+                m.stack[0].G[fn.slot(fn.params[1])] = 1.0
+            with pytest.raises(rvm.MachineError) as e:
+                m.run()
+            monkeypatch.undo()
+            errors.append((str(e.value), e.value.function, e.value.index, m.steps,
+                           [(f.fn.name, f.state, f.R, f.G) for f in m.stack]))
+        assert errors[0] == errors[1], budget
+        assert "step budget of" in errors[1][0] and sum(taken) < 100, (budget, taken)

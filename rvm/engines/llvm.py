@@ -53,6 +53,7 @@ from .lowering import (
     guard,
     loop_over,
     returns_of,
+    running_out,
 )
 from .templates import Fault
 
@@ -618,7 +619,7 @@ def _module(nodes: list, tol: float, fused: dict, batches: dict, runs: bool,
     shared = half[1] if half else set()
 
     def declare(types, signature, suffix: str, wanted) -> dict:
-        functions: dict = {"TOL": tol}
+        functions: dict = {"TOL": tol, "RUN_OUT": run_out}
         for node in nodes:
             if node.name in wanted:
                 ftype, params, returns = signature(ir, types, node)
@@ -630,6 +631,7 @@ def _module(nodes: list, tol: float, fused: dict, batches: dict, runs: bool,
                 functions[node.name] = (f, params, returns)
         return functions
     calls = calls_of(nodes)
+    run_out = running_out(nodes, calls)     # (their callers' loops are not counted ones)
     # the functions the entries run (all of them when each has its own entry)
     needed = set(calls) if runs else callees(calls, {
         f for entry in (*fused.values(), *batches.values()) for f in entry

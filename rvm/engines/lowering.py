@@ -351,7 +351,16 @@ class Lowering:
         """`if _exact(c): <a counted loop> else: <the general loop>` (rvm.engines.compiled:
         counted loops): c is the loop's entry test, over ints, in Python's unbounded
         arithmetic; here each +, - and * is checked for overflow, and one that overflows
-        makes c false (the general loop then runs, which checks every pass)."""
+        makes c false (the general loop then runs, which checks every pass). A loop that
+        calls a function whose budget can run out midway is the general loop alone: the
+        counted loop charges every pass up front, so such a callee would run out early,
+        and with no record of the pass (see call); beside the call, a pass's tests cost
+        little."""
+        if type(self) is Lowering and any(
+                isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and
+                c.func.id in self.functions.get("RUN_OUT", ()) for c in ast.walk(s)):
+            self.body(s.orelse)
+            return
         b = self.b
         then, other = (self.fn.append_basic_block() for _ in range(2))
         test = s.test.args[0]
@@ -985,3 +994,14 @@ def callees(calls: dict, roots) -> set:
             seen.add(name)
             work += calls[name]
     return seen
+
+
+def running_out(nodes: list, calls: dict) -> frozenset:
+    """The generated functions whose step budget can run out midway: those with a budget
+    test at a back edge (beside the one at their end), and their callers."""
+    def tests(node) -> int:
+        return sum(isinstance(s, ast.If) and is_raise(s.body) and _raises_budget(s.body)
+                   for s in ast.walk(node))
+    looping = {n.name for n in nodes if tests(n) > 1}
+    return frozenset(n.name for n in nodes if callees(calls, calls[n.name]) & looping)  \
+        | looping
