@@ -47,7 +47,7 @@ def test_quick_bench_covers_every_comparison_with_rvm_first(quick):
     ones = [t["title"] for t in result["tables"] if t["cores"] == 1]
     assert len(ones) >= 6
     for t in result["tables"]:
-        if t["cores"] != 1 and t["case"] == "bessel-batch":
+        if t["cores"] != 1 and t["case"] in ("bessel-batch", "ba"):
             assert any("prange" in r["peer"] for r in t["rows"])
     assert "### Summary" in md and "rvm ÷ peer" in md
 
@@ -67,3 +67,9 @@ def test_every_peer_agrees_with_rvm(quick, lib):
             assert r["agrees"], (t["title"], r["peer"], r["max_abs_diff"])
             seen += 1
     assert seen >= 2
+    if lib == "numba":      # BA's hand-written Jacobian: serial on one core, prange beside
+        for t in result["tables"]:      # rvm's multi-core row
+            if t["case"] == "ba":
+                names = [r["peer"] for r in t["rows"] if library(r["peer"]) == "numba"]
+                assert any("serial" in n for n in names), (t["title"], t["cores"], names)
+                assert t["cores"] == 1 or any("prange" in n for n in names), names

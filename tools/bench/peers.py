@@ -560,6 +560,16 @@ def ba_jax(data, how):
     return run, _flat(r["reproj_err"], r["J"]["vals"])
 
 
+def ba_numba(data, parallel):
+    """The Jacobian by hand in numba, forward mode as jacfwd (tools/bench/ba_numba.py):
+    serial, or prange over the observations; assembled as rvm's and JAX's."""
+    _numba()
+    import ba_numba as bn
+    run = lambda: bn.jacobian(data, parallel)
+    r = run()
+    return run, _flat(r["reproj_err"], r["J"]["vals"])
+
+
 def case_ba(size, cores):
     import ba
     from bench_adbench import ba_input
@@ -573,9 +583,14 @@ def case_ba(size, cores):
         r = ba.jacobian(data, engine="native")
         peers = [Peer("rvm (rvm.vmap of rvm.jacobian)",
                       lambda data=data: ba.jacobian(data, engine="native"),
-                      _flat(r["reproj_err"], r["J"]["vals"]), "forward",
-                      extra={"observations": len(data["w"])})]
+                      _flat(r["reproj_err"], r["J"]["vals"]), "reverse",   # a gradient
+                      extra={"observations": len(data["w"])})]          # pass per residual
         tol = (1e-9, 1e-12)
+        peers.append(_try("numba forward mode by hand (jacfwd's algorithm), serial",
+                          "forward, by hand", lambda data=data: ba_numba(data, False), tol))
+        if cores != 1:
+            peers.append(_try("numba forward mode by hand (jacfwd's algorithm), prange",
+                              "forward, by hand", lambda data=data: ba_numba(data, True), tol))
         peers.append(_try("JAX jit(vmap(jacfwd)) (published)", "forward",
                           lambda data=data: ba_jax(data, "jacfwd"), tol))
         peers.append(_try("JAX jit(vmap(jacrev))", "reverse",

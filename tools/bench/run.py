@@ -150,15 +150,37 @@ def summary(tables: list) -> list[str]:
     return out
 
 
+def merge_note(merged: dict | None) -> str:
+    """Which comparisons came from which --merge run (the latest first, then the earlier
+    merges its input came from), and that the others are from a full run."""
+    chain = []
+    while merged:
+        chain.append(merged["cases"])
+        merged = merged.get("earlier")
+    if not chain:
+        return ""
+    seen, parts = set(), []
+    for i, cases in enumerate(chain):
+        new = [c for c in cases if c not in seen]
+        seen |= set(cases)
+        if new and i == 0:
+            parts.append(f"The {', '.join(new)} comparisons are from that command with "
+                         f"`--cases {' '.join(cases)} --merge`")
+        elif new:
+            parts.append(f"the {', '.join(new)} ones from an earlier "
+                         f"`--cases {' '.join(cases)} --merge`")
+    parts.append("the others from a full run just before it" if len(chain) == 1 else
+                 "the others from a full run before those")
+    return " " + ", ".join(parts) + "."
+
+
 def render(result: dict) -> str:
     m = result["machine"]
     cmd = "python tools/bench/run.py" + (" --quick" if result["size"] == "quick" else "")
     out = [f"Measured with `{cmd}` on {m['cpu']} ({m['cores']} cores; Python {m['python']}, "
            f"numpy {m['numpy']}, numba {m['numba']}, JAX {m['jax']}, PyTorch {m['torch']}), "
            f"{result['rounds']} rounds, alternating tools; {result['seconds']:.0f} s in all."
-           + (f" The {', '.join(result['merged']['cases'])} comparisons are from that "
-              f"command with `--cases {' '.join(result['merged']['cases'])} --merge`, the "
-              "others from a full run just before it." if result.get("merged") else ""),
+           + merge_note(result.get("merged")),
            "**rvm ÷ peer** is rvm's time over the peer's (minimum over the rounds): below 1, "
            "rvm is faster.", "", "### Summary", ""] + summary(result["tables"]) + [""]
     titles = list(dict.fromkeys(t["title"] for t in result["tables"]))
@@ -229,7 +251,8 @@ def main():
     result = {"size": size, "rounds": rounds, "budget_s": budget, "machine": machine(),
               "seconds": time.perf_counter() - t0, "tables": tables, "memory": mem}
     if args.merge:
-        result["merged"] = {"cases": args.cases, "from": args.merge}
+        result["merged"] = {"cases": args.cases, "from": args.merge,
+                            "earlier": old.get("merged")}
     publish(result, args)
 
 
