@@ -47,11 +47,11 @@ from .lowering import (
     Lowering,
     Types,
     Unsupported,
-    _crc,
     callees,
     calls_of,
     guard,
     loop_over,
+    name_id,
     returns_of,
     running_out,
 )
@@ -480,13 +480,13 @@ def _end_checkpoint(b, t: Types, function: str, S, H, cap, out, names: list[str]
                      b.icmp_unsigned("!=", b.ptrtoint(H, t.i64), t.i64(0))), write, done)
     b.position_at_end(write)
     cell = lambda k: b.gep(H, [b.add(top, t.i64(k))])
-    for k, v in enumerate([CHECKPOINT, _crc(function), AT_END, -1]):
+    for k, v in enumerate([CHECKPOINT, name_id(function), AT_END, -1]):
         b.store(t.i64(v), cell(k))
     b.store(b.load(b.gep(S, [t.i64(1)])), cell(4))
     b.store(t.i64(len(names)), cell(5))
     for k, name in enumerate(names):
         v = b.extract_value(out, k)
-        b.store(t.i64(_crc(name)), cell(RECORD + 2 * k))
+        b.store(t.i64(name_id(name)), cell(RECORD + 2 * k))
         b.store(b.bitcast(v, t.i64) if v.type == t.f64 else v, cell(RECORD + 1 + 2 * k))
     b.branch(done)
     b.position_at_end(done)

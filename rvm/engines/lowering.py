@@ -516,13 +516,13 @@ class Lowering:
         store = self.fn.append_basic_block()
         b.cbranch(b.icmp_signed(">=", room, t.i64(size)), store, done)
         b.position_at_end(store)
-        for k, v in enumerate([CHECKPOINT, _crc(self.node.name), kind, block]):
+        for k, v in enumerate([CHECKPOINT, name_id(self.node.name), kind, block]):
             b.store(t.i64(v), cell(k))
         b.store(arg, cell(4))
         b.store(t.i64(len(regs)), cell(5))
         for k, name in enumerate(regs):
             v = b.load(self.vars[name])
-            b.store(t.i64(_crc(name)), cell(RECORD + 2 * k))
+            b.store(t.i64(name_id(name)), cell(RECORD + 2 * k))
             b.store(b.bitcast(v, t.i64) if v.type == t.f64 else v, cell(RECORD + 1 + 2 * k))
         b.branch(done)
         b.position_at_end(done)
@@ -633,7 +633,7 @@ class Lowering:
             nth = self.sites.get((self.case, value.func.id), 0)
             self.sites[self.case, value.func.id] = nth + 1
             with b.goto_block(site):
-                self.record(AT_CALL, self.case, t.i64(_crc(value.func.id) | nth << 32))
+                self.record(AT_CALL, self.case, t.i64(name_id(value.func.id) | nth << 32))
                 b.branch(self.passed)
         else:
             self.guard(failed, self.passed)
@@ -947,7 +947,8 @@ RECORD = 6                          # its cells before the registers
 FRAME_REGISTER = re.compile(r"(?:[rf]|gf)\d+")    # what a record keeps: registers, shadows
 
 
-def _crc(name: str) -> int:
+def name_id(name: str) -> int:
+    """A generated function's or register's name as the number a checkpoint record holds."""
     import zlib
     return zlib.crc32(name.encode())
 

@@ -476,7 +476,7 @@ class Machine:
         are the inverse's, mapped back onto the function's own. A float register holding
         -0.0 is not taken (native code may hold a heap cell's -0.0 where the interpreter
         holds 0.0); a shadow may (no branch reads one)."""
-        from .lowering import AT_BACK_EDGE, AT_CALL, AT_END, CHECKPOINT, RECORD, _crc
+        from .lowering import AT_BACK_EDGE, AT_CALL, AT_END, CHECKPOINT, RECORD, name_id
         heap, fr = self.__dict__.get("_native_heap"), self.stack[0]
         if heap is None or heap[0] is not self._buf or len(self.stack) != 1:
             return None
@@ -498,7 +498,7 @@ class Machine:
         fn, e, owed = fr.fn, fr.dir * direction, 0
         for k, (name, kind, block, arg, found) in enumerate(reversed(records)):
             mode = ("g" if grad else "") + ("fw" if e > 0 else "bw")
-            if name != _crc(self._compiled.name(fn.name, mode)):
+            if name != name_id(self._compiled.name(fn.name, mode)):
                 return None
             R = [0] * fn.n_int + [0.0] * fn.n_float
             G = [0.0] * len(R) if grad else None
@@ -510,13 +510,13 @@ class Machine:
                 regs = fn.registers
             for r in regs:
                 reg = f"{'r' if r.cls == isa.INT else 'f'}{r.n}"
-                bits = found.get(_crc(reg))
+                bits = found.get(name_id(reg))
                 if bits is None or (r.cls == isa.FLOAT and bits == -(1 << 63)):  # -0.0
                     return None
                 R[fn.slot(r)] = bits if r.cls == isa.INT else \
                     np.int64(bits).view(np.float64).item()
                 if grad and r.cls == isa.FLOAT:
-                    bits = found.get(_crc("g" + reg))
+                    bits = found.get(name_id("g" + reg))
                     if bits is None:
                         return None
                     G[fn.slot(r)] = np.int64(bits).view(np.float64).item()
@@ -537,7 +537,7 @@ class Machine:
                     callee = self.program.functions[code[i].args[0].name]
                     d = 1 if code[i].op == "CALL" else -1     # (native code's own)
                     wanted = ("g" if grad else "") + ("fw" if d > 0 else "bw")
-                    if _crc(self._compiled.name(callee.name, wanted)) == arg & 0xFFFFFFFF:
+                    if name_id(self._compiled.name(callee.name, wanted)) == arg & 0xFFFFFFFF:
                         sites.append((i, callee, d))
                 if not 0 <= arg >> 32 < len(sites):
                     return None
