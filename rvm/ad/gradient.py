@@ -17,6 +17,7 @@ from ..core.errors import InvertibilityError, MachineError, UsageError, user_fac
 from ..core.inverse import inverse_function
 from ..core.program import Function, Program
 from ..engines.arguments import (
+    INT64,
     Binding,
     batch_columns,
     call_kind,
@@ -273,9 +274,12 @@ class _Direct:
                     raise MachineError("heap block left allocated")
                 m.budget = m.max_steps
                 return out, gbw(*a[:h], *out, *a[h + k:])
-        # no conversion needed: floats for float parameters (an int may not fit in int64)
-        exact = [type(a) for a in args] == kinds and int not in kinds
-        convert = coercers(fn.params, fn.name)  # as a general call converts: same errors
+        # arguments of exactly the parameters' kinds need no conversion, only their
+        # integers a range check (an int may not fit in int64); others convert as a
+        # general call converts them: the same values, the same errors
+        exact = [type(a) for a in args] == kinds
+        convert = [k for k, kind in enumerate(kinds) if kind is int] if exact else \
+            coercers(fn.params, fn.name)
         n = len(fn.params)
         if floats == list(range(n)):                      # every parameter is a float
             def scatter(back):
@@ -290,7 +294,7 @@ class _Direct:
         from ..engines import native
         upgrade = [NATIVE_AFTER + 1, m.program] if m.engine == "auto" and \
             not comp.native and native.available else None
-        return both, heap, None if exact else convert, seed, scatter, upgrade
+        return both, heap, (exact, convert), seed, scatter, upgrade
 
     def make_arrays(self, args):
         """Arguments with arrays, on native code: the forward and the gradient functions
@@ -402,8 +406,13 @@ class _Direct:
                 cache["runs"] = max(cache.get("runs", 0), NATIVE_AFTER)
                 del self.plans[key]
         try:
-            if convert is not None:
+            exact, convert = convert
+            if not exact:
                 args = [c(a) for c, a in zip(convert, args)]
+            else:
+                for k in convert:
+                    if not INT64[0] <= args[k] <= INT64[1]:
+                        return None     # the general path reports it
             if key in self.warm:
                 out, back = both(*heap, *args, *seed)
             else:               # the first call may compile: say so if it takes long
