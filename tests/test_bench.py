@@ -73,3 +73,14 @@ def test_every_peer_agrees_with_rvm(quick, lib):
                 names = [r["peer"] for r in t["rows"] if library(r["peer"]) == "numba"]
                 assert any("serial" in n for n in names), (t["title"], t["cores"], names)
                 assert t["cores"] == 1 or any("prange" in n for n in names), names
+
+
+def test_the_performance_page_is_a_page():
+    """docs/performance.md stays a page a user reads (the history lives in
+    performance-notes.md), and the quick run needs no input from outside the repo."""
+    page = (ROOT / "docs" / "performance.md").read_text()
+    assert len(page.splitlines()) <= 250
+    assert "performance-notes.md" in page
+    sys.path.insert(0, str(ROOT / "tools" / "bench"))
+    import peers
+    assert peers.quick_gmm_input().read_text().startswith("2 5 200\n")
