@@ -1119,21 +1119,10 @@ def explain(fn, ins, line: int, path: str, R: list, message: str) -> str | None:
 def _bounds(fn, ins, line: int, R: list, value) -> str | None:
     """An array index out of bounds, in jana's words, naming the array: the compiled
     check is `index >= 0` then `index < length`, the length a register of the array's."""
-    dims = {}
-    for s in fn.symbols:
-        if len(s.regs) > 1 and s.first <= line <= s.last:
-            for k, r in enumerate(s.regs[1:]):
-                dims[r] = (s.name, k, s.regs[1:])
-    index, length = ins.args[0], ins.args[1]
-    if ins.op == "ASSERT.GE":
-        if isinstance(length, Reg) or getattr(length, "value", None) != 0:
-            return None
-        at = next((j for j, x in enumerate(fn.code) if x is ins), None)
-        length = next((x.args[1] for x in fn.code[at + 1:at + 4] if x.op == "ASSERT.LT"
-                       and x.args[0] == index), None) if at is not None else None
-    if not isinstance(length, Reg) or length not in dims:
+    found = _explain.bounds_check(fn, ins, line)
+    if found is None:
         return None
-    name, k, regs = dims[length]
+    index, length, (name, k, regs) = found
     shape = "".join(f"[{R[fn.slot(r)]}]" for r in regs)
     which = "" if len(regs) == 1 else ("first " if k == 0 else "second ")
     return (f"{name}: array {which}index {value(index)} was out of bounds (array size was "
