@@ -543,3 +543,24 @@ def test_a_client_that_goes_away_during_a_long_run_ends_the_server(dap):
     dap.proc.stdin.close()
     assert dap.proc.wait(timeout=10) == 0
     assert time.monotonic() - began < 2.0
+
+
+def test_a_client_that_goes_away_with_a_move_queued_ends_the_server(dap):
+    """A continue that arrives during a long continue waits its turn; when the client then
+    goes away, the run stops and the queued continue does not start a new one."""
+    dap.launch(program=FIB_RASM, args=["1700000", "0", "0"], stopOnEntry=True)
+    dap.request("setBreakpoints", source={"path": FIB_RASM},
+                breakpoints=[{"line": 9, "condition": "r3 < 0"}])     # a slow, long run
+    dap.request("continue", threadId=1)
+    time.sleep(0.5)
+    dap.send("continue", threadId=1)                # queued behind the running continue
+    time.sleep(0.3)
+    began = time.monotonic()
+    dap.proc.stdin.close()
+    try:
+        assert dap.proc.wait(timeout=5) == 0
+    except subprocess.TimeoutExpired:
+        dap.proc.kill()
+        dap.proc.wait()
+        raise AssertionError("rvm dap still runs 5 s after its client went away") from None
+    assert time.monotonic() - began < 2.0

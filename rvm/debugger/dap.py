@@ -12,7 +12,8 @@ Threads: a reader thread parses messages and answers `pause` at once (it sets a 
 core's moves look at between instructions); every other request is handled in order by
 the session's own thread, so the core is only ever touched by one thread. A request that
 arrives during a long `continue` interrupts it, is served, and the run resumes. The end
-of the input (the client went away) ends the session.
+of the input (the client went away) ends the session: the move under way stops, and any
+move still queued stops at once, so the server ends promptly whatever was queued.
 """
 
 from __future__ import annotations
@@ -287,6 +288,7 @@ class Session:
         self.running = False            # a move is under way (in the session's thread)
         self.resumable = False          # ... a continue, which a request may interrupt
         self.pause_requested = False
+        self.gone = False               # the input ended: every move stops at once
         self.service = False            # a request waits for a continue to let it in
         self.finished = False
         self.config_done = False
@@ -333,6 +335,11 @@ class Session:
         reader.start()
         while not self.finished and not self.t.closed:
             msg = self.deferred.pop(0) if self.deferred else self.queue.get()
+            if self.gone and msg is not None and msg["command"] in MOVE_REQUESTS | {
+                    "restart"}:
+                self.fail(msg, f"{msg['command']}: not run: the input ended (the client "
+                          "went away)")
+                continue
             if msg is None:
                 break
             self.handle(msg)
@@ -349,7 +356,7 @@ class Session:
             except (OSError, ValueError):
                 msg = None
             if msg is None:
-                self.pause_requested = True         # stop a run, then end the session
+                self.gone = True                    # stop a run, then end the session
                 self.queue.put(None)
                 return
             command = msg.get("command")
@@ -456,7 +463,8 @@ class Session:
         code, name = derived(code, name, transform)
         dbg = DapDebugger(code, name, tuple(values), max_steps=max_steps,
                           heap_limit=heap_limit, out=self.stdout,
-                          external=lambda: self.pause_requested or self.service)
+                          external=lambda: self.pause_requested or self.service or
+                          self.gone)
         dbg.path = os.path.abspath(path)
         dbg.engine = engine
         if gradient is not None:
@@ -501,6 +509,8 @@ class Session:
 
     def run_without_debugging(self) -> None:
         dbg = self.need()
+        if self.gone:                   # (a run without debugging cannot be interrupted)
+            return
         from ..engines.machine import Machine
         m = Machine(dbg.program, max_steps=dbg.max_steps, heap_limit=dbg.heap_limit,
                     engine=dbg.engine)
@@ -717,7 +727,7 @@ class Session:
             while True:
                 msg = dbg.travel(d)
                 if not (msg.startswith("interrupted") and self.service and
-                        not self.pause_requested):
+                        not self.pause_requested and not self.gone):
                     return msg
                 self.serve_waiting()
         finally:
