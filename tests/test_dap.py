@@ -564,3 +564,14 @@ def test_a_client_that_goes_away_with_a_move_queued_ends_the_server(dap):
         dap.proc.wait()
         raise AssertionError("rvm dap still runs 5 s after its client went away") from None
     assert time.monotonic() - began < 2.0
+
+
+def test_a_header_block_without_content_length_is_answered_and_the_server_resyncs(dap):
+    dap.raw(b'Content-Lenth: 10\r\n\r\n{"a":1}xxx')       # misspelt: no length to read by
+    seq = dap.send("initialize", adapterID="rvm")
+    r = dap.next_message(10)
+    assert r["type"] == "response" and not r["success"], r
+    assert "without a Content-Length" in r["message"] and "Content-Lenth" in r["message"]
+    r = dap.next_message(10)                        # the next message is served
+    assert r["request_seq"] == seq and r["success"] and r["command"] == "initialize"
+    dap.request("disconnect")

@@ -97,23 +97,28 @@ class Transport:
     def read(self) -> dict | None:
         """The next message, or None at the end of the input. A malformed one raises
         ProtocolError after its bytes are consumed, so the next read starts afresh."""
-        length, bad = None, None
+        length, bad, first = None, None, None
         while True:
             line = self.rfile.readline(65536)
             if not line:
                 return None
             if not line.strip():
-                if length is None and bad is None:
+                if first is None:
                     continue                # stray blank lines between messages
                 break
+            if first is None:
+                first = line.strip()
             found = HEADER.search(line)     # (also after a body a bad header left unread)
             if found:
                 try:
                     length = int(found.group(1))
                 except ValueError:
                     bad = f"bad Content-Length header {found.group(1).decode('latin-1')!r}"
-        if bad or length is None:
-            raise ProtocolError(bad or "a message without a Content-Length header")
+        if bad:
+            raise ProtocolError(bad)
+        if length is None:                  # its body, if any, runs into the next header
+            raise ProtocolError("a header block without a Content-Length header: "
+                                f"{first.decode('latin-1')[:80]!r}")
         if not 0 <= length <= MAX_MESSAGE:
             raise ProtocolError(f"Content-Length {length} is out of range (0..{MAX_MESSAGE})")
         body = self.rfile.read(length)
