@@ -575,3 +575,25 @@ def test_a_header_block_without_content_length_is_answered_and_the_server_resync
     r = dap.next_message(10)                        # the next message is served
     assert r["request_seq"] == seq and r["success"] and r["command"] == "initialize"
     dap.request("disconnect")
+
+
+def test_restart_with_a_new_launch_configuration_uses_it(dap, tmp_path):
+    src = tmp_path / "square.py"
+    src.write_text(SQUARE.replace("    out +=", "    x += 1.0\n    out +="))
+    config = {"program": str(src), "entry": "square", "args": ["0.0", "2.0"]}
+    dap.launch(stop="breakpoint", breakpoints={str(src): [7]}, **config)
+    assert dap.evaluate("x")["result"] == "3.0"
+    bad = dap.request("restart", ok=False, arguments={**config, "program": "nope.py"})
+    assert "no such file" in bad["message"]
+    assert dap.evaluate("x")["result"] == "3.0"     # a configuration that fails: as it was
+    dap.request("restart", arguments={**config, "args": ["0.0", "5.0"]})    # edited args
+    dap.stopped("breakpoint")                       # the breakpoint carried over
+    assert dap.top()["line"] == 7
+    assert dap.evaluate("x")["result"] == "6.0"
+    dap.request("continue", threadId=1)
+    dap.stopped("end")
+    assert dap.evaluate("out")["result"] == "108.0"
+    dap.request("restart")                          # no configuration: the latest one again
+    dap.stopped("breakpoint")
+    assert dap.evaluate("x")["result"] == "6.0"
+    dap.request("disconnect")

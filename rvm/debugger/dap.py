@@ -32,6 +32,7 @@ import threading
 import traceback
 import types
 
+import attrs
 import numpy as np
 
 from ..core import isa
@@ -809,6 +810,10 @@ class Session:
 
     def on_restart(self, req, args) -> None:
         dbg = self.need()
+        config = _get(args, "arguments", dict, None, where="restart")
+        if config is not None:          # the latest launch configuration (edited, maybe)
+            self.relaunch(req, dbg, config)
+            return
         self.respond(req)
         dbg.restart()
         for w in dbg.watches.values():
@@ -819,6 +824,35 @@ class Session:
                 self.gradient_setup(dbg, loss)
             except RequestError as e:
                 self.output(f"{e}\n", "stderr")
+        self.start()
+
+    def relaunch(self, req, old: DapDebugger, config: dict) -> None:
+        """A restart with a new launch configuration: the program is loaded again with it
+        (a configuration that does not load fails the request, and the session goes on as
+        it was); the breakpoints and data breakpoints carry over where they still fit."""
+        dbg = self.load(config)
+        dbg.counter = old.counter
+        same_file = os.path.realpath(dbg.path) == os.path.realpath(old.path)
+        for n, bp in old.breakpoints.items():
+            try:
+                if bp.where.isdigit():      # a source line: only in the same file
+                    if not same_file:
+                        continue
+                    places = self.line_places(dbg, int(bp.where))[1]
+                else:
+                    places = dbg.places(bp.where)
+            except CommandError:
+                continue
+            dbg.breakpoints[n] = attrs.evolve(bp, places=places, hits=0)
+            if n in old.hit_tests:
+                dbg.hit_tests[n] = old.hit_tests[n]
+        for n, w in old.watches.items():
+            dbg.watches[n] = attrs.evolve(w, value=dbg.try_eval(w.expr))
+        self.source_bps = {k: [n for n in v if n in dbg.breakpoints]
+                           for k, v in self.source_bps.items()}
+        self.function_bps = [n for n in self.function_bps if n in dbg.breakpoints]
+        self.dbg, self.launch_args = dbg, config
+        self.respond(req)
         self.start()
 
     def on_disconnect(self, req, args) -> None:
@@ -1093,8 +1127,6 @@ def derived(program: Program, entry: str, transform: str | None) -> tuple[Progra
     if transform is None:
         return program, entry
     if transform == "inverse":
-        import attrs
-
         from ..core.inverse import inverse_function
         name = f"{entry}.inverse"
         inverse = attrs.evolve(inverse_function(program.functions[entry]), name=name)
