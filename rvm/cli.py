@@ -55,8 +55,45 @@ def _value(text: str):
         raise RvmError(f"argument {text!r} is not a number or an array like [1.0,2.0]") from None
 
 
-def _arguments(texts: list[str]) -> list:
-    return [_value(t) for t in texts]
+def _arguments(texts: list[str], name_of=None) -> list:
+    """The values of --args; a bad one is named by its parameter: name_of(k, the values
+    before it), if given."""
+    out = []
+    for k, t in enumerate(texts):
+        try:
+            out.append(_value(t))
+        except RvmError as e:
+            try:
+                name = name_of(k, out) if name_of is not None else None
+            except (RvmError, LookupError):
+                name = None
+            if name:
+                raise RvmError(str(e).replace("argument ", f"argument {name}: ", 1)) \
+                    from None
+            raise
+    return out
+
+
+def _argument_name(program: Program, functions: list[str], args, k: int, before: list):
+    """The name of the entry's k-th argument (after the values `before` it): its source
+    name, its derived name (x_bar) or, in assembly, its register."""
+    name, kind = _derivation(functions, args.entry, getattr(args, "transform", None))
+    entry = _entry(functions, program.source, name)
+    rf = program.cache.get("unannotated", {}).get(entry)
+    if rf is not None:
+        names = [a.arg for a in rf.node.args.args]
+        return names[k] if k < len(names) else None
+    fn = program.functions[entry]
+    if kind in ("tangent", "adjoint"):
+        from .ad.derivatives import derived_names
+        names = derived_names(fn, "dot" if kind == "tangent" else "bar")
+    else:
+        names = fn.names
+    if names:
+        return names[k] if k < len(names) else None
+    at = sum(1 + np.ndim(v) if isinstance(v, np.ndarray) else 2 if isinstance(v, complex)
+             else 1 for v in before)
+    return str(fn.params[at]) if kind is None and at < len(fn.params) else None
 
 
 def _jsonable(v):
@@ -166,7 +203,11 @@ def _derive(program: Program, names: list[str], args, values) -> tuple[Program, 
     rf = program.cache.get("unannotated", {}).get(entry)
     if rf is not None:          # typed by its own arguments: the first values
         program, entry = specialized(program, entry, values[:len(rf.node.args.args)])
-    return derived(program, entry, kind)
+    out, name = derived(program, entry, kind)
+    if kind in ("tangent", "adjoint"):      # its arguments named n, x, x_bar...
+        from .ad.derivatives import named
+        out = named(out, name, program.functions[entry], kind)
+    return out, name
 
 
 def _program(args) -> tuple[Program, str, list]:
@@ -179,7 +220,8 @@ def _program(args) -> tuple[Program, str, list]:
     else:
         program = load(args.file)
     names = list(program.functions) + list(program.cache.get("unannotated", {}))
-    values = _arguments(args.args)
+    values = _arguments(args.args, lambda k, before: _argument_name(program, names, args,
+                                                                     k, before))
     program, entry = _derive(program, names, args, values)
     if "janus" in program.cache:
         from .lang import janus
@@ -243,7 +285,10 @@ def cmd_grad(args) -> None:
     labels = _labels(program, entry, values)
     loss = _which(args.loss, labels, "--loss")
     grads = grad(program[entry], loss=loss, **_options(args))(*values)
-    _print_values(_names(program, entry, values), grads, args.json, prefix=f"d{args.loss}/d")
+    wrt = args.wrt or [names[0] for names in labels]   # each under the name it was given
+    keep = [_which(w, labels, "--wrt") for w in wrt]
+    _print_values([w if w in labels[k] else labels[k][0] for w, k in zip(wrt, keep)],
+                  [grads[k] for k in keep], args.json, prefix=f"d{args.loss}/d")
 
 
 def _labels(program: Program, entry: str, values) -> list[list[str]]:
@@ -281,18 +326,37 @@ def _options(args) -> dict:
                 checks=not args.no_checks)
 
 
-def _names(program: Program, entry: str, values) -> list[str]:
-    m = Machine(program, engine="interp")
-    m.enter(entry, *values)
-    return [b.name for b in m.bindings]
-
-
 def cmd_jvp(args) -> None:
-    from .ad.derivatives import jvp
+    from .ad.derivatives import float_arguments, jvp
     program, entry, values = _program(args)
-    tangents = [None if t.lower() == "none" else _value(t) for t in args.tangents]
+    labels = _labels(program, entry, values)
+    names = [n[0] for n in labels]
+    if args.wrt:          # tangent 1 (every element of an array) for these, 0 elsewhere
+        if args.tangents:
+            raise UsageError("give --tangents or --wrt, not both")
+        floats = float_arguments(program[entry], values)
+        wrt = [_which(w, labels, "--wrt") for w in args.wrt]
+        for w, k in zip(args.wrt, wrt):
+            if k not in floats:
+                raise UsageError(f"--wrt {w}: {names[k]} is not a float argument (the "
+                                 f"float arguments are "
+                                 f"{', '.join(names[f] for f in floats) or 'none'})")
+        tangents = [None if k not in floats else np.ones(np.shape(v)) if k in wrt and
+                    np.ndim(v) else 1.0 if k in wrt else np.zeros(np.shape(v)) if
+                    np.ndim(v) else 0.0 for k, v in enumerate(values)]
+    else:
+        tangents = [None if t.lower() == "none" else _value(t) for t in args.tangents]
+        if len(tangents) != len(values):
+            raise UsageError(f"--tangents gives {plural(len(tangents), 'tangent')} for "
+                             f"{plural(len(values), 'argument')} ({', '.join(names)}): one "
+                             "per argument, None for integers (or --wrt NAME...)")
     outs, dots = jvp(program[entry], values, tangents, **_options(args))
-    names = _names(program, entry, values)
+    if args.loss is not None:          # the loss's value and tangent only
+        k = _which(args.loss, labels, "--loss")
+        if not isinstance(k, int) or not 0 <= k < len(labels):
+            raise UsageError(f"--loss {args.loss}: no such argument (the arguments are "
+                             f"{', '.join(names)}; or an index 0..{len(labels) - 1})")
+        names, outs, dots = [names[k]], [outs[k]], [dots[k]]
     if args.json:
         print(json.dumps({"values": dict(zip(names, map(_jsonable, outs))),
                           "tangents": dict(zip(names, map(_jsonable, dots)))}))
@@ -420,6 +484,10 @@ def _help(command: str) -> dict:
                        "an error in the program or its input, 2 bad usage.")
 
 
+NAMES = "by its source name (.py, .ja), its register or .alias name (.rasm: f0, out), " \
+    "or its index (0, 1, ...)"
+
+
 def _derivatives(p: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--tangent", metavar="NAME",
@@ -493,21 +561,31 @@ def parser() -> argparse.ArgumentParser:
     _transform(r)
     r.set_defaults(run=cmd_run)
 
-    g = runner("grad", "gradient of one float parameter (the loss) w.r.t. every parameter")
-    g.add_argument("--loss", required=True,
-                   help="the loss: a float parameter register (f0) or argument index")
+    g = runner("grad", "gradient of one float argument's final value (the loss) w.r.t. "
+               "every argument's initial value")
+    g.add_argument("--loss", required=True, metavar="NAME",
+                   help=f"the loss: a float argument, {NAMES}")
+    g.add_argument("--wrt", nargs="+", metavar="NAME",
+                   help="print only these arguments' gradients (default: all), named as "
+                   "--loss is")
     g.set_defaults(run=cmd_grad)
 
     j = runner("jvp", "forward mode: the values and J @ tangents (the tangent program)")
     j.add_argument("--tangents", nargs="*", default=[], metavar="T",
-                   help="one tangent per argument (None for integers)")
+                   help="one tangent per argument (None for integers; an array's is an "
+                   "array)")
+    j.add_argument("--wrt", nargs="+", metavar="NAME",
+                   help="instead of --tangents: tangent 1 for these float arguments (every "
+                   "element of an array), 0 for the others; named as --loss is")
+    j.add_argument("--loss", metavar="NAME",
+                   help=f"print only this argument's value and tangent: {NAMES}")
     j.set_defaults(run=cmd_jvp)
 
     h = runner("hessian", "Hessian of one float parameter (the loss), forward over reverse")
-    h.add_argument("--loss", required=True,
-                   help="the loss: a float parameter register (f0) or argument index")
-    h.add_argument("--wrt", nargs="*", metavar="P",
-                   help="the float parameters (default: all)")
+    h.add_argument("--loss", required=True, metavar="NAME",
+                   help=f"the loss: a float argument, {NAMES}")
+    h.add_argument("--wrt", nargs="*", metavar="NAME",
+                   help="the float arguments (default: all), named as --loss is")
     h.set_defaults(run=cmd_hessian)
 
     w = sub.add_parser("draw", **_help("draw"),

@@ -106,6 +106,42 @@ def test_grad_and_hessian_take_alias_names(tmp_path, capsys):
     assert json.loads(out)["f1"] == 6.0
 
 
+def test_grad_wrt_prints_only_those_gradients_in_the_names_given(prog, tmp_path, capsys):
+    path, _ = prog
+    code, out, err = cli(capsys, "grad", path, "--entry", "f", "--loss", "out",
+                         "--wrt", "x", "y", "--args", "0", "2", "3")
+    assert code == 0, err
+    assert out.splitlines() == ["dout/dx = 12.0", "dout/dy = 4.0"]
+    src = tmp_path / "sq.rasm"
+    src.write_text(SQ)
+    code, out, err = cli(capsys, "grad", src, "--loss", "out", "--wrt", "x", "--args",
+                         "0.0", "3.0", "--json")
+    assert code == 0, err
+    assert json.loads(out) == {"x": 6.0}
+    code, _, err = cli(capsys, "grad", path, "--entry", "f", "--loss", "out", "--wrt", "z",
+                       "--args", "0", "2", "3")
+    assert code == 2 and "--wrt z: no such argument (the arguments are out, x, y" in err
+    from rvm.cli import parser
+    text = parser()._subparsers._group_actions[0].choices["grad"].format_help()
+    assert "parameter register (f0)" not in text and "source name" in text
+
+
+def test_jvp_wrt_seeds_tangents_and_loss_picks_the_output(prog, capsys):
+    path, _ = prog
+    code, out, err = cli(capsys, "jvp", path, "--entry", "f", "--wrt", "x", "--loss", "out",
+                         "--args", "0", "2", "3", "--json")
+    assert code == 0, err
+    assert json.loads(out) == {"values": {"out": 12.0}, "tangents": {"out": 12.0}}
+    code, out, err = cli(capsys, "jvp", path, "--entry", "f", "--wrt", "x", "y",
+                         "--args", "0", "2", "3")
+    assert code == 0, err
+    assert "tangent out = 16.0" in out and "tangent x = 1.0" in out
+    code, _, err = cli(capsys, "jvp", path, "--entry", "g", "--wrt", "i",
+                       "--args", "0", "[1.0,2.0]", "1")
+    assert code == 2 and "--wrt i: i is not a float argument (the float arguments are " \
+        "out, a)" in err
+
+
 # 5. run-time messages in the user's names
 
 
@@ -150,6 +186,82 @@ def test_wrong_kind_of_argument_names_parameter_and_type(prog):
     with pytest.raises(rvm.MachineError, match=r"argument out must be a number, got "
                        r"NoneType None"):
         ns["f"](None, 1.0, 2.0)
+
+
+LOOP = '''
+import rvm
+
+@rvm.reversible
+def f(n: int, x: float, acc: float):
+    for i in range(n):
+        acc += x * x
+'''
+
+
+@pytest.fixture(scope="module")
+def loop(tmp_path_factory):
+    path = tmp_path_factory.mktemp("everyday") / "loop.py"
+    path.write_text(LOOP)
+    return path, rvm.load(str(path))["f"], rvm.reversible.source(LOOP.split("\n", 3)[3])
+
+
+def test_derived_programs_name_their_arguments_after_the_source(loop):
+    _, handle, f = loop
+    for g in (handle, f):
+        with pytest.raises(rvm.MachineError, match="argument x must be a number, got str"):
+            rvm.tangent(g)(3, "a", 1.0, 0.0, 0.0)
+        with pytest.raises(rvm.MachineError, match="argument x must be a number, got str"):
+            rvm.adjoint(g)(3, "a", 1.0, 0.0, 0.0)
+        with pytest.raises(rvm.MachineError, match="argument acc_bar must be a number"):
+            rvm.adjoint(g)(3, 2.0, 1.0, 0.0, "b")
+        with pytest.raises(rvm.MachineError, match="argument x_bar_dot must be a number"):
+            rvm.tangent(rvm.adjoint(g))(3, 2.0, 1.0, 0.0, 1.0, 0.0, 0.0, "c", 0.0)
+        assert rvm.adjoint(g)(3, 2.0, 1.0, 0.0, 1.0) == (3, 2.0, 1.0, 12.0, 1.0)
+
+
+def test_derived_argument_counts_name_the_arguments(loop):
+    _, handle, f = loop
+    for g in (handle, f):
+        for args in [(3,), (3, 2.0, 1.0), (3, 2.0, 1.0, 0.0, 1.0, 7)]:
+            with pytest.raises(rvm.MachineError, match=r"adjoint\(f\) takes 5 arguments "
+                               rf"\(n, x, acc, x_bar, acc_bar\), got {len(args)}$"):
+                rvm.adjoint(g)(*args)
+        with pytest.raises(rvm.MachineError, match=r"tangent\(f\) takes 5 arguments "
+                           r"\(n, x, acc, x_dot, acc_dot\), got 4"):
+            rvm.tangent(g)(3, 2.0, 1.0, 0.0)
+        with pytest.raises(rvm.MachineError, match=r"takes 9 arguments \(n, x, acc, x_bar, "
+                           r"acc_bar, x_dot, acc_dot, x_bar_dot, acc_bar_dot\), got 5"):
+            rvm.tangent(rvm.adjoint(g))(3, 2.0, 1.0, 0.0, 1.0)
+    # unannotated: counted once typed by its arguments
+    u = rvm.reversible.source("def u(out, x):\n    out += x * x\n")
+    with pytest.raises(rvm.MachineError, match=r"takes the 2 arguments of u \(out, x\), then "
+                       "one shadow per float argument; got 1"):
+        rvm.adjoint(u)(0.0)
+    with pytest.raises(rvm.MachineError, match=r"takes 4 arguments \(out, x, out_bar, "
+                       r"x_bar\), got 3"):
+        rvm.adjoint(u)(0.0, 1.0, 1.0)
+    # a loaded program's function called with too few: its arguments by name
+    with pytest.raises(rvm.MachineError, match=r"f takes 3 arguments \(n, x, acc\), got 1"):
+        handle(3)
+
+
+def test_cli_names_derived_arguments_and_bad_values(loop, capsys):
+    path, _, _ = loop
+    code, out, err = cli(capsys, "run", path, "--entry", "f.adj", "--args", "3", "2.0",
+                         "1.0", "0.0", "1.0")
+    assert code == 0, err
+    assert out.split()[-3:] == ["acc_bar", "=", "1.0"] and "x_bar = 12.0" in out
+    code, _, err = cli(capsys, "run", path, "--entry", "f", "--transform", "adjoint",
+                       "--args", "3", "2.0", "1.0")
+    assert code == 2 and "f.adjoint takes 5 arguments (n, x, acc, x_bar, acc_bar); " \
+        "--args gives 3" in err
+    code, _, err = cli(capsys, "run", path, "--args", "3", "a", "1.0")
+    assert code == 1 and "argument x: 'a' is not a number" in err
+    code, _, err = cli(capsys, "run", path, "--entry", "f.tan", "--args", "3", "2.0", "1.0",
+                       "0.0", "b")
+    assert code == 1 and "argument acc_dot: 'b' is not a number" in err
+    code, _, err = cli(capsys, "run", ASM / "fib.rasm", "--args", "3", "x", "1")
+    assert code == 1 and "argument r1: 'x' is not a number" in err
 
 
 # 7. rvm compile of unannotated functions

@@ -13,12 +13,13 @@ import math
 import re
 from collections.abc import Callable, Sequence
 
+import attrs
 import numpy as np
 
 from ..core import isa
-from ..core.errors import InvertibilityError, UsageError, user_facing
-from ..core.program import Program
-from ..engines.arguments import call_kind, convert, declared_float_arrays, first_row
+from ..core.errors import InvertibilityError, MachineError, UsageError, user_facing
+from ..core.program import Function, Program
+from ..engines.arguments import call_kind, convert, declared_float_arrays, first_row, plural
 from ..engines.machine import PerThread, machine_for
 from . import transforms
 from .gradient import loss_index, target, with_inverse
@@ -42,6 +43,8 @@ def arity(fn, args) -> int:
     program, name = getattr(fn, "program", None), getattr(fn, "name", None)
     if program is None or name not in getattr(program, "functions", {}):
         raise TypeError(f"expected a reversible function or prog['name'], got {fn!r}")
+    if program.functions[name].names:          # one name per argument
+        return len(program.functions[name].names)
     params, k, count = program.functions[name].params, 0, 0
     for a in args:                   # an array fills 1 + ndim parameters
         if k >= len(params):
@@ -49,6 +52,40 @@ def arity(fn, args) -> int:
         k += 1 + (a.ndim if isinstance(a, np.ndarray) else 0)
         count += 1
     return count if args else len(params)
+
+
+def derived_names(fn: Function, suffix: str) -> tuple:
+    """The argument names of fn's tangent (suffix "dot") or adjoint ("bar") program: fn's
+    own, then `x_dot` / `x_bar` for each float scalar argument x (a complex one: one name
+    for its two registers), as the transforms name their debug symbols; () when fn's
+    arguments have no source names (assembly) or they do not match its registers."""
+    if not fn.names:
+        return ()
+    params, k, extra = fn.params, 0, []
+    for name in fn.names:
+        if k >= len(params):
+            return ()
+        s = next((s for s in fn.symbols if s.regs and s.regs[0] == params[k] and
+                  s.name in (name, f"{name}.real")), None)
+        width = 2 if s is not None and s.name.endswith(".real") else \
+            len(s.regs) if s is not None else 1
+        if width <= 2 and all(p.cls == isa.FLOAT for p in params[k:k + width]):
+            extra.append(f"{name}_{suffix}")
+        k += width
+    return tuple(fn.names) + tuple(extra) if k == len(params) else ()
+
+
+def named(derived: Program, entry: str, primal: Function, kind: str) -> Program:
+    """The tangent or adjoint program `derived` of `primal` with its entry's arguments
+    named after primal's (derived_names), so that its messages, results and debugger
+    speak the source's names. Unchanged when they are unknown."""
+    names = derived_names(primal, KINDS[kind][1])
+    fn = derived.functions[entry]
+    if not names or fn.names == names:
+        return derived
+    kept = {k: v for k, v in derived.cache.items() if isinstance(k, str)}
+    return Program({**derived.functions, entry: attrs.evolve(fn, names=names)},
+                   derived.source, kept, derived.engine)
 
 
 def as_bound(f, args) -> tuple:
@@ -81,6 +118,52 @@ def float_arguments(fn, args) -> list[int]:
             if k < len(params) and params[k].cls == isa.FLOAT:
                 out.append(i)
             k += 1
+    return out
+
+
+def _base_signature(f) -> tuple[list[str], list[bool] | None] | None:
+    """(argument names, which are float) of a function, as Transformed.signature."""
+    if isinstance(f, Transformed):
+        return f.signature()
+    node = getattr(f, "node", None)
+    if node is not None:
+        names = [a.arg for a in node.args.args]
+        try:
+            anns = f.annotations()
+        except Exception:                  # said when it is compiled
+            return names, None
+        if any(a is None for a in anns):
+            return names, None
+        return names, [a[0] in ("float", "complex") or (a[0] == "array" and a[1] != isa.INT)
+                       for a in anns]
+    program, name = getattr(f, "program", None), getattr(f, "name", None)
+    fn = getattr(program, "functions", {}).get(name)
+    if fn is None or not fn.names:
+        return None
+    flags, k = [], 0
+    for x in fn.names:
+        s = next((s for s in fn.symbols if s.regs and k < len(fn.params) and
+                  s.regs[0] == fn.params[k] and s.name in (x, f"{x}.real")), None)
+        if s is None:
+            return None
+        if s.name.endswith(".real"):
+            flags.append(True)
+            k += 2
+        else:
+            flags.append((len(s.regs) == 1 and fn.params[k].cls == isa.FLOAT) or
+                         (len(s.regs) > 1 and s.dtype not in ("", isa.INT)))
+            k += len(s.regs)
+    return (list(fn.names), flags) if k == len(fn.params) else None
+
+
+def _registers(fn: Function, args) -> list[str]:
+    """Each argument's registers (`f0`, `r0:r1` for an array), as results are named."""
+    out, k = [], 0
+    for a in args:
+        width = 1 + a.ndim if isinstance(a, np.ndarray) else 2 if isinstance(a, complex) \
+            else 1
+        out.append(":".join(map(str, fn.params[k:k + width])) or "?")
+        k += width
     return out
 
 
@@ -130,10 +213,38 @@ class Transformed:
                 k += 1
         return arrays
 
+    def signature(self) -> tuple[list[str], list[bool] | None] | None:
+        """(names, which are float) of this derivative's arguments as a call takes them:
+        the function's, then one tangent or shadow per float argument (`x_dot`, `x_bar`;
+        an array's too), known before any call from the annotations or the debug names;
+        the flags are None where the annotations are incomplete, None for assembly."""
+        inner = _base_signature(self.inner)
+        if inner is None or inner[1] is None:
+            return inner
+        names, flags = inner
+        extra = [f"{x}_{KINDS[self.kind][1]}" for x, fl in zip(names, flags) if fl]
+        return names + extra, flags + [True] * len(extra)
+
+    def _count_error(self, args, names: list[str], flags) -> MachineError:
+        word = _KIND[KINDS[self.kind][1]]
+        if flags is None:
+            return MachineError(f"{self.name} takes the {plural(len(names), 'argument')} of "
+                                f"{getattr(self.inner, 'name', '?')} ({', '.join(names)}), "
+                                f"then one {word} per float argument; got {len(args)}",
+                                self.name)
+        return MachineError(f"{self.name} takes {plural(len(names), 'argument')} "
+                            f"({', '.join(names)}), got {len(args)}", self.name)
+
     def specialize(self, args) -> tuple[Program, str, list[str] | None]:
         """(program, entry, parameter names) of the derivative program for these arguments
         (for arrays: the program takes them packed, see `pack`)."""
         args = tuple(args)
+        sig = self.signature()
+        if sig is not None:                  # a wrong count, said in the user's names
+            names, flags = sig
+            if (flags is not None and len(args) != len(names)) or (len(args) < len(names) \
+                    and flags is None and not isinstance(self.inner, Transformed)):
+                raise self._count_error(args, names, flags)
         n = arity(self.inner, args)
         arrays = self._arrays(args[:n])
         if arrays and isinstance(self.inner, Transformed):
@@ -142,20 +253,24 @@ class Transformed:
                 "arrays, rvm.hvp and rvm.hessian give second derivatives")
         program, name, names = target(self.inner, args[:n])
         key = (self.kind, name, tuple(arrays.items()))
+        fn = program.functions[name]
+        floats = float_arguments(self.inner, args[:n])
+        suffix = KINDS[self.kind][1]
+        labels = list(names) if names else list(fn.names) or _registers(fn, args[:n])
+        if len(args) != n + len(floats):
+            raise self._count_error(args, labels[:n] + [f"{labels[k]}_{suffix}"
+                                                        for k in floats], [])
         if key not in program.cache:
-            build, suffix = KINDS[self.kind]
+            build = KINDS[self.kind][0]
             derived, entry = build(program, name, arrays) if arrays else build(program, name)
+            derived = named(derived, entry, fn, self.kind)
             if self.engine is not None:
                 from ..engines.machine import resolve_engine
                 derived = Program(derived.functions, derived.source,
                                   engine=resolve_engine(self.engine))
-            fn = program.functions[name]
-            labels = list(names) if names else [str(p) for p in fn.params]
-            floats = float_arguments(self.inner, args[:n])
-            labels = labels[:n] if names else labels
             extra = [f"{labels[k]}_{suffix}" for k in floats
                      if not isinstance(args[k], np.ndarray)]
-            program.cache[key] = (derived, entry, labels + extra)
+            program.cache[key] = (derived, entry, labels[:n] + extra)
         return program.cache[key]
 
     def pack(self, args) -> list:

@@ -209,6 +209,7 @@ def bind(machine, fn, args, names: list[str] | None = None) -> tuple[list, list[
 
     Arrays are placed on the machine's heap (allocated LIFO, in argument order)."""
     params, values, bindings, k = fn.params, [], [], 0
+    named = names
     if names is not None and len(names) != len(args):     # register by register
         names = None
     for n, a in enumerate(args):
@@ -258,6 +259,10 @@ def bind(machine, fn, args, names: list[str] | None = None) -> tuple[list, list[
             values.append(coerce(a, params[k], fn.name, names[n] if names else None))
             bindings.append(Binding((k,), names[n] if names else str(params[k]), params[k].cls))
             k += 1
+    if (k != len(params) or len(bindings) != len(args)) and named and \
+            len(named) != len(args):         # the source's arguments, by name
+        raise MachineError(f"{fn.name} takes {plural(len(named), 'argument')} "
+                           f"({', '.join(named)}), got {len(args)}", fn.name)
     if k != len(params) or len(bindings) != len(args):
         raise MachineError(f"{fn.name} takes {len(params)} parameter registers "
                            f"({', '.join(map(str, params))}); the "
