@@ -38,13 +38,29 @@ def _flat(*parts) -> np.ndarray:
     return np.concatenate([np.asarray(p, dtype=np.float64).ravel() for p in parts])
 
 
-def _try(name, mode, make, tol=(1e-9, 1e-12)):
-    """Peer(name) from make() -> (run, result); a missing library is a skip."""
+def _try(name, mode, make, tol=(1e-9, 1e-12), fails=()):
+    """Peer(name) from make() -> (run, result); a missing library is a skip, and so is
+    an exception of `fails` (a peer that does not run on this problem: torch.compile on
+    a data-dependent loop), with its reason."""
     try:
         run, result = make()
     except ImportError as e:
         return Peer(name, mode=mode, skip=f"not installed ({e.name})")
+    except fails as e:
+        text = " ".join(str(e).split())
+        why = ("could not guard on a data-dependent expression (a loop on data)"
+               if "data-dependent" in text else text[:80])
+        return Peer(name, mode=mode, skip=f"does not run: {type(e).__name__}: {why}")
     return Peer(name, run, result, mode, tol=tol)
+
+
+def _compile_fails():
+    """What torch.compile raises when it cannot compile a function whole (fullgraph)."""
+    try:
+        import torch._dynamo.exc as exc
+    except ImportError:
+        return ()
+    return (exc.Unsupported, exc.UserError, exc.TorchRuntimeError)
 
 
 def _jax():
@@ -352,11 +368,11 @@ def case_gmm(size, cores):
                            ("gemm", "GEMM")):
             peers.append(_try(f"PyTorch eager ({what})", "reverse",
                               lambda form=form, data=data: gmm_torch(data, form, cores), tol))
-        if size == "full":
-            for form, what in (("expanded", "rvm's algorithm"), ("gemm", "GEMM")):
-                peers.append(_try(f"torch.compile ({what})", "reverse",
-                                  lambda form=form, data=data: gmm_torch(data, form, cores,
-                                                                         True), tol))
+        for form, what in (("expanded", "rvm's algorithm"), ("gemm", "GEMM"))[
+                :2 if size == "full" else 1]:       # quick: one, to check that it agrees
+            peers.append(_try(f"torch.compile ({what})", "reverse",
+                              lambda form=form, data=data: gmm_torch(data, form, cores,
+                                                                     True), tol))
         out.append((f"GMM gradient, {label}", peers))
     return out
 
@@ -490,6 +506,33 @@ def case_bessel_batch(size, cores):
         return run, run().numpy().copy()
     peers.append(_try("PyTorch eager, batched, rvm's stopping rule", "reverse",
                       torch_peer, tol))
+
+    def compiled_peer(terms):
+        """torch.compile whole (fullgraph): with rvm's stopping rule (a loop on data) or
+        summing a fixed number of terms."""
+        torch = _torch(cores)
+        z = torch.from_numpy(zs.copy()).requires_grad_(True)
+
+        def f(z):
+            h2 = (z / 2) ** 2
+            term = h2 / 2.0
+            total, k = term, 0
+            while (k < terms) if terms else bool((term.abs() > BESSEL_ATOL).any()):
+                k += 1
+                term = term * -h2 / (k * (k + 2))
+                total = total + term
+            return total.sum()
+        f = torch.compile(f, fullgraph=True)
+
+        def run():
+            z.grad = None
+            f(z).backward()
+            return z.grad
+        return run, run().numpy().copy()
+    peers.append(_try("torch.compile, batched, rvm's stopping rule", "reverse",
+                      lambda: compiled_peer(0), tol, _compile_fails()))
+    peers.append(_try(f"torch.compile, batched, fixed {most} terms (rvm's largest)",
+                      "reverse", lambda: compiled_peer(most), tol, _compile_fails()))
     return [(f"Bessel dJ2/dz over {npts:,} points (a batch)", peers)]
 
 
@@ -531,6 +574,34 @@ def case_bessel_call(size, cores):
         return run, np.array([float(run())])
     peers.append(_try(f"JAX jit(grad), fixed {terms} terms, device scalar", "reverse",
                       jax_peer, tol))
+
+    def jax_jvp():
+        jax = _jax()
+        f = bessel_jax_fixed(terms)
+        g = jax.jit(lambda z: jax.jvp(f, (z,), (1.0,))[1])
+        z = jax.device_put(1.0)
+        run = lambda: g(z).block_until_ready()
+        return run, np.array([float(run())])
+    peers.append(_try(f"JAX jit(jvp), fixed {terms} terms, device scalar", "forward",
+                      jax_jvp, tol))
+
+    def torch_peer():
+        torch = _torch(cores)
+        z = torch.tensor(1.0, dtype=torch.float64, requires_grad=True)
+
+        def run():
+            z.grad = None
+            h2 = (z / 2) ** 2
+            term = h2 / 2.0
+            total, k = term, 0
+            while abs(term.item()) > BESSEL_ATOL:       # rvm's stopping rule
+                k += 1
+                term = term * -h2 / (k * (k + 2))
+                total = total + term
+            total.backward()
+            return z.grad
+        return run, np.array([float(run())])
+    peers.append(_try("PyTorch eager, rvm's stopping rule", "reverse", torch_peer, tol))
 
     def numba_peer():
         numba = _numba()
@@ -582,6 +653,40 @@ def ba_jax(data, how):
     return run, _flat(r["reproj_err"], r["J"]["vals"])
 
 
+def ba_torch(data, how, cores):
+    """As ba_jax in PyTorch eager: torch.func's jacfwd or jacrev of one observation's
+    residual, vmapped over the observations."""
+    torch = _torch(cores)
+    import ba
+    from torch.func import jacfwd, jacrev, vmap
+
+    def residual(cam, x, w, feat):
+        r, d = cam[:3], x - cam[3:6]
+        theta = torch.sqrt(r @ r)
+        safe = torch.where(theta == 0, torch.ones_like(theta), theta)
+        u = r / safe
+        rot = d * torch.cos(theta) + torch.linalg.cross(u, d) * torch.sin(theta) + \
+            u * (u @ d) * (1 - torch.cos(theta))
+        y = torch.where(theta == 0, d + torch.linalg.cross(r, d), rot)
+        p = y[:2] / y[2]
+        s = p @ p
+        out = w * (cam[6] * p * (1 + cam[9] * s + cam[10] * s * s) + cam[7:9] - feat)
+        return out, out
+    jacobian = jacfwd if how == "jacfwd" else jacrev
+    jac = vmap(jacobian(residual, argnums=(0, 1, 2), has_aux=True))
+    cams = torch.from_numpy(data["cams"][data["obs"][:, 0]])
+    xs = torch.from_numpy(data["x"][data["obs"][:, 1]])
+    w, feats = torch.from_numpy(data["w"]), torch.from_numpy(data["feats"])
+
+    def run():       # to ADBench's output, as ba.jacobian does for rvm
+        with torch.no_grad():
+            (jc, jx, jw), e = jac(cams, xs, w, feats)
+        blocks = np.concatenate([jc.numpy(), jx.numpy(), jw.numpy()[..., None]], axis=2)
+        return ba.assemble(data, blocks, e.numpy().ravel())
+    r = run()
+    return run, _flat(r["reproj_err"], r["J"]["vals"])
+
+
 def ba_numba(data, parallel):
     """The Jacobian by hand in numba, forward mode as jacfwd (tools/bench/ba_numba.py):
     serial, or prange over the observations; assembled as rvm's and JAX's."""
@@ -616,6 +721,10 @@ def case_ba(size, cores):
                           lambda data=data: ba_jax(data, "jacfwd"), tol))
         peers.append(_try("JAX jit(vmap(jacrev))", "reverse",
                           lambda data=data: ba_jax(data, "jacrev"), tol))
+        peers.append(_try("PyTorch eager vmap(jacfwd)", "forward",
+                          lambda data=data: ba_torch(data, "jacfwd", cores), tol))
+        peers.append(_try("PyTorch eager vmap(jacrev)", "reverse",
+                          lambda data=data: ba_torch(data, "jacrev", cores), tol))
         out.append((f"Bundle-adjustment Jacobian, {stem} "
                     f"({len(data['w']):,} observations)", peers))
     return out
@@ -671,6 +780,39 @@ def leapfrog_peers(n, cores, which=None):
         run = lambda: g(z).block_until_ready()
         return run, np.array([float(run())])
 
+    def torch_f(q):         # alpha=dt: `dt * tensor` is ~30x slower in forward mode
+        p = q * 0.0
+        for _ in range(n):
+            p = p.sub(q.sin(), alpha=dt)
+            q = q.add(p, alpha=dt)
+        return q
+
+    def torch_jvp():
+        torch = _torch(cores)
+        z, one = (torch.tensor(v, dtype=torch.float64) for v in (q0, 1.0))
+        run = lambda: torch.func.jvp(torch_f, (z,), (one,))[1]
+        return run, np.array([float(run())])
+
+    def torch_dual():
+        torch = _torch(cores)
+        import torch.autograd.forward_ad as fw
+        z, one = (torch.tensor(v, dtype=torch.float64) for v in (q0, 1.0))
+
+        def run():
+            with fw.dual_level():
+                return fw.unpack_dual(torch_f(fw.make_dual(z, one))).tangent
+        return run, np.array([float(run())])
+
+    def torch_grad():
+        torch = _torch(cores)
+        z = torch.tensor(q0, dtype=torch.float64, requires_grad=True)
+
+        def run():
+            z.grad = None
+            torch_f(z).backward()
+            return z.grad
+        return run, np.array([float(run())])
+
     def numba_tangent():
         f = _numba().njit(leapfrog_tangent_by_hand)
         return (lambda: f(q0, 1.0, n, dt)), np.array([f(q0, 1.0, n, dt)[1]])
@@ -678,7 +820,10 @@ def leapfrog_peers(n, cores, which=None):
              "rvm (rvm.tangent)": ("forward", rvm_tangent),
              "JAX jit(grad)": ("reverse", jax_grad),
              "JAX jit(jvp)": ("forward", jax_jvp),
-             "numba tangent loop by hand": ("forward, by hand", numba_tangent)}
+             "numba tangent loop by hand": ("forward, by hand", numba_tangent),
+             "PyTorch eager torch.func.jvp": ("forward", torch_jvp),
+             "PyTorch eager forward AD (dual tensors)": ("forward", torch_dual),
+             "PyTorch eager autograd": ("reverse", torch_grad)}
     return {k: v for k, v in table.items() if which is None or k == which}
 
 
