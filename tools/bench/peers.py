@@ -339,6 +339,13 @@ def adbench_file(path: pathlib.Path) -> pathlib.Path:
     return path
 
 
+def compiling() -> int:
+    """1 when a --quick run also checks torch.compile (run.py --compile: about 15 s of
+    compiling), else 0."""
+    import os
+    return int(os.environ.get("RVM_BENCH_COMPILE") == "1")
+
+
 def case_gmm(size, cores):
     import gmm
     out = []
@@ -369,7 +376,7 @@ def case_gmm(size, cores):
             peers.append(_try(f"PyTorch eager ({what})", "reverse",
                               lambda form=form, data=data: gmm_torch(data, form, cores), tol))
         for form, what in (("expanded", "rvm's algorithm"), ("gemm", "GEMM"))[
-                :2 if size == "full" else 1]:       # quick: one, to check that it agrees
+                :2 if size == "full" else compiling()]:    # quick: one, to check agreement
             peers.append(_try(f"torch.compile ({what})", "reverse",
                               lambda form=form, data=data: gmm_torch(data, form, cores,
                                                                      True), tol))
@@ -529,10 +536,11 @@ def case_bessel_batch(size, cores):
             f(z).backward()
             return z.grad
         return run, run().numpy().copy()
-    peers.append(_try("torch.compile, batched, rvm's stopping rule", "reverse",
-                      lambda: compiled_peer(0), tol, _compile_fails()))
-    peers.append(_try(f"torch.compile, batched, fixed {most} terms (rvm's largest)",
-                      "reverse", lambda: compiled_peer(most), tol, _compile_fails()))
+    if size == "full" or compiling():
+        peers.append(_try("torch.compile, batched, rvm's stopping rule", "reverse",
+                          lambda: compiled_peer(0), tol, _compile_fails()))
+        peers.append(_try(f"torch.compile, batched, fixed {most} terms (rvm's largest)",
+                          "reverse", lambda: compiled_peer(most), tol, _compile_fails()))
     return [(f"Bessel dJ2/dz over {npts:,} points (a batch)", peers)]
 
 

@@ -204,6 +204,8 @@ def render(result: dict) -> str:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="tiny inputs, one round")
+    ap.add_argument("--compile", action="store_true",
+                    help="with --quick: also torch.compile (about 15 s more)")
     ap.add_argument("--rounds", type=int, help="rounds per comparison (default 5; quick 2)")
     ap.add_argument("--budget", type=float, help="seconds per timed batch")
     ap.add_argument("--cases", nargs="*", choices=CASES, default=CASES)
@@ -219,6 +221,8 @@ def main():
                             for p, row in result.get("memory", {}).items()}
         return publish(result, args)
     size = "quick" if args.quick else "full"
+    if args.compile:
+        os.environ["RVM_BENCH_COMPILE"] = "1"     # (read where the peers are made)
     rounds = args.rounds or (2 if args.quick else 5)
     budget = args.budget or (0.01 if args.quick else 0.3)
     t0 = time.perf_counter()
