@@ -24,13 +24,13 @@ SLOW_NATIVE = ["interp", "python"] + ([pytest.param("native", marks=pytest.mark.
 @rvm.reversible
 def squares(out: float, x: float, y: float, n: int):
     """out += sum_i (x^2 + i y)^2, the terms kept in a heap ancilla."""
-    with ancilla(buf=zeros(n)):  # noqa: F821 (frontend syntax)
+    with ancilla(buf=zeros(n)):
         with compute() as terms:
             for i in range(n):
-                buf[i] += x * x  # noqa: F821
-                buf[i] += y * i  # noqa: F821
+                buf[i] += x * x
+                buf[i] += y * i
         for i in range(n):
-            out += buf[i] * buf[i]  # noqa: F821
+            out += buf[i] * buf[i]
         ~terms
 
 
@@ -70,9 +70,8 @@ def test_a_dirty_ancillas_derivative_residue_is_told_in_the_users_terms(engine):
     larger than its own; past the absolute tol, the failure names the variable, its
     function and the transform, and the tol that accepts the residue (which gives
     J_nu''(z))."""
-    from scipy.special import jvp
-
     from besselj import besselj
+    from scipy.special import jvp
     for nu, z in DIRTY:
         with pytest.raises(InvertibilityError) as e:
             rvm.hvp(besselj, (0.0, nu, z), (0.0, None, 1.0), loss="out", engine=engine)
@@ -94,9 +93,8 @@ def test_hvp_and_hessian_of_besselj_at_random_points():
     """20 random points (fixed seed): the Hessian in z against scipy's J_nu''(z), with tol
     loosened for the dirty ancilla's derivatives. (Past z = 3.4 or so the dirty
     multiplier's first-order tangent itself can overflow: rvm.jvp fails there too.)"""
-    from scipy.special import jvp
-
     from besselj import besselj
+    from scipy.special import jvp
     rng = np.random.default_rng(1)
     for _ in range(20):
         nu, z = int(rng.integers(0, 4)), float(rng.uniform(0.2, 3.0))

@@ -421,7 +421,7 @@ def test_aliases_are_refused_when_compiling(tmp_path, case):
     assert out.returncode == 1 and out.stdout == ""
     assert f"prog.ja:{message}" in out.stderr and "^" in out.stderr, out.stderr
     assert "Traceback" not in out.stderr and "register" not in out.stderr
-    with pytest.raises(rvm.CompileError, match="identifiers . and . are aliases"):
+    with pytest.raises(rvm.CompileError, match=r"identifiers . and . are aliases"):
         rvm.load(path)
 
 

@@ -277,7 +277,7 @@ def disassemble(program: Program, annotate: bool = False, source: bool = False) 
     """
     lines = None
     if source and program.source:
-        from .bytecode import shown_source   # a file named by bytecode: only if it matches
+        from .bytecode import shown_source  # a file named by bytecode: only if it matches
         lines = shown_source(program.source)
     return "\n\n".join(disassemble_function(f, annotate, lines)
                        for f in program.functions.values()) + "\n"
