@@ -78,7 +78,12 @@ def _torch(cores):
 
 def _numba():
     import numba
+    global prange
+    prange = numba.prange
     return numba
+
+
+prange = range      # numba.prange once numba is loaded (a serial compile reads it as range)
 
 
 def one_thread_vmap(cores):
@@ -400,8 +405,9 @@ def bessel_terms(nu, z, atol=BESSEL_ATOL) -> int:
 
 def bessel_by_hand(nu, zs, grads, atol):
     """dJ_nu/dz at every z by hand: the example's series and its derivative, forward
-    mode, no reversibility, no checks (compiled with numba, serial or prange)."""
-    for i in range(zs.shape[0]):
+    mode, no reversibility, no checks (compiled with numba: serial, or parallel=True for
+    prange over the points)."""
+    for i in prange(zs.shape[0]):
         h = zs[i] / 2
         fact = 1.0
         for j in range(1, nu + 1):
@@ -465,7 +471,7 @@ def case_bessel_batch(size, cores):
     def numba_loop(parallel):
         numba = _numba()
         if parallel:
-            f = numba.njit(parallel=True)(_bessel_prange())
+            f = numba.njit(parallel=True)(bessel_by_hand)
         else:
             f = numba.njit(bessel_by_hand)
         out = np.empty_like(zs)
@@ -542,27 +548,6 @@ def case_bessel_batch(size, cores):
         peers.append(_try(f"torch.compile, batched, fixed {most} terms (rvm's largest)",
                           "reverse", lambda: compiled_peer(most), tol, _compile_fails()))
     return [(f"Bessel dJ2/dz over {npts:,} points (a batch)", peers)]
-
-
-def _bessel_prange():
-    import numba
-
-    def f(nu, zs, grads, atol):
-        for i in numba.prange(zs.shape[0]):
-            h = zs[i] / 2
-            fact = 1.0
-            for j in range(1, nu + 1):
-                fact *= j
-            term = h ** nu / fact
-            dterm = nu * h ** (nu - 1) / (2 * fact)
-            ds, k = dterm, 0
-            while abs(term) > atol:
-                k += 1
-                ratio, dratio = -h * h / (k * (k + nu)), -h / (k * (k + nu))
-                term, dterm = term * ratio, dterm * ratio + term * dratio
-                ds += dterm
-            grads[i] = ds
-    return f
 
 
 def case_bessel_call(size, cores):
