@@ -71,7 +71,7 @@ def _values(expr: ast.expr, values: dict[str, object]) -> str:
     return ", with " + ", ".join(shown) if shown else ""
 
 
-_NOT_FINITE = re.compile(r"(the gradient of )?([rf]\d+) would become (.*): not finite$")
+_NOT_FINITE = re.compile(r"([rf]\d+) would become (.*): not finite$")
 
 # other frontends' explainers by file suffix (the Janus frontend adds ".ja" when loaded)
 EXPLAINERS: dict = {}
@@ -94,11 +94,10 @@ def explain(fn: Function, ins, line: int, path: str, R: list, message: str) -> s
     values = {name: R[fn.slot(r)] for r, name in names.items()}
     nonfinite = _NOT_FINITE.match(message)
     if nonfinite:
-        reg = nonfinite.group(2)
+        reg = nonfinite.group(1)
         named = {str(r): n for r, n in names.items()}.get(reg)
         named = f"`{named}`" if named else f"an intermediate value of line {line} ({reg})"
-        what = "the gradient of the loss with respect to " if nonfinite.group(1) else ""
-        return f"{what}{named} would become {nonfinite.group(3)} at line {line}: not finite"
+        return f"{named} would become {nonfinite.group(2)} at line {line}: not finite"
     if ins.op == "ZERO" and ins.args[0] in names:
         name = names[ins.args[0]]
         zero = 0.0 if ins.args[0].cls == "f" else 0
