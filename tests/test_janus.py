@@ -352,8 +352,10 @@ def test_compile_janus_is_the_loader():
 
 
 def test_same_bytecode_as_the_python_subset(tmp_path):
-    """A Janus procedure and the same procedure in the Python subset compile alike."""
-    prog, _ = janus(tmp_path, PERM)
+    """A Janus procedure and the same procedure in the Python subset compile alike (with
+    the overflow checks of the int updates left out)."""
+    (tmp_path / "prog.ja").write_text(PERM)
+    prog = compile_janus(str(tmp_path / "prog.ja"), checked=False)
     path = tmp_path / "perm.py"
     path.write_text('''
 import rvm
@@ -650,3 +652,60 @@ def test_a_local_array_must_end_as_declared(tmp_path):
     assert "delocal a = {1, 2}: a does not hold these values" in out.stderr, out.stderr
     path.write_text(path.read_text().replace("        a[0] += 1\n", ""))
     assert cli("run", path).stdout == "x = 2\n"
+
+
+# jana's integers are unbounded, rvm's int64: an update that would leave int64 stops
+# with an overflow error naming the variable (the check before it forwards, the one
+# after it backwards), where it used to wrap silently
+OVERFLOW = """\
+procedure grow(int x, int n)
+    x += n * 2
+
+procedure step(int x, int a[])
+    x -= 1
+    a[1] += a[0]
+
+procedure main()
+    int x = 9223372036854774800
+    int n = 499
+    call grow(x, n)
+    n += 1
+    call grow(x, n)
+"""
+
+
+def test_an_update_leaving_int64_is_an_overflow_error(tmp_path):
+    prog, path = janus(tmp_path, OVERFLOW)
+    top = 2 ** 63 - 1
+    assert prog.call("grow", top - 998, 499) == (top, 499)      # up to the edge: fine
+    out = cli("run", path)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "prog.ja:2: integer overflow: x += n * 2 would make x = 9223372036854776798" \
+        in out.stderr and "(x = 9223372036854775798, n * 2 = 1000)" in out.stderr
+    for engine in ("interp", "python"):
+        with pytest.raises(rvm.InvertibilityError, match="x -= 1 would make x = "
+                           "-9223372036854775809"):
+            prog.call("step", -top - 1, np.zeros(2, np.int64), engine=engine)
+        with pytest.raises(rvm.InvertibilityError, match=r"a\[1\] \+= a\[0\] would take "
+                           r"a\[1\] beyond the 64-bit integers"):
+            prog.call("step", 0, np.array([5, top - 4]), engine=engine)
+
+
+def test_an_overflow_running_backwards_is_reported_before_it_wraps(tmp_path):
+    prog, _ = janus(tmp_path, OVERFLOW)
+    bottom = -2 ** 63
+    assert prog.uncall("grow", bottom + 998, 499) == (bottom, 499)
+    with pytest.raises(rvm.InvertibilityError, match="running backwards, x \\+= n \\* 2 is "
+                       "undone as x -= n \\* 2, which would make x = -9223372036854775810"):
+        prog.uncall("grow", bottom + 998, 500)
+    with pytest.raises(rvm.InvertibilityError, match="running backwards, x -= 1 is undone "
+                       "as x \\+= 1, which would make x = 9223372036854775808"):
+        prog.uncall("step", 2 ** 63 - 1, np.zeros(2, np.int64))
+
+
+def test_sized_and_modular_integers_still_wrap(tmp_path):
+    prog, _ = janus(tmp_path, "procedure main()\n    i64 x = 9223372036854775807\n"
+                    "    int y\n    x += 1\n    y += 2147483647\n    y += 1\n")
+    assert run_main(prog) == "x = -9223372036854775808\ny = 2147483648"
+    modular = compile_janus(str(tmp_path / "prog.ja"), modular=32)
+    assert run_main(modular) == "x = -9223372036854775808\ny = -2147483648"

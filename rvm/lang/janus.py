@@ -26,10 +26,11 @@ from typing import NamedTuple
 import numpy as np
 
 from ..core.errors import CompileError
-from ..core.program import Program, Reg
+from ..core.program import Imm, Program, Reg
 from ..engines import explain as _explain
 from ..engines.explain import names_at
 
+INT_MIN, INT_MAX = -(1 << 63), (1 << 63) - 1
 STACK_CAPACITY = 1024       # elements of a stack made by main or by `local stack s = nil`
 KEYWORDS = {"procedure", "int", "stack", "bool", "true", "false", "if", "then", "else", "fi",
             "from", "do", "loop", "until", "push", "pop", "local", "delocal", "call",
@@ -123,8 +124,10 @@ def _stmt(node, tok: Token):
 class Parser:
     """Janus source -> Python-subset syntax trees (one FunctionDef per procedure)."""
 
-    def __init__(self, text: str, path: str, modular: int | None = None):
+    def __init__(self, text: str, path: str, modular: int | None = None,
+                 checked: bool = True):
         self.path, self.lines = path, text.splitlines()
+        self.checked = checked          # overflow checks on unbounded ints (jana's)
         self.toks, self.k = tokenize(text, path), 0
         self.modular = (modular, True) if modular else None    # -m N: every int N bits
         self.words = {t.text for t in self.toks}
@@ -461,12 +464,79 @@ class Parser:
             raise self.error(f"expected +=, -=, ^= or <=>, found {op.text!r}", op,
                              "Janus updates a variable with +=, -= or ^=, or swaps with <=>")
         self.take()
+        k = self.k
         value = self.expression()
         self.aliases(op, [target], value)
         width = self.lookup(t).width or self.modular
         if width is not None and width[0] < 64:
             return self.wrapped(op, target, value, width)
+        if width is None and self.checked and op.text != "^=":
+            return self.checked_update(op, target, value, self.text(k))
         return [_stmt(ast.AugAssign(target, _MODOPS[op.text](), value), op)]
+
+    def checked_update(self, op: Token, target, value, text: str) -> list:
+        """x += e (or -=) on jana's unbounded integers, held in int64: the update stops
+        with an overflow error where its result would leave int64, in either direction.
+        A check before it (`(x + e > x) = (e > 0)`, written so that nothing in it can
+        overflow unnoticed: int64's wrap-around makes x + e smaller than x exactly when
+        it overflows upwards) stops a forward overflow before it happens; one after it
+        (`(x - e < x) = (e > 0)`) stops the inverse, x -= e, run backwards. With a
+        constant e each is one comparison (`x <= MAX - e`). A compound e is computed
+        once into an ancilla."""
+        sign = 1 if op.text == "+=" else -1
+
+        def num(v):
+            return _at(ast.Constant(v), op)
+
+        def here():
+            node = copy.deepcopy(target)
+            node.ctx = ast.Load()
+            return node
+
+        def check(test):
+            return _stmt(ast.Assert(_at(test, op)), op)
+
+        def compare(a, cmp, b):
+            return _at(ast.Compare(a, [cmp()], [b]), op)
+        update = _stmt(ast.AugAssign(target, _MODOPS[op.text](), value), op)
+        c = _constant(value)
+        if c is not None:
+            if c == 0 or not INT_MIN < c <= INT_MAX:
+                return [update]             # (an out-of-range constant is refused later)
+            self.note(op, "overflow", _janus(target), text, op.text, c)
+            c *= sign
+            if c > 0:       # before: x <= MAX - c; after: MIN + c <= x (the constant first)
+                pre = compare(here(), ast.LtE, num(INT_MAX - c))
+                post = compare(num(INT_MIN + c), ast.LtE, here())
+            else:
+                pre = compare(here(), ast.GtE, num(INT_MIN - c))
+                post = compare(num(INT_MAX + c), ast.GtE, here())
+            return [check(pre), update, check(post)]
+        # e itself where it is a name, or where it reads the target's array (a[i] += a[j]:
+        # the update keeps its check that i != j), else an ancilla holding e
+        direct = isinstance(value, ast.Name) or _base(target) in {n.id for n in
+                                                                  _reads(value)}
+        holder = value.id if isinstance(value, ast.Name) else None if direct else \
+            self.temporary("overflow")
+        self.note(op, "overflow", _janus(target), text, op.text, holder)
+
+        def v():
+            return copy.deepcopy(value) if holder is None or direct else _name(holder, op)
+        grow, shrink = (ast.Add, ast.Sub) if sign > 0 else (ast.Sub, ast.Add)
+        up, down = (ast.Gt, ast.Lt) if sign > 0 else (ast.Lt, ast.Gt)
+        # before, (x + v > x) = (v > 0); after, ((x - v < x) ^ (v > 0)) = 0 (so explain
+        # tells them apart: ASSERT.EQ of two registers, of a register and 0)
+        pre = compare(compare(_at(ast.BinOp(here(), grow(), v()), op), up, here()), ast.Eq,
+                      compare(v(), ast.Gt, num(0)))
+        post = compare(_at(ast.BinOp(compare(_at(ast.BinOp(here(), shrink(), v()), op), down,
+                                             here()), ast.BitXor(),
+                                     compare(v(), ast.Gt, num(0))), op), ast.Eq, num(0))
+        if direct:
+            return [check(pre), update, check(post)]
+        body = [check(pre), _stmt(ast.AugAssign(copy.deepcopy(target), _MODOPS[op.text](),
+                                                v()), op), check(post)]
+        block = _call("ancilla", [], op, [ast.keyword(holder, value)])
+        return [_stmt(ast.With([ast.withitem(block, None)], body), op)]
 
     def temporary(self, prefix: str) -> str:
         """A name no token of the program uses."""
@@ -1071,6 +1141,9 @@ def explain(fn, ins, line: int, path: str, R: list, message: str) -> str | None:
             return (f"identifiers {name} and {name} are aliases: {target} and {other} are "
                     f"the same element{shown(' '.join([target, *reads]))}")
     for what in parser.notes.get(line, []):
+        if what[0] == "overflow" and ins.op in ("ASSERT.EQ", "ASSERT.LE", "ASSERT.GE"):
+            return _overflow(what, ins, values)
+    for what in parser.notes.get(line, []):
         kind = what[0]
         if kind == "error" and ins.op.startswith("ASSERT"):
             return f"error: {what[1]}"
@@ -1114,6 +1187,30 @@ def explain(fn, ins, line: int, path: str, R: list, message: str) -> str | None:
             return (f"running backwards, the until condition `{what[2]}` (line {what[3]}) "
                     f"does not match{shown(what[2])}")
     return None
+
+
+def _overflow(what: tuple, ins, values: dict) -> str:
+    """An update whose result would leave int64 (jana's integers are unbounded). The
+    check before the update fails forwards, the one after it backwards (see
+    Parser.checked_update): the one after compares a constant first, or a register with
+    0."""
+    _, target, text, op, held = what
+    backwards = isinstance(ins.args[0], Imm) or (ins.op == "ASSERT.EQ" and
+                                                  isinstance(ins.args[1], Imm))
+    sign = (1 if op == "+=" else -1) * (-1 if backwards else 1)
+    x = values.get(target)
+    e = held if isinstance(held, int) else values.get(held) if held else None
+    undo = "-=" if op == "+=" else "+="
+    doing = f"{target} {op} {text}" if not backwards else \
+        f"running backwards, {target} {op} {text} is undone as {target} {undo} {text}, which"
+    result = f" = {x + sign * e}," if x is not None and e is not None else ""
+    known = [f"{target} = {x}"] * (x is not None) + \
+        [f"{text} = {e}"] * (e is not None and text != str(e))
+    shown = f" ({', '.join(known)})" if known else ""
+    effect = f"make {target}{result}" if result else f"take {target}"
+    return (f"integer overflow: {doing} would {effect} beyond the 64-bit "
+            f"integers (-2^63 .. 2^63 - 1){shown}; jana's integers are unbounded, rvm's "
+            "are int64")
 
 
 def _bounds(fn, ins, line: int, R: list, value) -> str | None:
@@ -1211,6 +1308,17 @@ def _evaluate(e, env: dict) -> int:
     raise TypeError
 
 
+def _constant(e) -> int | None:
+    """The value of an expression of constants only, else None."""
+    if any(isinstance(n, ast.Name) for n in ast.walk(e)):
+        return None
+    try:
+        v = _evaluate(e, {})
+    except (ZeroDivisionError, TypeError, KeyError, IndexError):
+        return None
+    return v if isinstance(v, int) else None
+
+
 def _zeros(dims: list):
     return 0 if not dims else [_zeros(dims[1:]) for _ in range(dims[0])]
 
@@ -1289,10 +1397,12 @@ def _stack_moves(t: Token, x: Token, s: Token, push: bool) -> list:
 # ---------------------------------------------------------------------- programs
 
 
-def compile_janus(path: str, text: str | None = None, modular: int | None = None) -> Program:
+def compile_janus(path: str, text: str | None = None, modular: int | None = None,
+                  checked: bool = True) -> Program:
     """Compile a Janus file: one rvm function per procedure (main's variables are its
     parameters); the program remembers main's declarations (program.cache["janus"]).
-    `modular` = N: every int is an N-bit signed integer that wraps (jana's -m)."""
+    `modular` = N: every int is an N-bit signed integer that wraps (jana's -m).
+    `checked=False` leaves out the overflow checks of int updates (they wrap instead)."""
     from . import ReversibleFunction, Session
     from .expressions import Source
     if text is None:
@@ -1300,7 +1410,7 @@ def compile_janus(path: str, text: str | None = None, modular: int | None = None
             text = f.read()
     if modular is not None and not 1 < modular <= 64:
         raise CompileError(f"-m{modular}: modular integers have 2 to 64 bits", path, 1, 1)
-    parser = Parser(text, path, modular)
+    parser = Parser(text, path, modular, checked)
     try:
         functions = parser.program()
     except RecursionError:
