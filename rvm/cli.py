@@ -18,6 +18,7 @@ from .core.errors import MachineError, RvmError, UsageError
 from .core.program import Program
 from .engines.arguments import plural
 from .engines.machine import Machine
+from .engines.templates import Limit
 from .formats.assembly import disassemble
 
 
@@ -214,9 +215,10 @@ def _program(args) -> tuple[Program, str, list]:
     """The program, entry and argument values a command runs on (a .py function without
     annotations is compiled for the arguments' types)."""
     from .lang import specialized
-    if getattr(args, "modular", None) is not None:     # Janus: -m[N], N-bit integers
+    if getattr(args, "modular", None) is not None or \
+            getattr(args, "stack_capacity", None) is not None:  # Janus: -m[N], stacks
         from .lang import janus
-        program = janus.load_modular(args.file, args.modular)
+        program = janus.load_modular(args.file, args.modular, args.stack_capacity)
     else:
         program = load(args.file)
     names = list(program.functions) + list(program.cache.get("unannotated", {}))
@@ -260,7 +262,10 @@ def _count(program: Program, entry: str, values: list) -> None:
 def cmd_run(args) -> None:
     program, entry, values = _program(args)
     m = _machine(program, args)
-    m.enter(entry, *values, backward=args.backward)
+    try:
+        m.enter(entry, *values, backward=args.backward)
+    except Limit as e:          # the arguments alone are past --heap-limit (a Janus stack)
+        raise RvmError(str(e)) from None
     if args.trace:
         m.engine = "interp"         # a trace steps one instruction at a time
         from .debugger.trace import traced_run
@@ -556,6 +561,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("-m", dest="modular", nargs="?", type=int, const=32, metavar="N",
                    help="Janus: N-bit modular integers (default 32), as jana's -m; write "
                    "-m32 before the file or -m after it")
+    r.add_argument("--stack-capacity", type=int, metavar="N",
+                   help="Janus: the elements each stack of main's and each local stack "
+                   "holds (default 65536)")
     r.add_argument("--trace", action="store_true",
                    help="print every executed instruction with the registers it changed")
     _transform(r)

@@ -709,3 +709,45 @@ def test_sized_and_modular_integers_still_wrap(tmp_path):
     assert run_main(prog) == "x = -9223372036854775808\ny = 2147483648"
     modular = compile_janus(str(tmp_path / "prog.ja"), modular=32)
     assert run_main(modular) == "x = -9223372036854775808\ny = -2147483648"
+
+
+# stacks hold 65536 elements by default (jana's are unbounded; rvm's were full at 1024),
+# --stack-capacity N sets it, and a full stack names itself and the option
+DEEP_STACK = """\
+procedure fill(stack s, int n)
+    local int i = 0
+    from i = 0 loop
+        local int x = i
+        push(x, s)
+        delocal int x = 0
+        i += 1
+    until i = n
+    delocal int i = n
+
+procedure main()
+    stack s
+    int n = 1500
+    int m
+    call fill(s, n)
+    local stack t = nil
+        call fill(t, n)
+        m += size(t)
+        uncall fill(t, n)
+    delocal stack t = nil
+"""
+
+
+def test_stacks_hold_more_than_1024_elements_and_the_capacity_is_an_option(tmp_path):
+    prog, path = janus(tmp_path, DEEP_STACK)
+    out = run_main(prog).splitlines()
+    assert out[1] == "n = 1500" and out[2].startswith("s = <1499, 1498, 1497, ")
+    assert out[2].endswith(", 1, 0]") and out[0] == "m = 1500"
+    small = cli("run", path, "--stack-capacity", "1000")
+    assert small.returncode == 1 and "Traceback" not in small.stderr
+    assert "prog.ja:5: push(x, s): the stack s is full (1000 elements, its capacity" in \
+        small.stderr and "--stack-capacity N" in small.stderr
+    roomy = compile_janus(str(path), stack_capacity=2000)
+    assert run_main(roomy).startswith("m = 1500")
+    huge = cli("run", path, "--stack-capacity", 10 ** 8)     # past the heap: a clear error
+    assert huge.returncode == 1 and "Traceback" not in huge.stderr
+    assert "heap limit of 16777216 cells exceeded" in huge.stderr

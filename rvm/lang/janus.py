@@ -31,7 +31,7 @@ from ..engines import explain as _explain
 from ..engines.explain import names_at
 
 INT_MIN, INT_MAX = -(1 << 63), (1 << 63) - 1
-STACK_CAPACITY = 1024       # elements of a stack made by main or by `local stack s = nil`
+STACK_CAPACITY = 1 << 16    # elements of a stack made by main or by `local stack s = nil`
 KEYWORDS = {"procedure", "int", "stack", "bool", "true", "false", "if", "then", "else", "fi",
             "from", "do", "loop", "until", "push", "pop", "local", "delocal", "call",
             "uncall", "error", "skip", "empty", "top", "size", "show", "print", "printf",
@@ -125,8 +125,9 @@ class Parser:
     """Janus source -> Python-subset syntax trees (one FunctionDef per procedure)."""
 
     def __init__(self, text: str, path: str, modular: int | None = None,
-                 checked: bool = True):
+                 checked: bool = True, stack_capacity: int = STACK_CAPACITY):
         self.path, self.lines = path, text.splitlines()
+        self.capacity = stack_capacity  # of main's stacks and local ones
         self.checked = checked          # overflow checks on unbounded ints (jana's)
         self.toks, self.k = tokenize(text, path), 0
         self.modular = (modular, True) if modular else None    # -m N: every int N bits
@@ -796,7 +797,7 @@ class Parser:
         for (_, name, dims, value, decl), (final, text) in reversed(list(zip(locs, dels))):
             start, finish = [], []
             if decl.type == "stack":
-                init = _call("zeros", [_at(ast.Constant(STACK_CAPACITY + 1), name),
+                init = _call("zeros", [_at(ast.Constant(self.capacity + 1), name),
                                        _name("int", name)], name)
                 self.note(end, "delocal", name.text, "nil")
             elif decl.type == "array":
@@ -1153,7 +1154,9 @@ def explain(fn, ins, line: int, path: str, R: list, message: str) -> str | None:
                 return f"{kind}({x}, {s}): {x} = {values.get(x)}; pop needs {x} = 0"
             if ins.op == "ASSERT.GT":
                 return f"{kind}({x}, {s}): pop from the empty stack {s}"
-            return f"{kind}({x}, {s}): the stack {s} is full ({STACK_CAPACITY} elements)"
+            return (f"{kind}({x}, {s}): the stack {s} is full ({value(ins.args[1])} "
+                    "elements, its capacity; jana's stacks are unbounded, rvm's have a "
+                    "fixed capacity: raise it with rvm run --stack-capacity N)")
         if kind == "size" and ins.op == "ASSERT.EQ":
             return (f"argument {what[1]} of {fn.name} has {value(ins.args[0])} elements; "
                     f"{fn.name} expects an array of size {what[2]} (int {what[1]}[{what[2]}])")
@@ -1398,11 +1401,12 @@ def _stack_moves(t: Token, x: Token, s: Token, push: bool) -> list:
 
 
 def compile_janus(path: str, text: str | None = None, modular: int | None = None,
-                  checked: bool = True) -> Program:
+                  checked: bool = True, stack_capacity: int | None = None) -> Program:
     """Compile a Janus file: one rvm function per procedure (main's variables are its
     parameters); the program remembers main's declarations (program.cache["janus"]).
     `modular` = N: every int is an N-bit signed integer that wraps (jana's -m).
-    `checked=False` leaves out the overflow checks of int updates (they wrap instead)."""
+    `checked=False` leaves out the overflow checks of int updates (they wrap instead).
+    `stack_capacity`: the elements a stack of main's or a local stack holds."""
     from . import ReversibleFunction, Session
     from .expressions import Source
     if text is None:
@@ -1410,7 +1414,11 @@ def compile_janus(path: str, text: str | None = None, modular: int | None = None
             text = f.read()
     if modular is not None and not 1 < modular <= 64:
         raise CompileError(f"-m{modular}: modular integers have 2 to 64 bits", path, 1, 1)
-    parser = Parser(text, path, modular, checked)
+    capacity = STACK_CAPACITY if stack_capacity is None else stack_capacity
+    if not 1 <= capacity <= 1 << 40:
+        raise CompileError(f"a stack capacity of {capacity}: give 1 or more elements",
+                           path, 1, 1)
+    parser = Parser(text, path, modular, checked, capacity)
     try:
         functions = parser.program()
     except RecursionError:
@@ -1425,16 +1433,18 @@ def compile_janus(path: str, text: str | None = None, modular: int | None = None
         sig = tuple(env[node.name].annotations())
         session.request(env[node.name], sig)
     program = session.run(path)
-    program.cache["janus"] = {"main": parser.main, "procedures": parser.procedures}
+    program.cache["janus"] = {"main": parser.main, "procedures": parser.procedures,
+                              "stack_capacity": capacity}
     return program
 
 
-def load_modular(path: str, bits: int) -> Program:
-    """`rvm run -m[N] prog.ja`: a Janus program whose ints are N-bit modular."""
+def load_modular(path: str, bits: int | None, stack_capacity: int | None = None) -> Program:
+    """`rvm run -m[N] prog.ja`: a Janus program whose ints are N-bit modular (bits None:
+    unbounded, as usual); `--stack-capacity N`: its stacks hold N elements."""
     from ..core.errors import RvmError
     if not path.endswith((".ja", ".janus")):
-        raise RvmError(f"-m (modular integers) is for Janus programs (.ja, .janus), not "
-                       f"{path}")
+        what = "-m (modular integers)" if bits is not None else "--stack-capacity"
+        raise RvmError(f"{what} is for Janus programs (.ja, .janus), not {path}")
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
@@ -1442,7 +1452,7 @@ def load_modular(path: str, bits: int) -> Program:
         raise RvmError(f"{path}: cannot read: {e.strerror or e}") from None
     except UnicodeDecodeError:
         raise RvmError(f"{path}: not a UTF-8 text file") from None
-    return compile_janus(path, text, modular=bits)
+    return compile_janus(path, text, modular=bits, stack_capacity=stack_capacity)
 
 
 def main_arguments(program: Program) -> list:
@@ -1452,7 +1462,7 @@ def main_arguments(program: Program) -> list:
         if d.type == "int":
             out.append(int(d.init or 0))
         elif d.type == "stack":
-            out.append(np.zeros(STACK_CAPACITY + 1, np.int64))
+            out.append(np.zeros(_capacity(program) + 1, np.int64))
         else:
             out.append(np.array(d.init, np.int64) if d.init is not None
                        else np.zeros(d.dims, np.int64))
@@ -1468,7 +1478,7 @@ def to_machine(program: Program, name: str, args: tuple) -> tuple:
     out = []
     for d, a in zip(decls, args):
         if d.type == "stack" and isinstance(a, list | tuple):
-            buf = np.zeros(max(STACK_CAPACITY, 2 * len(a)) + 1, np.int64)
+            buf = np.zeros(max(_capacity(program), 2 * len(a)) + 1, np.int64)
             buf[0], buf[1:len(a) + 1] = len(a), a
             a = buf
         out.append(a)
@@ -1482,6 +1492,10 @@ def from_machine(program: Program, name: str, results: tuple) -> tuple:
         return results
     return tuple([int(v) for v in r[1:r[0] + 1]] if d.type == "stack" else r
                  for d, r in zip(decls, results))
+
+
+def _capacity(program: Program) -> int:
+    return program.cache["janus"].get("stack_capacity", STACK_CAPACITY)
 
 
 def _decls(program: Program, name: str):
