@@ -6,7 +6,8 @@ import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "rvm"
 # lowest first: source -> Program -> transforms -> engine -> values / gradients / views
-LAYERS = ["core", "formats", "engines", "lang", "ad", "debugger", "drawing", "interop", ""]
+LAYERS = ["core", "formats", "engines", "lang", "ad", "debugger", "drawing", "interop", "",
+          "lib"]
 
 
 def module_name(path: pathlib.Path) -> str:

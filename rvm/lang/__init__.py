@@ -396,7 +396,8 @@ reversible.source = from_source
 
 def compile_file(path: str, transforms: dict | None = None) -> Program:
     """Compile every @reversible function of a Python file (parameters annotated) without
-    running the file: constants come from its literal module-level assignments, and
+    running the file: constants come from its literal module-level assignments, functions
+    from `from rvm.lib import f` (rvm's own modules are imported), and
     `name = rvm.adjoint(f)` / `rvm.tangent(f)` of a function above is understood (the
     caller passes those transforms in `transforms`, by name)."""
     import math
@@ -409,6 +410,19 @@ def compile_file(path: str, transforms: dict | None = None) -> Program:
     source = Source(path, text.splitlines(keepends=True))
     functions = []
     for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module and \
+                node.module.split(".")[0] == "rvm":
+            # rvm's own functions (`from rvm.lib import logsumexp`): rvm's modules are
+            # imported; the file's other imports are not run
+            try:
+                module = importlib.import_module(node.module)
+            except ImportError:
+                raise CompileError(f"no module {node.module}", path, node.lineno,
+                                   node.col_offset + 1) from None
+            for alias in node.names:
+                value = getattr(module, alias.name, None)
+                if isinstance(value, ReversibleFunction):
+                    env[alias.asname or alias.name] = value
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
                 isinstance(node.targets[0], ast.Name):
             # only literal constants are read (the file is not run); others are skipped

@@ -744,6 +744,10 @@ class FunctionCompiler(Complexes, Lowering):
                     t = self.reg(INT if isinstance(t.value, int) else FLOAT)
                     code2, _ = self.capture(lambda t=t, a=a: self.accumulate(t, 1, a, a))
                     code = code + code2
+                elif not self.is_temp(a):   # len(A), A.shape[k]: A's own register, copied
+                    size, t = t, self.reg(t.cls)
+                    code2, _ = self.capture(lambda t=t, size=size: self.emit("ADD", t, size))
+                    code = code + code2
                 self.code += code
                 regs.append(t)
                 sig.append(("int" if t.cls == INT else "float",))
