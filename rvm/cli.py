@@ -215,10 +215,12 @@ def _program(args) -> tuple[Program, str, list]:
     """The program, entry and argument values a command runs on (a .py function without
     annotations is compiled for the arguments' types)."""
     from .lang import specialized
-    if getattr(args, "modular", None) is not None or \
-            getattr(args, "stack_capacity", None) is not None:  # Janus: -m[N], stacks
+    if getattr(args, "modular", None) is not None or getattr(
+            args, "stack_capacity", None) is not None or getattr(args, "unchecked", False):
+        # Janus: -m[N], stacks, overflow checks
         from .lang import janus
-        program = janus.load_modular(args.file, args.modular, args.stack_capacity)
+        program = janus.load_modular(args.file, args.modular, args.stack_capacity,
+                                     not args.unchecked)
     else:
         program = load(args.file)
     names = list(program.functions) + list(program.cache.get("unannotated", {}))
@@ -564,6 +566,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--stack-capacity", type=int, metavar="N",
                    help="Janus: the elements each stack of main's and each local stack "
                    "holds (default 65536)")
+    r.add_argument("--no-overflow-checks", dest="unchecked", action="store_true",
+                   help="Janus: int updates wrap around int64 instead of stopping with an "
+                   "overflow error (faster on the interpreter)")
     r.add_argument("--trace", action="store_true",
                    help="print every executed instruction with the registers it changed")
     _transform(r)

@@ -85,7 +85,7 @@ PERM = (ROOT / "examples/janus/perm_to_code.ja").read_text()
 
 @pytest.mark.parametrize("engine", ["interp", "python", "native"])
 def test_perm_to_code_on_every_engine(engine):
-    pytest.importorskip("numba") if engine == "native" else None
+    pytest.importorskip("llvmlite") if engine == "native" else None
     prog = rvm.load(ROOT / "examples/janus/perm_to_code.ja")
     (code,) = prog.call("perm_to_code", np.array([2, 0, 3, 1, 5, 4]), engine=engine)
     assert code.tolist() == [0, 0, 2, 1, 4, 4]
@@ -289,8 +289,12 @@ def test_error_messages_name_the_janus_line_and_values(tmp_path):
      "delocal u does not match local t"),
     ("procedure main()\n    int x\n    /* open\n", "unterminated /* comment"),
     ("procedure main()\n    int a[2]\n    a += 1\n", "a is an array; update its elements"),
-    ("procedure main()\n    int x\n    iterate int i = 0 to 3\n", "iterate (a PyJanus "
-     "extension) not supported"),
+    ("procedure main()\n    int x\n    iterate int i = 0 3\n    end\n", "3:23: error: "
+     "expected 'to', found '3'"),
+    ("struct p { int x }\nprocedure main()\n    p v\n    v.y += 1\n",
+     "4:7: error: struct p has no field 'y'"),
+    ("struct p { int x }\nprocedure main()\n    p v\n    v += 1\n",
+     "4:5: error: v is a struct: name a field (v.field)"),
     ("procedure main(int x)\n    skip\n", "main takes no parameters"),
     ("procedure main()\n    int x\n    x += x + 1\n", "3:"),
     ("procedure main()\n    int a[2]\n    stack s\n    push(a, s)\n",
@@ -678,6 +682,8 @@ def test_an_update_leaving_int64_is_an_overflow_error(tmp_path):
     prog, path = janus(tmp_path, OVERFLOW)
     top = 2 ** 63 - 1
     assert prog.call("grow", top - 998, 499) == (top, 499)      # up to the edge: fine
+    out = cli("run", path, "--no-overflow-checks")       # asked for: wraps, as before
+    assert out.returncode == 0 and "x = -9223372036854774818" in out.stdout
     out = cli("run", path)
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert "prog.ja:2: integer overflow: x += n * 2 would make x = 9223372036854776798" \
@@ -748,6 +754,136 @@ def test_stacks_hold_more_than_1024_elements_and_the_capacity_is_an_option(tmp_p
         small.stderr and "--stack-capacity N" in small.stderr
     roomy = compile_janus(str(path), stack_capacity=2000)
     assert run_main(roomy).startswith("m = 1500")
-    huge = cli("run", path, "--stack-capacity", 10 ** 8)     # past the heap: a clear error
+    huge = cli("run", path, "--stack-capacity", 1 << 25)     # past the heap: a clear error
     assert huge.returncode == 1 and "Traceback" not in huge.stderr
     assert "heap limit of 16777216 cells exceeded" in huge.stderr
+
+
+# PyJanus's iterate: i takes a, a + s, ... b (none where a = b + s); the bounds are
+# computed once and must be unchanged at the end; the loop runs backwards from b to a
+ITERATE = """\
+procedure sum(int a[], int total)
+    iterate int i = 0 to size(a) - 1
+        total += a[i] * (i + 1)
+    end
+
+procedure main()
+    int a[4] = {1, 2, 3, 4}
+    int total
+    int evens
+    int n = 10
+    int none
+    call sum(a, total)
+    iterate int k = n by -2 to 2
+        evens += k
+    end
+    iterate int k = 1 to 0
+        none += 1
+    end
+"""
+
+
+def test_iterate_counts_from_a_to_b_and_uncalls(tmp_path):
+    prog, path = janus(tmp_path, ITERATE)
+    out = cli("run", path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "a[4] = {1, 2, 3, 4}\nevens = 30\nn = 10\nnone = 0\ntotal = 30\n"
+    assert prog.call("sum", np.array([5, 1]), 0)[1] == 7
+    assert prog.uncall("sum", np.array([5, 1]), 7)[1] == 0
+    assert prog.call("sum", np.array([5, 1]), 0, engine="python")[1] == 7
+
+
+@pytest.mark.parametrize("loop,message", [
+    ("iterate int i = 0 by 2 to n\n        x += i\n    end",
+     "prog.ja:4: iterate int i = 0 by 2 to n: i = 6 has stepped past n without reaching it"),
+    ("iterate int i = 1 to n\n        n += 1\n    end",
+     "prog.ja:4: iterate int i = 1 to n: the body changed the value of a bound"),
+])
+def test_iterate_that_cannot_end_is_an_error_not_a_hang(tmp_path, loop, message):
+    path = tmp_path / "prog.ja"
+    path.write_text(f"procedure main()\n    int x\n    int n = 5\n    {loop}\n")
+    out = cli("run", path)
+    assert out.returncode == 1 and message in out.stderr and "Traceback" not in out.stderr
+
+
+# PyJanus's structs: int and int-array fields, variables and arrays of them in main and
+# as parameters, p.x, a[i].f, a[i].f[j], passed whole, by element or by field
+STRUCTS = """\
+struct pair { int x, int y }
+struct node {
+    int val,
+    int next,
+    u8 tag,
+    int hist[3]
+}
+
+procedure bump(pair p, int d)
+    p.x += d
+    p.y -= p.x
+
+procedure link(node pool[], int i, int head)
+    pool[i].next ^= head
+    head <=> i
+    pool[head].tag -= 1
+    pool[head].hist[1] += pool[head].val
+
+procedure twist(int a, int b)
+    a <=> b
+
+procedure main()
+    pair p = {3, 4}
+    pair q
+    pair ps[2] = {{1, 2}}
+    node pool[3] = {{0}, {10}, {20, 0, 0, {1, 2, 3}}}
+    int head
+    int i = 2
+    call bump(p, i)
+    call twist(p.x, p.y)
+    call link(pool, i, head)
+    q.x += size(pool)
+    q.y += pool[2].hist[2]
+    call bump(q, p.y)
+    call bump(ps[1], q.x)
+    show(p, ps)
+    p <=> q
+"""
+
+
+def test_structs_fields_arrays_of_structs_and_calls(tmp_path):
+    prog, path = janus(tmp_path, STRUCTS)
+    out = cli("run", path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == (
+        "p = {x = -1, y = 5}, ps[2] = {{x = 1, y = 2}, {x = 8, y = -8}}\n"
+        "head = 2\ni = 0\np = {x = 8, y = -5}\n"
+        "pool[3] = {{val = 0, next = 0, tag = 0, hist = {0, 0, 0}}, {val = 10, next = 0, "
+        "tag = 0, hist = {0, 0, 0}}, {val = 20, next = 0, tag = 255, hist = {1, 22, 3}}}\n"
+        "ps[2] = {{x = 1, y = 2}, {x = 8, y = -8}}\nq = {x = -1, y = 5}\n")
+    start = main_arguments(prog)
+    final = prog.call("main", *start)
+    again = prog.uncall("main", *final)         # back to the initial store
+    assert show_store(prog, again) == show_store(prog, start)
+    # from Python, a struct parameter is its fields: pool.val, pool.next, ... in order
+    val, nxt, tag, hist = (np.array([0, 7]), np.zeros(2, np.int64), np.zeros(2, np.int64),
+                           np.zeros((2, 3), np.int64))
+    res = prog.call("link", val, nxt, tag, hist, 1, 0)
+    assert res[2].tolist() == [0, 255] and res[3][1].tolist() == [0, 7, 0]
+    assert prog.uncall("link", *res)[2].tolist() == [0, 0]
+
+
+def test_struct_errors_name_the_struct(tmp_path):
+    head = "struct pair { int x, int y }\nprocedure g(pair a)\n    a.x += 1\n" \
+        "procedure main()\n    pair ps[2]\n    int i = 2\n"
+    for body, message in [
+        ("    call g(ps)", "7:12: error: argument a of g is a pair, but ps is an array of "
+                           "pair"),
+        ("    local pair r = {1, 2}\n    delocal pair r = {1, 2}", "7:11: error: a local "
+                                                                     "struct is not supported"),
+    ]:
+        (tmp_path / "prog.ja").write_text(head + body + "\n")
+        out = cli("run", "prog.ja", cwd=tmp_path)
+        assert out.returncode == 1 and message in out.stderr, out.stderr
+    (tmp_path / "prog.ja").write_text(head + "    ps[i].x += 1\n")
+    out = cli("run", "prog.ja", cwd=tmp_path)
+    assert out.returncode == 1 and "prog.ja:7: ps.x: array index 2 was out of bounds " \
+        "(array size was 2; ps.x[2])" in out.stderr

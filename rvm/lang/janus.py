@@ -35,15 +35,14 @@ STACK_CAPACITY = 1 << 16    # elements of a stack made by main or by `local stac
 KEYWORDS = {"procedure", "int", "stack", "bool", "true", "false", "if", "then", "else", "fi",
             "from", "do", "loop", "until", "push", "pop", "local", "delocal", "call",
             "uncall", "error", "skip", "empty", "top", "size", "show", "print", "printf",
-            "nil"}
+            "nil", "iterate", "struct"}
 # the fork's sized integers: (bits, signed); a variable of one wraps as the fork's do
 SIZED = {f"{k}{n}": (n, k == "i") for k in "iu" for n in (8, 16, 32, 64)}
-UNSUPPORTED = {"iterate": "iterate (a PyJanus extension)", "struct": "structs",
-               "char": "the char type", "string": "strings"}
+UNSUPPORTED = {"char": "the char type", "string": "strings"}
 _TOKEN = re.compile(r"""
     (?P<space>[ \t\r\n]+) | (?P<comment>//[^\n]*|/\*.*?\*/) | (?P<open>/\*)
   | (?P<number>\d+) | (?P<name>[A-Za-z_][A-Za-z0-9_]*) | (?P<string>"(?:[^"\\\n]|\\.)*")
-  | (?P<define>\#define\b) | (?P<op><=>|\+=|-=|\^=|<=|>=|!=|&&|\|\||[-+*/%&|^<>=!()\[\]{},?:])
+  | (?P<define>\#define\b) | (?P<op><=>|\+=|-=|\^=|<=|>=|!=|&&|\|\||[-+*/%&|^<>=!()\[\]{},?:.])
 """, re.S | re.X)
 # binary operators by precedence level, loosest first (jana's table: note that & | ^ bind
 # more loosely than comparisons)
@@ -69,7 +68,10 @@ class Decl:
     the size is not given); an initial value in main (an int or a list), else None;
     `flexible` for a parameter `int a[]`, which takes the dimensions it is given (the
     fork passes a two-dimensional array to one) and `indexed`, the number of indices
-    the body used on it; `width` a sized integer's (bits, signed), else None."""
+    the body used on it; `width` a sized integer's (bits, signed), else None. A variable
+    of a struct type (PyJanus), or an array of them, has type "struct"; it stands for one
+    variable per field, named `p.x` (an int, or an array), `a.x` for an array `a` of
+    structs (an array of the field's values, one dimension more for an array field)."""
     name: str
     type: str
     dims: tuple = ()
@@ -78,6 +80,7 @@ class Decl:
     flexible: bool = False
     indexed: int = 0
     width: tuple | None = None
+    struct: str | None = None           # a struct's type name (type "struct")
 
 
 def tokenize(text: str, path: str) -> list[Token]:
@@ -140,6 +143,9 @@ class Parser:
         self.notes: dict[int, list[tuple]] = {}     # line -> what its statements check
         self.calls: list[tuple[Token, list[tuple[Token, str]]]] = []    # checked at the end
         self.arg_decls: dict[Token, Decl] = {}
+        self.structs: dict[str, list[tuple]] = {}    # name -> [(field, dims, width, token)]
+        self.lv_decl: Decl | None = None            # the variable the last lvalue names
+        self.expanded: dict[Decl, list[Decl]] = {}
 
     def note(self, tok: Token, *what) -> None:
         self.notes.setdefault(tok.line, []).append(what)
@@ -194,6 +200,9 @@ class Parser:
             if self.tok.kind == "define":
                 self.define()
                 continue
+            if self.at("struct"):
+                self.struct_def()
+                continue
             if self.at(*UNSUPPORTED):
                 raise self.error(f"{UNSUPPORTED[self.tok.text]} not supported",
                                  hint="see docs/janus.md for the supported language")
@@ -208,9 +217,123 @@ class Parser:
         self.check_calls()
         for fn in functions:            # dimensions are known now (see check_calls)
             params = self.main if fn.name == "main" else self.procedures[fn.name]
-            for a, d in zip(fn.args.args, params):
+            for a, d in zip(fn.args.args, self.flat(params)):
                 a.annotation = self.annotation(d)
         return functions
+
+    # ------------------------------------------------------------------ structs
+    def struct_def(self) -> None:
+        """`struct name { int x, int a[3], u8 c }` (PyJanus): fields of int type, or
+        one-dimensional int arrays of a constant size."""
+        self.take("struct")
+        name = self.identifier()
+        if name.text in self.structs:
+            raise self.error(f"struct {name.text!r} is defined twice", name)
+        self.take("{")
+        fields: list[tuple] = []
+        while True:
+            t = self.tok
+            if not (self.at("int") or (t.kind == "name" and t.text in SIZED)):
+                what = "structs" if t.text in self.structs else repr(t.text)
+                raise self.error(f"a struct field is an int or an int array, not {what}", t)
+            width = SIZED.get(self.take().text)
+            f = self.take(kind="name")
+            dims = []
+            while self.at("["):
+                self.take("[")
+                dims.append(self.size())
+                self.take("]")
+            if len(dims) > 1:
+                raise self.error("a struct's array field has one dimension", f)
+            if any(f.text == g[0] for g in fields):
+                raise self.error(f"field {f.text!r} is declared twice", f)
+            fields.append((f.text, tuple(dims), width, f))
+            if not self.at(","):
+                break
+            self.take(",")
+        self.take("}")
+        self.structs[name.text] = fields
+
+    def fields(self, d: Decl) -> list[Decl]:
+        """The variables a struct variable (or array of structs) stands for."""
+        if d in self.expanded:
+            return self.expanded[d]
+        out = self.expanded[d] = []
+        for f, fdims, width, _ in self.structs[d.struct]:
+            dims = d.dims + fdims
+            init = None
+            if isinstance(d.init, dict):
+                init = d.init[f]
+            elif isinstance(d.init, list):
+                init = [e[f] for e in d.init]
+            out.append(Decl(f"{d.name}.{f}", "array" if dims else "int", dims, init,
+                            d.token, flexible=d.flexible, width=width))
+        return out
+
+    def flat(self, decls: list[Decl]) -> list[Decl]:
+        """Declarations with each struct variable replaced by its fields' variables."""
+        out = []
+        for d in decls:
+            out += self.fields(d) if d.type == "struct" else [d]
+        return out
+
+    def scope_of(self, decls: list[Decl]) -> dict[str, Decl]:
+        return {d.name: d for d in decls + [f for d in decls if d.type == "struct"
+                                            for f in self.fields(d)]}
+
+    def struct_value(self, tree, d: str, name: Token, what: str):
+        """An initialiser of one struct: {x, {a0, a1}, ...}, padded with zeros."""
+        fields = self.structs[d]
+        if not isinstance(tree, list):
+            raise self.error(f"{what} is a struct: give {{...}} with its fields", name)
+        if len(tree) > len(fields):
+            raise self.error(f"{len(tree)} values for the {len(fields)} fields of {d}", name)
+        out = {}
+        for k, (f, fdims, width, _) in enumerate(fields):
+            v = tree[k] if k < len(tree) else _zeros(list(fdims))
+            if fdims:
+                _, v = self.fit(v, list(fdims), name)
+            elif isinstance(v, list):
+                raise self.error(f"field {f} of {d} is an int, given {{...}}", name)
+            out[f] = _wrap_values(v, width) if width else v
+        return out
+
+    def member(self, name: Token, decl: Decl):
+        """After a struct variable's name: `.f`, `.f[j]`, and for an array of structs
+        `[i].f`, `[i].f[j]`. Returns (the node, the field's variable)."""
+        idx = []
+        if decl.dims:
+            if not self.at("["):
+                raise self.error(f"{name.text} is an array of {decl.struct}: index it "
+                                 f"({name.text}[i].field)", name)
+            self.take("[")
+            idx.append(self.expression())
+            self.take("]")
+        if not self.at("."):
+            raise self.error(f"{name.text}{'[...]' if idx else ''} is a struct: name a "
+                             f"field ({name.text}{'[i]' if idx else ''}.field)", name)
+        self.take(".")
+        f = self.take(kind="name")
+        field = self.lookup(Token("name", f"{name.text}.{f.text}", f.line, f.col)) if any(
+            f.text == g[0] for g in self.structs[decl.struct]) else None
+        if field is None:
+            raise self.error(f"struct {decl.struct} has no field {f.text!r}", f)
+        while self.at("["):
+            self.take("[")
+            idx.append(self.expression())
+            self.take("]")
+        node = _name(field.name, name)
+        if not idx:
+            return node, field
+        if len(idx) != len(field.dims):
+            raise self.error(f"{name.text}.{f.text} has {len(field.dims)} "
+                             f"dimension{'s' if len(field.dims) > 1 else ''}, indexed with "
+                             f"{len(idx)}" if not decl.dims else
+                             f"{f.text} of {name.text}[i] is an array: index it "
+                             f"({name.text}[i].{f.text}[j])", f)
+        field.indexed = len(idx)
+        index = idx[0] if len(idx) == 1 else _at(ast.Tuple(idx, ast.Load()), name)
+        return _at(ast.Subscript(node, index, ast.Load()), name), field
 
     def check_calls(self) -> None:
         """Every call names a procedure and passes what its parameters declare. A
@@ -229,6 +352,17 @@ class Parser:
                                      f"{'s' if len(params) != 1 else ''}, given {len(args)}",
                                      name)
                 for (tok, typ), p in zip(args, params):
+                    if typ in ("struct", "element") or p.type == "struct":
+                        a = self.lookup_any(tok)
+                        if p.type == "struct" and typ in ("struct", "element") and \
+                                a.struct == p.struct and len(p.dims) == (
+                                    0 if typ == "element" else len(a.dims)):
+                            continue
+                        got = f"{tok.text}[i], a {a.struct}" if typ == "element" else \
+                            _a(typ) if typ != "struct" else _struct(a)
+                        raise self.error(f"argument {p.name} of {name.text} is "
+                                         f"{_struct(p) if p.type == 'struct' else _a(p.type)}"
+                                         f", but {tok.text} is {got}", tok)
                     if typ == p.type == "array":
                         a = self.lookup_any(tok)
                         if len(a.dims) == len(p.dims):
@@ -274,7 +408,7 @@ class Parser:
             self.scopes = [{}]              # a size or initial value may use earlier ones
             while self.at_declaration():
                 params.append(self.declaration(param=False))
-                self.scopes[0][params[-1].name] = params[-1]
+                self.scopes[0].update(self.scope_of(params[-1:]))
             self.main = params
         else:
             self.procedures[name.text] = params
@@ -283,9 +417,10 @@ class Parser:
             if d.name in seen:
                 raise self.error(f"{d.name!r} is declared twice", d.token)
             seen.add(d.name)
-        self.scopes = [{d.name: d for d in params}]
-        body = self.size_checks(params) + self.statements(("procedure", "#define"))
-        args = [_at(ast.arg(d.name, None), d.token) for d in params]   # annotated at the end
+        self.scopes = [self.scope_of(params)]
+        body = self.size_checks(self.flat(params)) + \
+            self.statements(("procedure", "#define"))
+        args = [_at(ast.arg(d.name, None), d.token) for d in self.flat(params)]
         fn = ast.FunctionDef(name=name.text, args=ast.arguments(
             posonlyargs=[], args=args, vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None,
             defaults=[]), body=body or [_stmt(ast.Pass(), name)], decorator_list=[],
@@ -316,8 +451,8 @@ class Parser:
     def at_declaration(self) -> bool:
         """At `int`, `stack`, or a sized integer type (u8 .. i64) followed by a name."""
         t = self.tok
-        return self.at("int", "stack") or (t.kind == "name" and t.text in SIZED and
-                                            self.toks[self.k + 1].kind == "name")
+        return self.at("int", "stack") or (t.kind == "name" and (
+            t.text in SIZED or t.text in self.structs) and self.toks[self.k + 1].kind == "name")
 
     def declaration(self, param: bool) -> Decl:
         t = self.tok
@@ -325,6 +460,8 @@ class Parser:
             raise self.error("expected a declaration: int x, int a[n] or stack s")
         kind = self.take().text
         name = self.identifier()
+        if kind in self.structs:
+            return self.struct_declaration(kind, name, t, param)
         dims: list = []
         while kind != "stack" and self.at("["):
             self.take("[")
@@ -348,6 +485,36 @@ class Parser:
         return Decl(name.text, typ, tuple(dims), init, t if param else name,
                     flexible=param and bool(dims) and all(d is None for d in dims),
                     width=SIZED.get(kind))
+
+    def struct_declaration(self, kind: str, name: Token, t: Token, param: bool) -> Decl:
+        """`pair p`, `node pool[5]`, `node pool[]` (a parameter), `pair p = {1, 2}`,
+        `node pool[] = {{1, 2}, {3, 4}}` (main)."""
+        dims: list = []
+        while self.at("["):
+            self.take("[")
+            dims.append(None if self.at("]") else self.size(param))
+            self.take("]")
+        if len(dims) > 1:
+            raise self.error("an array of structs has one dimension", name)
+        init = None
+        if not param and self.at("="):
+            self.take("=")
+            tree = self.tree()
+            if dims:
+                if not isinstance(tree, list):
+                    raise self.error(f"{name.text} is an array: give {{...}}", name)
+                n = len(tree) if dims[0] is None else dims[0]
+                if len(tree) > n:
+                    raise self.error(f"{len(tree)} values for {n} elements", name)
+                dims = [n]
+                init = [self.struct_value(e, kind, name, f"{name.text}[{k}]")
+                        for k, e in enumerate(tree + [[]] * (n - len(tree)))]
+            else:
+                init = self.struct_value(tree, kind, name, name.text)
+        if not param and any(d is None for d in dims):
+            raise self.error(f"give the size of {name.text}: {kind} {name.text}[n]", name)
+        return Decl(name.text, "struct", tuple(dims), init, t if param else name,
+                    flexible=param and bool(dims) and dims[0] is None, struct=kind)
 
     def main_value(self) -> int:
         """A value in main's declarations: an expression of constants and the variables
@@ -448,15 +615,19 @@ class Parser:
         if t.text in KEYWORDS:
             raise self.error(f"expected a statement, found {t.text!r}")
         target = self.lvalue()
+        decl = self.lv_decl
         op = self.tok
+        if op.text == "<=>" and decl.type == "struct":
+            return self.struct_swap(t, decl, op)
         if op.text == "<=>":
             self.take()
             t2 = self.tok
             other = self.lvalue()
-            for side, tok in ((target, t), (other, t2)):
-                if isinstance(side, ast.Name) and self.lookup(tok).type != "int":
-                    raise self.error(f"swapping {self.lookup(tok).type}s is not supported",
-                                     tok, "swap their elements")
+            for side, tok, d in ((target, t, decl), (other, t2, self.lv_decl)):
+                if isinstance(side, ast.Name) and d.type != "int":
+                    raise self.error(f"swapping {d.type}s is not supported", tok,
+                                     "swap their elements" if d.type != "struct" else
+                                     "swap their fields")
             self.aliases(op, [target, other])
             swap = ast.Assign([_at(ast.Tuple([target, other], ast.Store()), t)],
                               _at(ast.Tuple([other, target], ast.Load()), t))
@@ -468,7 +639,7 @@ class Parser:
         k = self.k
         value = self.expression()
         self.aliases(op, [target], value)
-        width = self.lookup(t).width or self.modular
+        width = decl.width or self.modular
         if width is not None and width[0] < 64:
             return self.wrapped(op, target, value, width)
         if width is None and self.checked and op.text != "^=":
@@ -538,6 +709,29 @@ class Parser:
                                                 v()), op), check(post)]
         block = _call("ancilla", [], op, [ast.keyword(holder, value)])
         return [_stmt(ast.With([ast.withitem(block, None)], body), op)]
+
+    def struct_swap(self, t: Token, decl: Decl, op: Token) -> list:
+        """p <=> q of two structs of one type: their int fields swapped."""
+        self.take("<=>")
+        t2 = self.identifier()
+        other = self.lookup(t2)
+        if other.type != "struct" or other.struct != decl.struct or other.dims:
+            raise self.error(f"{t.text} is a {decl.struct}: swap it with another "
+                             f"{decl.struct}", t2)
+        if other is decl:
+            raise self.alias(_name(t.text, t2), t.text, f"{t.text} is swapped with itself")
+        out = []
+        for a, b in zip(self.fields(decl), self.fields(other)):
+            if a.type != "int":
+                raise self.error(f"swapping structs with an array field ({a.name}) is not "
+                                 "supported", t, "swap their elements")
+            swap = ast.Assign([_at(ast.Tuple([_at(ast.Name(a.name, ast.Store()), t),
+                                              _at(ast.Name(b.name, ast.Store()), t2)],
+                                             ast.Store()), t)],
+                              _at(ast.Tuple([_name(b.name, t2), _name(a.name, t)],
+                                            ast.Load()), t))
+            out.append(_stmt(swap, op))
+        return out
 
     def temporary(self, prefix: str) -> str:
         """A name no token of the program uses."""
@@ -650,7 +844,14 @@ class Parser:
 
     def lvalue(self):
         name = self.identifier()
-        decl = self.lookup(name)
+        decl = self.lv_decl = self.lookup(name)
+        if decl.type == "struct" and not (self.at("<=>") and not decl.dims):
+            node, field = self.member(name, decl)
+            self.lv_decl = field
+            if isinstance(node, ast.Name) and field.type != "int":
+                raise self.error(f"{field.name} is an array; update its elements", name)
+            node.ctx = ast.Store()
+            return node
         if self.at("["):
             if decl.type != "array":
                 raise self.error(f"{name.text} is {_a(decl.type)}, not an array", name)
@@ -722,6 +923,83 @@ class Parser:
         return [_stmt(ast.With([ast.withitem(block, None)], first + then or
                                [_stmt(ast.Pass(), t)]), t)]
 
+    def stmt_iterate(self) -> list:
+        """PyJanus's `iterate int i = a by s to b ... end` (`by s` optional, 1): i is a
+        local taking a, a + s, ... up to b, the body run for each (none where a = b + s);
+        a, s and b are computed once, and must have the same values at the end (the
+        loop runs backwards from b to a). It is Janus's
+            local int i = a  from i = a loop body; i += s  until i = b + s  delocal ...
+        with a check on each pass that i has not stepped past b (a range b - a that s
+        does not divide, or s = 0, would loop forever)."""
+        t = self.take("iterate")
+        if not self.at_declaration() or self.at("stack"):
+            raise self.error("expected int after iterate: iterate int i = a to b ... end")
+        self.take()
+        name = self.identifier()
+        if any(name.text in sc for sc in self.scopes):
+            raise self.error(f"{name.text!r} is already declared here", name)
+        self.take("=")
+        texts, bounds = [], []
+
+        def bound():
+            k = self.k
+            bounds.append(self.expression())
+            texts.append(self.text(k))
+        bound()
+        if self.at("by"):
+            self.take("by")
+            bound()
+        else:
+            bounds.append(_at(ast.Constant(1), t))
+            texts.append("1")
+        self.take("to")
+        bound()
+        self.scopes.append({name.text: Decl(name.text, "int", token=name)})
+        body = self.statements(("end",))
+        self.scopes.pop()
+        self.take("end")
+        self.note(t, "iterate", name.text, *texts)
+
+        holders, held = [], []
+        for role, e in zip(("start", "step", "end"), bounds):
+            if _constant(e) is not None:
+                held.append(e)
+                continue
+            h = self.temporary(f"{name.text}_{role}")
+            holders.append((h, e))
+            held.append(h)
+
+        def val(x):
+            return _name(x, t) if isinstance(x, str) else copy.deepcopy(x)
+
+        def i():
+            return _name(name.text, t)
+
+        def cmp(a, op, b):
+            return _at(ast.Compare(a, [op()], [b]), t)
+        stop = _at(ast.BinOp(val(held[2]), ast.Add(), val(held[1])), t)
+        ahead = _at(ast.BoolOp(ast.And(), [cmp(val(held[1]), ast.Gt, _at(ast.Constant(0), t)),
+                                           cmp(i(), ast.LtE, val(held[2]))]), t)
+        behind = _at(ast.BoolOp(ast.And(), [cmp(val(held[1]), ast.Lt, _at(ast.Constant(0), t)),
+                                            cmp(i(), ast.GtE, val(held[2]))]), t)
+        guard = _stmt(ast.Assert(_at(ast.BoolOp(ast.Or(), [ahead, behind]), t)), t)
+        advance = _stmt(ast.AugAssign(_at(ast.Name(name.text, ast.Store()), t), ast.Add(),
+                                      val(held[1])), t)
+        loop = _call("from_", [cmp(i(), ast.Eq, val(held[0]))], t,
+                     [ast.keyword("until", cmp(i(), ast.Eq, stop))])
+        inner = [_stmt(ast.Expr(_call("loop", [], t)), t), guard] + body + [advance]
+        out = [_stmt(ast.With([ast.withitem(loop, None)], inner), t),
+               _stmt(ast.Expr(_call("delocal", [], t, [ast.keyword(
+                   name.text, copy.deepcopy(stop))])), t)]
+        out = [_stmt(ast.With([ast.withitem(_call("ancilla", [], t, [ast.keyword(
+            name.text, val(held[0]))]), None)], out), t)]
+        if holders:
+            marks = [_stmt(ast.Expr(_call("delocal", [], t, [ast.keyword(
+                h, copy.deepcopy(e)) for h, e in holders])), t)]
+            out = [_stmt(ast.With([ast.withitem(_call("ancilla", [], t, [
+                ast.keyword(h, e) for h, e in holders]), None)], out + marks), t)]
+        return out
+
     def local_decl(self, keyword: str) -> tuple:
         """After `local` or `delocal`: `int x = e`, `stack s = nil`, or an array `int
         a[e1][e2] = {...}` (sizes any expressions, the initialiser optional and padded
@@ -730,6 +1008,9 @@ class Parser:
         the value's text)."""
         if not self.at_declaration():
             raise self.error(f"expected int or stack after {keyword}")
+        if self.tok.text in self.structs:
+            raise self.error(f"a local struct is not supported: declare {self.tok.text} "
+                             "variables in main and pass them")
         kind, name = self.take(), self.identifier()
         dims: list = []
         while kind.text != "stack" and self.at("["):
@@ -850,7 +1131,14 @@ class Parser:
                 a = self.identifier()
                 decl = self.lookup(a)
                 self.arg_decls[a] = decl
-                if self.at("["):
+                if decl.type == "struct":
+                    passed = self.struct_argument(a, decl)
+                    if passed is not None:
+                        args += passed[0]
+                        typed.append((a, passed[1]))
+                        continue
+                    self.k = k
+                elif self.at("["):
                     arg = _at(ast.Subscript(_name(a.text, a), self.indices(a, decl),
                                             ast.Load()), a)
                     typ = "int"
@@ -882,6 +1170,31 @@ class Parser:
             block = _call("ancilla", [], t, [ast.keyword(tmp, value)])
             body = [_stmt(ast.With([ast.withitem(block, None)], body + [check]), t)]
         return body
+
+    def struct_argument(self, a: Token, decl: Decl):
+        """A struct variable passed by reference: the whole of it (its fields' variables),
+        an element of an array of structs (its fields' elements), or one field. Returns
+        (the arguments, the type for check_calls), or None for an expression."""
+        fields = self.fields(decl)
+        if self.at(",", ")"):
+            return [_name(f.name, a) for f in fields], "struct"
+        k = self.k
+        if decl.dims and self.at("["):
+            self.take("[")
+            index = self.expression()
+            self.take("]")
+            if self.at(",", ")"):
+                if any(len(f.dims) > 1 for f in fields):
+                    raise self.error(f"{a.text}[i] has an array field: pass the fields "
+                                     "one by one", a)
+                return [_at(ast.Subscript(_name(f.name, a), copy.deepcopy(index),
+                                          ast.Load()), a) for f in fields], "element"
+            self.k = k
+        node, field = self.member(a, decl)
+        if not self.at(",", ")"):
+            return None
+        self.arg_decls[a] = field
+        return [node], field.type if isinstance(node, ast.Name) else "int"
 
     def call_aliases(self, t: Token, args: list) -> None:
         """An element passed to a call is exchanged in and back out by its index, which
@@ -991,22 +1304,60 @@ class Parser:
         t = self.take("show")
         self.take("(")
         parts: list = []
+        held: list = []             # elements of arrays of structs, shown from ancillas
         while True:
             name = self.identifier()
             decl = self.lookup(name)
             if parts:
                 parts.append(", ")
-            if decl.type == "array":
+            if decl.type == "struct":
+                parts += self.struct_parts(name, decl, held)
+            elif decl.type == "array":
                 parts += [f"{name.text}[", _call("size", [_name(name.text, name)], name),
                           "] = "]
             else:
                 parts.append(f"{name.text} = ")
-            parts.append(_shown(name, decl))
+            if decl.type != "struct":
+                parts.append(_shown(name, decl))
             if not self.at(","):
                 break
             self.take(",")
         self.take(")")
+        if held:
+            block = _call("ancilla", [], t, [ast.keyword(h, e) for h, e in held])
+            return [_stmt(ast.With([ast.withitem(block, None)], [self.output(t, parts)]),
+                          t)]
         return [self.output(t, parts)]
+
+    def struct_parts(self, name: Token, decl: Decl, held: list) -> list:
+        """show(p): `p = {x = 1, a = {1, 2}}`; show(pool), an array of structs of a known
+        size with int fields: `pool[2] = {{val = 1, next = 0}, {...}}`, its elements read
+        into ancillas around the output."""
+        fields = self.fields(decl)
+        names = [f[0] for f in self.structs[decl.struct]]
+
+        def one(values):
+            out = ["{"]
+            for k, (f, v) in enumerate(zip(names, values)):
+                out += [", " * (k > 0) + f"{f} = ", v]
+            return out + ["}"]
+        if not decl.dims:
+            return [f"{name.text} = "] + one([_shown(_token(f.name, name), f) for f in fields])
+        n = decl.dims[0]
+        if n is None or any(len(f.dims) > 1 for f in fields) or n * len(fields) > 1024:
+            raise self.error(f"show({name.text}): an array of structs is shown when its "
+                             "size is known and its fields are ints; show its fields", name)
+        out = [f"{name.text}[{n}] = {{"]
+        for k in range(n):
+            values = []
+            for f in fields:
+                h = self.temporary("shown")
+                held.append((h, _at(ast.Subscript(_name(f.name, name),
+                                                  _at(ast.Constant(k), name), ast.Load()),
+                                    name)))
+                values.append(_name(h, name))
+            out += [", "] * (k > 0) + one(values)
+        return out + ["}"]
 
     def output(self, t: Token, parts: list):
         args = [p if isinstance(p, ast.AST) else _at(ast.Constant(p), t) for p in parts]
@@ -1079,8 +1430,10 @@ class Parser:
             decl = self.lookup(name)
             self.take(")")
             s = _name(name.text, name)
+            if t.text == "size" and decl.type == "struct" and decl.dims:
+                return _call("len", [_name(self.fields(decl)[0].name, name)], t)
             if t.text == "size":
-                if decl.type == "int":
+                if decl.type in ("int", "struct"):
                     raise self.error(f"{name.text} is an int; size() takes an array or a "
                                      "stack", name)
                 if decl.type == "stack":
@@ -1098,6 +1451,12 @@ class Parser:
             return _at(ast.Constant(self.defines[t.text]), t)
         name = self.identifier()
         decl = self.lookup(name)
+        if decl.type == "struct":
+            node, field = self.member(name, decl)
+            if field.type != "int" and isinstance(node, ast.Name):
+                raise self.error(f"{field.name} is an array; an expression needs an int",
+                                 name, "index it")
+            return node
         if self.at("["):
             if decl.type != "array":
                 raise self.error(f"{name.text} is {_a(decl.type)}, not an array", name)
@@ -1144,6 +1503,17 @@ def explain(fn, ins, line: int, path: str, R: list, message: str) -> str | None:
     for what in parser.notes.get(line, []):
         if what[0] == "overflow" and ins.op in ("ASSERT.EQ", "ASSERT.LE", "ASSERT.GE"):
             return _overflow(what, ins, values)
+        if what[0] == "iterate" and ins.op.startswith("ASSERT"):
+            _, i, start, step, end = what
+            head = f"iterate int {i} = {start}" + (f" by {step}" if step != "1" else "") + \
+                f" to {end}"
+            if ins.op == "ASSERT.EQ":       # a bound changed by the body (a delocal)
+                return (f"{head}: the body changed the value of a bound ({start}, {step} "
+                        f"or {end}); they must be the same when the loop ends"
+                        f"{shown(' '.join((start, step, end)))}")
+            return (f"{head}: {i} = {values.get(i)} has stepped past {end} without "
+                    f"reaching it (the step must be non-zero and divide {end} - {start})"
+                    f"{shown(' '.join((step, end)))}")
     for what in parser.notes.get(line, []):
         kind = what[0]
         if kind == "error" and ins.op.startswith("ASSERT"):
@@ -1345,6 +1715,14 @@ def left_pos(node) -> tuple[int, int]:
     return first.lineno, first.col_offset
 
 
+def _token(text: str, at: Token) -> Token:
+    return Token("name", text, at.line, at.col)
+
+
+def _struct(d: Decl) -> str:
+    return f"an array of {d.struct}" if d.dims else f"a {d.struct}"
+
+
 def _a(typ: str) -> str:
     return {"int": "an int", "array": "an array", "stack": "a stack"}.get(typ, typ)
 
@@ -1433,17 +1811,23 @@ def compile_janus(path: str, text: str | None = None, modular: int | None = None
         sig = tuple(env[node.name].annotations())
         session.request(env[node.name], sig)
     program = session.run(path)
-    program.cache["janus"] = {"main": parser.main, "procedures": parser.procedures,
-                              "stack_capacity": capacity}
+    program.cache["janus"] = {
+        "main": parser.flat(parser.main), "stack_capacity": capacity,
+        "procedures": {k: parser.flat(v) for k, v in parser.procedures.items()},
+        "structs": {d.name: (d, parser.structs[d.struct]) for d in parser.main
+                    if d.type == "struct"}}
     return program
 
 
-def load_modular(path: str, bits: int | None, stack_capacity: int | None = None) -> Program:
+def load_modular(path: str, bits: int | None, stack_capacity: int | None = None,
+                 checked: bool = True) -> Program:
     """`rvm run -m[N] prog.ja`: a Janus program whose ints are N-bit modular (bits None:
-    unbounded, as usual); `--stack-capacity N`: its stacks hold N elements."""
+    unbounded, as usual); `--stack-capacity N`: its stacks hold N elements;
+    `--no-overflow-checks` (checked False): its int updates wrap."""
     from ..core.errors import RvmError
     if not path.endswith((".ja", ".janus")):
-        what = "-m (modular integers)" if bits is not None else "--stack-capacity"
+        what = "-m (modular integers)" if bits is not None else "--stack-capacity" if \
+            stack_capacity is not None else "--no-overflow-checks"
         raise RvmError(f"{what} is for Janus programs (.ja, .janus), not {path}")
     try:
         with open(path, encoding="utf-8") as f:
@@ -1452,7 +1836,8 @@ def load_modular(path: str, bits: int | None, stack_capacity: int | None = None)
         raise RvmError(f"{path}: cannot read: {e.strerror or e}") from None
     except UnicodeDecodeError:
         raise RvmError(f"{path}: not a UTF-8 text file") from None
-    return compile_janus(path, text, modular=bits, stack_capacity=stack_capacity)
+    return compile_janus(path, text, modular=bits, stack_capacity=stack_capacity,
+                         checked=checked)
 
 
 def main_arguments(program: Program) -> list:
@@ -1509,18 +1894,41 @@ def show_store(program: Program, values: tuple) -> str:
     """main's final state as jana prints it: `name = value` sorted by name; arrays
     `a[3] = {1, 2, 3}`; stacks `s = <3, 2, 1]` (top first) or `s = nil`. Stacks may be
     given in the machine's layout or as lists (bottom first, as prog.call returns them)."""
-    lines = []
+    lines, structs = [], program.cache["janus"].get("structs", {})
+    grouped: dict[str, dict] = {}
+    for d, v in zip(program.cache["janus"]["main"], values):
+        head, dot, field = d.name.partition(".")
+        if dot and head in structs:
+            grouped.setdefault(head, {})[field] = (d, v)
+    for name, fields in grouped.items():
+        decl, _ = structs[name]
+        if not decl.dims:
+            lines.append((name, f"{name} = {_struct_shown(fields, None)}"))
+            continue
+        items = [_struct_shown(fields, k) for k in range(decl.dims[0])]
+        lines.append((name, f"{name}[{decl.dims[0]}] = {{{', '.join(items)}}}"))
     for d, v in sorted(zip(program.cache["janus"]["main"], values), key=lambda p: p[0].name):
+        if "." in d.name:
+            continue
         if d.type == "int":
-            lines.append(f"{d.name} = {_shown_int(v, d)}")
+            lines.append((d.name, f"{d.name} = {_shown_int(v, d)}"))
         elif d.type == "stack":
             items = [int(x) for x in (v if isinstance(v, list) else v[1:v[0] + 1])][::-1]
-            lines.append(f"{d.name} = " + ("<" + ", ".join(map(str, items)) + "]"
-                                           if items else "nil"))
+            lines.append((d.name, f"{d.name} = " + ("<" + ", ".join(map(str, items)) + "]"
+                                                    if items else "nil")))
         else:       # every dimension, as the fork and PyJanus print them
             shape = "".join(f"[{n}]" for n in np.shape(v))
-            lines.append(f"{d.name}{shape} = {_braces(v, d)}")
-    return "\n".join(lines)
+            lines.append((d.name, f"{d.name}{shape} = {_braces(v, d)}"))
+    return "\n".join(text for _, text in sorted(lines))
+
+
+def _struct_shown(fields: dict, k: int | None) -> str:
+    """A struct's value as PyJanus prints it: {x = 1, a = {1, 2}} (k: of element k)."""
+    out = []
+    for f, (d, v) in fields.items():
+        v = v if k is None else v[k]
+        out.append(f"{f} = {_braces(v, d) if np.ndim(v) else _shown_int(v, d)}")
+    return "{" + ", ".join(out) + "}"
 
 
 def _shown_int(v, d: Decl) -> int:
