@@ -219,8 +219,9 @@ def _program(args) -> tuple[Program, str, list]:
             args, "stack_capacity", None) is not None or getattr(args, "unchecked", False):
         # Janus: -m[N], stacks, overflow checks
         from .lang import janus
-        program = janus.load_modular(args.file, args.modular, args.stack_capacity,
-                                     not args.unchecked)
+        program = janus.load_modular(args.file, getattr(args, "modular", None),
+                                     getattr(args, "stack_capacity", None),
+                                     not getattr(args, "unchecked", False))
     else:
         program = load(args.file)
     names = list(program.functions) + list(program.cache.get("unannotated", {}))
