@@ -81,13 +81,13 @@ def calls(monkeypatch):
             fn = fn.base
         seen.append(("".join(k + "(" for k in kinds) + "f" + ")" * len(kinds), batched))
 
-    def spy_host(self, outs, batched, *arrays):
-        note(self, batched is not None)
-        return host(self, outs, batched, *arrays)
+    def spy_host(self, plan, *arrays):
+        note(self, plan.batched is not None)
+        return host(self, plan, *arrays)
 
-    def spy_scalars(self, *values):
+    def spy_scalars(self, kinds, *values):
         note(self, False)
-        return scalars(self, *values)
+        return scalars(self, kinds, *values)
 
     monkeypatch.setattr(Fn, "host", spy_host)
     monkeypatch.setattr(Fn, "scalars", spy_scalars)
@@ -421,6 +421,68 @@ def test_torch_integers_and_arrays():
     a, b = torch.tensor([1.0, 2.0, 3.0], dtype=F64, requires_grad=True), \
         torch.tensor([4.0, 5.0, -6.0], dtype=F64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda a, b: D(a, b, 0.5)[2], (a, b))
+
+
+# ---------------------------------------------------------------------------- costs
+
+def test_a_signature_is_planned_once(monkeypatch):
+    """The cost of a crossing: each signature's program (and derivative program) is found
+    once; later calls, under jax.jit and in PyTorch eager mode, forward and backward, go
+    straight to the machine, which still converts and checks every call's values."""
+    from rvm.ad.derivatives import Transformed
+    found = []
+    for cls in (type(quad), Transformed):
+        def spy(self, args, specialize=cls.specialize):
+            found.append(self)
+            return specialize(self, args)
+        monkeypatch.setattr(cls, "specialize", spy)
+    F, T = rvm.to_jax(quad, engine="python"), rvm.to_torch(quad, engine="python")
+
+    def loss(x, y):
+        return F(0.0, x, y)[0]
+    value, grad = jax.jit(loss), jax.jit(jax.grad(loss, argnums=(0, 1)))
+    y = torch.tensor(4.0, dtype=F64)
+
+    def run(x):
+        assert float(value(x, 4.0)) == quad(0.0, x, 4.0)[0]
+        assert tuple(float(g) for g in grad(x, 4.0)) == grad_quad(x, 4.0)
+        xt = torch.tensor(x, dtype=F64, requires_grad=True)
+        out = T(0.0, xt, y)[0]
+        out.backward()
+        assert (out.item(), xt.grad.item()) == (quad(0.0, x, 4.0)[0], grad_quad(x, 4.0)[0])
+    run(1.0)
+    before = len(found)
+    for x in (2.0, -3.0, 0.5):
+        run(x)
+    # (quad's own calls above find quad's program, one each)
+    assert len(found) - before == 6
+    # a planned call that fails is told as a plain call tells it
+    L, J = rvm.to_torch(leaks, engine="python"), jax.jit(rvm.to_jax(leaks, engine="python"))
+    assert [v.item() for v in L(0.0, 1.0)] == [0.0, 1.0]
+    assert [float(v) for v in J(0.0, 1.0)] == [0.0, 1.0]
+    with pytest.raises(InvertibilityError, match="ancilla `a`"):
+        L(1.0, 0.0)
+    with pytest.raises(Exception, match=r"InvertibilityError: in leaks.*ancilla `a` is 1.0"):
+        J(1.0, 0.0)[0].block_until_ready()
+
+
+@pytest.mark.slow
+def test_interop_benchmark_runs_batches_as_one_native_batch():
+    """tools/bench/interop.py --quick: every row measured, the floors beside them, and
+    each vmap batch one rvm call that ran as one native batch (no row by itself)."""
+    import json
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "bench" / "interop.py"),
+                           "--quick"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    rows = {r["case"]: r for r in json.loads(done.stdout.strip().splitlines()[-1])}
+    assert {"JAX jit: call", "JAX jit: grad", "PyTorch eager: call",
+            "PyTorch eager: call + backward", "floor: JAX jit, pure_callback no-op",
+            "floor: PyTorch autograd.Function no-op"} <= set(rows)
+    batches = [r for r in rows.values() if r["host_calls"] is not None]
+    assert len(batches) == 2 and all(r["host_calls"] == 1 and r["rows_one_by_one"] == 0
+                                     for r in batches)
+    assert rows["PyTorch eager: call + backward"]["per_crossing_us"] == pytest.approx(
+        rows["PyTorch eager: call + backward"]["overhead_us"] / 2)
 
 
 # ---------------------------------------------------------------------------- examples

@@ -29,6 +29,8 @@ class Fn:
         self.fn, self.options, self.who, self.kind, self.base = fn, options, who, kind, base
         self._derived: dict = {}
         self._checked: dict = {}
+        self._runners: dict = {}        # argument kinds -> the call (see runner)
+        self._plans: dict = {}          # (outs, batched, kinds) -> its Plan
         self.call_fn = functools.partial(fn, **options) if options else fn
 
     @property
@@ -118,45 +120,145 @@ class Fn:
                          for a, ax in zip(args, axes))
         return tuple(np.stack([np.asarray(r[k]) for r in rows]) for k in range(len(args)))
 
-    def scalars(self, *values) -> tuple:
-        """One call on Python numbers: every argument's final value."""
-        return self.call_fn(*values)
+    def runner(self, kinds: tuple):
+        """The call of the function on arguments of these kinds (each a (shape, 'f' or
+        'i') pair, as rvm takes them: Python floats and ints, float64 and int64 arrays),
+        planned once: its program and entry found once, each call then straight to the
+        machine (native code where it runs natively), which converts and checks the
+        values as every call does (rvm.engines.arguments). Anything a plain call of the
+        function does besides (functions as arguments, arrays packed with their
+        derivatives, Janus stacks) keeps the plain call."""
+        run = self._runners.get(kinds)
+        if run is None:
+            example = tuple((0.0 if k == "f" else 0) if not shape else
+                            np.zeros(shape, np.float64 if k == "f" else np.int64)
+                            for shape, k in kinds)
+            run = self._runners[kinds] = direct_call(self.fn, example, self.options) or \
+                self.call_fn
+        return run
 
-    def host(self, outs: tuple, batched: tuple | None, *arrays) -> list:
-        """Run on host (numpy) arrays: one call (batched None) or one rvm.vmap batch
-        (batched: 0 or None per argument); the results picked by `outs`, each in the dtype
-        and shape of its argument (with the batch axis first)."""
-        args = [to_rvm(a) for a in arrays]
-        if batched is None:
-            results = self.call_fn(*args)
-        else:
-            results = self.batch(args, batched, batch_size(arrays, batched))
-        out = []
+    def scalars(self, kinds: tuple, *values) -> tuple:
+        """One call on Python numbers of these kinds (see runner): every argument's final
+        value."""
+        return self.runner(kinds)(*values)
+
+    def plan(self, outs: tuple, batched: tuple | None, kinds: tuple) -> Plan:
+        """The plan of host calls on arguments of these kinds ((shape, numpy dtype) per
+        argument, the batch axis included), made once."""
+        key = (outs, batched, kinds)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = Plan(self, outs, batched, kinds)
+        return plan
+
+    def host(self, plan: Plan, *arrays) -> list:
+        """Run on host (numpy) arrays of the plan's kinds: one call (plan.batched None)
+        or one rvm.vmap batch (plan.batched: 0 or None per argument); the results picked
+        by plan.outs, each a numpy array in the dtype and shape of its argument (with
+        the batch axis first)."""
+        return plan(arrays)
+
+
+class Plan:
+    """A host call on arguments of fixed kinds, worked out once: how each argument is
+    converted (0-d arrays to Python numbers, other dtypes to float64 or int64; float64
+    and int64 arrays are passed as they are, without a copy), which rvm call runs them,
+    and how each result is made an array of its argument's dtype and shape."""
+
+    __slots__ = ("batched", "convert", "fn", "kinds", "make", "outs", "rvm_kinds", "size")
+
+    def __init__(self, fn: Fn, outs: tuple, batched: tuple | None, kinds: tuple):
+        self.fn, self.outs, self.batched, self.kinds = fn, outs, batched, kinds
+        self.size = None if batched is None else next(
+            shape[0] for (shape, _), ax in zip(kinds, batched) if ax == 0)
+        self.convert = [_converter(shape, dtype) for shape, dtype in kinds]
+        self.rvm_kinds = None if batched is not None else tuple(
+            (shape, "f" if dtype.kind == "f" else "i") for shape, dtype in kinds)
+        if self.rvm_kinds is not None:
+            fn.runner(self.rvm_kinds)               # (planned here: mistakes said now)
+        self.make = []
+        n = len(kinds)
         for o in outs:
-            a, r = arrays[o], results[o]
-            if batched is None and a.ndim == 0 and a.dtype.kind == "f":
-                out.append(np.asarray(r, dtype=a.dtype))        # (the common case, quickly)
-                continue
-            shape = a.shape if batched is None or batched[o] == 0 else \
-                (batch_size(arrays, batched),) + a.shape
-            out.append(from_rvm(r, a.dtype, shape, self, o, len(arrays)))
-        return out
+            shape, dtype = kinds[o]
+            if batched is not None and batched[o] is None:
+                shape = (self.size,) + shape
+            if dtype == np.float64 and not shape:
+                self.make.append(_float64)
+            elif dtype.kind == "f":
+                self.make.append(functools.partial(_floats, dtype=dtype, shape=shape))
+            else:
+                self.make.append(functools.partial(_ints, dtype=dtype, shape=shape,
+                                                   fn=fn, k=o, n=n))
+
+    def __call__(self, arrays) -> list:
+        args = [c(a) for c, a in zip(self.convert, arrays)]
+        if self.rvm_kinds is not None:
+            results = self.fn.runner(self.rvm_kinds)(*args)
+        else:
+            results = self.fn.batch(args, self.batched, self.size)
+        return [make(results[o]) for o, make in zip(self.outs, self.make)]
 
 
-def batch_size(arrays, batched) -> int | None:
-    if batched is None:
-        return None
-    return next(np.shape(a)[0] for a, ax in zip(arrays, batched) if ax == 0)
+def direct_call(fn, example: tuple, options: dict):
+    """fn's call on arguments of the kinds of `example` with its program found once:
+    each call goes to the machine (which converts and checks the values exactly as a
+    call of fn does, and runs native code directly once it has run natively), or None
+    where a call of fn does more than that. A call that fails is made again as a call
+    of fn, which reports the failure in fn's own terms."""
+    from ..ad.derivatives import Transformed
+    from ..engines.machine import machine_for
+    from ..lang import ReversibleFunction
+    if isinstance(fn, ReversibleFunction):
+        program, name, names = fn.specialize(example)
+        if names != list(program.functions[name].names):
+            return None
+    elif isinstance(fn, Transformed):
+        if any(isinstance(a, np.ndarray) for a in example):
+            return None                 # (arrays travel packed with their derivatives)
+        program, name, _ = fn.specialize(example)
+    else:                               # a loaded program's function (not a Janus one)
+        program, name = getattr(fn, "program", None), getattr(fn, "name", None)
+        if name not in getattr(program, "functions", {}) or \
+                program.cache.get("janus") is not None:
+            return None
+    backward = bool(getattr(fn, "backward", False))
+    general = functools.partial(fn, **options) if options else fn
+
+    def call(*values):
+        try:
+            m = machine_for(program, **options)
+            return (m.uncall if backward else m.call)(name, *values)
+        except Exception:               # said exactly by the plain call
+            return general(*values)
+    return call
 
 
-def to_rvm(a: np.ndarray):
-    """A host array as rvm takes it: 0-d as a Python float or int, arrays as contiguous
-    float64 or int64."""
-    a = np.asarray(a)
-    kind = a.dtype.kind
-    if a.ndim == 0:
-        return float(a) if kind == "f" else int(a)
-    return np.ascontiguousarray(a, dtype=np.float64 if kind == "f" else np.int64)
+def _converter(shape: tuple, dtype: np.dtype):
+    """A host array of this shape and dtype as rvm takes it: 0-d as a Python float or
+    int, arrays as float64 or int64 (the same array when it is one already)."""
+    if not shape:
+        return float if dtype.kind == "f" else int
+    want = np.float64 if dtype.kind == "f" else np.int64
+    if dtype == want:
+        return _same
+    return functools.partial(np.asarray, dtype=want)
+
+
+def _same(a):
+    return a
+
+
+def _float64(r):
+    return np.asarray(float(r))          # (float: never more than the one value)
+
+
+def _floats(r, dtype, shape):
+    out = np.asarray(r, dtype)
+    return out if out.shape == shape else out.reshape(shape)
+
+
+def _ints(r, dtype, shape, fn, k, n):
+    return from_rvm(r, dtype, shape, fn, k, n)
 
 
 def from_rvm(value, dtype, shape, fn: Fn, k: int, n: int) -> np.ndarray:

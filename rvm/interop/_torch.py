@@ -31,14 +31,71 @@ _SCALARS = frozenset({torch.float64, torch.float32, torch.int64})
 
 class _Node:
     """What one _Call runs: fn, the results wanted (`outs`) and the batch axes (0 or None
-    per argument; None: one call)."""
+    per argument; None: one call). A node made for a signature is kept with it, and so
+    are the nodes of its derivatives, so that what they work out is worked out once."""
 
-    __slots__ = ("batched", "fn", "outs", "scalar")
+    __slots__ = ("batched", "derived", "floats", "fn", "ints", "kinds", "made", "outs",
+                 "scalar")
 
     def __init__(self, fn: Fn, outs: tuple, batched: tuple | None = None,
                  scalar: bool = False):
         self.fn, self.outs, self.batched = fn, outs, batched
         self.scalar = scalar          # every argument a float64, float32 or int64 scalar
+        # (scalars, once known) the arguments' kinds, the indices of the float ones, the
+        # numpy dtype of each result; the positions of the integer results
+        self.kinds = self.floats = self.made = self.ints = None
+        self.derived: dict = {}       # the nodes of backward and jvp, by what they want
+
+    def scalars(self, args) -> tuple:
+        """The call on scalar tensors: the results picked by outs, each a tensor of its
+        argument's dtype."""
+        if self.kinds is None:
+            self.kinds = tuple(((), "f" if a.is_floating_point() else "i") for a in args)
+            self.floats = [k for k, (_, kind) in enumerate(self.kinds) if kind == "f"]
+            self.made = [_NUMPY[args[o].dtype] for o in self.outs]
+        return self.numbers([a.item() for a in args])
+
+    def numbers(self, values: list) -> tuple:
+        """The call on Python numbers of the node's kinds."""
+        res = self.fn.scalars(self.kinds, *values)
+        return tuple(_from_numpy(np.array(res[o], dtype))
+                     for o, dtype in zip(self.outs, self.made))
+
+    def arrays(self, args) -> tuple:
+        """The call (or batch) on tensors through numpy: the results picked by outs."""
+        arrays = [_numpy(a) for a in args]
+        plan = self.fn.plan(self.outs, self.batched,
+                            tuple((a.shape, a.dtype) for a in arrays))
+        res = self.fn.host(plan, *arrays)
+        out = []
+        for o, r in zip(self.outs, res):
+            t = torch.as_tensor(r)
+            out.append(t.to(args[o].dtype) if t.dtype != args[o].dtype else t)
+        return tuple(out)
+
+
+_NUMPY = {torch.float64: np.float64, torch.float32: np.float32, torch.int64: np.int64}
+_from_numpy = torch.from_numpy
+
+
+def _scalar_backward(node: _Node, args, cts, floats: list, want: list,
+                     grads: list) -> tuple:
+    """backward() of a call on scalars (not itself differentiated): the adjoint program
+    called on Python numbers, its gradients made tensors."""
+    adjoint = node.derived.get(("adjoint numbers", tuple(want)))
+    if adjoint is None:
+        adjoint = node.derived["adjoint numbers", tuple(want)] = _Node(
+            node.fn.adjoint, tuple(len(args) + floats.index(k) for k in want), None, True)
+        adjoint.kinds = node.kinds + (((), "f"),) * len(floats)
+        adjoint.made = [_NUMPY[args[k].dtype] for k in want]
+    ybar = dict.fromkeys(floats, 0.0)
+    for o, ct in zip(node.outs, cts):
+        if ct is not None and o in ybar:
+            ybar[o] += ct.item()
+    res = adjoint.numbers([a.item() for a in args] + list(ybar.values()))
+    for k, r in zip(want, res):
+        grads[1 + k] = r
+    return tuple(grads)
 
 
 def _row_shape(t: torch.Tensor, axis) -> tuple:
@@ -50,15 +107,7 @@ class _Call(torch.autograd.Function):
 
     @staticmethod
     def forward(node, *args):
-        if node.scalar:
-            res = node.fn.scalars(*[a.item() for a in args])    # (scalars, quickly)
-            return tuple(torch.scalar_tensor(res[o], dtype=args[o].dtype) for o in node.outs)
-        res = node.fn.host(node.outs, node.batched, *[_numpy(a) for a in args])
-        out = []
-        for o, r in zip(node.outs, res):
-            t = torch.as_tensor(r)
-            out.append(t.to(args[o].dtype) if t.dtype != args[o].dtype else t)
-        return tuple(out)
+        return node.scalars(args) if node.scalar else node.arrays(args)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -66,17 +115,24 @@ class _Call(torch.autograd.Function):
         ctx.node = node
         ctx.save_for_backward(*args)
         ctx.save_for_forward(*args)
-        ctx.mark_non_differentiable(*[o for o in output if not o.is_floating_point()])
+        ctx.set_materialize_grads(False)      # (an unused result's cotangent: None)
+        if node.ints is None:
+            node.ints = [i for i, o in enumerate(output) if not o.is_floating_point()]
+        if node.ints:
+            ctx.mark_non_differentiable(*[output[i] for i in node.ints])
 
     @staticmethod
     def backward(ctx, *cts):
         """Reverse mode: the adjoint program (x, ybar) -> (x, J^T ybar), through _Call."""
         node, args = ctx.node, ctx.saved_tensors
-        floats = [k for k, a in enumerate(args) if a.is_floating_point()]
-        want = [k for k in floats if ctx.needs_input_grad[1 + k]]
+        floats = node.floats or [k for k, a in enumerate(args) if a.is_floating_point()]
+        needs = ctx.needs_input_grad
+        want = [k for k in floats if needs[1 + k]]
         grads: list = [None] * (1 + len(args))
         if not want:
             return tuple(grads)
+        if node.scalar and not torch.is_grad_enabled():
+            return _scalar_backward(node, args, cts, floats, want, grads)
         n, b = len(args), node.batched
         size = None if b is None else next(a.shape[0] for a, ax in zip(args, b) if ax == 0)
         ybar: dict = {}
@@ -88,9 +144,12 @@ class _Call(torch.autograd.Function):
                 shape = tuple(args[k].shape) if b is None else \
                     (size,) + _row_shape(args[k], b[k])
                 ybar[k] = torch.zeros(shape, dtype=args[k].dtype)
-        a_batched = None if b is None else b + (0,) * len(floats)
-        adjoint = _Node(node.fn.adjoint, tuple(n + floats.index(k) for k in want),
-                        a_batched, node.scalar)
+        adjoint = node.derived.get(("adjoint", tuple(want)))
+        if adjoint is None:
+            a_batched = None if b is None else b + (0,) * len(floats)
+            adjoint = node.derived["adjoint", tuple(want)] = _Node(
+                node.fn.adjoint, tuple(n + floats.index(k) for k in want), a_batched,
+                node.scalar)
         ybars = [ybar[k] for k in floats]
         if torch.is_grad_enabled():      # create_graph: the backward pass differentiable
             res = _apply(adjoint, *args, *ybars)
@@ -111,11 +170,14 @@ class _Call(torch.autograd.Function):
         b = node.batched
         t_batched = None if b is None else b + tuple(b[k] for k in floats)
         picked = [o for o in node.outs if o in floats]
-        res = iter(_Call.apply(_Node(node.fn.tangent,
-                                     tuple(len(args) + floats.index(o) for o in picked),
-                                     t_batched, node.scalar and all(
-                                         d.dim() == 0 and d.dtype in _SCALARS
-                                         for d in dots)), *args, *dots))
+        scalar = node.scalar and all(d.dim() == 0 and d.dtype in _SCALARS for d in dots)
+        key = ("tangent", scalar, tuple(d.dtype for d in dots))
+        tangent = node.derived.get(key)
+        if tangent is None:
+            tangent = node.derived[key] = _Node(
+                node.fn.tangent, tuple(len(args) + floats.index(o) for o in picked),
+                t_batched, scalar)
+        res = iter(_Call.apply(tangent, *args, *dots))
         return tuple(next(res) if o in floats else None for o in node.outs)
 
     @staticmethod
@@ -153,7 +215,7 @@ def _tensor(a, k: int, fn: Fn, n: int) -> torch.Tensor:
     if type(a) is torch.Tensor and a.device.type == "cpu" and not a.is_complex():
         return a                                               # (the common case, quickly)
     if type(a) is float:
-        return torch.scalar_tensor(a, dtype=torch.float64)
+        return _float(a)
     label, who = fn.names(n)[k], f"rvm.to_torch({fn.name})"
     if isinstance(a, torch.Tensor):
         if a.device.type != "cpu":
@@ -166,13 +228,21 @@ def _tensor(a, k: int, fn: Fn, n: int) -> torch.Tensor:
     if isinstance(a, (bool, str, bytes)) or callable(a):
         raise UsageError(f"{who}: {label} is {type(a).__name__}; pass tensors or numbers")
     if isinstance(a, float):
-        return torch.tensor(a, dtype=torch.float64)
+        return _float(a)
     if isinstance(a, int):
-        return torch.tensor(a, dtype=torch.int64)
+        return _int(a)
     try:
         return torch.as_tensor(np.asarray(a))
     except (TypeError, ValueError, RuntimeError) as e:
         raise UsageError(f"{who}: {label} is not a number or an array: {e}") from None
+
+
+def _float(a: float) -> torch.Tensor:
+    return _from_numpy(np.array(float(a)))        # (twice as fast as torch.scalar_tensor)
+
+
+def _int(a: int) -> torch.Tensor:
+    return torch.tensor(a, dtype=torch.int64)
 
 
 def to_torch(f, **options):
@@ -192,18 +262,22 @@ def to_torch(f, **options):
             args = positional(f, args, kwargs)
         key = tuple([(a.dtype, a.shape, a.is_cpu) if type(a) is torch.Tensor else type(a)
                      for a in args])
-        node = seen.get(key)
-        if node is not None:          # checked before: only Python numbers to convert
-            if len(key) and all(type(k) is tuple for k in key):
-                return _apply(node, *args)
-            return _apply(node, *[_tensor(a, k, fn, len(args)) for k, a in enumerate(args)])
+        known = seen.get(key)
+        if known is not None:         # checked before: only Python numbers to convert
+            node, numbers = known
+            if numbers:
+                args = list(args)
+                for k, make in numbers:
+                    args[k] = make(args[k])
+            return _apply(node, *args)
         n = len(args)
         tensors = [_tensor(a, k, fn, n) for k, a in enumerate(args)]
         fn.check(tuple((tuple(t.shape), _dtype(t.dtype)) for t in tensors))
         scalar = all(t.dim() == 0 and t.dtype in _SCALARS for t in tensors)
         node = _Node(fn, tuple(range(n)), scalar=scalar)
         if all(type(a) in (torch.Tensor, float, int) for a in args):
-            seen[key] = node
+            seen[key] = node, [(k, _float if type(a) is float else _int)
+                               for k, a in enumerate(args) if type(a) is not torch.Tensor]
         return _apply(node, *tensors)
 
     run.__name__ = f"to_torch_{fn.name}"
