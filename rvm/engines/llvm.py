@@ -80,11 +80,17 @@ def _recent() -> bool:
 
 
 
+IRTEXT = os.environ.get("RVM_IRTEXT", "1") != "0"     # 0: llvmlite.ir (to compare)
+
+
 @functools.cache
 def _llvm():
     """llvmlite, initialised once, and a target machine for this CPU."""
     import llvmlite.binding as ll
-    import llvmlite.ir as ir
+    if IRTEXT:      # LLVM IR written as text (rvm.engines.irtext), not llvmlite.ir's objects
+        from . import irtext as ir
+    else:
+        import llvmlite.ir as ir
     ll.initialize_native_target()
     ll.initialize_native_asmprinter()
     safe_codegen()
@@ -1030,7 +1036,8 @@ def _lowering_digest() -> str:
     from .cache import text_digest
     here = pathlib.Path(__file__)
     return text_digest(here.with_name(f) for f in ("llvm.py", "lowering.py", "lanes.py",
-                                                   "native.py", "templates.py"))
+                                                   "native.py", "templates.py",
+                                                   "irtext.py")) + ("" if IRTEXT else "|ir")
 
 
 def functions(source, fused: dict, batches: dict, tol: float, runs: bool = True,
