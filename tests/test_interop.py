@@ -212,6 +212,13 @@ def test_jax_float32_rule():
     assert float(out[0]) == float(np.float32(exact))
     g = jax.grad(lambda x: F(np.float32(0.0), x, y)[0])(x)
     assert g.dtype == jnp.float32 and float(g) == float(np.float32(4 * float(x) + 3 * float(y)))
+    # under jit too (XLA's host callback copies out exactly the bytes of each result)
+    out = jax.jit(F)(np.float32(0.0), x, y)
+    assert [o.dtype for o in out] == [jnp.float32] * 3 and float(out[0]) == float(np.float32(exact))
+    P = jax.jit(rvm.to_jax(powsum, engine="python"))
+    out = P(np.float32(0.5), np.float32(2.0), np.int32(3))
+    assert (out[0].dtype, out[2].dtype) == (jnp.float32, jnp.int32)
+    assert (float(out[0]), int(out[2])) == (8.5, 3)
 
 
 def test_jax_arrays():
