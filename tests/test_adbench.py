@@ -160,7 +160,7 @@ def ba_instance(n=3, m=4, p=7, seed=0) -> dict:
 @pytest.mark.parametrize("engine", ["python", "native"])
 def test_ba_residuals_and_sparse_jacobian(engine):
     if engine == "native":
-        pytest.importorskip("numba")
+        pytest.importorskip("llvmlite")
     data = ba_instance()
     out = ba.jacobian(data, engine=engine)
     reproj, werr = adbench.ba_residuals_numpy(data)

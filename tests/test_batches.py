@@ -11,7 +11,7 @@ import rvm
 from rvm.engines import native
 from rvm.engines.machine import NATIVE_AFTER
 
-needs_native = pytest.mark.skipif(not native.available, reason="numba is not installed")
+needs_native = pytest.mark.skipif(not native.available, reason="llvmlite is not installed")
 
 POLY = """
 .func f(f0, f1, r0)        ; f0 += f1 * f1; r0 += 1

@@ -162,7 +162,7 @@ def test_sparse_dot_1000_by_1000():
 def test_graph_embedding_by_adam_across_dimensions():
     """Adam on rvm.grad: the loss stays far above zero below k = 5 and reaches zero at
     k = 5, with non-edges sqrt(2) times as long as edges."""
-    pytest.importorskip("numba")
+    pytest.importorskip("llvmlite")
     from graph_embedding import sweep
     (k3, loss3, _), (k5, loss5, ratio5) = sweep(ks=(3, 5), engine="native")
     assert (k3, k5) == (3, 5)

@@ -27,7 +27,7 @@ def test_fuzz_category_has_no_tracebacks_crashes_hangs_or_wrong_results(category
     assert not bad, f"{category}: {bad}\n" + "\n".join(d[3] or d[2] for d in details[:3])
     native = ("programs-native", "batches", "cache", "signals")
     if category in native and not fuzz.native_available():
-        pytest.skip("numba is not installed")
+        pytest.skip("llvmlite is not installed")
     if category in ("rasm", "rvmb", "frontend", "janus"):
         assert counts["clean"] and counts["ok"]      # the mutations reach both answers
 
@@ -70,15 +70,15 @@ def random_kind(seed: int, k: int) -> str:
         "slow" if x < 0.45 else "ok"
 
 
-def test_native_programs_refuse_to_run_without_numba(monkeypatch, capsys):
-    """Without numba no random program would reach the native engine: the category is a
+def test_native_programs_refuse_to_run_without_llvmlite(monkeypatch, capsys):
+    """Without llvmlite no random program would reach the native engine: the category is a
     usage error, not a run of programs counted as passing."""
     monkeypatch.setattr(fuzz, "native_available", lambda: False)
     monkeypatch.setattr(sys, "argv", ["fuzz.py", "--programs", "3", "--category",
                                       "programs-native"])
     with pytest.raises(SystemExit) as e:
         fuzz.main()
-    assert e.value.code == 2 and "needs numba" in capsys.readouterr().err
+    assert e.value.code == 2 and "needs llvmlite" in capsys.readouterr().err
 
 
 def test_cli_cases_write_nothing_where_the_fuzzer_runs(tmp_path, monkeypatch):

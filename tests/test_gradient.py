@@ -327,7 +327,7 @@ def test_vmap_of_a_jacobian_runs_natively_and_matches_rows_and_finite_difference
     """One native loop for the batch (one forward run, then a pass per output), equal to
     the Jacobian of each row on the machine, with the values (has_aux) and against finite
     differences; on the python engine vmap loops over the rows with the same answer."""
-    pytest.importorskip("numba")
+    pytest.importorskip("llvmlite")
     p = rvm.assemble("""
 .func f(f0, f1, f2, f3, r0)       ; f2 += sin(f0) f1, f3 += f0 f1 r0
         ADD.sin f4, f0

@@ -53,7 +53,7 @@ def in_lockstep(program, name: str) -> bool:
     c = compiled(program, True, native=True)
     f = c.name(name, "")
     text = llvm.ir_module(c.native_bodies, 1e-9, {}, {f + "csb": ("csb", f + "fw", f + "gbw", 0)},
-                          runs=False)
+                          runs=())
     return f"{f}fw_lanes" in text
 
 
@@ -109,13 +109,13 @@ def test_the_batch_entries_have_lane_functions():
     f = c.name(name, "")
     batches = {f + "vgsb": ("vgsb", f + "fws", f + "gbws", c.splits[name]),
                f + "csb": ("csb", f + "fw", f + "gbw", 0)}
-    text = llvm.ir_module(c.native_bodies, 1e-9, {}, batches, runs=False)
+    text = llvm.ir_module(c.native_bodies, 1e-9, {}, batches, runs=())
     for fn in ("fws", "gbws", "fw"):
         assert f"{f}{fn}_lanes" in text
     assert "<8 x double>" in text and "llvm.vector.reduce.smin" in text
     was, lanes.enabled = lanes.enabled, False
     try:
-        assert "_lanes" not in llvm.ir_module(c.native_bodies, 1e-9, {}, batches, runs=False)
+        assert "_lanes" not in llvm.ir_module(c.native_bodies, 1e-9, {}, batches, runs=())
     finally:
         lanes.enabled = was
 

@@ -3,6 +3,7 @@ instruction form agrees with the python engine forwards, backwards and in gradie
 int64 edge cases wrap or fail as the machine says; failures are reported, never crash."""
 
 import functools
+import math
 import random
 
 import numpy as np
@@ -16,7 +17,7 @@ from rvm.engines import llvm, native
 from rvm.engines.compiled import compiled
 
 pytestmark = pytest.mark.skipif(not (native.available and llvm.usable()),
-                                reason="numba (and its llvmlite) is not installed")
+                                reason="llvmlite is not installed")
 
 SCALAR = [(op, cls) for op, cls in CASES if isa.OPS[op].group != "memory"]
 
@@ -147,13 +148,6 @@ def test_the_block_loop_is_lowered_as_the_programs_own_branches():
                 head = lines[switches[0] - 2].rstrip(":").strip('"')
                 assert lines[k + 1] != f'br label %"{head}"'
     assert stores > 8
-
-
-def test_without_llvm_numba_compiles_everything(monkeypatch):
-    monkeypatch.setattr(llvm, "enabled", False)
-    p = rvm.assemble(".func t(f0, f1)\n    ADD.sin f0, f1\n.end\n")
-    assert p.call("t", 0.0, 1.0, engine="native")[0] == pytest.approx(np.sin(1.0))
-    assert not on_llvm(p)
 
 
 def test_entries_refuse_bad_arguments_without_crashing():
@@ -430,12 +424,13 @@ def test_a_changed_lowering_never_loads_old_machine_code(tmp_path, monkeypatch):
     from rvm.engines.native import Functions
     monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path))
     p = rvm.assemble(".func t(f0, r0)\n    ADD f0, r0\n.end\n")
-    Functions(compiled(p, True, native=True), 1e-9)
+    Functions(compiled(p, True, native=True), 1e-9)["F0_fw"]
     first = set(tmp_path.glob("rvm_llvm_*.o"))
-    Functions(compiled(p, True, native=True), 1e-9)
+    Functions(compiled(p, True, native=True), 1e-9)["F0_fw"]
     assert set(tmp_path.glob("rvm_llvm_*.o")) == first and len(first) == 1
     monkeypatch.setattr(llvm, "_lowering_digest", lambda: "another lowering")
     funcs = Functions(compiled(p, True, native=True), 1e-9)
+    funcs["F0_fw"]
     assert len(set(tmp_path.glob("rvm_llvm_*.o")) - first) == 1
     top = np.array([0, 1000], np.int64)
     assert funcs["F0_fw"](None, None, None, top, 1.5, 2) == (3.5, 2)
@@ -495,7 +490,7 @@ def test_a_cached_program_loads_without_writing_its_functions(monkeypatch, tmp_p
         value, grads = rvm.value_and_grad(f, loss="out", engine="native")(0.5, a, b)
         program = f.specialize((0.5, a, b))[0]
         comp = compiled(program, native=True)
-        made.append(("bodies" in vars(comp), "native_bodies" in vars(comp),
+        made.append((bool(comp._bodies), bool(comp._native_bodies),
                      "source" in vars(comp), value[0], grads[1].tolist()))
     assert made[0][:3] == (True, True, False) and made[1][:3] == (False, False, False)
     assert made[0][3:] == made[1][3:]
@@ -523,51 +518,31 @@ def test_a_cached_batch_loop_loads_without_writing_its_functions(monkeypatch, tm
         grads = rvm.vmap(rvm.grad(f, loss="out", engine="native"))(np.zeros(50), xs)[1]
         comp = compiled(f.specialize((0.0, 1.0))[0], native=True)
         assert any(name.endswith("_vgsb") for name in comp._native[(1e-8,)])  # the loop
-        made.append(("bodies" in vars(comp), np.asarray(grads).tolist()))
+        made.append((bool(comp._bodies), np.asarray(grads).tolist()))
     assert made[0][0] and not made[1][0]
     assert made[0][1] == made[1][1]
     np.testing.assert_allclose(made[1][1], 3 * xs ** 2)
 
 
-@pytest.mark.parametrize("worker", ["process", "failing", "hanging", "none"])
-def test_a_large_program_compiles_in_two_halves(worker, monkeypatch, tmp_path):
-    """From SPLIT_FROM characters of generated source the plain and the gradient modes
-    compile as two modules at once (the plain half in a second process; this one
-    compiles it should that fail, hang past WORKER_TIMEOUT or not start) and link as one
-    library: calls and gradients agree with the program compiled whole, and the halves
-    come back from the cache."""
-    import subprocess
+def test_native_code_is_made_in_groups_on_first_need(monkeypatch, tmp_path):
+    """A call compiles the forward run of the function called and what it calls, nothing
+    else (not the uncall, not the gradient, not an unrelated function); a gradient then
+    compiles its own group; each group is one object file in the cache."""
     monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(llvm, "_worker_ok", lambda: True)
-    started = []
-    popen = subprocess.Popen
-
-    def spy(args, **kw):
-        started.append(args)
-        if worker == "none":
-            raise OSError("no processes here")
-        if worker == "failing":
-            args = [args[0], "-c", "import sys; sys.exit(3)"]
-        if worker == "hanging":
-            args = [args[0], "-c", "import time; time.sleep(60)"]
-        return popen(args, **kw)
-    monkeypatch.setattr(subprocess, "Popen", spy)
-    monkeypatch.setattr(llvm, "WORKER_TIMEOUT", 1.0)
-    a, b = np.linspace(1.0, 2.0, 7), np.linspace(-1.0, 3.0, 7)
-
-    def results(f):
-        call = f(0.5, a, b, engine="native")
-        value, grads = rvm.value_and_grad(f, loss="out", engine="native")(0.5, a, b)
-        return call[0], value[0], grads[1].tolist(), grads[2].tolist()
-    want = results(_weighted())                 # whole: the source is below SPLIT_FROM
-    assert started == [] and len(list(tmp_path.iterdir())) == 1
-    for f in tmp_path.iterdir():     # (machine code in the cache is loaded, whole or halves)
-        f.unlink()
-    monkeypatch.setattr(llvm, "SPLIT_FROM", 0)
-    assert results(_weighted()) == want
-    assert len(started) == 1 and len(list(tmp_path.iterdir())) == 2    # the two halves
-    assert results(_weighted()) == want and len(started) == 1         # from the cache
-    assert want[0] == pytest.approx(0.5 + (a @ b) ** 2)
+    p = rvm.assemble(".func sq(f0, f1)\n    ADD.mul f1, f0, f0\n.end\n"
+                     ".func f(f0, f1, f2)\n    CALL sq, f0, f1\n    ADD.sin f2, f1\n.end\n"
+                     ".func other(f0, f1)\n    ADD.exp f1, f0\n.end\n")
+    comp = compiled(p, True, native=True)
+    assert p.call("f", 0.5, 0.0, 0.0, engine="native") == (0.5, 0.25, math.sin(0.25))
+    funcs = comp._native[(1e-8,)]
+    assert sorted(funcs) == ["F1_fw"]
+    assert sorted(comp._native_bodies) == ["F0_fw", "F1_fw"]
+    assert len(list(tmp_path.glob("rvm_llvm_*.o"))) == 1
+    g = rvm.grad(p["f"], loss=2, engine="native")(0.5, 0.0, 0.0)
+    assert g[0] == pytest.approx(math.cos(0.25) * 2 * 0.5)
+    assert not any(name.startswith("F2") for name in comp._native_bodies)
+    assert not any(name.endswith("_bw") for name in funcs)
+    assert len(list(tmp_path.glob("rvm_llvm_*.o"))) == 2     # the call's, the gradient's
 
 
 def test_an_entry_keeps_its_code_and_method_table_alive():

@@ -106,7 +106,7 @@ print(json.dumps([outcome(p, n, a, "native") for n, a, _ in EDGES]))
 """
 
 
-@pytest.mark.skipif(not native.available, reason="numba is not installed")
+@pytest.mark.skipif(not native.available, reason="llvmlite is not installed")
 def test_native_addresses_at_the_int64_edges_are_checked_in_a_subprocess():
     """A wild access would crash the process, so the native engine runs in a child."""
     tests = str(pathlib.Path(__file__).parent)
@@ -136,7 +136,7 @@ def test_every_native_heap_access_is_masked_by_its_check():
                     if len(lines[j]) - len(lines[j].lstrip()) < depth)
 
     for p in programs:
-        source, _ = compiled(p, native=True).native_source()
+        source = compiled(p, native=True).native_bodies
         raw = source.split("\n")
         lines = [line.strip() for line in raw]
         for k, line in enumerate(lines):

@@ -29,7 +29,7 @@ from ..engines.arguments import (
     scalar,
 )
 from ..engines.machine import NATIVE_AFTER, Machine, PerThread, Transient, machine_for
-from ..engines.native import compiling, on_threads
+from ..engines.native import on_threads
 
 Loss = int | str | tuple
 
@@ -180,7 +180,7 @@ class _Direct:
 
     def __init__(self, runner: _Pass, loss: Loss, values: bool = True):
         self.runner, self.loss = runner, loss
-        self.local = PerThread(plans=dict, warm=set)    # per thread: a plan's buffers (a
+        self.local = PerThread(plans=dict)    # per thread: a plan's buffers (a
         # private heap, the state array) serve one native call at a time, without the GIL
         self.values = values         # False: the caller wants gradients only
         self.batches = Transient()   # argument types -> the native batch loop, if any
@@ -189,11 +189,6 @@ class _Direct:
     def plans(self) -> dict:
         """This thread's plans, by argument kinds."""
         return self.local.plans
-
-    @property
-    def warm(self) -> set:
-        """This thread's argument kinds whose plan has run once."""
-        return self.local.warm
 
     def batch(self, columns: list) -> tuple | None:
         """(values, gradients) for rows of scalar arguments (one array per parameter) in
@@ -217,8 +212,7 @@ class _Direct:
             outs = [None] * len(cols)
         grads = [np.empty(n) for _ in floats]
         try:
-            with compiling(self.runner.name, loop):
-                on_threads(loop, n, (budget,), cols, seed, outs + grads)
+            on_threads(loop, n, (budget,), cols, seed, outs + grads)
         except Exception:      # a row failed: the row-by-row path finds and reports it
             return None
         spread: list = [None] * len(cols)
@@ -413,12 +407,7 @@ class _Direct:
                 for k in convert:
                     if not INT64[0] <= args[k] <= INT64[1]:
                         return None     # the general path reports it
-            if key in self.warm:
-                out, back = both(*heap, *args, *seed)
-            else:               # the first call may compile: say so if it takes long
-                with compiling(self.runner.name, both):
-                    out, back = both(*heap, *args, *seed)
-                self.warm.add(key)
+            out, back = both(*heap, *args, *seed)
         except Exception:       # the general path reports it exactly
             return None
         return out, scatter(back)
@@ -753,8 +742,7 @@ def jacobian(fn, outputs: Sequence[Loss], wrt: Sequence[Loss], has_aux: bool = F
         outs = [np.empty(n, c.dtype) for c in cols]
         G = np.empty((n, S.shape[0], S.shape[1]))
         try:
-            with compiling(runner.name, loop):
-                on_threads(loop, n, (budget,), cols, (S,), outs + [G])
+            on_threads(loop, n, (budget,), cols, (S,), outs + [G])
         except Exception:      # a row failed: the row-by-row path finds and reports it
             return None
         J = G[:, :, picks]

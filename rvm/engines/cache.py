@@ -1,12 +1,10 @@
 """The on-disk cache of native code.
 
-A program's machine code from rvm's LLVM back end is kept as an object file named by a
-hash of its generated code (so of the program's bytecode), the tolerance and the LLVM,
-Python and CPU it was made for. On numba's path (RVM_LLVM=0) a program's native functions
-are written as a Python module named by a hash of its text and of the versions of rvm,
-numba and Python; numba compiles each function on its first call and, the module being a
-real file, keeps the machine code beside it (`njit(cache=True)`). Either way a program
-compiles once per machine instead of once per process.
+A program's machine code from rvm's LLVM back end is kept as object files (one for each
+group of entries compiled together: rvm.engines.native.Functions) named by a hash of its
+generated code (so of the program's bytecode and the code generator's text), the
+tolerance and the LLVM, Python and CPU it was made for. A program compiles once per
+machine instead of once per process.
 
 Where: `$RVM_CACHE_DIR`, else `$XDG_CACHE_HOME/rvm`, else `~/.cache/rvm`. Files are
 written to a temporary name and renamed into place, so processes sharing the directory
@@ -43,9 +41,10 @@ from collections.abc import Callable
 
 from ..core.errors import RvmError
 
-VERSION = "3"          # bump when the generated code, how it is compiled, or the files'
+VERSION = "4"          # bump when the generated code, how it is compiled, or the files'
 #                        format changes (2: LLVM early tail duplication off, see
-#                        llvm.safe_codegen; 3: entries name their key, checked on load)
+#                        llvm.safe_codegen; 3: entries name their key, checked on load;
+#                        4: an object file per group of entries)
 LIMIT = 256 << 20      # bytes: a larger cache file is never read (the largest programs'
 #                        object files are a few megabytes)
 KEEP = 500             # programs kept unless $RVM_CACHE_MAX says otherwise
@@ -232,90 +231,6 @@ def _ready(where: pathlib.Path) -> bool:
     return _trusted(where)
 
 
-# ---------------------------------------------------------------- numba's modules
-
-def _key(text: str) -> str:
-    import numba
-    stamp = f"{VERSION}|{numba.__version__}|{sys.version}|{sys.platform}\n"
-    return hashlib.sha256((stamp + text).encode()).hexdigest()
-
-
-def _module_text(key: str, text: str) -> str:
-    """A numba module's file: a header naming its key, the format's VERSION and a digest
-    of the text, then the text."""
-    digest = hashlib.sha256(text.encode()).hexdigest()
-    return f"# rvm module {VERSION} {key} {digest}\n{text}"
-
-
-def load(source: Callable[[bool], str]):
-    """The module for `source(cached)` (its text, told whether it lives in a file): from
-    the cache directory, written there first if new; in memory if there is no cache, it
-    cannot be written, or it is not to be trusted."""
-    where = _where()
-    if where is not None:
-        with contextlib.suppress(OSError):
-            module = _from_file(where, source)
-            if module is not None:
-                return module
-    module = type(sys)("rvm_native")
-    exec(compile(source(False), "<rvm native>", "exec"), module.__dict__)
-    return module
-
-
-def _from_file(where: pathlib.Path, source: Callable[[bool], str]):
-    """The module from the cache directory (None: not to be trusted). The file read must
-    be exactly the module's text with its header (so its key and digest) or it is written
-    again; the text executed is the one checked, never read again. numba keeps each
-    function's machine code in __pycache__ beside it: those files are numba's (an index
-    and the code, no digest of ours), so they are used only from a __pycache__ that rvm
-    made (mode 0o700) or that only this user can write, and only if this user's regular
-    files."""
-    if not _ready(where):
-        return None
-    text = source(True)
-    key = _key(text)
-    name = f"rvm_native_{key[:32]}"
-    path = where / f"{name}.py"
-    content = _module_text(key, text)
-    if _read(path) != content.encode():
-        _write(where, path.name, content.encode())
-        for old in (where / "__pycache__").glob(f"{name}.*"):     # (another text's)
-            with contextlib.suppress(OSError):
-                old.unlink()
-        _evict(where)
-    if not _numba_files_ok(where, name):
-        return None
-    module = sys.modules.get(name)
-    if module is None:
-        module = type(sys)(name)
-        module.__file__ = str(path)
-        exec(compile(content, str(path), "exec"), module.__dict__)
-        sys.modules[name] = module
-    return module
-
-
-def _numba_files_ok(where: pathlib.Path, name: str) -> bool:
-    """May numba use its files for module `name` in where/__pycache__ (made now, mode
-    0o700, if missing)? Not if the directory is another user's or writable by others, or
-    one of the files is not this user's regular file (warned once)."""
-    pyc = where / "__pycache__"
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(pyc, 0o700)
-    st = os.lstat(pyc)
-    why = None if stat.S_ISDIR(st.st_mode) else f"{pyc} is not a directory"
-    why = why or _unsafe(st, str(pyc))
-    for f in pyc.glob(f"{name}.*") if why is None else ():
-        st = os.lstat(f)
-        if not stat.S_ISREG(st.st_mode):
-            why = f"{f} is not a regular file"
-        elif _POSIX and st.st_uid != os.getuid():
-            why = f"{f} belongs to another user (uid {st.st_uid})"
-    if why is not None:
-        _warn(f"numba {where}", f"{why}: numba's cached code is not used (compiled in "
-              "memory)")
-    return why is None
-
-
 # ---------------------------------------------------------------- LLVM's object files
 
 def load_object(text: str, make: Callable[[], bytes]) -> bytes:
@@ -411,8 +326,8 @@ def _evict(where: pathlib.Path) -> None:
 
 
 def info() -> tuple[pathlib.Path | None, int, int]:
-    """(directory, number of cached modules (LLVM object files and numba modules), bytes
-    on disk). Raises CacheSettingError for a setting that cannot be used."""
+    """(directory, number of cached object files, bytes on disk). Raises
+    CacheSettingError for a setting that cannot be used."""
     where = directory()
     if where is None or not where.is_dir():
         return where, 0, 0
@@ -425,13 +340,14 @@ def info() -> tuple[pathlib.Path | None, int, int]:
 
 
 def _programs(where: pathlib.Path) -> list[pathlib.Path]:
-    """The cached programs: numba modules and LLVM object files."""
+    """The cached object files (and modules of older rvm versions, numba's)."""
     return [*where.glob("rvm_native_*.py"), *where.glob("rvm_llvm_*.o")]
 
 
 def clear() -> int:
-    """Remove every cached module, numba's files and every temporary file; the number of
-    modules removed. Raises CacheSettingError for an $RVM_CACHE_DIR that cannot be used."""
+    """Remove every cached object file (and module and __pycache__ of older rvm's numba
+    path) and every temporary file; the number of programs removed. Raises
+    CacheSettingError for an $RVM_CACHE_DIR that cannot be used."""
     where, programs, _ = info()
     if where is not None and where.is_dir():
         for p in where.iterdir():

@@ -980,6 +980,9 @@ def split_point(program: Program, fn: Function) -> int | None:
     return None if found is None else found[1]
 
 
+_CALLED = re.compile(r"\b(F\d+_[a-z]+)\(")      # a generated function called
+
+
 def _python(body: str) -> str:
     """A generated function as the python engine runs it: direct assignments, finiteness
     once per straight run, math functions as local names."""
@@ -1022,20 +1025,32 @@ class Compiled:
                        len(program.functions[fname].locals)     # registers its fws returns
                        for fname in self.split_at}
         self._native: dict = {}
+        self._bodies: dict[str, str] = {}
+        self._native_bodies: dict[str, str] = {}
+        self._by_id = {v: k for k, v in self.names.items()}     # F3 -> its name
 
-    @functools.cached_property
+    def body(self, name: str) -> str:
+        """One generated function's text (`F3_gbw`), made on first need: a native compile
+        writes only the functions its entries reach, and a program found in the disk cache
+        none at all (see key)."""
+        text = self._bodies.get(name)
+        if text is None:
+            fname = self._by_id[name.split("_")[0]]
+            mode = name.split("_", 1)[1]
+            fn = self.program.functions[fname]
+            if mode in ("fws", "gbws"):
+                self._bodies.update(self.split(fname, fn, *self.split_at[fname]))
+            else:
+                backward, gradient = MODES[mode]
+                writer = _Writer(self, inverse_function(fn) if backward else fn, gradient)
+                self._bodies[name] = writer.source(name)
+            text = self._bodies[name]
+        return text
+
+    @property
     def bodies(self) -> dict[str, str]:
-        """The generated functions' text by name (see body_names), made on first need:
-        a native program found in the disk cache never needs them (see key)."""
-        bodies = {}
-        for fname, fn in self.program.functions.items():
-            inverse = inverse_function(fn)
-            for mode, (backward, gradient) in MODES.items():
-                writer = _Writer(self, inverse if backward else fn, gradient)
-                bodies[self.name(fname, mode)] = writer.source(self.name(fname, mode))
-        for fname, found in self.split_at.items():
-            bodies.update(self.split(fname, self.program.functions[fname], *found))
-        return bodies
+        """Every generated function's text by name, in the order of body_names."""
+        return {name: self.body(name) for name in self.body_names()}
 
     def body_names(self) -> list[str]:
         """The generated functions' names, in the order of bodies."""
@@ -1118,105 +1133,33 @@ class Compiled:
         return self._make(Fault, Limit, templates.wrap, zero, templates.sign, templates.dpow_db,
                           math)
 
-    @functools.cached_property
-    def native_bodies(self) -> str:
-        """The generated functions of every mode, rewritten for native code (numba's or
-        LLVM's: rvm.engines.native, rvm.engines.llvm); made once, read by each build."""
+    def native_text(self, roots) -> str:
+        """The generated functions that `roots` (names of generated functions) run,
+        themselves included, rewritten for native code (rvm.engines.llvm lowers them)."""
         from . import native
-        return native.defer_checks("\n".join(
-            native.rewrite(line[4:]) for body in self.bodies.values()
-            for line in body.split("\n"))) + "\n"
+        out, seen, work = [], set(), list(roots)
+        while work:
+            name = work.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            text = self._native_bodies.get(name)
+            if text is None:
+                text = self._native_bodies[name] = native.defer_checks("\n".join(
+                    native.rewrite(line[4:]) for line in self.body(name).split("\n")))
+            out.append(text)
+            work += _CALLED.findall(text)
+        return "\n".join(out) + "\n"
 
-    def native_source(self) -> tuple[str, list[str]]:
-        """The generated functions rewritten for numba, with the fused and batch
-        functions, and their names (text only: rvm.engines.native compiles it)."""
-        source = self.native_bodies
-        source += "\n".join(self.fused(f) for f in self.program.functions.values()) + "\n"
-        names = list(self.bodies) + [self.name(f, "vg") for f in self.program.functions]
-        if not self.uses_heap:     # scalars only: no arrays to pass at all
-            source += "\n".join(self.fused(f, heap=False) + self.batch(f) + self.jacobian(f)
-                                + self.calls(f, "csb") + self.calls(f, "usb")
-                                for f in self.program.functions.values()) + "\n"
-            names += [self.name(f, m) for f in self.program.functions
-                      for m in ("vgs", "vgsb", "jsb", "csb", "usb")]
-        return source, names
+    @property
+    def native_bodies(self) -> str:
+        """Every generated function, rewritten for native code."""
+        return self.native_text(reversed(self.body_names()))
 
     @property
     def uses_heap(self) -> bool:
         return any(ins.spec.group == "memory" for f in self.program.functions.values()
                    for ins in f.code)
-
-    def fused(self, fn: Function, heap: bool = True) -> str:
-        """A native function running fn forwards then its gradient pass (one call for a
-        whole value-and-gradient). Without heap, for programs that never touch it, the
-        caller passes two small arrays it keeps (the heap top and budget T, an unused
-        cell H), and the function is self-contained: allocating the arrays here, or
-        calling the heap version, would cost the first call about a second more of numba
-        compiling, for a tenth of a microsecond saved per call."""
-        params = [f"a{k}" for k in range(len(fn.params))]
-        seeds = [f"s{k}" for k, p in enumerate(fn.params) if p.cls == isa.FLOAT]
-        outs = [f"o[{k}]" for k in range(len(fn.params))]
-        if heap:
-            head = f"def {self.name(fn.name, 'vg')}(HI, HF, HG, TOP, "
-            arrays, top, start = "HI, HF, HG, TOP", "TOP", "    t0, b0 = TOP[0], TOP[1]\n"
-        else:
-            head = f"def {self.name(fn.name, 'vgs')}(T, H, b0, "
-            arrays, top, start = "T, H, H, T", "T", "    t0 = T[0] = 0\n    T[1] = b0\n"
-        return (head + f"{', '.join(params + seeds)}):\n" + start +
-                f"    o = {self.name(fn.name, 'fw')}({arrays}, {', '.join(params)})\n"
-                f"    if {top}[0] != t0:\n"
-                "        raise Fault('heap block left allocated')\n"
-                f"    {top}[1] = b0\n"
-                f"    g = {self.name(fn.name, 'gbw')}({arrays}, {', '.join(outs + seeds)})\n"
-                f"    {top}[1] = b0\n"
-                "    return o, g\n")
-
-    def batch(self, fn: Function) -> str:
-        """A native loop over rows of fused value-and-gradient calls (rvm.vmap of a
-        gradient): one call for a whole batch, arguments and results as arrays."""
-        n = len(fn.params)
-        floats = [k for k, p in enumerate(fn.params) if p.cls == isa.FLOAT]
-        a, s = [f"a{k}" for k in range(n)], [f"s{j}" for j in range(len(floats))]
-        o, g = [f"o{k}" for k in range(n)], [f"g{j}" for j in range(len(floats))]
-        body = _rows(f"{self.name(fn.name, 'vgsb')}(budget, {', '.join(a + s + o + g)})") + [
-                f"        o, g = {self.name(fn.name, 'vg')}(hi, hf, hg, top, "
-                f"{', '.join(x + '[i]' for x in a)}{', ' if s else ''}{', '.join(s)})"]
-        body += [f"        o{k}[i] = o[{k}]" for k in range(n)]
-        body += [f"        g{j}[i] = g[{n + j}]" for j in range(len(floats))]
-        return "\n".join(body) + "\n"
-
-    def calls(self, fn: Function, mode: str) -> str:
-        """A native loop over rows of whole calls (mode csb) or uncalls (usb) of fn, for
-        rvm.vmap of a function: arguments and results as arrays, one per parameter."""
-        n = len(fn.params)
-        a, o = [f"a{k}" for k in range(n)], [f"o{k}" for k in range(n)]
-        run = self.name(fn.name, "fw" if mode == "csb" else "bw")
-        body = _rows(f"{self.name(fn.name, mode)}(budget, {', '.join(a + o)})") + [
-                f"        o = {run}(hi, hf, hg, top, {', '.join(x + '[i]' for x in a)})"]
-        body += [f"        o{k}[i] = o[{k}]" for k in range(n)]
-        return "\n".join(body) + "\n"
-
-    def jacobian(self, fn: Function) -> str:
-        """A native loop over rows of Jacobians (rvm.vmap of rvm.jacobian): per row, one
-        forward run, then one gradient pass per output, each from the forward run's
-        results (a scalar program leaves nothing else behind), seeded by a row of S.
-        Values go to o0, o1, ... (one array per parameter), gradients to G (rows x outputs
-        x float parameters)."""
-        n = len(fn.params)
-        floats = [k for k, p in enumerate(fn.params) if p.cls == isa.FLOAT]
-        a = [f"a{k}" for k in range(n)]
-        grad_args = ", ".join([f"o[{k}]" for k in range(n)] +  # no empty ", , " with
-                              [f"S[s, {j}]" for j in range(len(floats))])  # no parameters
-        body = _rows(f"{self.name(fn.name, 'jsb')}(budget, "
-                     f"{', '.join(a + ['S'] + [f'o{k}' for k in range(n)] + ['G'])})") + [
-                f"        o = {self.name(fn.name, 'fw')}(hi, hf, hg, top, "
-                f"{', '.join(x + '[i]' for x in a)})"]
-        body += [f"        o{k}[i] = o[{k}]" for k in range(n)]
-        body += ["        for s in range(S.shape[0]):",
-                 "            top[1] = budget",
-                 f"            g = {self.name(fn.name, 'gbw')}(hi, hf, hg, top, {grad_args})"]
-        body += [f"            G[i, s, {j}] = g[{n + j}]" for j in range(len(floats))]
-        return "\n".join(body) + "\n"
 
     @staticmethod
     def heap(machine) -> tuple:
@@ -1254,12 +1197,7 @@ class Compiled:
         heap = self.heap(machine) if self.native else (machine,)
         function = funcs[self.name(fn.name, mode)]
         try:
-            if self.native:
-                from .native import compiling
-                with compiling(self.program.source or fn.name, function):
-                    out = function(*heap, *args)
-            else:
-                out = function(*heap, *args)
+            out = function(*heap, *args)
         except Fault as exc:
             raise InvertibilityError(f"{exc} (compiled engine; use engine='interp' to see "
                                      "the instruction)", fn.name) from None
@@ -1277,20 +1215,6 @@ class Compiled:
             for k, g in zip(floats, out[len(slots):]):
                 fr.G[k] = g
         fr.state = 2 * len(fn.code) if e > 0 else 0
-
-
-def _rows(signature: str) -> list[str]:
-    """The head of a native loop over the rows of a batch of scalar calls: the (unused)
-    heap arrays made once per batch, not once per row, and each row's heap top and step
-    budget set afresh."""
-    return [f"def {signature}:",
-            "    hi = np.zeros(1, np.int64)",
-            "    hf = hi.view(np.float64)",
-            "    hg = np.zeros(1)",
-            "    top = np.zeros(2, np.int64)",
-            "    for i in range(a0.shape[0]):",
-            "        top[0] = 0",
-            "        top[1] = budget"]
 
 
 def compiled(program: Program, checks: bool = True, native: bool = False) -> Compiled:

@@ -1,20 +1,20 @@
 """The native engine's back end: LLVM IR written straight from the generated functions.
 
-numba spends most of a first compile in its Python front end (type inference and
-lowering, about 5 ms per generated line). The functions rvm generates need none of
-that: every local's type follows from its name (`r3` int64, `f3` and `gf3` float64,
+The functions rvm generates need no general compiler's front end (type inference): every
+local's type follows from its name (`r3` int64, `f3` and `gf3` float64,
 `_ok` a flag), and the statements are a small fixed subset of Python (assignments,
 if/while/break/continue, heap cells and helpers, calls of other generated functions,
 `raise Fault`). rvm.engines.lowering lowers that subset to LLVM IR with llvmlite
 (rvm.engines.lanes: for rows in lockstep); this module adds the entries, optimises the
 module with LLVM's -O2 pipeline and keeps the machine code in the on-disk cache as an object
-file. Entries: the four run modes of every function, the fused value-and-gradient calls
-(vg; vgs for programs without heap) and the batch loops of rvm.vmap (csb, usb, vgsb,
-jsb), each a CPython builtin that unboxes its arguments and boxes its results itself.
+file. Entries (made in groups, each on first need: rvm.engines.native.Functions): the run
+modes of the generated functions, the fused value-and-gradient calls (vg; vgs for
+programs without heap) and the batch loops of rvm.vmap (csb, usb, vgsb, jsb), each a
+CPython builtin that unboxes its arguments and boxes its results itself.
 
-Semantics are the numba engine's (the same source, after rvm.engines.native's rewrite):
-int64 arithmetic wraps; a failed check, a non-finite float result, an exhausted step
-budget, an integer division by zero sets a fault code and returns, and the machine re-runs
+Semantics (the source after rvm.engines.native's rewrite): int64 arithmetic wraps; a
+failed check, a non-finite float result, an exhausted step budget, an integer division
+by zero sets a fault code and returns, and the machine re-runs
 the pass on the interpreter to report it ("heap capacity exceeded" grows the heap first).
 """
 
@@ -58,13 +58,11 @@ from .lowering import (
 from .templates import Fault
 
 available = importlib.util.find_spec("llvmlite") is not None
-# RVM_LLVM=0: every native function from numba (to compare the two back ends)
-enabled = available and os.environ.get("RVM_LLVM", "1") != "0"
 
 
 def usable() -> bool:
-    """Is the back end on, and llvmlite recent enough (LLVM's new pass manager)?"""
-    return enabled and _recent()
+    """Is llvmlite installed, and recent enough (LLVM's new pass manager)?"""
+    return available and _recent()
 
 
 @functools.cache
@@ -179,9 +177,10 @@ def interrupts() -> None:
 @functools.cache
 def safe_codegen() -> None:
     """Turn off LLVM's early (before register allocation) tail duplication, for every
-    compile in this process (numba's too: they share one LLVM). In the LLVM that llvmlite
-    ships (up to 22.1) it can miscompile a loop whose phis take each other's values (two
-    registers swapped on a back edge): the swap's copies were made twice on one path,
+    compile in this process (and any other user of llvmlite's LLVM in it). In the LLVM
+    that llvmlite ships (up to 22.1) it can miscompile a loop whose phis take each
+    other's values (two registers swapped on a back edge): the swap's copies were made
+    twice on one path,
     and a random program gave wrong results (LLVM's fix: "[TailDuplicator] Fix
     miss-compile with PHI referencing each other in TailBB"). The later tail duplication,
     after register allocation, still runs."""
@@ -244,7 +243,7 @@ def _entry(ir, t: Types, module, name: str, inner, returns: list[str], fused=Non
     return the pair (values, gradient pass results); the heap top must be back where it
     was (after the forward run; after a split one's gradient pass), and the step budget
     is set afresh for each pass: from the budget argument, on
-    an empty heap (as the numba engine's vgs), or as found in the state array (vg)."""
+    an empty heap (vgs), or as found in the state array (vg)."""
     fn, b, api, item, address, checked = _py_function(ir, t, module, name)
     # a SIGINT from now on stops it (a batch's slices: see rvm.engines.native.on_threads)
     b.store_atomic(t.i64(0), module.globals[INTERRUPT_CELL], "monotonic", 8)
@@ -593,15 +592,17 @@ def _groups(b, t: Types, lanes: tuple, mode: str, columns: tuple, seed, split: i
     return b.mul(groups, width)
 
 
-def ir_module(source: str, tol: float, fused: dict, batches: dict, runs: bool = True) -> str:
-    """LLVM IR for the generated functions in `source` (the native engine's text), with an
-    entry `rvm_py_<name>` for each, for each of `fused` ({name: (forward, gradient pass,
-    budget argument?)}) and for each of `batches` ({name: (mode, forward, gradient
-    pass)}), the batches with rows in lockstep where the functions allow it
-    (rvm.engines.lanes). runs=False: no entries for the generated functions themselves,
-    and only the functions the other entries run are lowered."""
+def ir_module(source: str, tol: float, fused: dict, batches: dict, runs=None) -> str:
+    """LLVM IR for the generated functions in `source` (the native engine's text) that the
+    entries run: an entry `rvm_py_<name>` for each of `runs` (names of generated
+    functions; None: all of them), for each of `fused` ({name: (forward, gradient pass,
+    budget argument?, split)}) and for each of `batches` ({name: (mode, forward, gradient
+    pass, split)}), the batches with rows in lockstep where the functions allow it
+    (rvm.engines.lanes)."""
     from . import lanes
     nodes = _nodes(source)
+    if runs is None:
+        runs = [n.name for n in nodes]
     if batches and lanes.enabled:
         with contextlib.suppress(Unsupported):
             return _module(nodes, tol, fused, batches, runs, True)
@@ -612,17 +613,12 @@ def _nodes(source: str) -> list:
     return [n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)]
 
 
-def _module(nodes: list, tol: float, fused: dict, batches: dict, runs: bool,
-            lockstep: bool, half: tuple | None = None) -> str:
-    """The module's IR; with `half` = (functions, shared), only those of the generated
-    functions, their entries and the fused entries whose gradient pass is among them,
-    with `shared` (forward functions those fused entries call) visible to the other
-    half: defined here if among the functions, else declared (see _halves)."""
+def _module(nodes: list, tol: float, fused: dict, batches: dict, runs, lockstep: bool) -> str:
+    """The module's IR: the generated functions the entries run, and the entries."""
     _, ir, _ = _llvm()
     t = Types(ir)
     module = ir.Module(name="rvm")
     module.triple = _llvm()[2].triple
-    shared = half[1] if half else set()
 
     def declare(types, signature, suffix: str, wanted) -> dict:
         functions: dict = {"TOL": tol, "RUN_OUT": run_out}
@@ -630,21 +626,18 @@ def _module(nodes: list, tol: float, fused: dict, batches: dict, runs: bool,
             if node.name in wanted:
                 ftype, params, returns = signature(ir, types, node)
                 f = ir.Function(module, ftype, f"{node.name}_{suffix}")
-                if node.name not in shared:
-                    f.linkage = "internal"
+                # (not internal: LLVM would inline every function called once into its
+                # caller, one huge function out of a call chain)
                 for arg in f.args[:4]:  # state, fault flag, cells, shadows: four buffers
                     arg.add_attribute("noalias")
                 functions[node.name] = (f, params, returns)
         return functions
     calls = calls_of(nodes)
     run_out = running_out(nodes, calls)     # (their callers' loops are not counted ones)
-    # the functions the entries run (all of them when each has its own entry)
-    needed = set(calls) if runs else callees(calls, {
+    needed = callees(calls, {*runs, *(
         f for entry in (*fused.values(), *batches.values()) for f in entry
-        if isinstance(f, str) and f in calls})
-    if half:
-        needed &= half[0]
-    functions = declare(t, _signature, "", needed | shared)
+        if isinstance(f, str) and f in calls)})
+    functions = declare(t, _signature, "", needed)
     for node in nodes:
         if node.name in needed:
             Lowering(ir, t, functions, node)
@@ -661,14 +654,12 @@ def _module(nodes: list, tol: float, fused: dict, batches: dict, runs: bool,
         for node in nodes:
             if node.name in lanes:
                 Lanes(ir, vt, lanes, node)
-    for node in nodes if runs else ():
-        if node.name in needed:
-            f, _, returns = functions[node.name]
-            _entry(ir, t, module, node.name, f, returns)
+    for name in runs:
+        f, _, returns = functions[name]
+        _entry(ir, t, module, name, f, returns)
     for name, (fw, gbw, budget, split) in fused.items():
-        if gbw in needed:
-            _entry(ir, t, module, name, functions[gbw][0], functions[gbw][2],
-                   fused=(functions[fw][0], functions[fw][2], budget, split))
+        _entry(ir, t, module, name, functions[gbw][0], functions[gbw][2],
+               fused=(functions[fw][0], functions[fw][2], budget, split))
     for name, (mode, fw, gbw, split) in batches.items():
         group = (vt, lanes[fw][0], lanes.get(gbw, (None,))[0]) if fw in lanes else None
         _batch_entry(ir, t, module, name, mode, functions[fw][0], functions[gbw][0], split,
@@ -713,148 +704,6 @@ def _compile_ir(text: str) -> bytes:
     return tm.emit_object(mod)
 
 
-SPLIT_FROM = 300_000    # characters of generated source from which a program compiles in
-# two halves at once, one in a second process (below it, starting one costs more)
-WORKER_TIMEOUT = 600     # seconds the second process may take before its half is compiled
-# here instead
-
-
-def _worker_ok() -> bool:
-    """May a compile use a second process? Only with a second core to run it, unless
-    RVM_COMPILE_WORKER=0."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
-        (os.cpu_count() or 1)
-    return cores > 1 and os.environ.get("RVM_COMPILE_WORKER", "1") != "0"
-
-
-def _halves(source: str, fused: dict) -> tuple | None:
-    """The generated functions in two halves that call nothing in each other: the plain
-    modes (fw, bw, fws) and the gradient modes (gfw, gbw, gbws), with the forward
-    functions the fused entries (all in the gradient half) call from the plain one; None
-    if some function calls across."""
-    nodes = _nodes(source)
-    calls = calls_of(nodes)
-    names = set(calls)
-    plain = {n for n in names if n.rsplit("_", 1)[-1] in ("fw", "bw", "fws")}
-    grad = names - plain
-    if any((calls[n] & names) - group for group in (plain, grad) for n in group):
-        return None
-    shared = {fw for fw, _, _, _ in fused.values()}
-    if not shared <= plain or any(gbw not in grad for _, gbw, _, _ in fused.values()):
-        return None
-    return nodes, (plain, shared), (grad, shared)
-
-
-# The second process runs isolated (python -I: no current directory, user site or
-# PYTHON* variables on its path) in rvm's directory, with this process's path less the
-# current directory given explicitly (so a json.py where rvm runs is never imported); it
-# answers with a mark, a digest of the job and the object file it compiled, and the
-# object file (checked by _from_worker before it is used or cached).
-_WORKER = """
-import hashlib, json, sys
-sys.path[:0] = sys.argv[1:]
-from rvm.engines.llvm import compile_half
-job = sys.stdin.buffer.read()
-obj = compile_half(json.loads(job))
-sys.stdout.buffer.write(b"rvm worker\\n" + hashlib.sha256(job + obj).digest() + obj)
-"""
-_WORKER_MARK = b"rvm worker\n"
-
-
-def _worker_command() -> tuple[list[str], str]:
-    """The second process's command line and working directory (rvm's parent)."""
-    root = str(pathlib.Path(__file__).resolve().parents[2])
-    try:
-        here = os.path.realpath(os.getcwd())
-    except OSError:
-        here = None
-    path = [p for p in sys.path if p and os.path.isabs(p) and os.path.realpath(p) != here]
-    return [sys.executable, "-I", "-c", _WORKER, *path, root], root
-
-
-def _from_worker(out: bytes | None, job: bytes) -> bytes | None:
-    """The object file in the second process's answer to `job`, or None unless the answer
-    is whole: the mark, the digest of `job` and of the object file, and an object file
-    of this platform (anything else, such as what an imported module printed, is never
-    loaded nor cached: this process compiles the half instead)."""
-    import hashlib
-
-    from . import cache
-    start = len(_WORKER_MARK) + 32
-    if not out or not out.startswith(_WORKER_MARK):
-        return None
-    digest, obj = out[len(_WORKER_MARK):start], out[start:]
-    if digest != hashlib.sha256(job + obj).digest() or not cache.object_file(obj):
-        return None
-    return obj
-
-
-def compile_half(job: dict) -> bytes:
-    """The object file of one half (a second process's job: see _compile_halves). Refused
-    by a back end whose text differs from the asking process's (an editable install
-    changed meanwhile: the halves would not fit together)."""
-    if job["generator"] != _lowering_digest():
-        raise RuntimeError("rvm's back end changed since the program was compiled")
-    fused = {name: tuple(entry) for name, entry in job["fused"].items()}
-    half = tuple(set(names) for names in job["half"])
-    return compile_ir(_module(_nodes(job["source"]), job["tol"], fused, {}, True, False,
-                              half))
-
-
-def _compile_halves(text: str, source: str, tol: float, fused: dict) -> list[bytes] | None:
-    """The object files of a program's two halves (see _halves), from the cache or
-    compiled at once: a second Python process writes and compiles the plain half while
-    this one does the gradient half (should the process fail, this one does both); None
-    if the program does not split."""
-    import json
-    import subprocess
-    import threading
-
-    from . import cache
-    keys = [f"{text}|half {k}" for k in range(2)]
-    objects = [cache.cached_object(key) for key in keys]
-    if all(objects):
-        return objects
-    halves = _halves(source, fused)
-    if halves is None:
-        return None
-    nodes, *parts = halves
-    job = {"source": source, "tol": tol, "fused": fused,
-           "half": [sorted(parts[0][0]), sorted(parts[0][1])], "generator": _lowering_digest()}
-    worker, done = None, {}
-    request = json.dumps(job).encode()
-    if objects[0] is None:
-        with contextlib.suppress(OSError):
-            command, root = _worker_command()
-            worker = subprocess.Popen(command, cwd=root, stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-
-            def talk():
-                try:
-                    done["out"] = worker.communicate(request, timeout=WORKER_TIMEOUT)[0]
-                except (OSError, ValueError, subprocess.TimeoutExpired):
-                    worker.kill()       # (this process compiles the half instead)
-                    worker.wait()
-            talker = threading.Thread(target=talk, daemon=True)
-            talker.start()
-    try:
-        if objects[1] is None:
-            objects[1] = compile_ir(_module(nodes, tol, fused, {}, True, False, parts[1]))
-            cache.store_object(keys[1], objects[1])
-        if objects[0] is None:
-            if worker is not None:
-                talker.join()
-            obj = _from_worker(done.get("out"), request) if worker is not None and \
-                worker.returncode == 0 else None
-            objects[0] = obj or compile_half(job)
-            cache.store_object(keys[0], objects[0])
-    finally:        # interrupted (Ctrl-C) or failed here: the second process goes too
-        if worker is not None and worker.poll() is None:
-            worker.kill()
-            worker.wait()
-    return objects
-
-
 class Library:
     """Machine code loaded for calling: entry addresses by name."""
 
@@ -862,7 +711,7 @@ class Library:
         ll = _llvm()[0]
         with _LLVM_LOCK:
             self.engine = ll.create_mcjit_compiler(ll.parse_assembly(""), _target_machine())
-            for obj in objects:     # (one, or two halves: the engine links their symbols)
+            for obj in objects:
                 self.engine.add_object_file(ll.ObjectFileRef.from_data(obj))
             self.engine.finalize_object()
 
@@ -934,7 +783,7 @@ def _fault(code: int):
 
 
 class Run(_Call):
-    """One run mode of one function, called as the numba engine's: (HI, HF, HG, TOP,
+    """One run mode of one function, called as (HI, HF, HG, TOP,
     *arguments) -> results, the heap top and the step budget kept in TOP. (Also a fused
     value and gradient on a heap, vg: arguments, then seeds.)"""
 
@@ -951,7 +800,7 @@ class Run(_Call):
 
 
 class Fused(_Call):
-    """A whole value and gradient of a program without heap, called as the numba
+    """A whole value and gradient of a program without heap, called as the
     engine's vgs: (T, H, budget, *arguments, *seeds) -> (values, the gradient pass's
     results)."""
 
@@ -960,14 +809,13 @@ class Fused(_Call):
 
 
 class Batch:
-    """A batch loop called as the numba engine's (rvm.engines.native.on_threads):
+    """A batch loop called as rvm.engines.native.on_threads calls it:
     (budget, argument columns..., [seeds... | S], result columns..., [gradient columns...
     | G]), numpy arrays checked here and passed by address; the loop runs without the
     GIL. Raises Fault if a row fails (the caller runs the rows one by one). An argument
     column may be a view with stride 0 (np.broadcast_to: one value for every row); a
     result column may be None (not wanted)."""
 
-    signatures = True       # compiled already (on_threads may split it across threads)
     spreads = True          # takes stride-0 argument columns
 
     def __init__(self, library: Library, name: str, mode: str, kinds: list[str]):
@@ -1040,41 +888,40 @@ def _lowering_digest() -> str:
                                                    "irtext.py")) + ("" if IRTEXT else "|ir")
 
 
-def functions(source, fused: dict, batches: dict, tol: float, runs: bool = True,
-              key: str | None = None, names: list[str] | None = None,
-              kinds: dict | None = None) -> dict:
-    """Callables for the generated functions in `source`: a Run for each (unless runs is
-    False), one for each of
-    `fused` ({name: (forward, gradient pass, budget argument?)}: a Fused with the budget
-    argument, a Run without), a Batch for each of `batches` ({name: (mode, forward,
-    gradient pass)}). The machine code comes from the on-disk cache, or is compiled and
-    put there. `source` may be a function that makes the text, with `key` (text that
-    determines it), `names` (its functions) and `kinds` (as _kinds gives them): it is then
-    made only if the machine code is not in the cache (making it takes longer than
-    loading the code: seconds for a large program)."""
+def functions(source, fused: dict, batches: dict, tol: float, runs=None,
+              key: str | None = None, kinds: dict | None = None) -> dict:
+    """Callables for generated functions: a Run for each of `runs` (names of generated
+    functions; None: every function in `source`), one for each of `fused` ({name:
+    (forward, gradient pass, budget argument?, split)}: a Fused with the budget argument,
+    a Run without), a Batch for each of `batches` ({name: (mode, forward, gradient pass,
+    split)}). Only the generated functions these entries run are compiled. The machine
+    code comes from the on-disk cache, or is compiled and put there. `source` is the
+    generated functions' text, or a function that makes the text of the generated
+    functions some names run (rvm.engines.compiled.Compiled.native_text), with `key`
+    (text that determines it) and `kinds` (as _kinds gives them): it is then made only if
+    the machine code is not in the cache (making it takes longer than loading the code:
+    seconds for a large program)."""
     from . import cache, lanes
     ll, _, tm = _llvm()
+    if key is None:
+        text_ = source
+        key, kinds = source, _kinds(source)
+        source = lambda roots: text_
+    if runs is None:
+        runs = tuple(re.findall(r"^def (\w+)\(", source(()), re.M))
+    runs = tuple(sorted(runs))
     stamp = f"{_lowering_digest()}|{ll.llvm_version_info}|{tm.triple}|" \
         f"{ll.get_host_cpu_name()}|{ll.get_host_cpu_features().flatten()}|{sys.version}|" \
         f"{tol!r}|{lanes.enabled and lanes.LANES}|" \
         f"{sorted(fused.items())}|{sorted(batches.items())}|{runs}"
-    if key is None:
-        key, names = source, re.findall(r"^def (\w+)\(", source, re.M)
-        kinds = _kinds(source) if batches else None
     text = stamp + key
-    objects = [cache.cached_object(f"{text}|half {k}") for k in range(2)] \
-        if runs and not batches else [None]         # (in two halves, or whole)
-    if not all(objects):
-        objects = [cache.cached_object(text)]
-    if not all(objects):
-        if callable(source):
-            source = source()
-        halves = None if batches or not runs or len(source) < SPLIT_FROM or \
-            not _worker_ok() else _compile_halves(text, source, tol, fused)
-        objects = halves or [cache.load_object(
-            text, lambda: compile_ir(ir_module(source, tol, fused, batches, runs)))]
-    lib = Library(*objects)
-    out: dict = {name: Run(lib, name) for name in names} if runs else {}
+
+    def make() -> bytes:
+        roots = {*runs, *(f for entry in (*fused.values(), *batches.values())
+                          for f in entry if isinstance(f, str) and f.startswith("F"))}
+        return compile_ir(ir_module(source(sorted(roots)), tol, fused, batches, runs))
+    lib = Library(cache.load_object(text, make))
+    out: dict = {name: Run(lib, name) for name in runs}
     out.update({name: (Fused if budget else Run)(lib, name)
                 for name, (_, _, budget, _) in fused.items()})
     if batches:

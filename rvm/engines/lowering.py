@@ -81,7 +81,8 @@ def guard(b, bad, block) -> None:
 
 
 class Unsupported(Exception):
-    """Source outside the subset this back end lowers (the caller falls back to numba)."""
+    """Source outside the subset this back end lowers (the machine falls back to the
+    python engine, with a warning)."""
 
 
 class Lowering:
@@ -271,7 +272,7 @@ class Lowering:
                 self.store(target, self.expr(s.value))
         elif isinstance(s, ast.AugAssign) and _named(s.target, "_ok"):
             # a check: rvm.engines.native.defer_checks folds them into a flag tested when
-            # control leaves a straight run of code (fewer blocks for numba); here each is
+            # control leaves a straight run of code (fewer blocks); here each is
             # its own branch to the fault exit, so `_ok` stays true (its tests are
             # dropped) and an address `(a) * _m` comes after its check has passed
             self.checking = True        # its comparisons fail alike on nan: no finite()
@@ -767,7 +768,7 @@ class Lowering:
         return getattr(b, name)(a, c)
 
     def floor_div_mod(self, a, c, mod: bool):
-        """Python's a // c or a % c on int64 (wrapping, as numba): c = 0 faults, and
+        """Python's a // c or a % c on int64 (wrapping): c = 0 faults, and
         c = -1 is taken apart (the hardware traps on INT64_MIN / -1)."""
         t, b = self.t, self.b
         self.guard(b.icmp_signed("==", c, t.i64(0)), self.fault_block)

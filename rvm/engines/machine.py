@@ -774,14 +774,13 @@ class Machine:
             return None
         if not exact_columns(columns, fn.params):   # the rows check the rest one by one
             return None
-        from .native import compiling, on_threads
+        from .native import on_threads
         loop = self._compiled_functions[c.name(name, "usb" if backward else "csb")]
         n = len(columns[0])
         cols = batch_columns(columns, fn.params, loop)
         outs = [np.empty(n, col.dtype) for col in cols]
         try:
-            with compiling(name, loop):
-                on_threads(loop, n, (self.max_steps,), cols, (), outs)
+            on_threads(loop, n, (self.max_steps,), cols, (), outs)
         except Exception:      # a row failed: the row-by-row path finds and reports it
             return None
         return tuple(outs)
@@ -992,7 +991,7 @@ def resolve_engine(engine: str | None) -> str:
     """'interp' (the stepping interpreter, the reference), 'python' (generated Python
     functions), 'native' (those compiled to machine code), or None: 'auto', the fastest available
     in steady state — generated Python for a program's first runs, then native code (if
-    numba is installed) once the program has run NATIVE_AFTER times, since compiling costs
+    llvmlite is installed) once the program has run NATIVE_AFTER times, since compiling costs
     about a second per program and only pays for repeated runs."""
     from . import native
     if engine is None or engine == "auto":
@@ -1000,7 +999,7 @@ def resolve_engine(engine: str | None) -> str:
     if engine not in ENGINES:
         raise MachineError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     if engine == "native" and not native.available:
-        raise MachineError("the native engine needs numba (and its llvmlite): pip install numba "
+        raise MachineError("the native engine needs llvmlite: pip install 'rvm[fast]' "
                            "(or use engine='python')")
     return engine
 
