@@ -17,6 +17,8 @@ import numpy as np
 
 from ..core.errors import UsageError
 
+PLANS = 512                 # plans kept per function (more shapes: made again)
+
 
 class Fn:
     """An rvm function as the bridges see it: a reversible function, a loaded program's
@@ -133,6 +135,8 @@ class Fn:
             example = tuple((0.0 if k == "f" else 0) if not shape else
                             np.zeros(shape, np.float64 if k == "f" else np.int64)
                             for shape, k in kinds)
+            if len(self._runners) >= PLANS:
+                self._runners.clear()
             run = self._runners[kinds] = direct_call(self.fn, example, self.options) or \
                 self.call_fn
         return run
@@ -148,6 +152,8 @@ class Fn:
         key = (outs, batched, kinds)
         plan = self._plans.get(key)
         if plan is None:
+            if len(self._plans) >= PLANS:
+                self._plans.clear()
             plan = self._plans[key] = Plan(self, outs, batched, kinds)
         return plan
 

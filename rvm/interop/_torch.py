@@ -177,7 +177,7 @@ class _Call(torch.autograd.Function):
             tangent = node.derived[key] = _Node(
                 node.fn.tangent, tuple(len(args) + floats.index(o) for o in picked),
                 t_batched, scalar)
-        res = iter(_Call.apply(tangent, *args, *dots))
+        res = iter(_apply(tangent, *args, *dots))
         return tuple(next(res) if o in floats else None for o in node.outs)
 
     @staticmethod
@@ -188,8 +188,8 @@ class _Call(torch.autograd.Function):
         args = [a if d is None else a.movedim(d, 0) for a, d in zip(args, dims)]
         b = node.batched
         if b is None:
-            out = _Call.apply(_Node(node.fn, node.outs,
-                                    tuple(None if d is None else 0 for d in dims)), *args)
+            out = _apply(_Node(node.fn, node.outs,
+                               tuple(None if d is None else 0 for d in dims)), *args)
             return out, (0,) * len(out)
         size = info.batch_size
         inner = next(a.shape[1 if d is not None else 0]
@@ -206,7 +206,7 @@ class _Call(torch.autograd.Function):
                 a = a[:, None].expand((size, inner) + tuple(a.shape[1:]))
             merged.append(a.reshape((size * inner,) + tuple(a.shape[2:])))
             axes.append(0)
-        out = _Call.apply(_Node(node.fn, node.outs, tuple(axes)), *merged)
+        out = _apply(_Node(node.fn, node.outs, tuple(axes)), *merged)
         return tuple(o.reshape((size, inner) + tuple(o.shape[1:])) for o in out), \
             (0,) * len(out)
 

@@ -245,18 +245,21 @@ def torch_rows(rounds, budget, rows_n) -> list:
     with Count() as c:
         assert np.allclose(batch(xs, ys).numpy(), vm(0.0, xn, yn)[0])
     out.append(row(f"torch.func.vmap: {rows_n} rows", b, d, "rvm.vmap(f)", c))
-    return out + torch_floors(rounds, budget)
+    return out + torch_floors(rounds, budget, xs, ys)
 
 
-def torch_floors(rounds, budget) -> list:
+def torch_floors(rounds, budget, xs, ys) -> list:
     """PyTorch alone: an autograd.Function with quad's shapes whose forward makes three
-    float64 scalar tensors and whose backward one (called as the bridge calls it)."""
+    float64 scalar tensors and whose backward one (called as the bridge calls it), and
+    the same under torch.func.vmap (its vmap rule one call on the rows)."""
     import torch
 
     class Noop(torch.autograd.Function):
+        generate_vmap_rule = False
+
         @staticmethod
         def forward(*args):
-            return tuple(torch.from_numpy(np.array(a.item())) for a in args)
+            return tuple(torch.from_numpy(np.array(a.numpy())) for a in args)
 
         @staticmethod
         def setup_context(ctx, inputs, output):
@@ -265,6 +268,12 @@ def torch_floors(rounds, budget) -> list:
         @staticmethod
         def backward(ctx, *cts):
             return None, torch.from_numpy(np.array(cts[0].item())), None
+
+        @staticmethod
+        def vmap(info, in_dims, *args):
+            args = [a.expand(info.batch_size) if d is None else a
+                    for a, d in zip(args, in_dims)]
+            return Noop.apply(*args), (0,) * len(args)
     apply = super(torch.autograd.Function, Noop).apply
     zero = torch.tensor(0.0, dtype=torch.float64)
     x = torch.tensor(0.3, dtype=torch.float64)
@@ -274,9 +283,12 @@ def torch_floors(rounds, budget) -> list:
     def backward():
         xg.grad = None
         apply(zero, xg, y)[0].backward()
+    batch = torch.func.vmap(lambda x, y: Noop.apply(zero, x, y)[0])
     return [row("floor: PyTorch autograd.Function no-op",
                 alone(lambda: apply(zero, x, y), rounds, budget)),
-            row("floor: PyTorch no-op, call + backward", alone(backward, rounds, budget))]
+            row("floor: PyTorch no-op, call + backward", alone(backward, rounds, budget)),
+            row(f"floor: torch.func.vmap no-op, {len(xs)} rows",
+                alone(lambda: batch(xs, ys), rounds, budget))]
 
 
 def row(what, bridge, direct=None, runs=None, count=None, crossings=1, noop=None) -> dict:
