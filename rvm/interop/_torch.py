@@ -300,10 +300,11 @@ def _dtype(dtype: torch.dtype) -> np.dtype:
 
 
 def _apply(node: _Node, *tensors):
-    """_Call.apply; outside torch.func transforms, without its binding of default
-    arguments (inspect.signature on every call, 15 us; forward has none)."""
+    """_Call.apply without its binding of default arguments (inspect.signature on every
+    call, 15 us; forward has none): autograd's apply outside torch.func transforms, and
+    functorch's call of a custom function inside them."""
     if _functorch_active():
-        return _Call.apply(node, *tensors)
+        return _FUNCTORCH_CALL(_Call, node, *tensors)
     return _BASE_APPLY(node, *tensors)
 
 
@@ -313,3 +314,8 @@ try:                  # (PyTorch internals; without them, _Call.apply every time
 except AttributeError:                                 # pragma: no cover
     def _functorch_active():
         return True
+try:
+    from torch._functorch.autograd_function import custom_function_call as _FUNCTORCH_CALL
+except ImportError:                                    # pragma: no cover
+    def _FUNCTORCH_CALL(cls, *args):
+        return cls.apply(*args)

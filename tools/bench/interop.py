@@ -324,13 +324,13 @@ def main(argv=None) -> int:
                   file=sys.stderr)
     def cell(v, width):
         return f"{'':>{width}}" if v is None else f"{v:{width}.1f}"
-    print(f"| {'case':38} | bridge (us) | rvm alone (us) | overhead (us) | per crossing "
+    print(f"| {'case':42} | bridge (us) | rvm alone (us) | overhead (us) | per crossing "
           f"| no-op (us) | rvm calls |")
-    print(f"|{'-' * 40}|------------:|---------------:|--------------:|-------------:"
+    print(f"|{'-' * 44}|------------:|---------------:|--------------:|-------------:"
           f"|-----------:|----------:|")
     for r in rows:
         calls = "" if r["host_calls"] is None else str(r["host_calls"])
-        print(f"| {r['case']:38} | {cell(r['bridge_us'], 11)} | {cell(r['rvm_us'], 14)} | "
+        print(f"| {r['case']:42} | {cell(r['bridge_us'], 11)} | {cell(r['rvm_us'], 14)} | "
               f"{cell(r['overhead_us'], 13)} | {cell(r['per_crossing_us'], 12)} | "
               f"{cell(r['noop_us'], 10)} | {calls:>9} |")
     print(json.dumps(rows))
