@@ -259,9 +259,9 @@ def test_every_instruction_compiles_natively_in_every_mode():
 def test_native_code_is_cached_on_disk_across_processes(tmp_path):
     """A second process finds the programs' machine code in RVM_CACHE_DIR and does not
     compile it again: LLVM object files, one per group of entries made on first need
-    (the forward run and the gradient of each program, and the batch loop of the scalar
-    one, made on its first rvm.vmap; numba is never imported); `rvm cache info|clear`
-    show and empty the cache."""
+    (the gradient of each program, with the forward run it starts with, and the batch
+    loop of the scalar one, made on its first rvm.vmap; numba is never imported); `rvm
+    cache info|clear` show and empty the cache."""
     import os
     import subprocess
     import sys
@@ -286,15 +286,15 @@ def test_native_code_is_cached_on_disk_across_processes(tmp_path):
     first, second = (float(r.stdout.splitlines()[1]) for r in runs)
     assert second < first
     objects = sorted(cache.glob("rvm_llvm_*.o"))
-    assert len(objects) == 5 and not list(cache.glob("rvm_native_*"))
+    assert len(objects) == 3 and not list(cache.glob("rvm_native_*"))
     stamps = [p.stat().st_mtime_ns for p in objects]
     runs = [subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env)]
     assert [p.stat().st_mtime_ns for p in objects] == stamps       # not rewritten
     cli = [sys.executable, "-m", "rvm.cli", "cache"]
     info = subprocess.run(cli + ["info"], env=env, capture_output=True, text=True)
-    assert "5 module(s)" in info.stdout
+    assert "3 module(s)" in info.stdout
     cleared = subprocess.run(cli + ["clear"], env=env, capture_output=True, text=True)
-    assert "removed 5" in cleared.stdout and not list(cache.glob("rvm_*"))
+    assert "removed 3" in cleared.stdout and not list(cache.glob("rvm_*"))
 
 
 def test_without_a_writable_cache_native_code_compiles_in_memory(monkeypatch, tmp_path):
@@ -1537,5 +1537,5 @@ def test_threads_calling_a_new_function_at_once_compile_it_once(monkeypatch):
     g = rvm.value_and_grad(fresh, loss="out", argnums=1, engine="native")
     with ThreadPoolExecutor(4) as pool:
         got = list(pool.map(lambda _: g(0.0, a), range(8)))
-    assert len(compiles) == len(set(compiles)) == 2    # the forward run's, the gradient's
+    assert len(compiles) == 1     # the gradient's group, with the forward run it starts with
     assert all(np.allclose(grad, a / 2, rtol=1e-15, atol=0) for _, grad in got)

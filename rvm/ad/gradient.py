@@ -140,7 +140,11 @@ class _Pass:
         program, name, names = target(self.fn, args)
         m = machine_for(program, **self.options)
         m.enter(name, *args, names=names)
-        m.run(1)
+        m.wants_gradient = True
+        try:
+            m.run(1)
+        finally:
+            m.wants_gradient = False
         m.check_locals(m.stack[0])
         return m
 
@@ -374,10 +378,8 @@ class _Direct:
                     grads[k] = heap[2][lo:hi_].reshape(shape).copy()
                 heap[2][lo:hi_] = 0
             return None if finals is None else tuple(finals), tuple(grads)
-        # this call's answer from the forward run already made (a function built for one
-        # call, as in rvm.value_and_grad(f)(x), runs f forwards once, not twice)
-        run.first = (m.results(), self.runner.backward(m, (b, element)))
-        return run
+        return run      # (this call too: the gradient needs no more native code than the
+        # direct calls' group, which the forward run made; rvm.engines.native.Functions)
 
     def __call__(self, args):
         key = call_kind(args)
@@ -390,8 +392,7 @@ class _Direct:
         if plan is None:
             return None
         if not isinstance(plan, tuple):      # arguments with arrays
-            first, plan.first = getattr(plan, "first", None), None
-            return first if first is not None else plan(args)
+            return plan(args)
         both, heap, convert, seed, scatter, upgrade = plan
         if upgrade is not None:
             upgrade[0] -= 1

@@ -1195,6 +1195,8 @@ class Compiled:
             args += [fr.G[k] for k in floats]
         machine.budget = machine.max_steps
         heap = self.heap(machine) if self.native else (machine,)
+        if self.native and machine.wants_gradient and mode == "fw":
+            funcs.gradient(fn.name)       # this forward run's code comes with the gradient's
         function = funcs[self.name(fn.name, mode)]
         try:
             out = function(*heap, *args)

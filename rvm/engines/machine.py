@@ -97,6 +97,8 @@ class Machine:
         self._codes: dict = {}
         self._fast: dict = {}            # (function, backward, argument types) -> direct call
         self.progress = Machine.default_progress   # progress(steps, direction), long runs
+        self.wants_gradient = False     # a forward run before a gradient (native code for
+        # both is then compiled at once)
         self._grow(min(64, heap_limit))
         if grad:
             self.set_grad(True)

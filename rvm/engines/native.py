@@ -215,16 +215,13 @@ def _pool():
     return ThreadPoolExecutor(max(1, _cores() - 1), thread_name_prefix="rvm-batch")
 
 
-GRADIENT = ("gfw", "gbw", "fws", "gbws")     # the modes a gradient may run
-
-
 class Functions(dict):
     """A program's native functions by name, each compiled by the LLVM back end
     (rvm.engines.llvm) on the first call that asks for it, with those like it: a run mode
-    of one function (`F3_fw`, `F3_bw`) alone; every gradient mode and fused
-    value-and-gradient call of one function together; one batch loop alone. Each group
-    is made of only the generated functions its entries run (a call never waits for the
-    gradient's code, nor a gradient for the uncall's) and cached on disk on its own."""
+    of one function (`F3_fw`, `F3_bw`, `F3_gfw`) alone; a function's gradient group (see
+    gradient) together; one batch loop alone. Each group is made of only the generated
+    functions its entries run (a call never waits for the gradient's code, nor a gradient
+    for the uncall's) and cached on disk on its own."""
 
     def __init__(self, compiled, tol: float):
         super().__init__()
@@ -261,6 +258,19 @@ class Functions(dict):
             self.update(llvm.functions(comp.native_text, fused, batches, self.tol,
                                        runs=runs, key=comp.key, kinds=comp.param_kinds()))
 
+    def gradient(self, fname: str) -> None:
+        """Compile function fname's gradient group, if not made yet: what a gradient's
+        direct calls run (forwards, or to the copy of a compute-copy-uncompute function,
+        then the gradient pass from there, and both in one fused call), with the forward
+        run the gradient's first, general call makes on the machine."""
+        comp = self.compiled
+        fused = {n: self.fused[n] for n in (comp.name(fname, "vg"), comp.name(fname, "vgs"))
+                 if n in self.fused}
+        with self.lock:
+            if not all(n in self for n in fused):
+                modes = ("fw", "fws", "gbws") if fname in comp.splits else ("fw", "gbw")
+                self.llvm(tuple(comp.name(fname, m) for m in modes), fused, {})
+
     def __missing__(self, name: str):
         with self.lock:             # (threads asking at once share one compile)
             if name not in self:
@@ -271,12 +281,11 @@ class Functions(dict):
                     self.llvm((), {}, {name: self.batches.pop(name)})
                 elif fname is not None and mode in ("fw", "bw"):
                     self.llvm((name,), {}, {})
-                elif fname is not None and (mode in GRADIENT or name in self.fused):
-                    self.llvm(tuple(comp.name(fname, m) for m in GRADIENT
-                                    if m in ("gfw", "gbw") or fname in comp.splits),
-                              {n: self.fused[n] for n in (comp.name(fname, "vg"),
-                                                          comp.name(fname, "vgs"))
-                               if n in self.fused}, {})
+                elif fname is not None and (mode in ("fws", "gbws") or name in self.fused
+                                            or (mode == "gbw" and fname not in comp.splits)):
+                    self.gradient(fname)
+                elif fname is not None and mode in ("gfw", "gbw"):
+                    self.llvm((name,), {}, {})
             if name not in self:       # (dict's [] would come back here)
                 raise KeyError(name)
             return self.get(name)
