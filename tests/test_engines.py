@@ -1539,3 +1539,128 @@ def test_threads_calling_a_new_function_at_once_compile_it_once(monkeypatch):
         got = list(pool.map(lambda _: g(0.0, a), range(8)))
     assert len(compiles) == 1     # the gradient's group, with the forward run it starts with
     assert all(np.allclose(grad, a / 2, rtol=1e-15, atol=0) for _, grad in got)
+
+
+OUTPUT_JANUS = """
+procedure f(int n, int x, int a[], int m[][], stack s)
+    print("start")
+    printf("n=%d x=%d", n, x)
+    from x = 0 do
+        x += n
+        printf("x is %d, a is %a", x, a)
+        a[1] += x
+        m[1][0] -= x
+    until x = 3 * n
+    local int t = 7
+        push(t, s)
+    delocal int t = 0
+    show(a, m, s)
+    print("end")
+procedure g(int x)
+    x += 1
+    printf("before the check: %d", x)
+    if x = 5 then
+        x += 10
+    fi x = 5
+procedure main()
+    int x
+"""
+
+
+def _janus(tmp_path, text=OUTPUT_JANUS):
+    path = tmp_path / "out.ja"
+    path.write_text(text)
+    return rvm.load(path)
+
+
+def _printed(capsys, run):
+    """(what run() returns or the error it raises, what it printed)."""
+    try:
+        out = run()
+    except rvm.RvmError as e:
+        out = (type(e), str(e).split(" (compiled engine")[0])
+    return out, capsys.readouterr().out
+
+
+@pytest.mark.parametrize("engine", ENGINES[1:])
+def test_output_statements_print_as_the_interpreter_prints(tmp_path, capsys, engine):
+    from rvm.engines.machine import Machine
+    prog = _janus(tmp_path)
+    args = (2, 0, np.array([1, 2, 3]), np.array([[1, 2], [3, 4]]), np.zeros(6, np.int64))
+
+    def both(name):
+        m = Machine(prog, engine=name)
+        m.enter("f", *args)
+        steps = m.run(1)        # 0: a compiled run (it did not fall back to the interpreter)
+        out = m.results()
+        m.enter("f", *out, backward=True)
+        steps += m.run(1)
+        assert (steps == 0) == (name != "interp")
+        assert m._compiled is None or m._compiled.native == (name == "native")
+        return out + m.results()
+    want = _printed(capsys, lambda: both("interp"))
+    assert want[1].count("\n") == 14 and "s = <7]" in want[1]
+    got = _printed(capsys, lambda: both(engine))
+    assert got[1] == want[1] and same(got[0], want[0])
+    # output before a failing check: printed once, and the error is the interpreter's
+    want = _printed(capsys, lambda: Machine(prog, engine="interp").call("g", 4))
+    got = _printed(capsys, lambda: Machine(prog, engine=engine).call("g", 4))
+    assert want[1] == "before the check: 5\n" and got == want
+
+
+@pytest.mark.parametrize("engine", ENGINES[1:])
+def test_python_frontend_print_on_every_engine(capsys, engine):
+    @rvm.reversible
+    def f(n: int, s: float, v: Array[float]):
+        with rvm.ancilla(i=0):
+            with rvm.from_(i == 0, until=i == n):
+                i += 1
+                rvm.loop()
+                s += v[i - 1] * 0.5
+                print("i", i, "s", s, v)
+            rvm.delocal(i=n)
+        assert s < 100.0
+        print("done", s)
+
+    v = np.array([1.0, -0.0, 2.5])
+    for e in ("interp", engine):
+        outs = [f(3, 0.0, v, engine=e), (~f)(3, 1.75, v, engine=e)]
+        text = capsys.readouterr().out
+        if e == "interp":
+            want = (outs, text)
+    assert text == want[1] and text.count("\n") == 6 and same(outs[0], want[0][0])
+    grads = {}
+    for e in ("interp", engine):    # a gradient prints what the interpreter's prints
+        grads[e] = (rvm.grad(f, loss=1, engine=e)(3, 0.0, v), capsys.readouterr().out)
+    assert grads[engine][1] == grads["interp"][1] and "done 0.5" in grads[engine][1]
+    assert same(grads[engine][0][2], grads["interp"][0][2])
+    failed = [_printed(capsys, lambda e=e: f(3, 99.8, v, engine=e)) for e in ("interp", engine)]
+    assert failed[0][0][0] is rvm.InvertibilityError and failed[1] == failed[0]
+    assert failed[0][1] == "i 1 s 100.3 [1.0, -0.0, 2.5]\ni 2 s 100.3 [1.0, -0.0, 2.5]\n"
+
+
+@pytest.mark.skipif(not native.available, reason="llvmlite is not installed")
+def test_native_output_past_its_buffer_and_past_the_step_budget(tmp_path, capsys):
+    from rvm.engines import machine
+    prog = _janus(tmp_path, """
+procedure f(int n, int x, int a[])
+    from x = 0 do
+        x += 1
+        printf("%d %a", x, a)
+    until x = n
+procedure main()
+    int x
+""")
+    a = np.arange(5)
+    lines = _printed(capsys, lambda: machine.Machine(prog, engine="interp").call("f", 3000, 0, a))
+    m = machine.Machine(prog, engine="native")
+    got = _printed(capsys, lambda: m.call("f", 3000, 0, a))
+    assert got[1] == lines[1] and same(got[0], lines[0]) and m._compiled.native
+    assert m.said_cells > machine.SAID_CELLS      # the buffer grew (3000 * 10 cells)
+    # out of steps midway: the lines the interpreter prints before it stops, once
+    want = _printed(capsys, lambda: machine.Machine(prog, engine="interp", max_steps=500)
+                    .call("f", 3000, 0, a))
+    got = _printed(capsys, lambda: machine.Machine(prog, engine="native", max_steps=500)
+                   .call("f", 3000, 0, a))
+    assert got == want and want[0][0] is rvm.MachineError and \
+        10 < want[1].count("\n") < 500

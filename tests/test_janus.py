@@ -251,8 +251,40 @@ procedure main()
     prog.call("f", 1)
     prog.uncall("f", 2)
     assert capsys.readouterr().out == "x = 2\nx = 2\n"
-    with pytest.raises(rvm.UsageError, match="only the interpreter"):
-        prog.call("f", 1, engine="python")
+    prog.call("f", 1, engine="python")          # every engine prints them
+    assert capsys.readouterr().out == "x = 2\n"
+
+
+def test_output_statements_on_the_cli_every_engine_and_in_rvmb(tmp_path, capsys):
+    (tmp_path / "prog.ja").write_text("""
+procedure f(int x, int a[])
+    x += 1
+    a[x] += x
+    printf("x is %d, a is %a", x, a)
+procedure main()
+    int x
+    int a[3]
+    stack s
+    print("start")
+    call f(x, a)
+    push(x, s)
+    show(x, a, s)
+    uncall f(x, a)
+""")
+    want = cli("run", "prog.ja", "--engine", "interp", cwd=tmp_path)
+    assert want.returncode == 0 and want.stdout.startswith(
+        "start\nx is 1, a is {0, 1, 0}\nx = 0, a[3] = {0, 1, 0}, s = <1]\n"), want.stderr
+    for engine in ("python", "native"):
+        out = cli("run", "prog.ja", "--engine", engine, cwd=tmp_path)
+        assert (out.returncode, out.stdout) == (0, want.stdout), (engine, out.stderr)
+    # a .rvmb file keeps them: it prints what its source prints
+    assert cli("compile", "prog.ja", "-o", "prog.rvmb", cwd=tmp_path).returncode == 0
+    loaded = rvm.load(tmp_path / "prog.rvmb")
+    assert loaded.functions["f"].outputs == rvm.load(tmp_path / "prog.ja").functions["f"].outputs
+    from rvm.engines.machine import Machine
+    for engine in ("interp", "python", "native"):
+        assert Machine(loaded, engine=engine).call("f", 1, np.zeros(3, np.int64))[0] == 2
+        assert capsys.readouterr().out == "x is 2, a is {0, 0, 2}\n", engine
 
 
 def test_error_messages_name_the_janus_line_and_values(tmp_path):

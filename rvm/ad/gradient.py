@@ -230,8 +230,8 @@ class _Direct:
             return self.make_arrays(args)
         m = self.runner.forward(args)          # also validates arguments and the loss
         fn = m.stack[0].fn
-        if m.engine == "interp" or len(fn.params) != len(args):
-            return None
+        if m.engine == "interp" or len(fn.params) != len(args) or m.said_cells:
+            return None         # (output statements: the machine's runs print them)
         b, _ = find_argument(m.bindings, fn, self.loss, "loss")
         comp = compiled(m.program, m.checks, native=m._compiled.native)
         funcs = comp.bind(m)
@@ -304,6 +304,8 @@ class _Direct:
             return None
         m = self.runner.forward(args)          # also validates arguments and the loss
         fn, bindings = m.stack[0].fn, m.bindings
+        if m.said_cells:        # output statements: the machine's runs print them
+            return None
         if m.engine == "auto" and not m._compiled.native:
             return "later"                   # plan again once auto has gone native
         places = m.array_places(args)
@@ -762,7 +764,7 @@ def _jacobian_plan(runner: _Pass, args: tuple, outputs, wrt) -> tuple | None:
     m = runner.forward(args)              # validates the arguments and names
     fn = m.stack[0].fn
     if m.engine not in ("native", "auto") or not native.available or \
-            len(fn.params) != len(args):
+            len(fn.params) != len(args) or m.said_cells:
         return None
     comp = compiled(m.program, m.checks, native=True)
     if comp.uses_heap or any(b.is_array or b.complex for b in m.bindings):

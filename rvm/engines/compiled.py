@@ -33,7 +33,7 @@ from ..core.inverse import inverse_function
 from ..core.program import INT64_MAX, INT64_MIN, Function, Imm, Label, Mem, Program, Reg
 from ..core.program import Instruction as _Instruction
 from . import affine, templates
-from .templates import Fault, Limit, Operands, condition, esc, fault, render, shows
+from .templates import Fault, Limit, Operands, condition, esc, fault, render, show_value, shows
 
 _COMPILING = threading.RLock()      # one native compile at a time (Compiled.bind)
 
@@ -552,6 +552,15 @@ class _Writer:
         self.emit(depth, f"{', '.join(outs)}, = {call}" if outs else call)    # no parameters
         self.emit(depth, "_n = M.budget")
 
+    def shown(self, depth: int, known: _Known | None, ins) -> None:
+        """Before an output statement (native): the raw registers it shows made `0.0 +
+        cell`, so that it shows what the interpreter's registers hold (see _Known)."""
+        if known is None or ins.op != "NOP":
+            return
+        regs = self.c.said_regs(self.fn.name, ins.line) & known.raw
+        self.canonical(depth, None, sorted(regs, key=str))
+        known.raw -= regs
+
     def canonical(self, depth: int, known: _Known | None, regs=None) -> None:
         """Raw registers made `0.0 + cell` (see _Known): those the instruction just
         stepped through reads in another way, or `regs`."""
@@ -560,6 +569,9 @@ class _Writer:
             self.emit(depth, f"{x} = 0.0 + {x}")
 
     def instruction(self, depth: int, ins, template: str | None = None) -> None:
+        if ins.op == "NOP" and ins.line in self.c.said_at.get(self.fn.name, {}):
+            self.emit(depth, self.c.said_text(self.fn.name, ins.line))
+            return
         ops = Operands(self.fn, ins, {}, _local)
         template = _template(ins, self.gradient) if template is None else template
         for line in render(template, ops, deferred=True):
@@ -670,6 +682,7 @@ class _Writer:
             last = ins
             template = known.step(ins, self.gradient) if known is not None else None
             self.canonical(depth, known)
+            self.shown(depth, known, ins)
             if ins.op in isa.COMEFROMS or _repeated(ins, checked):
                 continue
             if ins.op in isa.BRANCHES:
@@ -741,6 +754,7 @@ class _Writer:
             ins = code[i]
             template = known.step(ins, self.gradient) if known is not None else None
             self.canonical(depth + 1, known)
+            self.shown(depth + 1, known, ins)
             if ins.op in isa.COMEFROMS or i in c.skip or _repeated(ins, checked):
                 continue
             if i == c.at:
@@ -981,6 +995,10 @@ def split_point(program: Program, fn: Function) -> int | None:
 
 
 _CALLED = re.compile(r"\b(F\d+_[a-z]+)\(")      # a generated function called
+# the output buffer of native code: the state array's cells from OUT0 on (its cell 2 is
+# where the next record goes, cell 3 the array's length)
+OUT0 = 4
+SHOWN_ARRAYS = frozenset({"floats", "ints", "janus", "stack"})   # kinds showing cells
 
 
 def _python(body: str) -> str:
@@ -1028,6 +1046,72 @@ class Compiled:
         self._bodies: dict[str, str] = {}
         self._native_bodies: dict[str, str] = {}
         self._by_id = {v: k for k, v in self.names.items()}     # F3 -> its name
+        # output statements, numbered in the program's order (the number is in the
+        # generated code, and in native code cached on disk): their parts by number, and
+        # function -> {line: number}
+        self.statements: list[tuple] = []
+        self.said_at: dict[str, dict[int, int]] = {}
+        for fname, fn in program.functions.items():
+            for line, parts in fn.outputs:
+                self.said_at.setdefault(fname, {})[line] = len(self.statements)
+                self.statements.append(parts)
+
+    def said_text(self, fname: str, line: int) -> str:
+        """The generated statement of the output statement of function fname at line:
+        `M.said(k, values...)`, a value a register's name, a tuple of them (a complex
+        number; an array's size), or a list of them (an array: its base and dimensions;
+        native code copies its cells too)."""
+        k = self.said_at[fname][line]
+        items = []
+        for part in self.statements[k]:
+            if isinstance(part, str):
+                continue
+            kind, regs = part
+            names = ", ".join(_local(r)[0] for r in regs)
+            items.append(f"[{names}]" if kind in SHOWN_ARRAYS else
+                         names if len(regs) == 1 else f"({names},)")
+        return f"M.said({k}{''.join(', ' + x for x in items)})"
+
+    def said_regs(self, fname: str, line: int) -> set:
+        """The registers the output statement of fname at line shows (none: no such)."""
+        k = self.said_at.get(fname, {}).get(line)
+        return set() if k is None else \
+            {r for part in self.statements[k] if not isinstance(part, str) for r in part[1]}
+
+    def spoken(self, S) -> list[str]:
+        """The lines native code's output records (in the state array S, after OUT0, up
+        to S[2]) show, in order (see rvm.engines.lowering: Lowering.said)."""
+        import numpy as np
+        words, lines, pos = S[OUT0:int(S[2])], [], 0
+        floats = words.view(np.float64)
+        while pos + 2 <= len(words):
+            k, size = int(words[pos]), int(words[pos + 1])
+            at, end = pos + 2, pos + size
+            if not 0 <= k < len(self.statements) or not pos + 2 <= end <= len(words):
+                raise MachineError("malformed output records from native code", "")
+            shown = []                  # every value's registers, then arrays' cells
+            for part in self.statements[k]:
+                if not isinstance(part, str):
+                    shown.append([int(words[at + j]) if r.cls == isa.INT else
+                                  float(floats[at + j]) for j, r in enumerate(part[1])])
+                    at += len(part[1])
+            text, values = [], iter(shown)
+            for part in self.statements[k]:
+                if isinstance(part, str):
+                    text.append(part)
+                    continue
+                kind, cells = part[0], None
+                regs = next(values)
+                if kind in SHOWN_ARRAYS:
+                    n = math.prod(regs[1:])
+                    cells = (floats if kind == "floats" else words)[at:at + n].tolist()
+                    at += n
+                text.append(show_value(kind, regs, cells))
+            if at != end:
+                raise MachineError("malformed output records from native code", "")
+            lines.append("".join(text))
+            pos = end
+        return lines
 
     def body(self, name: str) -> str:
         """One generated function's text (`F3_gbw`), made on first need: a native compile
@@ -1175,7 +1259,15 @@ class Compiled:
             cached = (machine._buf, hi, hi.view(np.float64),
                       np.frombuffer(machine._gbuf, dtype=np.float64), np.zeros(2, np.int64))
             machine._native_heap = cached
+        if machine.said_cells and len(cached[4]) != OUT0 + machine.said_cells:
+            # a program with output statements: its output buffer after the state
+            # (rvm.engines.lowering: Lowering.said)
+            state = np.zeros(OUT0 + machine.said_cells, np.int64)
+            state[3] = len(state)
+            cached = machine._native_heap = cached[:4] + (state,)
         cached[4][0], cached[4][1] = machine.top, machine.max_steps
+        if machine.said_cells:
+            cached[4][2] = OUT0         # nothing written yet
         return cached[1:]
 
     def run(self, machine, direction: int) -> None:
@@ -1211,6 +1303,8 @@ class Compiled:
         if self.native:
             machine.top = int(heap[3][0])
             out = [v.item() if hasattr(v, "item") else v for v in out]
+            if self.statements:
+                machine.pending += self.spoken(heap[3])
         for k, v in zip(slots, out):
             R[k] = v
         if grad:

@@ -22,10 +22,12 @@ _DOMAIN = {"math.sqrt": "<", "math.log": "<="}
 _MATH_ERRORS = {"math.exp", "math.pow", "math.fmod", "np.fmod", "dpow_db"}
 _FLAGS = {"_ok", "_m"}
 # fault codes: a failed check (or a limit); the heap is full (the cells wanted are left in
-# the state array's heap top); the step budget ran out; the run was interrupted (SIGINT)
-FAULT, FULL, BUDGET, INTERRUPT = 1, 2, 3, 4
+# the state array's heap top); the step budget ran out; the run was interrupted (SIGINT);
+# the output buffer is full (see Lowering.said)
+FAULT, FULL, BUDGET, INTERRUPT, SAID = 1, 2, 3, 4, 5
 MESSAGES = {FAULT: "invertibility check failed", FULL: "heap capacity exceeded",
-            BUDGET: "step budget exhausted", INTERRUPT: "interrupted"}
+            BUDGET: "step budget exhausted", INTERRUPT: "interrupted",
+            SAID: "output buffer full"}
 # the process-wide cell a SIGINT sets (rvm.engines.llvm: interrupts): native loops poll it
 INTERRUPT_CELL = "rvm_interrupt"
 POLL_EVERY = 1 << 16    # passes of a counted loop between two polls of the interrupt cell
@@ -217,6 +219,9 @@ class Lowering:
             if name == "gpush":
                 b.store(self.coerce(value(4), t.f64), self.cell("HG", at))
             return None
+        if name == "said":                      # said(k, values...): an output record
+            self.said(args)
+            return None
         if name in ("pop", "gpop"):             # pop(view, HI, TOP); gpop(HI, HF, HG, TOP)
             view = args[0].id if name == "pop" else "HF"
             at = top()
@@ -231,6 +236,56 @@ class Lowering:
             b.store(t.f64(0.0), self.cell("HG", at))
             return v, g
         raise Unsupported(name)
+
+    def said(self, args) -> None:
+        """An output statement (rvm.engines.compiled: said_text): a record appended to the
+        output buffer, the state array's cells from OUT0 (S[2]: where the next record goes,
+        S[3]: the array's length): the statement's number, the record's length in cells,
+        each value's registers (bits), then each array's cells (a value written as a list:
+        its base and dimensions) as they are now. The machine shows the records when the
+        run has succeeded (a failed run's are dropped: the interpreter's run of the pass
+        prints). A record
+        that does not fit leaves with SAID (the machine runs the pass again with a larger
+        buffer); an array outside the heap, or a float not finite, with FAULT."""
+        b, t = self.b, self.t
+        values, arrays = [], []         # registers' values; (base, cells) per array
+        for a in args[1:]:
+            regs = [self.expr(r) for r in (a.elts if isinstance(a, (ast.Tuple, ast.List))
+                                            else [a])]
+            values += regs
+            if isinstance(a, ast.List):
+                base = self.coerce(regs[0], t.i64)
+                n, bad = t.i64(1), b.icmp_signed("<", base, t.i64(0))
+                for d in regs[1:]:      # each dimension and the count within the heap
+                    d = self.coerce(d, t.i64)
+                    bad = b.or_(bad, b.icmp_unsigned(">", d, self.cap))
+                    n = b.mul(n, b.select(bad, t.i64(0), d))
+                    bad = b.or_(bad, b.icmp_unsigned(">", n, self.cap))
+                top = b.load(self.slot(0))
+                bad = b.or_(bad, b.icmp_signed(">", n, b.sub(top, base)))
+                self.guard(bad, self.fault_block)
+                arrays.append((base, n))
+        self.finite(*(v for v in values if v.type == t.f64))
+        size = t.i64(2 + len(values))
+        for _, n in arrays:
+            size = b.add(size, n)
+        at = b.load(self.slot(2))
+        if getattr(self, "said_block", None) is None:
+            self.said_block = self.exit(SAID)
+        self.guard(b.icmp_signed(">", size, b.sub(b.load(self.slot(3)), at)), self.said_block)
+        put = lambda k, v: b.store(v, b.gep(self.S, [b.add(at, k)]))
+        put(t.i64(0), t.i64(args[0].value))
+        put(t.i64(1), size)
+        for k, v in enumerate(values):
+            put(t.i64(2 + k), b.bitcast(v, t.i64) if v.type == t.f64 else
+                self.coerce(v, t.i64))
+        pos = t.i64(2 + len(values))
+        for base, n in arrays:
+            start = pos
+            loop_over(b, t.i64(0), n, lambda j, base=base, start=start: put(
+                b.add(start, j), b.load(self.cell("HI", b.add(base, j)))))
+            pos = b.add(pos, n)
+        b.store(b.add(at, size), self.slot(2))
 
     # ------------------------------------------------------------ statements
     def body(self, stmts) -> None:
@@ -870,7 +925,7 @@ class Lowering:
 
     def function(self, e: ast.Call):
         name = ast.unparse(e.func)
-        if name in ("alloc", "free", "push", "pop", "gpush", "gpop"):
+        if name in ("alloc", "free", "push", "pop", "gpush", "gpop", "said"):
             return self.helper(name, e.args)
         return self.pure(name, [self.expr(a) for a in e.args])
 

@@ -35,7 +35,7 @@ from .arguments import (
 )
 from .closures import END
 from .explain import explain, explain_locals
-from .templates import Fault, Limit
+from .templates import Fault, Limit, show_value
 
 MIN_NORMAL = 2.2250738585072014e-308
 
@@ -77,13 +77,11 @@ class Machine:
         self.budget = max_steps            # steps left in a compiled run (shared by calls)
         self.frame_cells = 0               # registers of the live frames (memory, with the heap)
         self.engine = resolve_engine(engine if engine is not None else program.engine)
-        if self.engine != "interp" and printing(program):
-            if self.engine != "auto":
-                raise UsageError(f"{program.source or 'this program'} has output statements "
-                                 "(print, show), which only the interpreter runs: use "
-                                 "engine='interp' (the default picks it)")
-            self.engine = "interp"
         self.out = None                    # where output statements print (None: stdout)
+        # a compiled run's output, printed when the run succeeds (see run), and native
+        # code's output buffer (cells; 0: the program has no output statements)
+        self.pending: list[str] = []
+        self.said_cells = SAID_CELLS if printing(program) else 0
         self.checks = checks
         self._compiled = None
         self._compiled_functions = None
@@ -398,9 +396,20 @@ class Machine:
                 interrupts()            # Ctrl-C stops native code (KeyboardInterrupt)
             while True:
                 try:
+                    self.pending.clear()
                     self._compiled.run(self, direction)
+                    self.speak()
                     return 0
                 except RvmError as e:
+                    # (a failed run's output is dropped: the interpreter's run of the
+                    # pass prints it, up to where it fails)
+                    self.pending.clear()
+                    if "output buffer full" in str(e):
+                        undo()
+                        if self.said_cells < SAID_LIMIT:
+                            self.said_cells = min(2 * self.said_cells, SAID_LIMIT)
+                            continue
+                        break           # the interpreter runs the pass, printing as it goes
                     # undo the heap writes; then either grow a heap the compiled code ran
                     # out of and run again, or let the reference engine find and report
                     # the failing instruction, leaving the state exactly where it stops
@@ -426,9 +435,11 @@ class Machine:
                             continue
                     break
                 except BaseException:       # KeyboardInterrupt: the machine as before
+                    self.pending.clear()
                     undo()
                     raise
                 except Exception as exc:    # no native code could be made for it
+                    self.pending.clear()
                     if not self._compiled.native:
                         raise
                     import warnings
@@ -480,7 +491,8 @@ class Machine:
         holds 0.0); a shadow may (no branch reads one)."""
         from .lowering import AT_BACK_EDGE, AT_CALL, AT_END, CHECKPOINT, RECORD, name_id
         heap, fr = self.__dict__.get("_native_heap"), self.stack[0]
-        if heap is None or heap[0] is not self._buf or len(self.stack) != 1:
+        if heap is None or heap[0] is not self._buf or len(self.stack) != 1 or \
+                self.said_cells:    # (output: the interpreter's run prints it)
             return None
         grad = self.grad
         hi, t = heap[1], int(heap[4][0])
@@ -612,7 +624,7 @@ class Machine:
         if the heap was too small for them (and the run could use them), else 0."""
         from .lowering import RECORD
         heap = self.__dict__.get("_native_heap")
-        if heap is None or heap[0] is not self._buf or \
+        if heap is None or heap[0] is not self._buf or self.said_cells or \
                 getattr(self, "_roomy", None) is self._buf:
             return 0
         room = sum(RECORD + 2 * len(f.registers) + 2 * self.grad * f.n_float  # (shadows)
@@ -697,29 +709,40 @@ class Machine:
     def output(self, parts: tuple, R: list) -> None:
         """Run an output statement: its text parts and values (from the frame's registers
         and the heap) printed as one line, in either direction."""
-        text = "".join(p if isinstance(p, str) else self._shown(p, R) for p in parts)
+        text = "".join(p if isinstance(p, str) else self._shown(p[0], [R[s] for s in p[1:]])
+                       for p in parts)
         print(text, file=self.out or sys.stdout, flush=True)
 
-    def _shown(self, part: tuple, R: list) -> str:
-        kind, *slots = part
-        if kind in ("int", "float"):
-            return repr(R[slots[0]])
-        if kind == "complex":
-            return repr(complex(R[slots[0]], R[slots[1]]))
-        base, dims = R[slots[0]], [R[s] for s in slots[1:]]
-        if kind == "size":
-            return "][".join(map(str, dims))
-        view = self.hf if kind == "floats" else self.hi
-        cells = [view[base + k] for k in range(math.prod(dims))]
-        if kind == "stack":            # element 0 is the size, then bottom to top
-            return "nil" if cells[0] == 0 else \
-                "<" + ", ".join(map(str, reversed(cells[1:cells[0] + 1]))) + "]"
-        rows = [cells[k:k + dims[-1]] for k in range(0, len(cells), dims[-1])] \
-            if len(dims) == 2 else [cells]
-        if kind == "janus":
-            shown = ["{" + ", ".join(map(str, r)) + "}" for r in rows]
-            return shown[0] if len(dims) == 1 else "{" + ", ".join(shown) + "}"
-        return repr(rows[0] if len(dims) == 1 else rows)
+    def said(self, k: int, *values) -> None:
+        """An output statement run by the python engine (rvm.engines.compiled: said_text):
+        statement k of the program, shown now from these values (a tuple or a list of
+        registers' for one of several registers) and the heap, printed if the run
+        succeeds (see run)."""
+        parts = self._compiled.statements[k]
+        items = iter(values)
+        self.pending.append("".join(
+            p if isinstance(p, str) else self._shown(p[0], list(v) if isinstance(
+                v := next(items), (tuple, list)) else [v]) for p in parts))
+
+    def speak(self) -> None:
+        """Print a compiled run's output (see said), in order."""
+        if self.pending:
+            print("\n".join(self.pending), file=self.out or sys.stdout, flush=True)
+            self.pending.clear()
+
+    def _shown(self, kind: str, values: list) -> str:
+        """One value of an output statement: its registers' values, and an array's cells
+        read from the heap now."""
+        cells = None
+        if kind in ("floats", "ints", "janus", "stack"):
+            base, n = values[0], math.prod(values[1:])
+            if not (base >= 0 and 0 <= n <= self.top - base and
+                    all(d >= 0 for d in values[1:])):
+                raise Fault(f"an output statement shows an array outside the heap "
+                            f"(cells {base} to {base + n - 1}, heap top {self.top})")
+            view = self.hf if kind == "floats" else self.hi
+            cells = view[base:base + n].tolist()
+        return show_value(kind, values, cells)
 
     def results(self) -> tuple:
         """The final value of each argument: scalars from the root frame's parameters,
@@ -792,7 +815,7 @@ class Machine:
         and its frames are bypassed), or None. Anything unusual returns None, and the call
         goes the general way, which reports it exactly."""
         c, fn = self._compiled, self.stack[0].fn
-        if c is None or not c.native:
+        if c is None or not c.native or self.said_cells:    # (output: printed by run)
             return None
         if any(type(a) is np.ndarray for a in args):
             return self._direct_arrays(args, backward)
@@ -896,6 +919,10 @@ class Machine:
 
 ENGINES = ("interp", "python", "native", "auto")
 DIRECT_HEAP = 4096            # cells of the private heap of a direct native call
+# native code's output buffer (int64 cells): at first, and at most (a run whose output
+# does not fit is run again with twice the buffer, up to this; past it, the interpreter
+# runs the pass, printing as it goes)
+SAID_CELLS, SAID_LIMIT = 1 << 12, 1 << 24
 PROGRESS_CHUNK = 200_000      # steps between progress reports of a stepped run
 
 
@@ -983,7 +1010,8 @@ NATIVE_AFTER = 3      # runs of a program before engine=None compiles it nativel
 
 
 def printing(program: Program) -> bool:
-    """Whether the program has output statements (which only the interpreter runs)."""
+    """Whether the program has output statements (native code keeps their output in a
+    buffer: see Machine.run)."""
     if "printing" not in program.cache:
         program.cache["printing"] = any(f.outputs for f in program.functions.values())
     return program.cache["printing"]

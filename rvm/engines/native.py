@@ -39,6 +39,7 @@ _REWRITES = [
     (re.compile(r"M\.pop\(False\)"), "pop(HI, HI, TOP)"),
     (re.compile(r"M\.gpush\("), "gpush(HF, HG, TOP, "),
     (re.compile(r"M\.gpop\(True\)"), "gpop(HI, HF, HG, TOP)"),
+    (re.compile(r"M\.said\("), "said("),      # an output statement's record
     (re.compile(r"M\.hf\b"), "HF"), (re.compile(r"M\.hi\b"), "HI"),
     (re.compile(r"M\.hg\b"), "HG"), (re.compile(r"M\.top\b"), "T0"),
     (re.compile(r"M\.budget\b"), "TOP[1]"), (re.compile(r"M\.tol\b"), "TOL"),
@@ -55,7 +56,7 @@ def rewrite(line: str) -> str:
 
 _FAULT = re.compile(r"^(\s*)if (not \((.*)\)|(.*)): raise Fault\('invertibility check "
                     r"failed'\)$")
-_LEAVES = ("if ", "while ", "_b = ", "break", "return", "TOP[1] = ")
+_LEAVES = ("if ", "while ", "_b = ", "break", "return", "TOP[1] = ", "said(")
 # a call that is passed the heap top may move it (ALLOC, FREE, PUSH, POP, a call): the
 # top of the heap, read by every address check, is kept in the local T0 and read again
 # only after those (an array store could alias TOP, so numba would reload it every time)
@@ -236,8 +237,8 @@ class Functions(dict):
                   for fw, gbw, f in names}
         self.fused = {compiled.name(f, "vg"): (*splits[f][0], False, splits[f][1])
                       for _, _, f in names}
-        if not compiled.uses_heap:
-            for fw, gbw, f in names:
+        if not compiled.uses_heap and not compiled.statements:   # (output: the machine's
+            for fw, gbw, f in names:                                # state array holds it)
                 (fws, gbws), split = splits[f]
                 self.fused[compiled.name(f, "vgs")] = (fws, gbws, True, split)
                 bw = compiled.name(f, "bw")

@@ -39,6 +39,27 @@ def wrap(v: int) -> int:
     return ((v + (1 << 63)) & ((1 << 64) - 1)) - (1 << 63)
 
 
+def show_value(kind: str, values: list, cells: list | None) -> str:
+    """One value of an output statement as the interpreter shows it: `values` are its
+    registers' (an array's: its base and dimensions), `cells` an array's cells."""
+    if kind in ("int", "float"):
+        return repr(values[0])
+    if kind == "complex":
+        return repr(complex(values[0], values[1]))
+    dims = values[1:]
+    if kind == "size":
+        return "][".join(map(str, dims))
+    if kind == "stack":            # element 0 is the size, then bottom to top
+        return "nil" if cells[0] == 0 else \
+            "<" + ", ".join(map(str, reversed(cells[1:cells[0] + 1]))) + "]"
+    rows = [cells[k:k + dims[-1]] for k in range(0, len(cells), dims[-1])] \
+        if len(dims) == 2 else [cells]
+    if kind == "janus":
+        shown = ["{" + ", ".join(map(str, r)) + "}" for r in rows]
+        return shown[0] if len(dims) == 1 else "{" + ", ".join(shown) + "}"
+    return repr(rows[0] if len(dims) == 1 else rows)
+
+
 def sign(v: float) -> float:
     return 1.0 if v > 0 else -1.0 if v < 0 else 0.0
 

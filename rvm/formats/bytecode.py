@@ -14,6 +14,10 @@ Layout (little-endian):
          params     u16 count, each a register (u8 class 0=r 1=f, u16 number)
          labels     u32 count, each: u32 string index, u32 instruction index
          code       u32 count, each: u16 opcode, u32 source line, u8 operand count, operands
+         outputs    (version 3 on) u32 count of output statements, each: u32 source line
+                    (its NOP instructions print), u16 part count, each part: u8 0 + u32
+                    string (text) | u8 1 + u32 string (the value's kind) + u8 register
+                    count, registers
       operand: u8 tag, then  0 register | 1 u32 constant index | 2 register + u8 kind
                (0: u32 constant index, 1: register) | 3 label (u32 string) | 4 function (u32)
 
@@ -42,8 +46,13 @@ from ..core.errors import FormatError, VerifyError
 from ..core.program import FuncRef, Function, Imm, Instruction, Label, Mem, Program, Reg
 from ..core.verify import verify
 
-MAGIC, VERSION = b"RVMB", 2
-READS = (1, 2)          # versions this rvm reads (version 1 has no source digest)
+MAGIC, VERSION = b"RVMB", 3
+READS = (1, 2, 3)       # versions this rvm reads (version 1 has no source digest, versions
+# 1 and 2 no output statements)
+# the kinds of an output statement's values (Machine.output), and their registers: the
+# class of each (one or two scalars), or an array's base and dimensions (all int)
+OUTPUT_KINDS = {"int": "i", "float": "f", "complex": "ff", "size": "ii+", "floats": "ii+",
+                "ints": "ii+", "janus": "ii+", "stack": "ii+"}
 SOURCE_LIMIT = 16 << 20  # the largest source file the debug info digests or shows (bytes)
 ISA_ID = zlib.crc32("\n".join(s.name for s in isa.TABLE).encode())
 _HEADER = struct.Struct("<4sHII")
@@ -208,6 +217,18 @@ def dumps(program: Program) -> bytes:
             w.put("HIB", isa.OPCODES[ins.op], ins.line, len(ins.args))
             for a in ins.args:
                 w.operand(a)
+        if VERSION < 3:         # (tests write older versions)
+            continue
+        w.put("I", len(fn.outputs))
+        for line, parts in fn.outputs:
+            w.put("IH", line, len(parts))
+            for part in parts:
+                if isinstance(part, str):
+                    w.put("BI", 0, w.string(part))
+                else:
+                    w.put("BIB", 1, w.string(part[0]), len(part[1]))
+                    for r in part[1]:
+                        w.reg(r)
     body = bytearray()
     src = program.source.encode()
     body += struct.pack("<I", len(src)) + src
@@ -288,6 +309,35 @@ class _Reader:
             return Label(name) if tag == LABEL else FuncRef(name)
         self.fail(f"unknown operand tag {tag}")
 
+    def outputs(self, fn: Function) -> tuple:
+        """A function's output statements: (line, parts), each value's kind known and its
+        registers the function's own, of the classes the kind wants."""
+        out: dict[int, tuple] = {}
+        mentioned = set(fn.registers)
+        for _ in range(self.count("I", 6)):
+            line, n = self.get("IH")
+            parts: list = []
+            for _ in range(n):
+                tag = self.get("B")
+                if tag == 0:
+                    parts.append(self.index(self.strings, "string"))
+                    continue
+                if tag != 1:
+                    self.fail(f"unknown output part tag {tag}")
+                kind = self.index(self.strings, "string")
+                regs = tuple(self.reg() for _ in range(self.count("B", 3)))
+                want = OUTPUT_KINDS.get(kind)
+                if want is None:
+                    self.fail(f"unknown output value kind {kind!r}")
+                classes = "".join("f" if r.cls == isa.FLOAT else "i" for r in regs)
+                if not re.fullmatch(want, classes) or not set(regs) <= mentioned:
+                    self.fail(f"bad registers for an output value of kind {kind!r}")
+                parts.append((kind, regs))
+            if line in out:
+                self.fail(f"two output statements at line {line}")
+            out[line] = tuple(parts)
+        return tuple(out.items())
+
     def program(self) -> Program:
         source = self.text()
         digest = ""
@@ -321,7 +371,11 @@ class _Reader:
                 code.append(Instruction(isa.TABLE[opcode].name, args, ins_line))
             if name in functions:
                 self.fail(f"function {name!r} defined twice")
-            functions[name] = Function(name, params, tuple(code), labels, line, end_line)
+            fn = Function(name, params, tuple(code), labels, line, end_line)
+            if self.version >= 3:
+                fn = Function(name, params, tuple(code), labels, line, end_line,
+                              outputs=self.outputs(fn))
+            functions[name] = fn
         if self.pos != len(self.data):
             self.fail("trailing bytes after the last function")
         return Program(functions, SourceName(printable(source), digest))
