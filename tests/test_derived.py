@@ -1,6 +1,7 @@
 """Derived programs (rvm.tangent, rvm.adjoint, rvm.hvp, rvm.hessian) on functions the
 register-only adjoint cannot take: heap ancillas (`zeros(n)`), and ancillas restored only
-approximately (the dirty ancilla of the NiLang paper), on every engine."""
+approximately (the dirty ancilla of the NiLang paper), on every engine; and derivatives of
+derivatives (rvm.tangent(rvm.adjoint(f)), ...) of functions of arrays."""
 
 import pathlib
 import re
@@ -10,7 +11,8 @@ import numpy as np
 import pytest
 
 import rvm
-from rvm import ancilla, compute
+from rvm import Array, ancilla, compute
+from rvm.ad import transforms
 from rvm.core.errors import InvertibilityError
 from rvm.engines import native
 
@@ -103,3 +105,158 @@ def test_hvp_and_hessian_of_besselj_at_random_points():
                     tol=1e-4)[2]
         H = rvm.hessian(besselj, loss="out", wrt=["z"], engine="python", tol=1e-4)(0.0, nu, z)
         assert abs(h - want) < 1e-6 and abs(H[0, 0] - want) < 1e-6, (nu, z, h, want)
+
+
+# ------------------------------------------------- derivatives of derivatives, on arrays
+
+@rvm.reversible
+def sin_squares(out: float, x: Array[float]):
+    """out += sum_i sin(x_i) x_i^2."""
+    for i in range(len(x)):
+        out += sin(x[i]) * x[i] * x[i]
+
+
+@rvm.reversible
+def weighted_cubes(out: float, x: Array[float], w: Array[float]):
+    """out += sum_i w_i x_i^3 (a dot product with a weight array)."""
+    for i in range(len(x)):
+        out += w[i] * x[i] * x[i] * x[i]
+
+
+@rvm.reversible
+def weighted_grid(out: float, x: Array[float, 2], w: Array[float]):
+    """out += sum_ij w_j x_ij^2 cos(x_ij): a 2-D array, packed along its last axis."""
+    for i in range(x.shape[0]):
+        for j in range(x.shape[1]):
+            out += w[j] * x[i, j] * x[i, j] * cos(x[i, j])
+
+
+X = np.array([0.3, -1.2, 2.0])
+W = np.array([1.5, -0.5, 2.0])
+GRID = np.array([[0.1, -0.7, 1.3], [0.4, 2.2, -0.2]])
+ARRAYS = [(sin_squares, (0.0, X)), (weighted_cubes, (0.0, X, W)),
+          (weighted_grid, (0.0, GRID, W[:3]))]
+
+
+def _zeros(args):
+    return [np.zeros_like(a) if isinstance(a, np.ndarray) else 0.0 for a in args]
+
+
+def _basis(a, e):
+    v = np.zeros_like(a)
+    v.flat[e] = 1.0
+    return v
+
+
+def _fd_hessian(f, args, eps=1e-6):
+    """Central differences of rvm.grad (the loss is argument 0), in the arrays' elements."""
+    g = rvm.grad(f, loss=0, engine="python")
+    flat = lambda gs: np.concatenate([np.ravel(v) for v in gs[1:]])
+    cols = []
+    for k in range(1, len(args)):
+        for e in range(args[k].size):
+            hi, lo = list(args), list(args)
+            hi[k] = args[k] + eps * _basis(args[k], e)
+            lo[k] = args[k] - eps * _basis(args[k], e)
+            cols.append((flat(g(*hi)) - flat(g(*lo))) / (2 * eps))
+    return np.array(cols).T
+
+
+@pytest.mark.parametrize("engine", ["interp", "python"])
+@pytest.mark.parametrize("f, args", ARRAYS, ids=lambda v: getattr(v, "name", ""))
+def test_tangent_of_adjoint_and_adjoint_of_tangent_take_arrays(engine, f, args):
+    """rvm.tangent(rvm.adjoint(f)) and rvm.adjoint(rvm.tangent(f)) of functions of arrays:
+    their shadows' tangents (and the tangents' shadows) are the Hessian's columns, as
+    rvm.hessian and central differences of rvm.grad give them; arrays in, arrays out."""
+    H = rvm.hessian(f, loss="out", wrt=range(1, len(args)), engine=engine)(*args)
+    assert np.allclose(H, _fd_hessian(f, args), atol=1e-6)
+    zero = _zeros(args)
+    seed = [1.0] + zero[1:]                           # the shadow of out
+    ta = rvm.tangent(rvm.adjoint(f), engine=engine)
+    at = rvm.adjoint(rvm.tangent(f), engine=engine)
+    n, j = len(args), 0
+    for k in range(1, n):
+        for e in range(args[k].size):
+            v = [0.0] + [_basis(args[k], e) if i == k else z
+                         for i, z in enumerate(zero[1:], 1)]
+            # (x, xbar, xdot, xbar_dot): the tangent of the adjoint along v
+            out = ta(*args, *seed, *v, *zero, engine=engine)
+            assert len(out) == 4 * n and out[1].shape == args[1].shape
+            col = np.concatenate([np.ravel(a) for a in out[3 * n + 1:]])
+            assert np.allclose(col, H[:, j], rtol=1e-12, atol=1e-12)
+            # (x, xdot, shadows of both): the adjoint of the tangent, seeded on out's tangent
+            out = at(*args, *v, *zero, *seed, engine=engine)
+            col = np.concatenate([np.ravel(a) for a in out[2 * n + 1:3 * n]])
+            assert np.allclose(col, H[:, j], rtol=1e-12, atol=1e-12)
+            j += 1
+    # rvm.jvp of the adjoint is the same product (rvm.hvp's forward over reverse)
+    v = [0.0] + [np.ones_like(a) for a in args[1:]]
+    _, dots = rvm.jvp(rvm.adjoint(f), tuple(args) + tuple(seed), tuple(v) + tuple(zero))
+    hv = rvm.hvp(f, args, v, loss="out")
+    for k in range(1, n):
+        assert np.allclose(dots[n + k], hv[k], rtol=1e-12, atol=1e-12)
+    # the tangent of the tangent along v twice: v . H v; and the inverse undoes a call
+    tt = rvm.tangent(rvm.tangent(f), engine=engine)
+    out = tt(*args, *v, *v, *zero)
+    vv = np.concatenate([np.ravel(a) for a in v[1:]])
+    assert np.isclose(out[3 * n], vv @ H @ vv, rtol=1e-12)
+    out = ta(*args, *seed, *v, *zero)
+    back = (~ta)(*out)
+    for r, want in zip(back, list(args) + seed + v + zero):
+        assert np.allclose(r, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("f, args", ARRAYS, ids=lambda v: getattr(v, "name", ""))
+def test_adjoint_of_adjoint_takes_arrays_and_inverts(f, args):
+    """rvm.adjoint(rvm.adjoint(f)) of arrays: (x, s, xb, sb) -> (x, s, xb + H_s sb,
+    J sb), from tangent programs; its inverse takes the results back."""
+    H = rvm.hessian(f, loss="out", wrt=range(1, len(args)), engine="python")(*args)
+    zero, n = _zeros(args), len(args)
+    seed = [1.0] + zero[1:]
+    aa = rvm.adjoint(rvm.adjoint(f), engine="python")
+    j = 0
+    for k in range(1, n):
+        for e in range(args[k].size):
+            sb = [0.0] + [_basis(args[k], e) if i == k else z
+                          for i, z in enumerate(zero[1:], 1)]
+            xb = [0.5] + [np.full_like(z, 0.25) for z in zero[1:]]
+            out = aa(*args, *seed, *xb, *sb)
+            assert len(out) == 4 * n
+            col = np.concatenate([np.ravel(a - 0.25) for a in out[2 * n + 1:3 * n]])
+            assert np.allclose(col, H[:, j], rtol=1e-12, atol=1e-12)
+            _, jsb = rvm.jvp(f, args, sb)
+            for r, want in zip(out[3 * n:], jsb):
+                assert np.allclose(r, want, rtol=1e-12, atol=1e-12)
+            back = (~aa)(*out)
+            for r, want in zip(back[2 * n:], xb + sb):
+                assert np.allclose(r, want, rtol=1e-12, atol=1e-12)
+            j += 1
+
+
+def test_nested_derivatives_of_heap_ancilla_programs_are_refused_by_name():
+    """The graph-embedding loss allocates heap ancillas (`zeros(n)`), which adjoint
+    programs do not take: every nesting with an adjoint is refused naming the nesting,
+    the function and the instruction; rvm.hessian takes it."""
+    from graph_embedding import embedding_loss, petersen
+    l1, l2 = petersen()
+    x = np.random.default_rng(0).normal(size=(10, 5))
+    z = np.zeros_like(x)
+    for make, shadows in ((lambda f: rvm.tangent(rvm.adjoint(f)), (1.0, z, 0.0, z, 0.0, z)),
+                          (lambda f: rvm.adjoint(rvm.tangent(f)), (0.0, z, 0.0, z, 1.0, z)),
+                          (lambda f: rvm.adjoint(rvm.adjoint(f)), (1.0, z, 0.0, z, 0.0, z))):
+        t = make(embedding_loss)
+        with pytest.raises(transforms.TransformError) as e:
+            t(0.0, x, l1, l2, *shadows, engine="python")
+        assert str(e.value).startswith(f"{t.name}: adjoint of embedding_loss") and \
+            "uses ALLOC" in str(e.value) and "rvm.hessian" in str(e.value), str(e.value)
+    # a derivative of rvm.adjoint(rvm.adjoint(f)) of arrays: not one program, refused
+    # the adjoint of a second-order program of arrays: its adjoint's clean-up allocates
+    t = rvm.adjoint(rvm.tangent(rvm.adjoint(sin_squares)))
+    with pytest.raises(transforms.TransformError, match=r"^adjoint\(tangent\(adjoint\("
+                       r"sin_squares\)\)\): .*ALLOC.*clean-up of an adjoint program"):
+        t(*([0.0, X] * 8), engine="python")
+    for t in (rvm.tangent(rvm.adjoint(rvm.adjoint(sin_squares))),
+              rvm.adjoint(rvm.adjoint(rvm.adjoint(sin_squares)))):
+        with pytest.raises(transforms.TransformError, match=r"^adjoint\(adjoint\(sin_squares"
+                           r"\)\) of a function of arrays runs as two tangent programs"):
+            t(*([0.0, X] * 8), engine="python")

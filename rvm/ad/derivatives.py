@@ -100,8 +100,18 @@ def as_bound(f, args) -> tuple:
 
 
 def float_arguments(fn, args) -> list[int]:
-    """Indices of the float arguments (float scalars and float arrays) among args."""
-    params, k, out = _program_of(fn, args).params, 0, []
+    """Indices of the float arguments (float scalars and float arrays) among args. Of a
+    derivative: its function's, then every tangent or shadow (each is a float)."""
+    if isinstance(fn, Transformed):
+        n = arity(fn.inner, args)
+        return float_arguments(fn.inner, args[:n]) + list(range(n, len(args)))
+    return _param_floats(_program_of(fn, args).params, args)
+
+
+def _param_floats(params, args) -> list[int]:
+    """Indices of the float arguments among args (a program's arguments, arrays as
+    arrays), the scalars' told by the parameters they fill."""
+    k, out = 0, []
     for i, a in enumerate(args):
         if isinstance(a, np.ndarray):
             if a.dtype.kind == "c":
@@ -177,6 +187,62 @@ def _pack(inner, floats: list[int], extra) -> list:
     return packed + [tangent[i] for i in floats if not isinstance(inner[i], np.ndarray)]
 
 
+def _nested_error(fn, message: str) -> transforms.TransformError:
+    """A derivative of a derivative the transforms refuse, told with its name
+    (`tangent(adjoint(f))`) before the reason (`told`: the reason alone)."""
+    if ".adjoint" in message and "ALLOC" in message:     # an adjoint's own clean-up
+        message += (" (that is the clean-up of an adjoint program of arrays, which keeps "
+                    "their shadows in heap blocks: it has no adjoint program, so "
+                    "derivatives of arrays that need one, third derivatives in reverse "
+                    "mode among them, are not available)")
+    out = transforms.TransformError(f"{'~' if fn.backward else ''}{fn.name}: {message}")
+    out.told = message
+    return out
+
+
+def _packed(fn, args) -> list:
+    """fn's arguments as its program takes them (a derivative's: packed)."""
+    return fn.pack(list(args)) if isinstance(fn, Transformed) else list(args)
+
+
+def _inner_target(fn, args) -> tuple:
+    """(program, entry, parameter names) of fn for these arguments, as `target`, also
+    for a derivative of arrays (whose program takes them packed)."""
+    if not isinstance(fn, Transformed):
+        return target(fn, tuple(args))
+    program, name, names = fn.specialize(tuple(args))
+    if fn.backward:
+        program, name = with_inverse(program, name)
+    return program, name, names
+
+
+def _tangents(args, floats: list[int], extra) -> list:
+    """A tangent (or shadow) for every one of args, of its kind: `extra` for the float
+    ones, zeros for the others (so that they pack as the arguments do)."""
+    given = dict(zip(floats, extra))
+    out = []
+    for k, a in enumerate(args):
+        if k not in given:
+            out.append(np.zeros_like(a) if isinstance(a, np.ndarray) else 0)
+        elif isinstance(a, np.ndarray):
+            t = np.asarray(given[k], dtype=a.dtype)
+            if t.shape != a.shape:
+                raise UsageError(f"a tangent of shape {t.shape} for an array of shape "
+                                 f"{a.shape}")
+            out.append(t)
+        else:
+            t = given[k]
+            out.append(complex(t) if isinstance(a, complex) or isinstance(t, complex)
+                       else float(t))
+    return out
+
+
+def _user_labels(fn, n: int) -> list[str]:
+    sig = _base_signature(fn)
+    return list(sig[0]) if sig is not None and len(sig[0]) == n else \
+        [f"argument {k}" for k in range(n)]
+
+
 def _interleave(a: np.ndarray, t) -> np.ndarray:
     out = np.zeros(a.shape[:-1] + (2 * a.shape[-1],), dtype=a.dtype)
     out[..., 0::2] = a
@@ -238,7 +304,23 @@ class Transformed:
     def specialize(self, args) -> tuple[Program, str, list[str] | None]:
         """(program, entry, parameter names) of the derivative program for these arguments
         (for arrays: the program takes them packed, see `pack`)."""
-        args = tuple(args)
+        try:
+            return self._specialize(tuple(args))
+        except transforms.TransformError as e:
+            if not isinstance(self.inner, Transformed) or hasattr(e, "told"):
+                raise
+            raise _nested_error(self, str(e)) from None
+
+    def _specialize(self, args: tuple) -> tuple[Program, str, list[str] | None]:
+        if self._twice_adjoint(args):
+            e = transforms.TransformError(
+                f"{self.name} of a function of arrays runs as two tangent programs (see "
+                "docs/gradients.md, derivatives of derivatives), not as a program of its "
+                "own: it is not differentiated again, drawn or called from reversible "
+                "code; rvm.tangent(rvm.adjoint(f)) is one program, and rvm.hvp and "
+                "rvm.hessian give second derivatives")
+            e.told = e.twice = str(e)
+            raise e
         sig = self.signature()
         if sig is not None:                  # a wrong count, said in the user's names
             names, flags = sig
@@ -246,20 +328,19 @@ class Transformed:
                     and flags is None and not isinstance(self.inner, Transformed)):
                 raise self._count_error(args, names, flags)
         n = arity(self.inner, args)
-        arrays = self._arrays(args[:n])
-        if arrays and isinstance(self.inner, Transformed):
-            raise transforms.TransformError(
-                f"{self.name}: a derivative of a derivative takes scalar arguments; for "
-                "arrays, rvm.hvp and rvm.hessian give second derivatives")
-        program, name, names = target(self.inner, args[:n])
+        inner_args = args[:n]
+        packed = _packed(self.inner, inner_args)      # as the inner program takes them
+        arrays = self._arrays(packed)
+        program, name, names = _inner_target(self.inner, inner_args)
         key = (self.kind, name, tuple(arrays.items()))
         fn = program.functions[name]
-        floats = float_arguments(self.inner, args[:n])
+        floats = float_arguments(self.inner, inner_args)
         suffix = KINDS[self.kind][1]
-        labels = list(names) if names else list(fn.names) or _registers(fn, args[:n])
+        labels = list(names) if names else list(fn.names) or _registers(fn, packed)
+        user = labels if len(packed) == n else _user_labels(self.inner, n)
         if len(args) != n + len(floats):
-            raise self._count_error(args, labels[:n] + [f"{labels[k]}_{suffix}"
-                                                        for k in floats], [])
+            raise self._count_error(args, user[:n] + [f"{user[k]}_{suffix}"
+                                                      for k in floats], [])
         if key not in program.cache:
             build = KINDS[self.kind][0]
             derived, entry = build(program, name, arrays) if arrays else build(program, name)
@@ -268,37 +349,62 @@ class Transformed:
                 from ..engines.machine import resolve_engine
                 derived = Program(derived.functions, derived.source,
                                   engine=resolve_engine(self.engine))
-            extra = [f"{labels[k]}_{suffix}" for k in floats
-                     if not isinstance(args[k], np.ndarray)]
-            program.cache[key] = (derived, entry, labels[:n] + extra)
+            pfloats = _param_floats(fn.params, packed)
+            extra = [f"{labels[k]}_{suffix}" for k in pfloats
+                     if not isinstance(packed[k], np.ndarray)]
+            program.cache[key] = (derived, entry, labels[:len(packed)] + extra)
         return program.cache[key]
 
     def pack(self, args) -> list:
-        """The program's arguments for a call: arrays interleaved with their tangents,
-        then the scalar tangents."""
+        """The program's arguments for a call: arrays interleaved with their tangents
+        (or shadows), then the scalars' tangents. Of a derivative of a derivative: the
+        inner derivative's arguments packed as it packs them, each interleaved array with
+        the tangents of what it interleaves, packed the same way."""
         n = arity(self.inner, args)
         inner, extra = list(args[:n]), list(args[n:])
         floats = float_arguments(self.inner, inner)
         if len(extra) != len(floats):
             raise UsageError(f"{self.name} takes {n} arguments and {len(floats)} "
                              f"{KINDS[self.kind][1]}s, got {len(args)} in all")
-        return _pack(inner, floats, extra)
+        if not isinstance(self.inner, Transformed):
+            return _pack(inner, floats, extra)
+        packed = self.inner.pack(inner)
+        dots = self.inner.pack(_tangents(inner, floats, extra))
+        pfloats = self._packed_floats(inner, packed)
+        return _pack(packed, pfloats, [dots[k] for k in pfloats])
+
+    def _packed_floats(self, inner, packed) -> list[int]:
+        """The float arguments among the inner derivative's packed arguments."""
+        program, name, _ = _inner_target(self.inner, inner)
+        return _param_floats(program.functions[name].params, packed)
 
     def unpack(self, args, results) -> tuple:
         n = arity(self.inner, args)
         floats = float_arguments(self.inner, args[:n])
+        if not isinstance(self.inner, Transformed):
+            values = [r[..., 0::2] if isinstance(a, np.ndarray) else r
+                      for a, r in zip(args[:n], results)]
+            scalar = iter(results[n:])
+            dots = [results[i][..., 1::2] if isinstance(args[i], np.ndarray)
+                    else next(scalar) for i in floats]
+            return tuple(values) + tuple(dots)
+        packed = self.inner.pack(list(args[:n]))
+        pfloats = self._packed_floats(args[:n], packed)
         values = [r[..., 0::2] if isinstance(a, np.ndarray) else r
-                  for a, r in zip(args[:n], results)]
-        scalar = iter(results[n:])
-        dots = [results[i][..., 1::2] if isinstance(args[i], np.ndarray) else next(scalar)
-                for i in floats]
-        return tuple(values) + tuple(dots)
+                  for a, r in zip(packed, results)]
+        scalar = iter(results[len(packed):])
+        dots = [r[..., 1::2] if isinstance(a, np.ndarray) else next(scalar) if k in pfloats
+                else 0 for k, (a, r) in enumerate(zip(packed, results))]
+        tangents = self.inner.unpack(args[:n], dots)
+        return self.inner.unpack(args[:n], values) + tuple(tangents[k] for k in floats)
 
     @user_facing
     def __call__(self, *args, **options):
+        if self._twice_adjoint(args):
+            return self._adjoint_of_adjoint(args, options)
+        arrays = any(isinstance(a, np.ndarray) for a in args)
         program, name, _ = self.specialize(args)
         m = machine_for(program, **options)
-        arrays = any(isinstance(a, np.ndarray) for a in args)
         try:
             if not arrays:   # the machine's call: straight to native code once it has run
                 return (m.uncall if self.backward else m.call)(name, *args)
@@ -307,6 +413,54 @@ class Transformed:
         except InvertibilityError as e:
             raise derived_failure(e, f"rvm.{self.kind}" if not isinstance(
                 self.inner, Transformed) else repr(self).strip("<>")) from None
+
+    def _twice_adjoint(self, args) -> bool:
+        """rvm.adjoint(rvm.adjoint(g)) called on arrays (see _adjoint_of_adjoint)?"""
+        return self.kind == "adjoint" and isinstance(self.inner, Transformed) and \
+            self.inner.kind == "adjoint" and not self.inner.backward and \
+            any(isinstance(a, np.ndarray) for a in args)
+
+    def _adjoint_of_adjoint(self, args, options: dict) -> tuple:
+        """rvm.adjoint(rvm.adjoint(g)) called on arrays, from tangent programs. A =
+        adjoint(g) is linear in its shadows, (x, s) -> (x, J(x)^T s), so its adjoint is
+        (x, s, xb, sb) -> (x, s, xb + H_s sb, J sb), H_s the Hessian of <s, g(x)>
+        (symmetric): H_s sb is the tangent of A along the x-tangent sb (its shadows'
+        tangents), J sb the tangent of g along sb. The inverse: sb = J^-1 sb' by the
+        inverse of g's tangent program at g(x), then xb = xb' - H_s sb. (The adjoint
+        program of A itself would sweep the heap blocks of A's clean-up, which adjoint
+        programs do not take: see rvm.ad.transforms.)"""
+        a, g = self.inner, self.inner.inner
+        n, m = arity(a, args), arity(g, args)
+        x, s = list(args[:m]), list(args[m:n])
+        floats = float_arguments(g, x)
+        k = len(floats)
+        if len(args) != n + 2 * k:
+            raise UsageError(f"{self.name} takes {n} arguments and {2 * k} shadows, got "
+                             f"{len(args)} in all")
+        xb = _tangents(x, floats, args[n:n + k])
+        xb = [xb[i] for i in floats]
+        sb = _tangents(x, floats, args[n + k:])
+        sb = [sb[i] for i in floats]
+        zeros = [t * 0 for t in sb]
+        ta, tg = Transformed("tangent", a, engine=self.engine), \
+            Transformed("tangent", g, engine=self.engine)
+        try:
+            if self.backward:               # sb' -> J^-1 sb' at y = g(x), then xb
+                y = tg(*x, *zeros, **options)[:m]
+                sb = list((~tg)(*y, *sb, **options)[m:])
+            h = ta(*x, *s, *sb, *zeros, **options)[n:][k:]       # H_s sb
+            if not self.backward:
+                sb = list(tg(*x, *sb, **options)[m:])           # J sb
+        except InvertibilityError as e:
+            raise derived_failure(e, repr(self).strip("<>")) from None
+        except transforms.TransformError as e:
+            if hasattr(e, "twice"):         # (a derivative of one of these: said so)
+                raise
+            raise _nested_error(self, getattr(e, "told", str(e))) from None
+        sign = -1.0 if self.backward else 1.0
+        xb = [b + sign * d for b, d in zip(xb, h)]
+        same = [np.array(v) if isinstance(v, np.ndarray) else v for v in x + s]
+        return tuple(same) + tuple(xb) + tuple(sb)
 
     def batch(self, columns: list, **options) -> tuple | None:
         """rvm.vmap's fast path: calls on rows of scalar arguments (one array per
