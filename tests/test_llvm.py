@@ -150,6 +150,21 @@ def test_the_block_loop_is_lowered_as_the_programs_own_branches():
     assert stores > 8
 
 
+def test_a_program_the_back_end_cannot_lower_runs_on_the_python_engine(monkeypatch,
+                                                                      tmp_path):
+    """Native code that cannot be made (the lowering refuses the generated code) is a
+    warning and a run on the python engine, never a traceback."""
+    from rvm.engines.lowering import Unsupported
+    monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path))
+
+    def refuse(*a, **k):
+        raise Unsupported("a construct the back end does not lower")
+    monkeypatch.setattr(llvm, "ir_module", refuse)
+    p = rvm.assemble(".func t(f0, f1)\n    ADD.sin f0, f1\n.end\n")
+    with pytest.warns(UserWarning, match="could not compile"):
+        assert p.call("t", 0.0, 1.0, engine="native")[0] == pytest.approx(np.sin(1.0))
+
+
 def test_entries_refuse_bad_arguments_without_crashing():
     from rvm.engines.native import Functions
     from rvm.engines.templates import Fault

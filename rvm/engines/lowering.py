@@ -379,6 +379,10 @@ class Lowering:
             if not b.block.is_terminated:
                 b.branch(head)
             b.position_at_end(after)
+        elif isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and \
+                isinstance(s.value.func, ast.Name) and s.value.func.id in self.functions:
+            self.call(ast.Tuple([], ast.Store()), s.value)      # (a function of no
+            # parameters: nothing comes back)
         elif isinstance(s, ast.Expr) and isinstance(s.value, ast.Call):
             self.expr(s.value)
         elif isinstance(s, ast.Break):

@@ -434,12 +434,9 @@ class Machine:
                                            self.heap_limit - self.frame_cells))
                             continue
                     break
-                except BaseException:       # KeyboardInterrupt: the machine as before
-                    self.pending.clear()
-                    undo()
-                    raise
                 except Exception as exc:    # no native code could be made for it
                     self.pending.clear()
+                    undo()
                     if not self._compiled.native:
                         raise
                     import warnings
@@ -450,6 +447,10 @@ class Machine:
                     self.program.cache["native_failed"] = True
                     self.engine, self._compiled = "python", None
                     return self.run(direction)
+                except BaseException:       # KeyboardInterrupt: the machine as before
+                    self.pending.clear()
+                    undo()
+                    raise
         budget = self.max_steps if max_steps is None else max_steps
         if self.progress is None:
             taken = self._move(direction, budget)
