@@ -261,3 +261,25 @@ def test_nested_derivatives_of_heap_ancilla_programs_are_refused_by_name():
         with pytest.raises(transforms.TransformError, match=r"^adjoint\(adjoint\(sin_squares"
                            r"\)\) of a function of arrays runs as two tangent programs"):
             t(*([0.0, X] * 8), engine="python")
+
+
+def test_tangent_and_adjoint_take_machine_options_for_every_call():
+    """rvm.tangent(f, max_steps=...) (and rvm.adjoint, and their inverses) run every call
+    with those machine options, as rvm.grad does; a call's own options come on top; an
+    unknown option is refused when the transform is made."""
+    t = rvm.tangent(squares, max_steps=20)
+    with pytest.raises(rvm.MachineError, match="step budget of 20 steps"):
+        t(0.0, 1.0, 2.0, 50, 0.0, 1.0, 0.0)
+    assert t(0.0, 1.0, 2.0, 50, 0.0, 1.0, 0.0, max_steps=10 ** 6)[4] == \
+        rvm.tangent(squares)(0.0, 1.0, 2.0, 50, 0.0, 1.0, 0.0)[4]
+    with pytest.raises(rvm.MachineError, match="step budget of 20 steps"):
+        (~t)(0.0, 1.0, 2.0, 50, 0.0, 1.0, 0.0)
+    a = rvm.adjoint(rvm.assemble(".func f(f0, f1, r0)\nl: CF.NE r1, 0, m\n"
+                                 "    ADD.mul f1, f0, f0\n    INC r1\n"
+                                 "m:  BR.NE r1, r0, l\n    SUB r1, r0\n.end\n")["f"],
+                    max_steps=20)
+    with pytest.raises(rvm.MachineError, match="step budget of 20 steps"):
+        a(1.0, 0.0, 50, 0.0, 1.0)
+    assert a(1.0, 0.0, 50, 0.0, 1.0, max_steps=10 ** 6)[3] == 100.0
+    with pytest.raises(TypeError, match="max_step"):
+        rvm.tangent(squares, max_step=5)

@@ -260,12 +260,16 @@ class Transformed:
     arguments then one shadow (cotangent) per float argument. Calling it returns every
     argument's final value; `~t` is its inverse; it can be transformed again."""
 
-    def __init__(self, kind: str, inner, backward: bool = False, engine: str | None = None):
+    def __init__(self, kind: str, inner, backward: bool = False, engine: str | None = None,
+                 **options):
         if kind not in KINDS:
             raise UsageError(f"unknown transform {kind!r}")
         if not isinstance(inner, Transformed):
             arity(inner, ())        # fail early on something that is not a function
+        from .gradient import check_options
+        check_options(options)
         self.kind, self.inner, self.backward, self.engine = kind, inner, backward, engine
+        self.options = options      # machine options for every call (max_steps, ...)
         self.name = f"{kind}({getattr(inner, 'name', '?')})"
 
     def _arrays(self, inner_args) -> dict:
@@ -404,7 +408,7 @@ class Transformed:
             return self._adjoint_of_adjoint(args, options)
         arrays = any(isinstance(a, np.ndarray) for a in args)
         program, name, _ = self.specialize(args)
-        m = machine_for(program, **options)
+        m = machine_for(program, **{**self.options, **options})
         try:
             if not arrays:   # the machine's call: straight to native code once it has run
                 return (m.uncall if self.backward else m.call)(name, *args)
@@ -442,8 +446,8 @@ class Transformed:
         sb = _tangents(x, floats, args[n + k:])
         sb = [sb[i] for i in floats]
         zeros = [t * 0 for t in sb]
-        ta, tg = Transformed("tangent", a, engine=self.engine), \
-            Transformed("tangent", g, engine=self.engine)
+        ta, tg = Transformed("tangent", a, engine=self.engine, **self.options), \
+            Transformed("tangent", g, engine=self.engine, **self.options)
         try:
             if self.backward:               # sb' -> J^-1 sb' at y = g(x), then xb
                 y = tg(*x, *zeros, **options)[:m]
@@ -466,7 +470,8 @@ class Transformed:
         """rvm.vmap's fast path: calls on rows of scalar arguments (one array per
         argument, tangents included) in one native loop, or None (the caller loops)."""
         program, name, _ = self.specialize(first_row(columns))
-        return machine_for(program, **options).batch(name, columns, self.backward)
+        return machine_for(program, **{**self.options, **options}).batch(
+            name, columns, self.backward)
 
     def lower(self, sig: tuple) -> tuple[Program, str]:
         """(program, entry) for a call from reversible code with this signature."""
@@ -479,22 +484,26 @@ class Transformed:
         return program, name
 
     def __invert__(self) -> Transformed:
-        return Transformed(self.kind, self.inner, not self.backward, self.engine)
+        return Transformed(self.kind, self.inner, not self.backward, self.engine,
+                           **self.options)
 
     def __repr__(self) -> str:
         return f"<{'~' if self.backward else ''}{self.name}>"
 
 
-def tangent(f, engine: str | None = None) -> Transformed:
+def tangent(f, engine: str | None = None, **options) -> Transformed:
     """The forward-mode derivative of f as a reversible function:
-    (x..., xdot...) -> (F(x)..., J xdot...), one tangent per float argument."""
-    return Transformed("tangent", f, engine=engine)
+    (x..., xdot...) -> (F(x)..., J xdot...), one tangent per float argument. `options`
+    are machine options for every call (max_steps, tol, heap_limit, checks), as for
+    rvm.grad; a call may also pass its own."""
+    return Transformed("tangent", f, engine=engine, **options)
 
 
-def adjoint(f, engine: str | None = None) -> Transformed:
+def adjoint(f, engine: str | None = None, **options) -> Transformed:
     """The reverse-mode derivative of f as a reversible function:
-    (x..., ybar...) -> (x..., J^T ybar...), one shadow per float argument."""
-    return Transformed("adjoint", f, engine=engine)
+    (x..., ybar...) -> (x..., J^T ybar...), one shadow per float argument. `options` as
+    for rvm.tangent."""
+    return Transformed("adjoint", f, engine=engine, **options)
 
 
 def _checked_tangents(tangents, floats: list[int], n: int, what: str) -> list:

@@ -745,7 +745,7 @@ def leapfrog_peers(n, cores, which=None):
         return (lambda: g(q0, 0.0, n, dt)), np.array([g(q0, 0.0, n, dt)[0]])
 
     def rvm_tangent():
-        t = rvm.tangent(leapfrog, engine="native")
+        t = rvm.tangent(leapfrog, engine="native", max_steps=10 ** 12)
         return (lambda: t(q0, 0.0, n, dt, 1.0, 0.0, 0.0)), \
             np.array([t(q0, 0.0, n, dt, 1.0, 0.0, 0.0)[4]])
 
