@@ -32,14 +32,15 @@ def residual(e0: float, e1: float, r0: float, r1: float, r2: float, c0: float, c
              c2: float, f: float, u0: float, v0: float, k0: float, k1: float, x0: float,
              x1: float, x2: float, w: float, m0: float, m1: float):
     """e += w (projection of X by the camera - the feature (m0, m1))."""
-    with ancilla(d0=0.0, d1=0.0, d2=0.0, y0=0.0, y1=0.0, y2=0.0, theta=0.0, ct=0.0,
-                 st=0.0, wd=0.0, p0=0.0, p1=0.0, s=0.0, g=0.0):
+    with ancilla(d0=0.0, d1=0.0, d2=0.0, y0=0.0, y1=0.0, y2=0.0, t2=0.0, theta=0.0,
+                 ct=0.0, st=0.0, wd=0.0, p0=0.0, p1=0.0, s=0.0, g=0.0):
         with compute() as project:
             d0 += x0 - c0
             d1 += x1 - c1
             d2 += x2 - c2
-            theta += sqrt(r0 * r0 + r1 * r1 + r2 * r2)
-            if theta != 0.0:        # Rodrigues: d cos t + (w x d) sin t + w (w.d)(1 - cos t)
+            t2 += r0 * r0 + r1 * r1 + r2 * r2
+            if t2 != 0.0:           # Rodrigues: d cos t + (w x d) sin t + w (w.d)(1 - cos t)
+                theta += sqrt(t2)   # (not at 0, where its derivative is infinite)
                 ct += cos(theta)
                 st += sin(theta) / theta
                 wd += (r0 * d0 + r1 * d1 + r2 * d2) * (1.0 - ct) / (theta * theta)

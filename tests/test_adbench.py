@@ -199,6 +199,25 @@ def test_ba_residual_at_zero_rotation_and_reversed():
     np.testing.assert_allclose((~ba.residual)(*final, engine="python"), args, atol=1e-12)
 
 
+@pytest.mark.parametrize("engine", ["python", "native"])
+def test_ba_jacobian_at_zero_rotation(engine):
+    """A camera with no rotation (r = 0): the Jacobian is the first-order Rodrigues
+    formula's, where differentiating sqrt(|r|^2) at 0 stopped with a domain error."""
+    if engine == "native":
+        pytest.importorskip("llvmlite")
+    data = ba_instance(n=1, m=2, p=2)
+    data["cams"][:, :3] = 0.0
+    J = ba.jacobian(data, engine=engine)["J"]
+    eps, args = 1e-6, ba._rows(data)
+    x = np.array([a[0] for a in args])
+
+    def e(v):
+        return np.array(ba.residual(*v, engine="python")[:2])
+    fd = np.stack([(e(x + eps * d) - e(x - eps * d)) / (2 * eps)
+                   for d in np.eye(len(x))[2:17]], axis=1)
+    np.testing.assert_allclose(J["vals"][:30].reshape(2, 15), fd, rtol=1e-5, atol=1e-6)
+
+
 def test_adbench_command_ba_json_and_errors(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "tools/adbench.py"), "ba",
                           str(ROOT / "tests/data/ba_small.txt"), "--json", "--engine",

@@ -394,7 +394,13 @@ def forged(tmp_path, program, source, digest=None, name="forged.rvmb") -> pathli
     the payload starts with the source name (u32 length + UTF-8), then in version 2 the
     digest (u8 length + bytes)."""
     import attrs
-    data = rvm.dumps(attrs.evolve(program, source=""))     # no name, no digest
+
+    from rvm.formats import bytecode
+    saved, bytecode.VERSION = bytecode.VERSION, 2          # the layout of versions 1, 2
+    try:
+        data = rvm.dumps(attrs.evolve(program, source=""))     # no name, no digest
+    finally:
+        bytecode.VERSION = saved
     magic, version, isa_id, _ = struct.unpack_from("<4sHII", data)
     rest = data[14 + 4 + (version >= 2):]                    # after the empty name (+ digest)
     head = struct.pack("<I", len(source.encode())) + source.encode()

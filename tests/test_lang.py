@@ -505,3 +505,24 @@ def test_two_elements_of_one_array_passed_are_checked_to_differ():
     assert f(np.array([1, 2, 3]), 0, 2)[0].tolist() == [6, 2, 10]
     with pytest.raises(rvm.InvertibilityError, match="!="):    # the indices' check
         f(np.array([1, 2, 3]), 1, 1)
+
+
+@rvm.reversible
+def _residue(out: float, k0: float, k1: float, s: float, t: float):
+    out += (1.0 + k0 * s + k1 * s * s) * 2.0       # a temporary summed from three terms
+    out += sin(t) / t                              # the same register, reused
+
+
+def test_a_temporary_summed_from_several_terms_is_cleared_before_reuse():
+    """1 + a + b - b - a - 1 is not always 0 in floating point: a temporary built from
+    several terms keeps a residue after it is taken apart, which its next use (here
+    divided by a small t) made large enough to fail an ancilla check. Such temporaries
+    are cleared (ZERO) before reuse; a one-term temporary comes back exactly and is not."""
+    args = (0.0, 0.07515778528953948, -0.003493744625373522, 0.5095, 1e-6)
+    want = (1.0 + args[1] * args[3] + args[2] * args[3] ** 2) * 2.0 + math.sin(1e-6) / 1e-6
+    for engine in ("interp", "python"):
+        out = _residue(*args, engine=engine)
+        assert out[0] == pytest.approx(want, rel=1e-12)
+        assert (~_residue)(*out, engine=engine)[0] == pytest.approx(0.0, abs=1e-12)
+    text = rvm.disassemble(_residue.specialize(args)[0])
+    assert text.count("ZERO") >= 1

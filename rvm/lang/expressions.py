@@ -321,6 +321,14 @@ class Lowering:
         self.addresses_done(mark)
         for op, a in reversed(list(zip(ops, args))):     # (the next statement's operands
             if isinstance(op, Reg) and self.is_temp(a):     # get the same registers)
+                # a float summed from several terms and taken apart again may keep a
+                # rounding residue (1 + a + b - b - a - 1 need not be 0): cleared here
+                # (ZERO: within the tolerance, then exactly 0.0, its shadow too), or it
+                # would pass into the register's next use, where a small divisor could
+                # make it large
+                if op.cls == isa.FLOAT and sum(ins.args[:1] == (op,)
+                                               for _, ins in compute) > 1:
+                    self.emit("ZERO", op)
                 self.release(op)
 
     def is_temp(self, e) -> bool:
