@@ -327,20 +327,124 @@ def test_jax_second_derivatives_of_a_dot_product_with_weights():
                        rtol=1e-13)
 
 
-def test_second_derivatives_of_heap_ancilla_functions_are_refused_by_name():
-    """A loss with heap ancillas (`zeros(n)`, the graph-embedding example's) has no
-    adjoint program, so no jax.hessian or double backward: refused naming the function
-    and the transform (rvm.hessian takes it)."""
-    from graph_embedding import embedding_loss, petersen
-    l1, l2 = petersen()
-    x = np.random.default_rng(0).normal(size=(10, 5))
+@rvm.reversible
+def centred_powers(out: float, y: rvm.Array[float], x: rvm.Array[float]):
+    """out += sum_i d_i^4 + m sin(x_i), y_i += d_i^3, where m = mean(x) and d = x - m is
+    held in a heap ancilla (`zeros(n)`): no adjoint program, so the bridges' reverse mode
+    and second derivatives come from gradient mode."""
+    with rvm.ancilla(d=rvm.zeros(len(x)), m=0.0):
+        with rvm.compute() as c:
+            for i in range(len(x)):
+                m += x[i] / len(x)  # noqa: F821 (frontend syntax)
+            for i in range(len(x)):
+                d[i] += x[i] - m  # noqa: F821
+        for i in range(len(x)):
+            out += d[i] * d[i] * d[i] * d[i] + sin(x[i]) * m  # noqa: F821
+            y[i] += d[i] * d[i] * d[i]  # noqa: F821
+        ~c  # noqa: B018
+
+
+def centred_powers_jnp(out, y, x):
+    d = x - jnp.mean(x)
+    return out + jnp.sum(d ** 4 + jnp.sin(x) * jnp.mean(x)), y + d ** 3, x
+
+
+YS = np.array([0.5, -0.25, 1.0])
+
+
+def test_jax_derivatives_of_a_heap_ancilla_function(calls):
+    """jax.grad, jax.hessian (under jit too) and jax.jacfwd(jax.grad) of a function whose
+    adjoint allocates (a `zeros(n)` ancilla): its adjoint(f) and tangent(adjoint(f)) are
+    computed from rvm.grad and the gradient of its tangent program; as JAX's own of the
+    same function in jax.numpy, and rvm.hessian."""
+    P = rvm.to_jax(centred_powers, engine="python")
+    p_rvm, p_jax = (lambda x: P(0.0, YS, x)[0]), (lambda x: centred_powers_jnp(0.0, YS, x)[0])
+    calls.clear()
+    assert np.allclose(jax.grad(p_rvm)(XS), jax.grad(p_jax)(XS), rtol=1e-13, atol=1e-13)
+    assert ("adjoint(f)", False) in calls
+    want = jax.hessian(p_jax)(XS)
+    for run in (jax.hessian(p_rvm), jax.jit(jax.hessian(p_rvm)), jax.jacfwd(jax.grad(p_rvm))):
+        assert np.allclose(run(XS), want, rtol=1e-13, atol=1e-13)
+    assert ("tangent(adjoint(f))", True) in calls
+    H = rvm.hessian(centred_powers, loss="out", wrt=["x"], engine="python")(0.0, YS, XS)
+    assert np.allclose(H, want, rtol=1e-13, atol=1e-13)
+
+
+def test_jax_grad_of_grad_of_a_heap_ancilla_function(calls):
+    """Grad of grad (reverse over reverse: adjoint(adjoint(f)) from gradient mode), under
+    jit too, as JAX's own."""
+    P = rvm.to_jax(centred_powers, engine="python")
+    p_rvm, p_jax = (lambda x: P(0.0, YS, x)[0]), (lambda x: centred_powers_jnp(0.0, YS, x)[0])
+    norm = lambda g: lambda x: jnp.sum(jax.grad(g)(x) ** 2)
+    for run in (jax.grad(norm(p_rvm)), jax.jit(jax.grad(norm(p_rvm)))):
+        assert np.allclose(run(XS), jax.grad(norm(p_jax))(XS), rtol=1e-13, atol=1e-13)
+    assert ("adjoint(adjoint(f))", False) in calls
+
+
+def test_jax_hessian_of_a_heap_ancilla_function_with_an_array_output():
+    """Cotangents on an array's elements (y's final value, y + d^3) and on a scalar at
+    once, in (y, x) jointly: one gradient pass per nonzero entry; jax.jacrev(jax.jacfwd)
+    runs adjoint(tangent(f)) the same way."""
+    P = rvm.to_jax(centred_powers, engine="python")
+
+    def mixed(P):
+        def loss(y, x):
+            out, y2, _ = P(0.0, y, x)
+            return out + jnp.sum(y2 ** 2)
+        return loss
+    want = jax.hessian(mixed(centred_powers_jnp), argnums=(0, 1))(YS, XS)
+    got = jax.jit(jax.hessian(mixed(P), argnums=(0, 1)))(YS, XS)
+    for i in range(2):
+        for j in range(2):
+            assert np.allclose(got[i][j], want[i][j], rtol=1e-13, atol=1e-13)
+    rf = jax.jacrev(jax.jacfwd(mixed(P), argnums=1), argnums=1)(YS, XS)
+    assert np.allclose(rf, want[1][1], rtol=1e-13, atol=1e-13)
+
+
+def test_jax_and_torch_hessians_of_the_graph_embedding_loss():
+    """The graph-embedding example's loss (heap ancillas d1 = zeros(len(l1)), ...), for a
+    pentagon in the plane (edges: its sides; other pairs: its diagonals) to keep the test
+    short: jax.hessian, under jit too, as rvm.hessian and as JAX's own of the loss written
+    in jax.numpy; PyTorch's functional.hessian likewise."""
+    from graph_embedding import embedding_loss
+    l1 = np.array([(i, (i + 1) % 5) for i in range(5)], dtype=np.int64)
+    l2 = np.array([(i, (i + 2) % 5) for i in range(5)], dtype=np.int64)
+    x = np.random.default_rng(0).normal(size=(5, 2))
+
+    def loss_jnp(x):
+        def mean_var(d):
+            return jnp.mean(d), jnp.mean((d - jnp.mean(d)) ** 2)
+        (m1, v1), (m2, v2) = (mean_var(jnp.sqrt(jnp.sum((x[p[:, 0]] - x[p[:, 1]]) ** 2, 1)))
+                              for p in (l1, l2))
+        gap = m1 - m2 + 0.1
+        return v1 + v2 + jnp.where(gap > 0, jnp.exp(gap) - 1.0, 0.0)
     E = rvm.to_jax(embedding_loss, engine="python")
-    with pytest.raises(rvm.RvmError, match=r"adjoint of embedding_loss: .*ALLOC.*rvm\.hessian"):
-        jax.hessian(lambda x: E(0.0, x, l1, l2)[0])(x)
+    H = jax.hessian(lambda x: E(0.0, x, l1, l2)[0])(x)
+    assert H.shape == (5, 2, 5, 2)
+    assert np.allclose(H, jax.jit(jax.hessian(loss_jnp))(x), rtol=1e-12, atol=1e-13)
+    assert np.allclose(H.reshape(10, 10), rvm.hessian(embedding_loss, loss="out", wrt=["x"],
+                       engine="python")(0.0, x, l1, l2), rtol=1e-13, atol=1e-14)
+    assert np.array_equal(jax.jit(jax.hessian(lambda x: E(0.0, x, l1, l2)[0]))(x), H)
     T = rvm.to_torch(embedding_loss, engine="python")
-    xt = torch.tensor(x, requires_grad=True)
-    with pytest.raises(rvm.RvmError, match=r"adjoint of embedding_loss: .*ALLOC.*rvm\.hessian"):
-        torch.autograd.functional.hessian(lambda x: T(0.0, x, l1, l2)[0], xt)
+    Ht = torch.autograd.functional.hessian(lambda x: T(0.0, x, l1, l2)[0], torch.tensor(x))
+    assert np.allclose(Ht.numpy(), H, rtol=1e-13, atol=1e-14)
+
+
+def test_third_derivatives_of_heap_ancilla_functions_are_refused_by_name():
+    """Gradient mode gives first and second derivatives of a function without an adjoint
+    program, not third: refused naming the nesting, the function and the instruction."""
+    P = rvm.to_jax(centred_powers, engine="python")
+    with pytest.raises(rvm.RvmError, match=r"tangent\(tangent\(adjoint\(centred_powers\)\)\): "
+                       r"centred_powers has no adjoint program \(adjoint of centred_powers: "
+                       r"centred_powers uses ALLOC.*no third derivatives"):
+        jax.jacfwd(jax.hessian(lambda x: P(0.0, YS, x)[0]))(XS)
+    T = rvm.to_torch(centred_powers, engine="python")
+    x = torch.tensor(XS, requires_grad=True)
+    g, = torch.autograd.grad(T(0.0, torch.tensor(YS), x)[0], x, create_graph=True)
+    h, = torch.autograd.grad(g.sum(), x, create_graph=True)
+    with pytest.raises(rvm.RvmError, match=r"adjoint\(adjoint\(adjoint\(centred_powers\)\)\): "
+                       r"centred_powers has no adjoint program.*no third derivatives"):
+        h.sum().backward()
 
 
 # ---------------------------------------------------------------------------- PyTorch
@@ -514,6 +618,31 @@ def test_torch_second_derivatives_of_array_functions(calls):
                                              (x.detach(), w.detach()))
     assert all(torch.allclose(H[i][j], want[i][j], rtol=1e-13, atol=1e-13)
                for i in range(2) for j in range(2))
+
+
+def test_torch_second_derivatives_of_a_heap_ancilla_function(calls):
+    """backward, gradgradcheck, double backward and torch.autograd.functional.hessian of a
+    function whose adjoint allocates (a `zeros(n)` ancilla), computed from gradient mode:
+    as PyTorch's own of the same function and rvm.hessian."""
+    T = rvm.to_torch(centred_powers, engine="python")
+    y, x = (torch.tensor(v, dtype=F64, requires_grad=True) for v in (YS, XS))
+
+    def ref(y, x):
+        d = x - x.mean()
+        return (d ** 4 + torch.sin(x) * x.mean()).sum(), y + d ** 3
+    calls.clear()
+    T(0.0, y, x)[0].backward()
+    assert torch.allclose(x.grad, torch.autograd.grad(ref(y, x)[0], x)[0], rtol=1e-13)
+    assert ("adjoint(f)", False) in calls
+    calls.clear()
+    assert torch.autograd.gradgradcheck(lambda x: T(0.0, y, x)[0], (x,))
+    assert ("adjoint(adjoint(f))", False) in calls
+    assert torch.autograd.gradgradcheck(lambda y, x: (T(0.0, y, x)[1] ** 2).sum(), (y, x))
+    H = torch.autograd.functional.hessian(lambda x: T(0.0, y, x)[0], x.detach())
+    want = torch.autograd.functional.hessian(lambda x: ref(y, x)[0], x.detach())
+    assert torch.allclose(H, want, rtol=1e-13, atol=1e-13)
+    assert np.allclose(H.numpy(), rvm.hessian(centred_powers, loss="out", wrt=["x"],
+                                              engine="python")(0.0, YS, XS), rtol=1e-13)
 
 
 # ---------------------------------------------------------------------------- costs

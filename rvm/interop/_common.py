@@ -12,6 +12,7 @@ int64, and a result that no longer fits its argument's dtype is an error.
 from __future__ import annotations
 
 import functools
+from typing import ClassVar
 
 import numpy as np
 
@@ -33,6 +34,9 @@ class Fn:
         self._checked: dict = {}
         self._runners: dict = {}        # argument kinds -> the call (see runner)
         self._plans: dict = {}          # (outs, batched, kinds) -> its Plan
+        self._heap: dict = {}           # kinds -> the heap fallback (or None), see fallback
+        self._refused: dict = {}        # kinds -> why f has no adjoint program (or None)
+        self._gradients: dict = {}      # kinds -> the gradient functions HeapDerivative made
         self.call_fn = functools.partial(fn, **options) if options else fn
 
     @property
@@ -104,7 +108,13 @@ class Fn:
         """The calls on rows of `args` (axis 0, or None: the same for every row) as
         rvm.vmap makes them: one native loop through the function's `batch` where it
         can, else a call per row; each result stacked along a new first axis."""
-        batch = getattr(self.fn, "batch", None)
+        call = None
+        if size and self.kind is not None:
+            first = [a[0] if ax is not None else a for a, ax in zip(args, axes)]
+            call = self.fallback(tuple((np.shape(a), "f" if np.asarray(a).dtype.kind == "f"
+                                        else "i") for a in first))
+        batch = getattr(self.fn, "batch", None) if call is None else None
+        call = call or self.call_fn
         if batch is not None and size and all(
                 np.ndim(a) == (1 if ax is not None else 0) for a, ax in zip(args, axes)):
             columns = [a if ax is not None else np.broadcast_to(a, (size,))
@@ -115,8 +125,8 @@ class Fn:
         rows = []
         for i in range(size):
             row = [a[i] if ax is not None else a for a, ax in zip(args, axes)]
-            rows.append(self.call_fn(*[v.item() if isinstance(v, np.generic) else v
-                                       for v in row]))
+            rows.append(call(*[v.item() if isinstance(v, np.generic) else v
+                                  for v in row]))
         if not rows:
             return tuple(np.empty((0,) + np.shape(a)[1 if ax is not None else 0:])
                          for a, ax in zip(args, axes))
@@ -132,14 +142,65 @@ class Fn:
         derivatives, Janus stacks) keeps the plain call."""
         run = self._runners.get(kinds)
         if run is None:
-            example = tuple((0.0 if k == "f" else 0) if not shape else
-                            np.zeros(shape, np.float64 if k == "f" else np.int64)
-                            for shape, k in kinds)
+            example = _example(kinds)
             if len(self._runners) >= PLANS:
                 self._runners.clear()
-            run = self._runners[kinds] = direct_call(self.fn, example, self.options) or \
-                self.call_fn
+            run = self._runners[kinds] = self.fallback(kinds) or \
+                direct_call(self.fn, example, self.options) or self.call_fn
         return run
+
+    def fallback(self, kinds: tuple):
+        """For a derivative with an adjoint in it (adjoint(f), tangent(adjoint(f)),
+        adjoint(adjoint(f)), adjoint(tangent(f))) of a function f that has no adjoint
+        program (it allocates heap arrays or uses the stack): the same function computed
+        from gradient mode (HeapDerivative), called on arguments of these kinds ((shape,
+        'f' or 'i') each); None where the derivative's own program runs (every other
+        function). Third derivatives of such a function are refused here, naming it."""
+        if self.kind is None:
+            return None
+        if kinds in self._heap:
+            return self._heap[kinds]
+        root, path = self, []
+        while root.base is not None:
+            path.insert(0, root.kind)
+            root = root.base
+        out = None
+        if "adjoint" in path and not hasattr(root.fn, "pack"):
+            from ..ad.derivatives import arity
+            example = _example(kinds)
+            n = arity(root.fn, example)
+            reason = root.heap_refusal(kinds[:n], example[:n])
+            if reason is not None:
+                if tuple(path) not in HeapDerivative.LAYOUTS:
+                    from ..ad.transforms import TransformError
+                    raise TransformError(
+                        f"{self.fn.name}: {root.name} has no adjoint program ({reason}); "
+                        f"the bridges take its reverse mode and second derivatives from "
+                        "gradient mode (rvm.grad, and the gradient of its tangent program "
+                        "as rvm.hvp takes it), which gives no third derivatives")
+                out = HeapDerivative(root, tuple(path), kinds[:n], example[:n])
+        if len(self._heap) >= PLANS:
+            self._heap.clear()
+        self._heap[kinds] = out
+        return out
+
+    def heap_refusal(self, kinds: tuple, example: tuple) -> str | None:
+        """Why this (underived) function has no adjoint program for arguments of these
+        kinds (it allocates heap arrays or uses the stack), or None when it has one."""
+        if kinds not in self._refused:
+            from ..ad.derivatives import float_arguments
+            from ..ad.transforms import TransformError
+            try:
+                shadows = tuple(np.zeros_like(example[i]) if isinstance(
+                    example[i], np.ndarray) else 0.0 for i in float_arguments(self.fn, example))
+                self.adjoint.fn.specialize(example + shadows)
+                self._refused[kinds] = None
+            except TransformError as e:
+                heap = "do not allocate or use the stack" in str(e)
+                self._refused[kinds] = str(e).split(";")[0] if heap else None
+            except Exception:                   # (the call itself reports it)
+                self._refused[kinds] = None
+        return self._refused[kinds]
 
     def scalars(self, kinds: tuple, *values) -> tuple:
         """One call on Python numbers of these kinds (see runner): every argument's final
@@ -237,6 +298,141 @@ def direct_call(fn, example: tuple, options: dict):
         except Exception:               # said exactly by the plain call
             return general(*values)
     return call
+
+
+def _example(kinds: tuple) -> tuple:
+    """Arguments of these kinds ((shape, 'f' or 'i') each): zeros."""
+    return tuple((0.0 if k == "f" else 0) if not shape else
+                 np.zeros(shape, np.float64 if k == "f" else np.int64) for shape, k in kinds)
+
+
+class HeapDerivative:
+    """A derivative of f, for a function f without an adjoint program (it allocates heap
+    arrays, `zeros(n)` ancillas, or uses the stack), computed from gradient mode, which
+    takes the whole heap. With J the Jacobian of f's final values in its float
+    arguments and H_c the Hessian of <c, f(x)> (symmetric):
+
+    - adjoint(f): (x, c) -> (x, J^T c), one rvm.grad pass per nonzero entry of c;
+    - tangent(adjoint(f)): (x, c, xd, cd) -> (x, J^T c, xd, H_c xd + J^T cd);
+    - adjoint(adjoint(f)): (x, s, xb, sb) -> (x, s, xb + H_s sb, J sb);
+    - adjoint(tangent(f)): (x, xd, c, cd) -> (x, xd, J^T c + H_cd xd, J^T cd).
+
+    The second-order ones take, per nonzero entry e of the cotangents, one gradient pass
+    of f's tangent program along v (as rvm.hvp does for such functions) seeded on the
+    tangent of the output entry e: its gradient in the values is H_e v, in the tangents
+    the row J_e. The function runs on one row of arguments as rvm takes them."""
+
+    # the derivatives (innermost first) and the groups of k (float count) extra arguments
+    LAYOUTS: ClassVar[dict] = {("adjoint",): 1, ("adjoint", "tangent"): 3,
+                               ("adjoint", "adjoint"): 3, ("tangent", "adjoint"): 3}
+
+    def __init__(self, root: Fn, path: tuple, kinds: tuple, example: tuple):
+        from ..ad.derivatives import float_arguments
+        self.root, self.path, self.n = root, path, len(example)
+        self.floats = float_arguments(root.fn, example)
+        self.scalars = [i for i in self.floats if not isinstance(example[i], np.ndarray)]
+        # (kind, loss) -> rvm.grad of f or of its tangent program, shared by f's derivatives
+        self._grads: dict = root._gradients.setdefault(kinds, {})
+
+    def __call__(self, *args) -> tuple:
+        n, k = self.n, len(self.floats)
+        x, rest = list(args[:n]), list(args[n:])
+        if len(rest) != k * self.LAYOUTS[self.path]:
+            raise UsageError(f"{self.root.who}({self.root.name}): {len(args)} arguments for "
+                             f"{'('.join(reversed(self.path))}({self.root.name}"
+                             f"{')' * len(self.path)}")
+        groups = [rest[g * k:(g + 1) * k] for g in range(len(rest) // k)] if k else [[]] * 3
+        same = [np.array(a) if isinstance(a, np.ndarray) else a for a in x]
+        if self.path == ("adjoint",):
+            c, = groups
+            jt = self._zeros(x)
+            for j, e, w in _entries(c):
+                g = self._grad((self.floats[j], e))(*x)
+                for m, i in enumerate(self.floats):
+                    jt[m] = jt[m] + w * g[i]
+            return tuple(same) + tuple(jt)
+        if self.path == ("adjoint", "adjoint"):
+            s, xb, sb = groups
+            hs = self._second(x, sb, s, None)[0]
+            jsb = list(self.root.tangent.call_fn(*x, *sb)[n:])
+            return tuple(same) + _copies(s) + tuple(b + h for b, h in zip(xb, hs)) + \
+                tuple(jsb)
+        if self.path == ("adjoint", "tangent"):
+            c, xd, cd = groups
+            hc, jc, jcd = self._second(x, xd, c, cd)
+            return tuple(same) + tuple(jc) + _copies(xd) + tuple(h + j for h, j in
+                                                                  zip(hc, jcd))
+        xd, c, cd = groups                  # adjoint(tangent(f))
+        hcd, jcd, jc = self._second(x, xd, cd, c)
+        return tuple(same) + _copies(xd) + tuple(j + h for j, h in zip(jc, hcd)) + \
+            tuple(jcd)
+
+    def _zeros(self, x) -> list:
+        return [np.zeros_like(x[i], dtype=np.float64) if isinstance(x[i], np.ndarray)
+                else 0.0 for i in self.floats]
+
+    def _grad(self, loss):
+        """rvm.grad of f (loss: (argument, element or None)), made once."""
+        g = self._grads.get(("f", loss))
+        if g is None:
+            from ..ad.gradient import grad
+            i, e = loss
+            g = self._grads["f", loss] = grad(self.root.fn, loss=i if e is None else loss,
+                                              **self.root.options)
+        return g
+
+    def _second(self, x, v, a, b) -> tuple[list, list, list]:
+        """(H_a v, J^T a, J^T b) for cotangents a and b (b: None, nothing) of f's float
+        arguments: one gradient pass of f's tangent program along v per entry where a
+        or b is nonzero."""
+        from ..ad.derivatives import _pack, tangent
+        from ..ad.gradient import grad
+        n, floats = self.n, self.floats
+        h, ja, jb = self._zeros(x), self._zeros(x), self._zeros(x)
+        weights: dict = {}
+        for j, e, w in _entries(a):
+            weights[j, e] = [w, 0.0]
+        for j, e, w in _entries(b or []):
+            weights.setdefault((j, e), [0.0, 0.0])[1] = w
+        if not weights:
+            return h, ja, jb
+        packed = _pack(x, floats, v)
+        for (j, e), (wa, wb) in weights.items():
+            i = floats[j]
+            loss = n + self.scalars.index(i) if e is None else (i, 2 * e + 1)
+            g = self._grads.get(("tangent", loss))
+            if g is None:
+                program, name, _ = tangent(self.root.fn).specialize(tuple(x) + tuple(v))
+                g = self._grads["tangent", loss] = grad(program[name], loss=loss,
+                                                        **self.root.options)
+            grads = g(*packed)
+            for m, i2 in enumerate(floats):
+                if isinstance(x[i2], np.ndarray):
+                    hv, row = grads[i2][..., 0::2], grads[i2][..., 1::2]
+                else:
+                    hv, row = grads[i2], grads[n + self.scalars.index(i2)]
+                if wa:
+                    h[m] = h[m] + wa * hv
+                    ja[m] = ja[m] + wa * row
+                if wb:
+                    jb[m] = jb[m] + wb * row
+        return h, ja, jb
+
+
+def _entries(cotangents):
+    """(position, element or None, value) of each nonzero entry of the cotangents (one
+    per float argument: a number, or an array whose elements are named by flat index)."""
+    for j, c in enumerate(cotangents):
+        if isinstance(c, np.ndarray):
+            flat = c.ravel()
+            for e in np.flatnonzero(flat):
+                yield j, int(e), float(flat[e])
+        elif c:
+            yield j, None, float(c)
+
+
+def _copies(values) -> tuple:
+    return tuple(np.array(v) if isinstance(v, np.ndarray) else v for v in values)
 
 
 def _converter(shape: tuple, dtype: np.dtype):

@@ -14,7 +14,10 @@ returns the final values it is asked for. Its rules are rvm's programs:
 
 Derived functions are rvm functions like any other, so each rule applies to them too:
 second derivatives (jax.hessian, grad of grad) run rvm's second-order programs
-(`rvm.tangent(rvm.adjoint(f))`, `rvm.adjoint(rvm.adjoint(f))`, ...).
+(`rvm.tangent(rvm.adjoint(f))`, `rvm.adjoint(rvm.adjoint(f))`, ...). A function without
+an adjoint program (one that allocates heap arrays or uses the stack) has its derivatives
+with an adjoint in them computed from gradient mode instead (rvm.interop._common.
+HeapDerivative): the same primitive and rules, another host computation.
 """
 
 from __future__ import annotations

@@ -8,6 +8,10 @@ and returns the final values it is asked for:
   `rvm.adjoint(rvm.adjoint(f))`: gradgradcheck);
 - jvp (torch.func.jvp, torch.autograd.forward_ad): the tangent program, `rvm.tangent(f)`;
 - vmap (torch.func.vmap): one `rvm.vmap` batch (nested vmaps merged into one batch).
+
+A function without an adjoint program (one that allocates heap arrays or uses the stack)
+has its backward and double backward computed from gradient mode instead
+(rvm.interop._common.HeapDerivative).
 """
 
 from __future__ import annotations
