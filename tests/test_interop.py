@@ -430,6 +430,29 @@ def test_jax_and_torch_hessians_of_the_graph_embedding_loss():
     assert np.allclose(Ht.numpy(), H, rtol=1e-13, atol=1e-14)
 
 
+def test_derivatives_of_a_scalar_function_on_the_stack(tmp_path):
+    """A loaded program's function of scalars that uses the stack (PUSH/POP: no adjoint
+    program) has reverse mode and second derivatives in both bridges, the calls on
+    numbers included: out += x^3."""
+    (tmp_path / "cube.rasm").write_text(
+        ".func cube(f0, f1)\n ADD.mul f2, f1, f1\n PUSH f2\n POP f3\n ADD.mul f0, f3, f1\n"
+        " PUSH f3\n POP f2\n SUB.mul f2, f1, f1\n.end\n")
+    cube = rvm.load(str(tmp_path / "cube.rasm"))["cube"]
+    with pytest.raises(rvm.RvmError, match="cube uses PUSH"):
+        rvm.adjoint(cube)(0.0, 2.0, 1.0, 0.0)
+    C = rvm.to_jax(cube, engine="python")
+    loss = lambda x: C(0.0, x)[0]
+    assert float(jax.grad(loss)(2.0)) == 12.0 and float(jax.hessian(loss)(2.0)) == 12.0
+    assert float(jax.jit(jax.grad(jax.grad(loss)))(2.0)) == 12.0
+    T = rvm.to_torch(cube, engine="python")
+    x = t64(2.0)[0]
+    g, = torch.autograd.grad(T(0.0, x)[0], x, create_graph=True)
+    assert g.item() == 12.0 and torch.autograd.grad(g, x)[0].item() == 12.0
+    T(0.0, x)[0].backward()
+    assert float(x.grad) == 12.0
+    assert torch.autograd.gradgradcheck(lambda x: T(0.0, x)[0], (t64(0.7)[0],))
+
+
 def test_third_derivatives_of_heap_ancilla_functions_are_refused_by_name():
     """Gradient mode gives first and second derivatives of a function without an adjoint
     program, not third: refused naming the nesting, the function and the instruction."""

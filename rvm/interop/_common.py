@@ -341,7 +341,7 @@ class HeapDerivative:
             raise UsageError(f"{self.root.who}({self.root.name}): {len(args)} arguments for "
                              f"{'('.join(reversed(self.path))}({self.root.name}"
                              f"{')' * len(self.path)}")
-        groups = [rest[g * k:(g + 1) * k] for g in range(len(rest) // k)] if k else [[]] * 3
+        groups = [rest[g * k:(g + 1) * k] for g in range(self.LAYOUTS[self.path])]
         same = [np.array(a) if isinstance(a, np.ndarray) else a for a in x]
         if self.path == ("adjoint",):
             c, = groups
