@@ -47,8 +47,9 @@ from .lowering import (
     Lowering,
     Types,
     Unsupported,
+    budget_tests,
+    called,
     callees,
-    calls_of,
     guard,
     loop_over,
     name_id,
@@ -600,20 +601,43 @@ def ir_module(source: str, tol: float, fused: dict, batches: dict, runs=None) ->
     pass, split)}), the batches with rows in lockstep where the functions allow it
     (rvm.engines.lanes)."""
     from . import lanes
-    nodes = _nodes(source)
+    src = _Source(source)
     if runs is None:
-        runs = [n.name for n in nodes]
+        runs = list(src.texts)
     if batches and lanes.enabled:
         with contextlib.suppress(Unsupported):
-            return _module(nodes, tol, fused, batches, runs, True)
-    return _module(nodes, tol, fused, batches, runs, False)
+            return _module(src, tol, fused, batches, runs, True)
+    return _module(src, tol, fused, batches, runs, False)
 
 
-def _nodes(source: str) -> list:
-    return [n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)]
+class _Source:
+    """The generated functions' text, read one function at a time: a first pass keeps
+    each function's calls, step-budget tests and signature (a stub of its parameters and
+    its return); a function's whole syntax tree is made again while it is lowered, and
+    dropped, so memory holds one function's tree at a time (a program's trees took 5 GB
+    at 10^6 instructions)."""
+
+    def __init__(self, source: str):
+        self.texts = {}
+        for chunk in re.split(r"(?m)^(?=def )", source):
+            m = re.match(r"def (\w+)\(", chunk)
+            if m:
+                self.texts[m.group(1)] = chunk
+        self.calls, self.stubs, tests = {}, {}, {}
+        for name in self.texts:
+            node = self.node(name)
+            self.calls[name], tests[name] = called(node), budget_tests(node)
+            ret = next((n for n in ast.walk(node) if isinstance(n, ast.Return)), None)
+            self.stubs[name] = ast.FunctionDef(name=name, args=node.args,
+                                               body=[ret] if ret else [], decorator_list=[])
+        self.run_out = running_out(tests, self.calls)
+
+    def node(self, name: str) -> ast.FunctionDef:
+        return ast.parse(self.texts[name]).body[0]
 
 
-def _module(nodes: list, tol: float, fused: dict, batches: dict, runs, lockstep: bool) -> str:
+def _module(src: _Source, tol: float, fused: dict, batches: dict, runs,
+            lockstep: bool) -> str:
     """The module's IR: the generated functions the entries run, and the entries."""
     _, ir, _ = _llvm()
     t = Types(ir)
@@ -621,26 +645,25 @@ def _module(nodes: list, tol: float, fused: dict, batches: dict, runs, lockstep:
     module.triple = _llvm()[2].triple
 
     def declare(types, signature, suffix: str, wanted) -> dict:
-        functions: dict = {"TOL": tol, "RUN_OUT": run_out}
-        for node in nodes:
-            if node.name in wanted:
-                ftype, params, returns = signature(ir, types, node)
-                f = ir.Function(module, ftype, f"{node.name}_{suffix}")
+        functions: dict = {"TOL": tol, "RUN_OUT": src.run_out}
+        for name in src.texts:
+            if name in wanted:
+                ftype, params, returns = signature(ir, types, src.stubs[name])
+                f = ir.Function(module, ftype, f"{name}_{suffix}")
                 # (not internal: LLVM would inline every function called once into its
                 # caller, one huge function out of a call chain)
                 for arg in f.args[:4]:  # state, fault flag, cells, shadows: four buffers
                     arg.add_attribute("noalias")
-                functions[node.name] = (f, params, returns)
+                functions[name] = (f, params, returns)
         return functions
-    calls = calls_of(nodes)
-    run_out = running_out(nodes, calls)     # (their callers' loops are not counted ones)
+    calls = src.calls
     needed = callees(calls, {*runs, *(
         f for entry in (*fused.values(), *batches.values()) for f in entry
         if isinstance(f, str) and f in calls)})
     functions = declare(t, _signature, "", needed)
-    for node in nodes:
-        if node.name in needed:
-            Lowering(ir, t, functions, node)
+    for name in src.texts:
+        if name in needed:
+            Lowering(ir, t, functions, src.node(name))
     lanes: dict = {}
     if lockstep:
         from .lanes import Lanes, LaneTypes, inlined, signature
@@ -651,9 +674,9 @@ def _module(nodes: list, tol: float, fused: dict, batches: dict, runs, lockstep:
         lanes = declare(vt, signature, "lanes", wanted)
         for name in inlined(calls, wanted):
             lanes[name][0].attributes.add("alwaysinline")
-        for node in nodes:
-            if node.name in lanes:
-                Lanes(ir, vt, lanes, node)
+        for name in src.texts:
+            if name in lanes:
+                Lanes(ir, vt, lanes, src.node(name))
     for name in runs:
         f, _, returns = functions[name]
         _entry(ir, t, module, name, f, returns)

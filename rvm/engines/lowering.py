@@ -1042,8 +1042,20 @@ def returns_of(node: ast.FunctionDef) -> list[str]:
 
 def calls_of(nodes: list) -> dict:
     """{generated function: the names it calls}."""
-    return {n.name: {c.func.id for c in ast.walk(n) if isinstance(c, ast.Call) and
-                     isinstance(c.func, ast.Name)} for n in nodes}
+    return {n.name: called(n) for n in nodes}
+
+
+def called(node) -> set[str]:
+    """The names a generated function calls."""
+    return {c.func.id for c in ast.walk(node) if isinstance(c, ast.Call) and
+            isinstance(c.func, ast.Name)}
+
+
+def budget_tests(node) -> int:
+    """How many step-budget tests a generated function makes (one at its end; more at
+    back edges)."""
+    return sum(isinstance(s, ast.If) and is_raise(s.body) and _raises_budget(s.body)
+               for s in ast.walk(node))
 
 
 def callees(calls: dict, roots) -> set:
@@ -1057,12 +1069,10 @@ def callees(calls: dict, roots) -> set:
     return seen
 
 
-def running_out(nodes: list, calls: dict) -> frozenset:
+def running_out(tests: dict, calls: dict) -> frozenset:
     """The generated functions whose step budget can run out midway: those with a budget
-    test at a back edge (beside the one at their end), and their callers."""
-    def tests(node) -> int:
-        return sum(isinstance(s, ast.If) and is_raise(s.body) and _raises_budget(s.body)
-                   for s in ast.walk(node))
-    looping = {n.name for n in nodes if tests(n) > 1}
-    return frozenset(n.name for n in nodes if callees(calls, calls[n.name]) & looping)  \
-        | looping
+    test at a back edge (beside the one at their end; tests: {function: budget_tests}),
+    and their callers."""
+    looping = {name for name, n in tests.items() if n > 1}
+    return frozenset(name for name in tests if callees(calls, calls[name]) & looping) | \
+        looping
