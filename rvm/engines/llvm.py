@@ -613,12 +613,15 @@ def ir_module(source: str, tol: float, fused: dict, batches: dict, runs=None) ->
 class _Source:
     """The generated functions' text, read one function at a time: a first pass keeps
     each function's calls, step-budget tests and signature (a stub of its parameters and
-    its return); a function's whole syntax tree is made again while it is lowered, and
-    dropped, so memory holds one function's tree at a time (a program's trees took 5 GB
-    at 10^6 instructions)."""
+    its return); in a large program a function's whole syntax tree is made again while
+    it is lowered, and dropped, so memory holds one function's tree at a time (a
+    program's trees took 5 GB at 10^6 instructions)."""
+
+    KEEP = 4_000_000        # characters of text under which the trees are kept instead
+    # (parsing a function twice costs about 10% of a compile's Python side)
 
     def __init__(self, source: str):
-        self.texts = {}
+        self.texts, self.kept = {}, {}
         for chunk in re.split(r"(?m)^(?=def )", source):
             m = re.match(r"def (\w+)\(", chunk)
             if m:
@@ -626,6 +629,8 @@ class _Source:
         self.calls, self.stubs, tests = {}, {}, {}
         for name in self.texts:
             node = self.node(name)
+            if len(source) < self.KEEP:
+                self.kept[name] = node
             self.calls[name], tests[name] = called(node), budget_tests(node)
             ret = next((n for n in ast.walk(node) if isinstance(n, ast.Return)), None)
             self.stubs[name] = ast.FunctionDef(name=name, args=node.args,
@@ -633,7 +638,8 @@ class _Source:
         self.run_out = running_out(tests, self.calls)
 
     def node(self, name: str) -> ast.FunctionDef:
-        return ast.parse(self.texts[name]).body[0]
+        node = self.kept.get(name)
+        return node if node is not None else ast.parse(self.texts[name]).body[0]
 
 
 def _module(src: _Source, tol: float, fused: dict, batches: dict, runs,
