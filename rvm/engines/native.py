@@ -261,16 +261,21 @@ class Functions(dict):
 
     def gradient(self, fname: str) -> None:
         """Compile function fname's gradient group, if not made yet: what a gradient's
-        direct calls run (forwards, or to the copy of a compute-copy-uncompute function,
-        then the gradient pass from there, and both in one fused call), with the forward
-        run the gradient's first, general call makes on the machine."""
+        direct calls run, with the forward run the gradient's first, general call makes
+        on the machine. Scalars only: one fused call forwards and back (vgs). With the
+        heap: the passes the direct calls with arrays make (forwards, or to the copy of
+        a compute-copy-uncompute function, then the gradient pass from there), and both
+        in one fused call (vg). Anything else is compiled when asked for."""
         comp = self.compiled
-        fused = {n: self.fused[n] for n in (comp.name(fname, "vg"), comp.name(fname, "vgs"))
-                 if n in self.fused}
+        if comp.uses_heap:
+            modes = ("fw", "fws", "gbws") if fname in comp.splits else ("fw", "gbw")
+            fused = {comp.name(fname, "vg")}
+        else:
+            modes, fused = ("fw",), {comp.name(fname, "vgs")}
         with self.lock:
             if not all(n in self for n in fused):
-                modes = ("fw", "fws", "gbws") if fname in comp.splits else ("fw", "gbw")
-                self.llvm(tuple(comp.name(fname, m) for m in modes), fused, {})
+                self.llvm(tuple(comp.name(fname, m) for m in modes),
+                          {n: self.fused[n] for n in fused}, {})
 
     def __missing__(self, name: str):
         with self.lock:             # (threads asking at once share one compile)
@@ -285,6 +290,10 @@ class Functions(dict):
                 elif fname is not None and (mode in ("fws", "gbws") or name in self.fused
                                             or (mode == "gbw" and fname not in comp.splits)):
                     self.gradient(fname)
+                    if name not in self:        # not among the gradient group's
+                        self.llvm(() if name in self.fused else (name,),
+                                  {name: self.fused[name]} if name in self.fused else {},
+                                  {})
                 elif fname is not None and mode in ("gfw", "gbw"):
                     self.llvm((name,), {}, {})
             if name not in self:       # (dict's [] would come back here)
