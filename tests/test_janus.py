@@ -331,7 +331,6 @@ def test_error_messages_name_the_janus_line_and_values(tmp_path):
     ("procedure main()\n    int x\n    x += x + 1\n", "3:"),
     ("procedure main()\n    int a[2]\n    stack s\n    push(a, s)\n",
      "4:10: error: a is an array; push and pop move an int"),
-    ("procedure main()\n    int x\n    call g(x)\n", "procedure 'g' is not defined"),
     ("procedure f(int a[])\n    a[0] += 1\nprocedure main()\n    int x\n    call f(x)\n",
      "5:12: error: argument a of f is an array, but x is an int"),
     ("procedure f(int a)\n    a += 1\nprocedure main()\n    int x\n    call f(x, x)\n",
@@ -537,6 +536,116 @@ def test_two_elements_passed_are_checked_to_differ(tmp_path):
     out = cli("run", path)
     assert out.returncode == 1 and "prog.ja:10: identifiers v and v are aliases: v[i] and " \
         "v[j] are the same element (i = 1, j = 1)" in out.stderr, out.stderr
+
+
+# an update of an element of a two-dimensional array may read other elements of it (the
+# fork's and PyJanus's LU decomposition): checked while running, as they check it
+MATRIX = """
+procedure elim(int m[][], int i, int k)
+    m[i][0] -= m[i][k] * m[k][0]
+
+procedure main()
+    int m[3][3] = {{1, 2, 3}, {4, 5, 6}, {7, 8, 9}}
+    int i = 1
+    int k = 2
+    call elim(m, i, k)
+    m[k][i] += m[i][k] + m[0][0]
+"""
+
+
+def test_a_2d_update_reading_its_own_array_is_checked_while_running(tmp_path):
+    prog, path = janus(tmp_path, MATRIX)
+    # the fork and PyJanus print this: 4 - 6 * 7 = -38; then 8 + 6 + 1 = 15
+    want = "i = 1\nk = 2\nm[3][3] = {{1, 2, 3}, {-38, 5, 6}, {7, 15, 9}}"
+    assert run_main(prog) == want
+    out = cli("run", path, "--engine", "native")
+    assert out.returncode == 0 and out.stdout == want + "\n", out.stderr
+    m = np.array([[1, 2, 3], [4, 5, 6], [7, 8, 9]])
+    assert prog.uncall("elim", *prog.call("elim", m.copy(), 2, 1))[0].tolist() == m.tolist()
+    # the element written is one read: an error naming the array, the indices and the
+    # line, forwards (m[1][0] and m[1][0] when k = 0) and backwards
+    message = (r"prog.ja:3: identifiers m and m are aliases: m\[i\]\[0\] and one of "
+               r"m\[i\]\[k\], m\[k\]\[0\] are the same element \(i = 1, k = 0\)")
+    with pytest.raises(rvm.InvertibilityError, match=message):
+        prog.call("elim", m.copy(), 1, 0)
+    with pytest.raises(rvm.InvertibilityError, match=message):
+        prog.uncall("elim", m.copy(), 1, 0)
+    with pytest.raises(rvm.InvertibilityError, match=r"m\[k\]\[0\] are the same element "
+                       r"\(i = 0, k = 0\)"):
+        prog.call("elim", m.copy(), 0, 0)
+    path.write_text(MATRIX.replace("int k = 2", "int k = 1").replace(
+        "    call elim(m, i, k)\n", ""))
+    out = cli("run", path)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "prog.ja:9: identifiers m and m are aliases: m[k][i] and one of m[i][k], " \
+        "m[0][0] are the same element (k = 1, i = 1)" in out.stderr, out.stderr
+
+
+def test_a_2d_update_of_the_element_it_reads_is_refused_when_compiling(tmp_path):
+    path = tmp_path / "prog.ja"
+    path.write_text("procedure main()\n    int m[2][2]\n    int i\n    m[i][0] += m[i][0] * 2\n")
+    out = cli("run", "prog.ja", cwd=tmp_path)
+    assert out.returncode == 1 and "prog.ja:4:16: error: identifiers m and m are aliases: " \
+        "m[i][0] is the element the update changes" in out.stderr, out.stderr
+
+
+# the fork's generated object code: a dispatch procedure calls a method of every class,
+# the abstract ones included, and passes the heap counter both as itself and as `this`
+OBJECTS = """
+procedure dispatch(int heap[][], int counter, int this, int x)
+    if heap[this][0] = 1 then
+        call Shape_area(heap, counter, this, x)
+    else
+        call Square_area(heap, counter, this, x)
+    fi heap[this][0] = 1
+
+procedure Square_area(int heap[][], int counter, int this, int x)
+    x += heap[this][1] * heap[this][1]
+
+procedure construct(int heap[][], int counter, int this, int side)
+    heap[this][0] += 2
+    heap[this][1] += side
+
+procedure main()
+    int heap[4][2]
+    int counter = 1
+    int x
+    call construct(heap, counter, counter, 3)
+    call dispatch(heap, counter, counter, x)
+"""
+
+
+def test_a_call_to_an_undefined_procedure_is_an_error_only_when_it_runs(tmp_path):
+    """jana, the fork and PyJanus look a procedure up when the call runs."""
+    prog, path = janus(tmp_path, OBJECTS)
+    assert run_main(prog) == "counter = 1\nheap[4][2] = {{0, 0}, {2, 3}, {0, 0}, {0, 0}}" \
+        "\nx = 9"
+    path.write_text(OBJECTS.replace("heap[this][0] += 2", "heap[this][0] += 1"))
+    out = cli("run", path)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "prog.ja:4: procedure 'Shape_area' is not defined" in out.stderr, out.stderr
+    out = cli("run", path, "--engine", "native")
+    assert out.returncode == 1 and "procedure 'Shape_area' is not defined" in out.stderr, \
+        out.stderr
+
+
+def test_an_int_passed_twice_is_refused_only_where_the_procedure_changes_it(tmp_path):
+    prog, path = janus(tmp_path, OBJECTS.replace("call Shape_area", "call Square_area"))
+    assert run_main(prog).endswith("x = 9")
+    # construct changes `this` through a procedure it passes it to: jana's alias error
+    changed = OBJECTS.replace("heap[this][1] += side", "call bump(this)") + \
+        "\nprocedure bump(int y)\n    y += 1\n"
+    path.write_text(changed)
+    out = cli("run", path)
+    assert out.returncode == 1 and "prog.ja:20:35: error: identifiers counter and counter " \
+        "are aliases: counter is passed twice to construct, which changes its parameter " \
+        "this" in out.stderr, out.stderr
+
+
+def test_hexadecimal_and_binary_literals(tmp_path):
+    prog, _ = janus(tmp_path, "procedure main()\n    int x = 0x1F\n    int y\n"
+                    "    y += 0b101 + 0XA\n")
+    assert run_main(prog) == "x = 31\ny = 15"
 
 
 # ---------------------------------------------------------------------- the corpus's dialects

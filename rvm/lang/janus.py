@@ -41,7 +41,7 @@ SIZED = {f"{k}{n}": (n, k == "i") for k in "iu" for n in (8, 16, 32, 64)}
 UNSUPPORTED = {"char": "the char type", "string": "strings"}
 _TOKEN = re.compile(r"""
     (?P<space>[ \t\r\n]+) | (?P<comment>//[^\n]*|/\*.*?\*/) | (?P<open>/\*)
-  | (?P<number>\d+) | (?P<name>[A-Za-z_][A-Za-z0-9_]*) | (?P<string>"(?:[^"\\\n]|\\.)*")
+  | (?P<number>0[xX][0-9a-fA-F]+|0[bB][01]+|\d+) | (?P<name>[A-Za-z_][A-Za-z0-9_]*) | (?P<string>"(?:[^"\\\n]|\\.)*")
   | (?P<define>\#define\b) | (?P<op><=>|\+=|-=|\^=|<=|>=|!=|&&|\|\||[-+*/%&|^<>=!()\[\]{},?:.])
 """, re.S | re.X)
 # binary operators by precedence level, loosest first (jana's table: note that & | ^ bind
@@ -80,6 +80,7 @@ class Decl:
     flexible: bool = False
     indexed: int = 0
     width: tuple | None = None
+    written: bool = False               # changed by an update, swap, push/pop or call
     struct: str | None = None           # a struct's type name (type "struct")
 
 
@@ -100,6 +101,11 @@ def tokenize(text: str, path: str) -> list[Token]:
         pos = m.end()
     out.append(Token("end", "", line, pos - start))
     return out
+
+
+def _number(text: str) -> int:
+    """A number token: decimal, or the fork's hexadecimal 0xFF and binary 0b101."""
+    return int(text, 0) if text[:2].lower() in ("0x", "0b") else int(text)
 
 
 def _line(lines: list[str], n: int) -> str:
@@ -135,6 +141,9 @@ class Parser:
         self.toks, self.k = tokenize(text, path), 0
         self.modular = (modular, True) if modular else None    # -m N: every int N bits
         self.words = {t.text for t in self.toks}
+        # the procedures the program defines (a call to any other is an error when it runs)
+        self.defined = {b.text for a, b in zip(self.toks, self.toks[1:])
+                        if a.kind == "name" and a.text == "procedure" and b.kind == "name"}
         self.fresh = 0
         self.defines: dict[str, int] = {}
         self.scopes: list[dict[str, Decl]] = []
@@ -142,6 +151,10 @@ class Parser:
         self.main: list[Decl] | None = None
         self.notes: dict[int, list[tuple]] = {}     # line -> what its statements check
         self.calls: list[tuple[Token, list[tuple[Token, str]]]] = []    # checked at the end
+        # (callee, the variable each argument passes by reference, else None)
+        self.passes: list[tuple[Token, list]] = []
+        # an int variable passed twice to one call: (callee, variable, positions)
+        self.twice: list[tuple[Token, Token, int, int]] = []
         self.arg_decls: dict[Token, Decl] = {}
         self.structs: dict[str, list[tuple]] = {}    # name -> [(field, dims, width, token)]
         self.lv_decl: Decl | None = None            # the variable the last lvalue names
@@ -215,6 +228,7 @@ class Parser:
             raise CompileError("no procedure main() in the program", self.path, 1, 1,
                                _line(self.lines, 1), "a Janus program runs procedure main()")
         self.check_calls()
+        self.check_twice()
         for fn in functions:            # dimensions are known now (see check_calls)
             params = self.main if fn.name == "main" else self.procedures[fn.name]
             for a, d in zip(fn.args.args, self.flat(params)):
@@ -381,6 +395,28 @@ class Parser:
                     raise self.error(f"argument {p.name} of {name.text} is {want}, but "
                                      f"{tok.text} is {got}", tok)
 
+    def check_twice(self) -> None:
+        """An int variable passed for two parameters of one call (the fork's generated
+        object code passes `heap_counter` as both the heap's counter and `this`): jana
+        binds both to the variable and refuses, when it runs, a statement that changes
+        one of them while reading the other. rvm passes the second in a fresh variable
+        holding its value, checked unchanged after the call, and refuses the call here
+        unless the procedure (and whatever it passes them to) changes neither."""
+        changed = True
+        while changed:                  # a parameter passed on to one that is changed
+            changed = False
+            for name, refs in self.passes:
+                for d, p in zip(refs, self.procedures.get(name.text, ())):
+                    if d is not None and p.written and not d.written:
+                        d.written = changed = True
+        for name, a, i, j in self.twice:
+            params = self.procedures[name.text]
+            for p in (params[i], params[j]):
+                if p.written:
+                    raise self.alias(_name(a.text, a), a.text, f"{a.text} is passed twice "
+                                     f"to {name.text}, which changes its parameter "
+                                     f"{p.name}", "pass distinct variables, or a copy")
+
     def lookup_any(self, tok: Token) -> Decl:
         return self.arg_decls[tok]
 
@@ -388,7 +424,7 @@ class Parser:
         self.take(kind="define")
         name = self.identifier()
         neg = self.tok.text == "-" and self.take("-") is not None
-        value = int(self.take(kind="number").text)
+        value = _number(self.take(kind="number").text)
         self.defines[name.text] = -value if neg else value
 
     def procedure(self, start: Token, name: Token) -> ast.FunctionDef:
@@ -538,7 +574,7 @@ class Parser:
             self.k += 1
             value = self.defines[t.text]
         else:
-            value = int(self.take(kind="number").text)
+            value = _number(self.take(kind="number").text)
         if value < 1:
             raise self.error("an array has at least one element", t)
         return value
@@ -587,7 +623,7 @@ class Parser:
         if t.kind == "name" and t.text in self.defines:
             self.k += 1
             return self.defines[t.text]
-        return int(self.take(kind="number").text)
+        return _number(self.take(kind="number").text)
 
     # ------------------------------------------------------------------ statements
     def lookup(self, tok: Token) -> Decl:
@@ -616,6 +652,7 @@ class Parser:
             raise self.error(f"expected a statement, found {t.text!r}")
         target = self.lvalue()
         decl = self.lv_decl
+        decl.written = True
         op = self.tok
         if op.text == "<=>" and decl.type == "struct":
             return self.struct_swap(t, decl, op)
@@ -623,6 +660,7 @@ class Parser:
             self.take()
             t2 = self.tok
             other = self.lvalue()
+            self.lv_decl.written = True
             for side, tok, d in ((target, t, decl), (other, t2, self.lv_decl)):
                 if isinstance(side, ast.Name) and d.type != "int":
                     raise self.error(f"swapping {d.type}s is not supported", tok,
@@ -638,13 +676,38 @@ class Parser:
         self.take()
         k = self.k
         value = self.expression()
-        self.aliases(op, [target], value)
+        reads = self.aliases(op, [target], value)
+        if reads:           # a[i][j] += ... a[k][l] ...: the element written is not one read
+            return self.checked_2d(op, target, value, reads, decl, self.text(k))
+        return self.update(op, target, value, decl, self.text(k))
+
+    def update(self, op: Token, target, value, decl: Decl, text: str) -> list:
         width = decl.width or self.modular
         if width is not None and width[0] < 64:
             return self.wrapped(op, target, value, width)
         if width is None and self.checked and op.text != "^=":
-            return self.checked_update(op, target, value, self.text(k))
+            return self.checked_update(op, target, value, text)
         return [_stmt(ast.AugAssign(target, _MODOPS[op.text](), value), op)]
+
+    def checked_2d(self, op: Token, target, value, reads: list, decl: Decl,
+                   text: str) -> list:
+        """An update of an element of a two-dimensional array whose expression reads
+        other elements of it (LDU[i][j] -= LDU[i][k] * LDU[k][j]), as jana's fork and
+        PyJanus run it: refused at run time, in either direction, when the element
+        written is one read. A check that the indices differ (`i != i or j != k`, the
+        fork's comparison of the index lists) comes first; the expression is computed
+        once into an ancilla, which the update adds (undone at the block's end, where the
+        expression has its first value again since it does not read the element)."""
+        out = []
+        for read in reads:
+            differ = [_at(ast.Compare(copy.deepcopy(a), [ast.NotEq()], [copy.deepcopy(b)]),
+                          op) for a, b in zip(target.slice.elts, read.slice.elts)]
+            test = differ[0] if len(differ) == 1 else _at(ast.BoolOp(ast.Or(), differ), op)
+            out.append(_stmt(ast.Assert(test), op))
+        holder = self.temporary("alias")
+        body = self.update(op, target, _name(holder, op), decl, text)
+        block = _call("ancilla", [], op, [ast.keyword(holder, value)])
+        return out + [_stmt(ast.With([ast.withitem(block, None)], body), op)]
 
     def checked_update(self, op: Token, target, value, text: str) -> list:
         """x += e (or -=) on jana's unbounded integers, held in int64: the update stops
@@ -722,6 +785,7 @@ class Parser:
             raise self.alias(_name(t.text, t2), t.text, f"{t.text} is swapped with itself")
         out = []
         for a, b in zip(self.fields(decl), self.fields(other)):
+            a.written = b.written = True
             if a.type != "int":
                 raise self.error(f"swapping structs with an array field ({a.name}) is not "
                                  "supported", t, "swap their elements")
@@ -786,12 +850,14 @@ class Parser:
         block = _call("ancilla", [], op, [ast.keyword(d, mod())])
         return [_stmt(ast.With([ast.withitem(block, None)], body), op)]
 
-    def aliases(self, op: Token, targets: list, value=None) -> None:
+    def aliases(self, op: Token, targets: list, value=None) -> list:
         """jana's alias rule: an update (value given) or a swap may not read what it
         changes, neither in an index nor in the update's expression; undoing it needs
         both unchanged. Refused here when it shows in the text; where it depends on the
         values (`a[i] <=> a[j]`, `a[i] += a[j]`: are i and j equal?) the compiled check
-        fails at run time and `explain` words it as jana does."""
+        fails at run time and `explain` words it as jana does. Returns the reads of other
+        elements by an update of a two-dimensional array's element, which the caller
+        checks (checked_2d)."""
         what = "update" if value is not None else "swap"
         changed = {_base(t) for t in targets}
         for t in targets:
@@ -806,7 +872,7 @@ class Parser:
             if isinstance(a, ast.Subscript) and isinstance(b, ast.Subscript) and \
                     _base(a) == _base(b):
                 self.note(op, "alias", _base(a), _janus(a), [_janus(b)])
-            return
+            return []
         t, name = targets[0], _base(targets[0])
         reads = []
         for n in _reads(value):
@@ -827,13 +893,12 @@ class Parser:
             if ast.dump(read.slice) == ast.dump(t.slice):
                 raise self.alias(n, name, f"{_janus(read)} is the element the update "
                                  "changes")
-            if isinstance(t.slice, ast.Tuple):
-                raise self.alias(n, name, f"{_janus(read)} may be the element the update "
-                                 "changes (for a two-dimensional array rvm cannot check "
-                                 "this while running)")
-            reads.append(_janus(read))
+            reads.append(read)
         if reads:
-            self.note(op, "alias", name, _janus(t), reads)
+            self.note(op, "alias", name, _janus(t), [_janus(r) for r in reads])
+        # two-dimensional: the frontend checks the indices (the Python subset checks
+        # those of a one-dimensional array itself)
+        return reads if isinstance(getattr(t, "slice", None), ast.Tuple) else []
 
     def alias(self, node, name: str, why: str, hint: str = "") -> CompileError:
         tok = Token("name", name, node.lineno, node.col_offset)
@@ -1123,6 +1188,7 @@ class Parser:
             raise self.error("main cannot be called", name)
         self.take("(")
         args, typed, values = [], [], []
+        refs: list = []
         while not self.at(")"):
             if args:
                 self.take(",")
@@ -1136,6 +1202,7 @@ class Parser:
                     if passed is not None:
                         args += passed[0]
                         typed.append((a, passed[1]))
+                        refs.append(self.arg_decls[a])
                         continue
                     self.k = k
                 elif self.at("["):
@@ -1144,9 +1211,20 @@ class Parser:
                     typ = "int"
                 else:
                     arg, typ = _name(a.text, a), decl.type
+                if self.at(",", ")") and isinstance(arg, ast.Name) and typ == "int" and \
+                        decl in refs:
+                    # passed again: by value, in a fresh variable (see check_twice)
+                    self.twice.append((name, a, refs.index(decl), len(refs)))
+                    tmp = self.temporary("arg")
+                    values.append((tmp, arg, a.text))
+                    args.append(_name(tmp, a))
+                    typed.append((a, typ))
+                    refs.append(None)
+                    continue
                 if self.at(",", ")"):           # a variable or an element: by reference
                     args.append(arg)
                     typed.append((a, typ))
+                    refs.append(decl)
                     continue
                 self.k = k
             a = self.tok                        # any other expression: by value (the fork)
@@ -1155,8 +1233,15 @@ class Parser:
             values.append((tmp, value, self.text(k)))
             args.append(_name(tmp, a))
             typed.append((a, "int"))
+            refs.append(None)
         self.take(")")
+        if name.text not in self.defined:
+            # jana, its fork and PyJanus look a procedure up when the call runs: a call
+            # to one the program does not define is an error only if it is reached
+            self.note(t, "undefined", name.text)
+            return [_stmt(ast.Assert(_at(ast.Constant(False), name)), t)]
         self.calls.append((name, typed))
+        self.passes.append((name, refs))
         self.call_aliases(t, args)
         call = _call(name.text, args, name)
         if inverse:
@@ -1239,6 +1324,7 @@ class Parser:
         if self.lookup(s).type != "stack":
             raise self.error(f"{s.text} is {_a(self.lookup(s).type)}, not a stack", s)
         self.take(")")
+        self.lookup(x).written = self.lookup(s).written = True
         return x, s
 
     def stmt_push(self) -> list:
@@ -1416,7 +1502,7 @@ class Parser:
             return e
         if t.kind == "number":
             self.k += 1
-            return _at(ast.Constant(int(t.text)), t)
+            return _at(ast.Constant(_number(t.text)), t)
         if self.at("true", "false"):
             self.k += 1
             return _at(ast.Constant(int(t.text == "true")), t)
@@ -1518,6 +1604,8 @@ def explain(fn, ins, line: int, path: str, R: list, message: str) -> str | None:
         kind = what[0]
         if kind == "error" and ins.op.startswith("ASSERT"):
             return f"error: {what[1]}"
+        if kind == "undefined" and ins.op.startswith("ASSERT"):
+            return f"procedure {what[1]!r} is not defined (the program calls it here)"
         if kind in ("push", "pop") and ins.op.startswith("ASSERT"):
             x, s = what[1], what[2]
             if ins.op == "ASSERT.EQ":
