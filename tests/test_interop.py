@@ -94,6 +94,32 @@ def calls(monkeypatch):
     return seen
 
 
+@pytest.fixture
+def alone(monkeypatch):
+    """How many rows of batches ran one by one (a call per row, the adjoint's gradient-mode
+    fallback included) rather than in one native batch loop: a list of one count."""
+    count = [0]
+    batch = Fn.batch
+
+    def counted(call):
+        def row(*values):
+            count[0] += 1
+            return call(*values)
+        return row
+
+    def spy(self, args, axes, size):
+        call, fallback = self.call_fn, self.fallback
+        self.call_fn = counted(call)
+        self.fallback = lambda kinds: (lambda f: f and counted(f))(fallback(kinds))
+        try:
+            return batch(self, args, axes, size)
+        finally:
+            self.call_fn = call
+            del self.fallback
+    monkeypatch.setattr(Fn, "batch", spy)
+    return count
+
+
 def grad_quad(x, y):
     return 4 * x + 3 * y, 3 * x + 8 * y
 
@@ -170,7 +196,7 @@ def test_jax_second_derivatives_run_the_second_order_programs(engine, jquad, cal
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_jax_jit_and_vmap_as_one_rvm_batch(engine, jquad, calls):
+def test_jax_jit_and_vmap_as_one_rvm_batch(engine, jquad, calls, alone):
     g = jquad[engine]["grad"]
     assert [float(a) for a in g(3.0, 4.0)] == [24.0, 41.0]
     assert [float(a) for a in g(1.0, -1.0)] == list(grad_quad(1.0, -1.0))
@@ -179,6 +205,8 @@ def test_jax_jit_and_vmap_as_one_rvm_batch(engine, jquad, calls):
     gx, gy = jax.jit(jax.vmap(jax.grad(jquad[engine]["loss"], argnums=(0, 1))))(xs, ys)
     assert np.allclose(gx, 4 * xs + 3 * ys) and np.allclose(gy, 3 * xs + 8 * ys)
     assert calls == [("adjoint(f)", True)]    # one batch, no loop (the values: not used)
+    # natively, one batch loop: no row runs by itself (other engines loop, as rvm.vmap)
+    assert alone == [0 if engine == "native" else 5]
     calls.clear()
     vs = jax.vmap(jax.vmap(jquad[engine]["loss"]))(xs.reshape(5, 1) + ys, np.ones((5, 5)))
     assert vs.shape == (5, 5) and len(calls) == 1           # nested vmaps: one batch
@@ -533,7 +561,7 @@ def test_torch_forward_mode_runs_the_tangent_program(engine, calls):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_torch_vmap_is_one_rvm_batch(engine, calls):
+def test_torch_vmap_is_one_rvm_batch(engine, calls, alone):
     Q = rvm.to_torch(quad, engine=engine)
     xs, ys = torch.linspace(-1, 1, 5, dtype=F64), torch.linspace(2, 3, 5, dtype=F64)
     loss = lambda x, y: Q(0.0, x, y)[0]
@@ -541,6 +569,7 @@ def test_torch_vmap_is_one_rvm_batch(engine, calls):
     gx, gy = torch.func.vmap(torch.func.grad(loss, argnums=(0, 1)))(xs, ys)
     assert torch.allclose(gx, 4 * xs + 3 * ys) and torch.allclose(gy, 3 * xs + 8 * ys)
     assert calls == [("f", True), ("adjoint(f)", True)]
+    assert alone == [0 if engine == "native" else 10]     # natively: two native batches
     calls.clear()
     vs = torch.func.vmap(torch.func.vmap(loss))(xs[:, None] + ys, torch.ones(5, 5, dtype=F64))
     assert vs.shape == (5, 5) and len(calls) == 1
@@ -548,6 +577,41 @@ def test_torch_vmap_is_one_rvm_batch(engine, calls):
     w = t64(2.0)[0]
     torch.func.vmap(loss, in_dims=(None, 0))(w, ys).sum().backward()
     assert float(w.grad) == pytest.approx(float((4 * 2.0 + 3 * ys).sum()))
+
+
+@pytest.mark.skipif(not native.available, reason="no native engine")
+def test_vmap_of_derivatives_is_one_native_batch(alone):
+    """The adjoint program of a scalar function pushes residues on the stack, so it has no
+    native batch loop of its own: a batch of it runs the function's Jacobian loop (one
+    gradient pass per row seeded with the rows' cotangent, or per cotangent nonzero in
+    some row). jax.vmap of jax.grad, jax.vjp (cotangents per row), jax.jvp, and
+    torch.func.vmap of torch.func.grad: no row runs by itself."""
+    Q, T = rvm.to_jax(quad, engine="native"), rvm.to_torch(quad, engine="native")
+    xs, ys = np.linspace(-1, 1, 64), np.linspace(2, 3, 64)
+    gx, gy = jax.jit(jax.vmap(jax.grad(lambda x, y: Q(0.0, x, y)[0], (0, 1))))(xs, ys)
+    assert np.allclose(gx, 4 * xs + 3 * ys) and np.allclose(gy, 3 * xs + 8 * ys)
+    # cotangents that differ per row, on two of the three outputs
+    bx, by = jax.vmap(lambda x, y: jax.vjp(lambda a, b: Q(a, a, b), x, y)[1](
+        (x, 2 * y, 3.0)))(xs, ys)
+    assert np.allclose(bx, xs * (1 + 4 * xs + 3 * ys) + 2 * ys)
+    assert np.allclose(by, xs * (3 * xs + 8 * ys) + 3.0)
+    _, t = jax.vmap(lambda x, y: jax.jvp(lambda a, b: Q(0.0, a, b)[0], (x, y),
+                                         (1.0, 2.0)))(xs, ys)
+    assert np.allclose(t, 4 * xs + 3 * ys + 2 * (3 * xs + 8 * ys))
+    tx, ty = torch.from_numpy(xs), torch.from_numpy(ys)
+    gx, gy = torch.func.vmap(torch.func.grad(lambda x, y: T(0.0, x, y)[0], (0, 1)))(tx, ty)
+    assert torch.allclose(gx, 4 * tx + 3 * ty) and torch.allclose(gy, 3 * tx + 8 * ty)
+    # an integer argument shared by the rows
+    P = rvm.to_jax(powsum, engine="native")
+    g = jax.vmap(jax.grad(lambda x: P(0.0, x, 3)[0]))(xs)
+    assert np.allclose(g, 3 * xs ** 2)
+    assert alone == [0]
+    # rvm.vmap of rvm.adjoint(f) takes the same loop
+    a = rvm.adjoint(quad, engine="native")
+    out = rvm.vmap(a)(np.zeros(64), xs, ys, np.ones(64), np.zeros(64), xs)
+    assert np.allclose(out[4], 4 * xs + 3 * ys) and np.allclose(out[5], 3 * xs + 8 * ys + xs)
+    assert a.batch([np.zeros(3), xs[:3], ys[:3], np.ones(3), np.zeros(3), np.zeros(3)]) \
+        is not None
 
 
 def test_torch_module_and_optimizer_loop():

@@ -469,9 +469,69 @@ class Transformed:
     def batch(self, columns: list, **options) -> tuple | None:
         """rvm.vmap's fast path: calls on rows of scalar arguments (one array per
         argument, tangents included) in one native loop, or None (the caller loops)."""
+        if self.kind == "adjoint" and not self.backward:
+            done = self._adjoint_batch(columns, {**self.options, **options})
+            if done is not None:
+                return done
         program, name, _ = self.specialize(first_row(columns))
         return machine_for(program, **{**self.options, **options}).batch(
             name, columns, self.backward)
+
+    def _adjoint_batch(self, columns: list, options: dict) -> tuple | None:
+        """Rows of adjoint(g) on scalars as one native loop, for a g whose program runs
+        natively without heap (the adjoint program itself pushes its residues on the
+        stack, which the batch loops do not take): adjoint(g)(x, c) = (x, J(x)^T c), so
+        the rows run g's Jacobian loop (rvm.jacobian's batch), one gradient pass per row
+        seeded with c where the cotangents are the same in every row (jax.vmap of
+        jax.grad), else one per cotangent that is nonzero in some row. None where there
+        is no such loop, or a row fails or has a non-finite result (the caller's row by
+        row path reports it)."""
+        from .gradient import _jacobian_plan, _Pass
+        plans = self.__dict__.setdefault("_jacobians", {})
+        first = first_row(columns)
+        key = (call_kind(first), tuple(sorted(options.items(), key=lambda kv: kv[0])))
+        plan = plans.get(key, False)
+        if plan is False:
+            plan = None
+            try:
+                n = arity(self.inner, first)
+                floats = float_arguments(self.inner, first[:n])
+                if len(columns) == n + len(floats) and floats:
+                    found = _jacobian_plan(_Pass(self.inner, options), first[:n],
+                                           floats, floats)
+                    plan = None if found is None else (found, n, floats)
+            except Exception:           # (the general path reports it)
+                plan = None
+            if len(plans) >= 64:
+                plans.clear()
+            plans[key] = plan
+        if plan is None:
+            return None
+        (loop, budget, params, _, _), n, floats = plan
+        from ..engines.arguments import batch_columns, exact_columns
+        from ..engines.native import on_threads
+        x, cts = columns[:n], columns[n:]
+        if not exact_columns(x, params) or \
+                any(np.asarray(c).dtype.kind not in "iuf" for c in cts):
+            return None
+        size = len(columns[0])
+        C = np.stack([np.asarray(c, np.float64) for c in cts], axis=1)    # rows x floats
+        shared = bool((C == C[:1]).all())
+        used = np.flatnonzero((C != 0).any(axis=0))
+        S = C[:1] if shared else np.eye(len(floats))[used]
+        cols = batch_columns(x, params, loop)
+        G = np.zeros((size, len(S), len(floats)))
+        if len(S):
+            try:
+                on_threads(loop, size, (budget,), cols, (S,),
+                           [np.empty(size, c.dtype) for c in cols] + [G])
+            except Exception:   # a row failed: the row-by-row path finds and reports it
+                return None
+        bars = G[:, 0, :] if shared else np.einsum("ns,nsj->nj", C[:, used], G)
+        if not np.isfinite(bars).all():
+            return None
+        return tuple(np.array(c, dtype=np.asarray(c).dtype) for c in x) + \
+            tuple(np.ascontiguousarray(bars[:, j]) for j in range(len(floats)))
 
     def lower(self, sig: tuple) -> tuple[Program, str]:
         """(program, entry) for a call from reversible code with this signature."""
