@@ -515,10 +515,10 @@ class Transformed:
                 any(np.asarray(c).dtype.kind not in "iuf" for c in cts):
             return None
         size = len(columns[0])
-        C = np.stack([np.asarray(c, np.float64) for c in cts], axis=1)    # rows x floats
-        shared = bool((C == C[:1]).all())
-        used = np.flatnonzero((C != 0).any(axis=0))
-        S = C[:1] if shared else np.eye(len(floats))[used]
+        cot = np.stack([np.asarray(c, np.float64) for c in cts], axis=1)    # rows x floats
+        shared = bool((cot == cot[:1]).all())
+        used = np.flatnonzero((cot != 0).any(axis=0))
+        S = cot[:1] if shared else np.eye(len(floats))[used]
         cols = batch_columns(x, params, loop)
         G = np.zeros((size, len(S), len(floats)))
         if len(S):
@@ -527,7 +527,7 @@ class Transformed:
                            [np.empty(size, c.dtype) for c in cols] + [G])
             except Exception:   # a row failed: the row-by-row path finds and reports it
                 return None
-        bars = G[:, 0, :] if shared else np.einsum("ns,nsj->nj", C[:, used], G)
+        bars = G[:, 0, :] if shared else np.einsum("ns,nsj->nj", cot[:, used], G)
         if not np.isfinite(bars).all():
             return None
         return tuple(np.array(c, dtype=np.asarray(c).dtype) for c in x) + \
