@@ -642,6 +642,32 @@ def test_an_int_passed_twice_is_refused_only_where_the_procedure_changes_it(tmp_
         "this" in out.stderr, out.stderr
 
 
+UNUSED = """
+procedure unused(int m)
+    m += n
+
+procedure main()
+    int x
+    x += 1
+"""
+
+
+def test_an_undeclared_variable_in_a_procedure_no_call_names_is_an_error_when_it_runs(
+        tmp_path):
+    """The references look a variable up when the statement runs (the fork's
+    matrixmult.ja keeps a procedure that is never called and reads an undeclared n)."""
+    prog, path = janus(tmp_path, UNUSED)
+    assert run_main(prog) == "x = 1"
+    out = cli("run", path, "--entry", "unused", "--args", "1")
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "prog.ja:2: procedure unused: variable 'n' is not declared (line 3)" in \
+        out.stderr, out.stderr
+    path.write_text(UNUSED + "    call unused(x)\n")       # called: refused when compiling
+    out = cli("run", path)
+    assert out.returncode == 1 and "prog.ja:3:10: error: variable 'n' is not declared" in \
+        out.stderr, out.stderr
+
+
 def test_hexadecimal_and_binary_literals(tmp_path):
     prog, _ = janus(tmp_path, "procedure main()\n    int x = 0x1F\n    int y\n"
                     "    y += 0b101 + 0XA\n")

@@ -41,7 +41,8 @@ SIZED = {f"{k}{n}": (n, k == "i") for k in "iu" for n in (8, 16, 32, 64)}
 UNSUPPORTED = {"char": "the char type", "string": "strings"}
 _TOKEN = re.compile(r"""
     (?P<space>[ \t\r\n]+) | (?P<comment>//[^\n]*|/\*.*?\*/) | (?P<open>/\*)
-  | (?P<number>0[xX][0-9a-fA-F]+|0[bB][01]+|\d+) | (?P<name>[A-Za-z_][A-Za-z0-9_]*) | (?P<string>"(?:[^"\\\n]|\\.)*")
+  | (?P<number>0[xX][0-9a-fA-F]+|0[bB][01]+|\d+) | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
+  | (?P<string>"(?:[^"\\\n]|\\.)*")
   | (?P<define>\#define\b) | (?P<op><=>|\+=|-=|\^=|<=|>=|!=|&&|\|\||[-+*/%&|^<>=!()\[\]{},?:.])
 """, re.S | re.X)
 # binary operators by precedence level, loosest first (jana's table: note that & | ^ bind
@@ -144,6 +145,8 @@ class Parser:
         # the procedures the program defines (a call to any other is an error when it runs)
         self.defined = {b.text for a, b in zip(self.toks, self.toks[1:])
                         if a.kind == "name" and a.text == "procedure" and b.kind == "name"}
+        self.called = {b.text for a, b in zip(self.toks, self.toks[1:])
+                       if a.kind == "name" and a.text in ("call", "uncall")}
         self.fresh = 0
         self.defines: dict[str, int] = {}
         self.scopes: list[dict[str, Decl]] = []
@@ -223,7 +226,10 @@ class Parser:
             name = self.identifier()
             if name.text in self.procedures or (name.text == "main" and self.main is not None):
                 raise self.error(f"procedure {name.text!r} is defined twice", name)
-            functions.append(self.procedure(start, name))
+            try:
+                functions.append(self.procedure(start, name))
+            except CompileError as e:
+                functions.append(self.uncalled(start, name, e))
         if self.main is None:
             raise CompileError("no procedure main() in the program", self.path, 1, 1,
                                _line(self.lines, 1), "a Janus program runs procedure main()")
@@ -465,6 +471,26 @@ class Parser:
         last = self.toks[self.k - 1]
         fn.end_lineno = last.line
         return fn
+
+    def uncalled(self, start: Token, name: Token, e: CompileError) -> ast.FunctionDef:
+        """A procedure that reads a variable it does not declare, and that no call names
+        (the fork's matrixmult.ja keeps such a one): jana, the fork and PyJanus look a
+        variable up when the statement runs, so they run the program. rvm keeps the
+        procedure (for --entry) with a body that is that error when it runs; anywhere
+        else the error is reported when compiling."""
+        if name.text in self.called or name.text == "main" or \
+                not re.match(r"variable '.*' is not declared$", e.message):
+            raise e
+        self.note(start, "undeclared", name.text, e.message, e.line)
+        while not (self.at("procedure", "struct") or self.tok.kind in ("end", "define")):
+            self.k += 1
+        params = self.procedures[name.text]
+        args = [_at(ast.arg(d.name, None), d.token) for d in self.flat(params)]
+        fn = ast.FunctionDef(name=name.text, args=ast.arguments(
+            posonlyargs=[], args=args, vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None,
+            defaults=[]), body=[_stmt(ast.Assert(_at(ast.Constant(False), start)), start)],
+            decorator_list=[], returns=None, type_comment=None)
+        return _at(fn, start)
 
     def size_checks(self, params: list[Decl]) -> list:
         """`int x[3]` as a parameter: the array passed must have 3 elements (jana's check,
@@ -1604,6 +1630,8 @@ def explain(fn, ins, line: int, path: str, R: list, message: str) -> str | None:
         kind = what[0]
         if kind == "error" and ins.op.startswith("ASSERT"):
             return f"error: {what[1]}"
+        if kind == "undeclared" and ins.op.startswith("ASSERT"):
+            return f"procedure {what[1]}: {what[2]} (line {what[3]})"
         if kind == "undefined" and ins.op.startswith("ASSERT"):
             return f"procedure {what[1]!r} is not defined (the program calls it here)"
         if kind in ("push", "pop") and ins.op.startswith("ASSERT"):
