@@ -25,7 +25,9 @@ sys.path.insert(0, str(ROOT / "examples"))
 from besselj import besselj_inplace  # noqa: E402
 
 ENGINES = ["interp", "python"] + (["native"] if native.available else [])
-# second-order programs compile natively in about 20 s from a cold cache
+# second-order programs compile natively in about 10-20 s from a cold cache (so do the
+# gradient programs of the heap-ancilla functions, and 200 Adam steps of the Bessel layer
+# take about 6 s there): those tests' native runs are marked slow
 SLOW_NATIVE = ["interp", "python"] + ([pytest.param("native", marks=pytest.mark.slow)]
                                       if native.available else [])
 F64 = torch.float64
@@ -230,9 +232,10 @@ def test_jax_integers_are_not_differentiated(engine):
     assert int(n_out) == 5 and n_dot.dtype == jax.dtypes.float0
 
 
-def test_jax_float32_rule():
+@pytest.mark.parametrize("engine", ENGINES)
+def test_jax_float32_rule(engine):
     """float32 in: rvm computes in float64, results and gradients come back float32."""
-    F = rvm.to_jax(quad, engine="python")
+    F = rvm.to_jax(quad, engine=engine)
     x, y = np.float32(0.1), np.float32(0.7)
     out = F(np.float32(0.0), x, y)
     assert all(o.dtype == jnp.float32 for o in out)
@@ -243,14 +246,22 @@ def test_jax_float32_rule():
     # under jit too (XLA's host callback copies out exactly the bytes of each result)
     out = jax.jit(F)(np.float32(0.0), x, y)
     assert [o.dtype for o in out] == [jnp.float32] * 3 and float(out[0]) == float(np.float32(exact))
-    P = jax.jit(rvm.to_jax(powsum, engine="python"))
+    P = jax.jit(rvm.to_jax(powsum, engine=engine))
     out = P(np.float32(0.5), np.float32(2.0), np.int32(3))
     assert (out[0].dtype, out[2].dtype) == (jnp.float32, jnp.int32)
     assert (float(out[0]), int(out[2])) == (8.5, 3)
+    # bfloat16 (ml_dtypes' type, numpy kind 'V') converts to float64 as float32 does
+    b = jnp.bfloat16(0.5)
+    out = F(jnp.bfloat16(0.0), b, jnp.bfloat16(1.0))
+    assert [o.dtype for o in out] == [jnp.bfloat16] * 3 and float(out[0]) == 6.0
+    assert float(jax.grad(lambda x: F(0.0, x, 1.0)[0])(b)) == 5.0
+    assert jax.jit(jax.vmap(lambda x: F(0.0, x, 1.0)[0]))(jnp.ones(3, jnp.bfloat16)).tolist() \
+        == [9.0] * 3
 
 
-def test_jax_arrays():
-    D = rvm.to_jax(DOT, engine="python")
+@pytest.mark.parametrize("engine", ENGINES)
+def test_jax_arrays(engine):
+    D = rvm.to_jax(DOT, engine=engine)
     x, y = jnp.array([1.0, 2.0, 3.0]), jnp.array([4.0, 5.0, -6.0])
     assert float(D(x, y, 0.5)[2]) == 0.5 + 4 + 10 - 18
     gx, gy = jax.jit(jax.grad(lambda x, y: D(x, y, 0.5)[2], argnums=(0, 1)))(x, y)
@@ -261,8 +272,9 @@ def test_jax_arrays():
     assert np.array_equal(rows, y)
 
 
-def test_jax_bad_input_is_named():
-    Q = rvm.to_jax(quad, engine="python")
+@pytest.mark.parametrize("engine", ENGINES)
+def test_jax_bad_input_is_named(engine):
+    Q = rvm.to_jax(quad, engine=engine)
     with pytest.raises(UsageError, match=r"argument 1 \(`x`\) holds booleans"):
         Q(0.0, True, 1.0)
     with pytest.raises(UsageError, match=r"argument 2 \(`y`\) holds complex"):
@@ -271,35 +283,48 @@ def test_jax_bad_input_is_named():
         Q(0.0, np.zeros((2, 2, 2)), 1.0)
     with pytest.raises(UsageError, match=r"argument 1 \(`x`\) is str"):
         Q(0.0, "x", 1.0)
+    with pytest.raises(UsageError, match=r"argument 1 \(`x`\) is NoneType, not a number"):
+        Q(0.0, None, 1.0)
+    with pytest.raises(UsageError, match=r"argument 2 \(`y`\) is object, not a number"):
+        Q(0.0, 1.0, object())
+    # an integer array where the function takes an array of floats (and the reverse)
+    S = rvm.to_jax(sin_squares, engine=engine)
+    for ints in (np.arange(3), jnp.arange(3, dtype=jnp.int32)):
+        with pytest.raises(UsageError, match=r"to_jax\(sin_squares\): argument 1 \(`x`\) is "
+                           r"an array of floats; got int(64|32)"):
+            S(0.0, ints)
+    with pytest.raises(rvm.RvmError, match=r"argument x of isum is declared Array\[int"):
+        rvm.to_jax(isum, engine=engine)(0, np.ones(3))
     with pytest.raises(rvm.RvmError, match="argument n of powsum is declared int, got float"):
-        rvm.to_jax(powsum, engine="python")(0.0, 2.0, 3.0)
+        rvm.to_jax(powsum, engine=engine)(0.0, 2.0, 3.0)
     with pytest.raises(UsageError, match=r"to_jax\(dot\): argument 2 is a float parameter; got "
                                          "int64"):
-        rvm.to_jax(DOT, engine="python")(np.ones(2), np.ones(2), 1)
+        rvm.to_jax(DOT, engine=engine)(np.ones(2), np.ones(2), 1)
     # found while tracing, before anything runs
     with pytest.raises(rvm.RvmError, match="argument n"):
-        jax.jit(lambda y: rvm.to_jax(powsum, engine="python")(0.0, 2.0, y))(3.0)
+        jax.jit(lambda y: rvm.to_jax(powsum, engine=engine)(0.0, 2.0, y))(3.0)
     # an invertibility failure inside jit: JAX's error carries rvm's, naming the ancilla
-    f = jax.jit(lambda x: rvm.to_jax(leaks, engine="python")(x, 0.0)[1])
+    f = jax.jit(lambda x: rvm.to_jax(leaks, engine=engine)(x, 0.0)[1])
     with pytest.raises(Exception, match=r"InvertibilityError: in leaks.*ancilla `a` is 1.0"):
         f(1.0).block_until_ready()
     with pytest.raises(InvertibilityError, match="ancilla `a`"):        # outside jit: itself
-        rvm.to_jax(leaks, engine="python")(1.0, 0.0)
+        rvm.to_jax(leaks, engine=engine)(1.0, 0.0)
 
 
-def test_transformed_and_loaded_functions_cross_too():
+@pytest.mark.parametrize("engine", ENGINES)
+def test_transformed_and_loaded_functions_cross_too(engine):
     """~f, rvm.adjoint(f) and a loaded program's function, in both bridges."""
-    inv = rvm.to_jax(~quad, engine="python")
+    inv = rvm.to_jax(~quad, engine=engine)
     assert [float(v) for v in inv(118.0, 3.0, 4.0)] == [0.0, 3.0, 4.0]
     assert float(jax.grad(lambda y: inv(118.0, 3.0, y)[0])(4.0)) == -41.0
-    adj = rvm.to_jax(rvm.adjoint(quad), engine="python")
+    adj = rvm.to_jax(rvm.adjoint(quad), engine=engine)
     assert [float(v) for v in adj(0.0, 3.0, 4.0, 1.0, 0.0, 0.0)[4:]] == [24.0, 41.0]
     # d/dx of x's shadow (4x + 3y) is 4: the Hessian's row, by rvm.adjoint(rvm.adjoint(f))
     assert float(jax.grad(lambda x: adj(0.0, x, 4.0, 1.0, 0.0, 0.0)[4])(3.0)) == 4.0
     x = t64(3.0)[0]
-    rvm.to_torch(rvm.adjoint(quad), engine="python")(0.0, x, 4.0, 1.0, 0.0, 0.0)[5].backward()
+    rvm.to_torch(rvm.adjoint(quad), engine=engine)(0.0, x, 4.0, 1.0, 0.0, 0.0)[5].backward()
     assert float(x.grad) == 3.0
-    J = rvm.to_jax(rvm.load(str(ROOT / "asm" / "besselj.rasm"))["besselj"], engine="python")
+    J = rvm.to_jax(rvm.load(str(ROOT / "asm" / "besselj.rasm"))["besselj"], engine=engine)
     assert float(jax.grad(lambda z: J(0.0, 2, z)[0])(1.0)) == pytest.approx(0.2102436159, 1e-9)
 
 
@@ -308,6 +333,13 @@ def sin_squares(out: float, x: rvm.Array[float]):
     """out += sum_i sin(x_i) x_i^2."""
     for i in range(len(x)):
         out += sin(x[i]) * x[i] * x[i]  # noqa: F821 (frontend syntax)
+
+
+@rvm.reversible
+def isum(out: int, x: rvm.Array[int]):
+    """out += sum_i x_i: an array of integers."""
+    for i in range(len(x)):
+        out += x[i]
 
 
 @rvm.reversible
@@ -320,18 +352,19 @@ def weighted_cubes(out: float, x: rvm.Array[float], w: rvm.Array[float]):
 XS, WS = np.array([0.3, -1.2, 2.0]), np.array([1.5, -0.5, 2.0])
 
 
-def test_jax_second_derivatives_of_array_functions(calls):
+@pytest.mark.parametrize("engine", SLOW_NATIVE)
+def test_jax_second_derivatives_of_array_functions(engine, calls):
     """jax.hessian (forward over reverse: rvm.tangent(rvm.adjoint(f))) and grad of grad
     (rvm.adjoint(rvm.adjoint(f))) of functions of arrays, under jit too: as JAX's own of
     the same functions in jax.numpy, and rvm.hessian."""
-    S = rvm.to_jax(sin_squares, engine="python")
+    S = rvm.to_jax(sin_squares, engine=engine)
     s_rvm, s_jax = (lambda x: S(0.0, x)[0]), (lambda x: jnp.sum(jnp.sin(x) * x * x))
     want = jax.hessian(s_jax)(XS)
     calls.clear()
     for run in (jax.hessian(s_rvm), jax.jit(jax.hessian(s_rvm))):
         assert np.allclose(run(XS), want, rtol=1e-13, atol=1e-13)
     assert ("tangent(adjoint(f))", True) in calls
-    H = rvm.hessian(sin_squares, loss="out", wrt=["x"], engine="python")(0.0, XS)
+    H = rvm.hessian(sin_squares, loss="out", wrt=["x"], engine=engine)(0.0, XS)
     assert np.allclose(want, H, rtol=1e-13, atol=1e-13)
     calls.clear()
     norm = lambda g: lambda x: jnp.sum(jax.grad(g)(x) ** 2)     # grad of grad
@@ -340,10 +373,11 @@ def test_jax_second_derivatives_of_array_functions(calls):
     assert ("adjoint(adjoint(f))", False) in calls
 
 
-def test_jax_second_derivatives_of_a_dot_product_with_weights():
+@pytest.mark.parametrize("engine", SLOW_NATIVE)
+def test_jax_second_derivatives_of_a_dot_product_with_weights(engine):
     """The same for out += sum w x^3: the mixed blocks of the Hessian in (x, w), and grad
     of grad with respect to the weights."""
-    C = rvm.to_jax(weighted_cubes, engine="python")
+    C = rvm.to_jax(weighted_cubes, engine=engine)
     c_rvm, c_jax = (lambda x, w: C(0.0, x, w)[0]), (lambda x, w: jnp.sum(w * x ** 3))
     both = jax.hessian(c_rvm, argnums=(0, 1))(XS, WS)
     for i in range(2):
@@ -380,12 +414,13 @@ def centred_powers_jnp(out, y, x):
 YS = np.array([0.5, -0.25, 1.0])
 
 
-def test_jax_derivatives_of_a_heap_ancilla_function(calls):
+@pytest.mark.parametrize("engine", SLOW_NATIVE)
+def test_jax_derivatives_of_a_heap_ancilla_function(engine, calls):
     """jax.grad, jax.hessian (under jit too) and jax.jacfwd(jax.grad) of a function whose
     adjoint allocates (a `zeros(n)` ancilla): its adjoint(f) and tangent(adjoint(f)) are
     computed from rvm.grad and the gradient of its tangent program; as JAX's own of the
     same function in jax.numpy, and rvm.hessian."""
-    P = rvm.to_jax(centred_powers, engine="python")
+    P = rvm.to_jax(centred_powers, engine=engine)
     p_rvm, p_jax = (lambda x: P(0.0, YS, x)[0]), (lambda x: centred_powers_jnp(0.0, YS, x)[0])
     calls.clear()
     assert np.allclose(jax.grad(p_rvm)(XS), jax.grad(p_jax)(XS), rtol=1e-13, atol=1e-13)
@@ -394,14 +429,15 @@ def test_jax_derivatives_of_a_heap_ancilla_function(calls):
     for run in (jax.hessian(p_rvm), jax.jit(jax.hessian(p_rvm)), jax.jacfwd(jax.grad(p_rvm))):
         assert np.allclose(run(XS), want, rtol=1e-13, atol=1e-13)
     assert ("tangent(adjoint(f))", True) in calls
-    H = rvm.hessian(centred_powers, loss="out", wrt=["x"], engine="python")(0.0, YS, XS)
+    H = rvm.hessian(centred_powers, loss="out", wrt=["x"], engine=engine)(0.0, YS, XS)
     assert np.allclose(H, want, rtol=1e-13, atol=1e-13)
 
 
-def test_jax_grad_of_grad_of_a_heap_ancilla_function(calls):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_jax_grad_of_grad_of_a_heap_ancilla_function(engine, calls):
     """Grad of grad (reverse over reverse: adjoint(adjoint(f)) from gradient mode), under
     jit too, as JAX's own."""
-    P = rvm.to_jax(centred_powers, engine="python")
+    P = rvm.to_jax(centred_powers, engine=engine)
     p_rvm, p_jax = (lambda x: P(0.0, YS, x)[0]), (lambda x: centred_powers_jnp(0.0, YS, x)[0])
     norm = lambda g: lambda x: jnp.sum(jax.grad(g)(x) ** 2)
     for run in (jax.grad(norm(p_rvm)), jax.jit(jax.grad(norm(p_rvm)))):
@@ -409,11 +445,12 @@ def test_jax_grad_of_grad_of_a_heap_ancilla_function(calls):
     assert ("adjoint(adjoint(f))", False) in calls
 
 
-def test_jax_hessian_of_a_heap_ancilla_function_with_an_array_output():
+@pytest.mark.parametrize("engine", ENGINES)
+def test_jax_hessian_of_a_heap_ancilla_function_with_an_array_output(engine):
     """Cotangents on an array's elements (y's final value, y + d^3) and on a scalar at
     once, in (y, x) jointly: one gradient pass per nonzero entry; jax.jacrev(jax.jacfwd)
     runs adjoint(tangent(f)) the same way."""
-    P = rvm.to_jax(centred_powers, engine="python")
+    P = rvm.to_jax(centred_powers, engine=engine)
 
     def mixed(P):
         def loss(y, x):
@@ -429,7 +466,8 @@ def test_jax_hessian_of_a_heap_ancilla_function_with_an_array_output():
     assert np.allclose(rf, want[1][1], rtol=1e-13, atol=1e-13)
 
 
-def test_jax_and_torch_hessians_of_the_graph_embedding_loss():
+@pytest.mark.parametrize("engine", SLOW_NATIVE)
+def test_jax_and_torch_hessians_of_the_graph_embedding_loss(engine):
     """The graph-embedding example's loss (heap ancillas d1 = zeros(len(l1)), ...), for a
     pentagon in the plane (edges: its sides; other pairs: its diagonals) to keep the test
     short: jax.hessian, under jit too, as rvm.hessian and as JAX's own of the loss written
@@ -446,19 +484,20 @@ def test_jax_and_torch_hessians_of_the_graph_embedding_loss():
                               for p in (l1, l2))
         gap = m1 - m2 + 0.1
         return v1 + v2 + jnp.where(gap > 0, jnp.exp(gap) - 1.0, 0.0)
-    E = rvm.to_jax(embedding_loss, engine="python")
+    E = rvm.to_jax(embedding_loss, engine=engine)
     H = jax.hessian(lambda x: E(0.0, x, l1, l2)[0])(x)
     assert H.shape == (5, 2, 5, 2)
     assert np.allclose(H, jax.jit(jax.hessian(loss_jnp))(x), rtol=1e-12, atol=1e-13)
     assert np.allclose(H.reshape(10, 10), rvm.hessian(embedding_loss, loss="out", wrt=["x"],
-                       engine="python")(0.0, x, l1, l2), rtol=1e-13, atol=1e-14)
+                       engine=engine)(0.0, x, l1, l2), rtol=1e-13, atol=1e-14)
     assert np.array_equal(jax.jit(jax.hessian(lambda x: E(0.0, x, l1, l2)[0]))(x), H)
-    T = rvm.to_torch(embedding_loss, engine="python")
+    T = rvm.to_torch(embedding_loss, engine=engine)
     Ht = torch.autograd.functional.hessian(lambda x: T(0.0, x, l1, l2)[0], torch.tensor(x))
     assert np.allclose(Ht.numpy(), H, rtol=1e-13, atol=1e-14)
 
 
-def test_derivatives_of_a_scalar_function_on_the_stack(tmp_path):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_derivatives_of_a_scalar_function_on_the_stack(engine, tmp_path):
     """A loaded program's function of scalars that uses the stack (PUSH/POP: no adjoint
     program) has reverse mode and second derivatives in both bridges, the calls on
     numbers included: out += x^3."""
@@ -468,11 +507,11 @@ def test_derivatives_of_a_scalar_function_on_the_stack(tmp_path):
     cube = rvm.load(str(tmp_path / "cube.rasm"))["cube"]
     with pytest.raises(rvm.RvmError, match="cube uses PUSH"):
         rvm.adjoint(cube)(0.0, 2.0, 1.0, 0.0)
-    C = rvm.to_jax(cube, engine="python")
+    C = rvm.to_jax(cube, engine=engine)
     loss = lambda x: C(0.0, x)[0]
     assert float(jax.grad(loss)(2.0)) == 12.0 and float(jax.hessian(loss)(2.0)) == 12.0
     assert float(jax.jit(jax.grad(jax.grad(loss)))(2.0)) == 12.0
-    T = rvm.to_torch(cube, engine="python")
+    T = rvm.to_torch(cube, engine=engine)
     x = t64(2.0)[0]
     g, = torch.autograd.grad(T(0.0, x)[0], x, create_graph=True)
     assert g.item() == 12.0 and torch.autograd.grad(g, x)[0].item() == 12.0
@@ -481,15 +520,16 @@ def test_derivatives_of_a_scalar_function_on_the_stack(tmp_path):
     assert torch.autograd.gradgradcheck(lambda x: T(0.0, x)[0], (t64(0.7)[0],))
 
 
-def test_third_derivatives_of_heap_ancilla_functions_are_refused_by_name():
+@pytest.mark.parametrize("engine", SLOW_NATIVE)
+def test_third_derivatives_of_heap_ancilla_functions_are_refused_by_name(engine):
     """Gradient mode gives first and second derivatives of a function without an adjoint
     program, not third: refused naming the nesting, the function and the instruction."""
-    P = rvm.to_jax(centred_powers, engine="python")
+    P = rvm.to_jax(centred_powers, engine=engine)
     with pytest.raises(rvm.RvmError, match=r"tangent\(tangent\(adjoint\(centred_powers\)\)\): "
                        r"centred_powers has no adjoint program \(adjoint of centred_powers: "
                        r"centred_powers uses ALLOC.*no third derivatives"):
         jax.jacfwd(jax.hessian(lambda x: P(0.0, YS, x)[0]))(XS)
-    T = rvm.to_torch(centred_powers, engine="python")
+    T = rvm.to_torch(centred_powers, engine=engine)
     x = torch.tensor(XS, requires_grad=True)
     g, = torch.autograd.grad(T(0.0, torch.tensor(YS), x)[0], x, create_graph=True)
     h, = torch.autograd.grad(g.sum(), x, create_graph=True)
@@ -614,11 +654,11 @@ def test_vmap_of_derivatives_is_one_native_batch(alone):
         is not None
 
 
-def test_torch_module_and_optimizer_loop():
-    """(On the python engine, as the tests of no one engine are: the native one compiles.)
-    A layer whose forward is J_2(z) (rvm's Bessel function), fitted by Adam to a target
+@pytest.mark.parametrize("engine", SLOW_NATIVE)
+def test_torch_module_and_optimizer_loop(engine):
+    """A layer whose forward is J_2(z) (rvm's Bessel function), fitted by Adam to a target
     value; its parameter moves to where J_2 takes that value."""
-    J = rvm.to_torch(besselj_inplace, engine="python")
+    J = rvm.to_torch(besselj_inplace, engine=engine)
 
     class Bessel(torch.nn.Module):
         def __init__(self):
@@ -639,13 +679,14 @@ def test_torch_module_and_optimizer_loop():
     opt.zero_grad()
     ((model() - 0.3) ** 2).backward()
     z = float(model.z)
-    dj = rvm.grad(besselj_inplace, loss=0, engine="python")(0.0, 2, z)[2]
+    dj = rvm.grad(besselj_inplace, loss=0, engine=engine)(0.0, 2, z)[2]
     assert float(model.z.grad) == pytest.approx(2 * (besselj_inplace(0.0, 2, z)[0] - 0.3) * dj,
                                                 rel=1e-12)
 
 
-def test_torch_dtypes_devices_and_layouts():
-    Q = rvm.to_torch(quad, engine="python")
+@pytest.mark.parametrize("engine", ENGINES)
+def test_torch_dtypes_devices_and_layouts(engine):
+    Q = rvm.to_torch(quad, engine=engine)
     x = torch.tensor(0.1, dtype=torch.float32, requires_grad=True)
     out = Q(0.0, x, torch.tensor(0.7, dtype=torch.float32))
     assert out[1].dtype == torch.float32 and out[0].dtype == F64   # each argument's dtype
@@ -659,35 +700,56 @@ def test_torch_dtypes_devices_and_layouts():
     with pytest.raises(rvm.RvmError, match="argument x of quad is declared float, got Array"):
         Q(0.0, torch.ones(3, dtype=F64), 1.0)                 # a shape the function refuses
     with pytest.raises(rvm.RvmError, match="argument n of powsum is declared int, got float"):
-        rvm.to_torch(powsum, engine="python")(0.0, 2.0, torch.tensor(3.0))
+        rvm.to_torch(powsum, engine=engine)(0.0, 2.0, torch.tensor(3.0))
     # a non-contiguous tensor is read as its values (a copy), not its storage
-    D = rvm.to_torch(DOT, engine="python")
+    D = rvm.to_torch(DOT, engine=engine)
     col = torch.arange(9.0, dtype=F64).reshape(3, 3)[:, 1]      # a column: strided
     assert not col.is_contiguous()
     assert float(D(col, torch.ones(3, dtype=F64), 0.0)[2]) == 1.0 + 4.0 + 7.0
     with pytest.raises(InvertibilityError, match="ancilla `a`"):
-        rvm.to_torch(leaks, engine="python")(1.0, 0.0)
+        rvm.to_torch(leaks, engine=engine)(1.0, 0.0)
+    # bfloat16 and float16 in: float64 inside, the argument's dtype out
+    for dt in (torch.bfloat16, torch.float16):
+        out = Q(0.0, torch.tensor(0.5, dtype=dt), torch.tensor(1.0, dtype=dt))
+        assert (out[1].dtype, float(out[0])) == (dt, 6.0)
+    # bad input, named: not a number, a sparse tensor, integers for an array of floats
+    with pytest.raises(UsageError, match=r"argument 1 \(`x`\) is NoneType, not a number"):
+        Q(0.0, None, 1.0)
+    with pytest.raises(UsageError, match=r"argument 2 \(`y`\) is object, not a number"):
+        Q(0.0, 1.0, object())
+    S = rvm.to_torch(sin_squares, engine=engine)
+    with pytest.raises(UsageError, match=r"to_torch\(sin_squares\): argument 1 \(`x`\) is a "
+                       r"sparse_coo tensor; rvm takes dense tensors"):
+        S(0.0, torch.ones(3, dtype=F64).to_sparse())
+    for ints in (torch.arange(3), torch.arange(3, dtype=torch.int32)):
+        with pytest.raises(UsageError, match=r"argument 1 \(`x`\) is an array of floats; "
+                           r"got int(64|32)"):
+            S(0.0, ints)
+    with pytest.raises(rvm.RvmError, match=r"argument x of isum is declared Array\[int"):
+        rvm.to_torch(isum, engine=engine)(0, torch.ones(3, dtype=F64))
 
 
-def test_torch_integers_and_arrays():
-    P = rvm.to_torch(powsum, engine="python")
+@pytest.mark.parametrize("engine", ENGINES)
+def test_torch_integers_and_arrays(engine):
+    P = rvm.to_torch(powsum, engine=engine)
     x = t64(2.0)[0]
     out = P(0.0, x, 5)
     assert out[2].dtype == torch.int64 and not out[2].requires_grad
     out[0].backward()
     assert float(x.grad) == 80.0
-    D = rvm.to_torch(DOT, engine="python")
+    D = rvm.to_torch(DOT, engine=engine)
     a, b = torch.tensor([1.0, 2.0, 3.0], dtype=F64, requires_grad=True), \
         torch.tensor([4.0, 5.0, -6.0], dtype=F64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda a, b: D(a, b, 0.5)[2], (a, b))
 
 
-def test_torch_second_derivatives_of_array_functions(calls):
+@pytest.mark.parametrize("engine", SLOW_NATIVE)
+def test_torch_second_derivatives_of_array_functions(engine, calls):
     """gradgradcheck and torch.autograd.functional.hessian of functions of tensors (double
     backward: rvm.adjoint(rvm.adjoint(f))), as PyTorch's own of the same functions and
     rvm.hessian."""
-    S, C = rvm.to_torch(sin_squares, engine="python"), rvm.to_torch(weighted_cubes,
-                                                                    engine="python")
+    S, C = rvm.to_torch(sin_squares, engine=engine), rvm.to_torch(weighted_cubes,
+                                                                    engine=engine)
     x, w = (torch.tensor(v, dtype=F64, requires_grad=True) for v in (XS, WS))
     calls.clear()
     assert torch.autograd.gradgradcheck(lambda x: S(0.0, x)[0], (x,))
@@ -698,7 +760,7 @@ def test_torch_second_derivatives_of_array_functions(calls):
                                              x.detach())
     assert torch.allclose(H, want, rtol=1e-13, atol=1e-13)
     assert np.allclose(H.numpy(), rvm.hessian(sin_squares, loss="out", wrt=["x"],
-                                              engine="python")(0.0, XS), rtol=1e-13)
+                                              engine=engine)(0.0, XS), rtol=1e-13)
     H = torch.autograd.functional.hessian(lambda x, w: C(0.0, x, w)[0],
                                           (x.detach(), w.detach()))
     want = torch.autograd.functional.hessian(lambda x, w: (w * x ** 3).sum(),
@@ -707,11 +769,12 @@ def test_torch_second_derivatives_of_array_functions(calls):
                for i in range(2) for j in range(2))
 
 
-def test_torch_second_derivatives_of_a_heap_ancilla_function(calls):
+@pytest.mark.parametrize("engine", SLOW_NATIVE)
+def test_torch_second_derivatives_of_a_heap_ancilla_function(engine, calls):
     """backward, gradgradcheck, double backward and torch.autograd.functional.hessian of a
     function whose adjoint allocates (a `zeros(n)` ancilla), computed from gradient mode:
     as PyTorch's own of the same function and rvm.hessian."""
-    T = rvm.to_torch(centred_powers, engine="python")
+    T = rvm.to_torch(centred_powers, engine=engine)
     y, x = (torch.tensor(v, dtype=F64, requires_grad=True) for v in (YS, XS))
 
     def ref(y, x):
@@ -729,7 +792,7 @@ def test_torch_second_derivatives_of_a_heap_ancilla_function(calls):
     want = torch.autograd.functional.hessian(lambda x: ref(y, x)[0], x.detach())
     assert torch.allclose(H, want, rtol=1e-13, atol=1e-13)
     assert np.allclose(H.numpy(), rvm.hessian(centred_powers, loss="out", wrt=["x"],
-                                              engine="python")(0.0, YS, XS), rtol=1e-13)
+                                              engine=engine)(0.0, YS, XS), rtol=1e-13)
 
 
 # ---------------------------------------------------------------------------- costs

@@ -16,6 +16,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from ..core import isa
 from ..core.errors import UsageError
 
 PLANS = 512                 # plans kept per function (more shapes: made again)
@@ -74,7 +75,7 @@ class Fn:
         names = self.names(len(kinds))
         example = []
         for k, (shape, dtype) in enumerate(kinds):
-            kind = np.dtype(dtype).kind
+            kind = kind_of(dtype)
             if kind not in "fiu":
                 what = {"b": "booleans", "c": "complex numbers"}.get(kind, f"dtype {dtype}")
                 raise UsageError(f"{self.who}({self.name}): {names[k]} holds {what}; rvm "
@@ -94,13 +95,18 @@ class Fn:
         if self.base is None:
             from ..ad.derivatives import float_arguments
             floats = float_arguments(self.fn, tuple(example))     # compiles: reports mistakes
+            declared = _declared_arrays(self.fn, tuple(example))
             for k, (shape, dtype) in enumerate(kinds):
-                is_float = np.dtype(dtype).kind == "f"
+                is_float = kind_of(dtype) == "f"
                 if len(shape) == 0 and is_float != (k in floats):
                     want = "a float" if k in floats else "an integer"
                     raise UsageError(f"{self.who}({self.name}): {names[k]} is {want} "
                                      f"parameter; got {np.dtype(dtype).name}")
-        floats = tuple(k for k, (_, dtype) in enumerate(kinds) if np.dtype(dtype).kind == "f")
+                if len(shape) and not is_float and declared.get(k) == "float":
+                    raise UsageError(f"{self.who}({self.name}): {names[k]} is an array of "
+                                     f"floats; got {np.dtype(dtype).name} (convert it to a "
+                                     "float dtype)")
+        floats = tuple(k for k, (_, dtype) in enumerate(kinds) if kind_of(dtype) == "f")
         self._checked[kinds] = floats
         return floats
 
@@ -240,7 +246,7 @@ class Plan:
             shape[0] for (shape, _), ax in zip(kinds, batched) if ax == 0)
         self.convert = [_converter(shape, dtype) for shape, dtype in kinds]
         self.rvm_kinds = None if batched is not None else tuple(
-            (shape, "f" if dtype.kind == "f" else "i") for shape, dtype in kinds)
+            (shape, "f" if kind_of(dtype) == "f" else "i") for shape, dtype in kinds)
         if self.rvm_kinds is not None:
             fn.runner(self.rvm_kinds)               # (planned here: mistakes said now)
         self.make = []
@@ -251,7 +257,7 @@ class Plan:
                 shape = (self.size,) + shape
             if dtype == np.float64 and not shape:
                 self.make.append(_float64)
-            elif dtype.kind == "f":
+            elif kind_of(dtype) == "f":
                 self.make.append(functools.partial(_floats, dtype=dtype, shape=shape))
             else:
                 self.make.append(functools.partial(_ints, dtype=dtype, shape=shape,
@@ -435,12 +441,50 @@ def _copies(values) -> tuple:
     return tuple(np.array(v) if isinstance(v, np.ndarray) else v for v in values)
 
 
+def kind_of(dtype) -> str:
+    """A dtype's numpy kind, the types of ml_dtypes (JAX's bfloat16 and float8 types, its
+    int4; numpy kind 'V') told as floats or integers."""
+    dtype = np.dtype(dtype)
+    kind = dtype.kind
+    if kind == "V" and dtype.names is None and dtype.subdtype is None:
+        name = dtype.name
+        if name.startswith(("bfloat", "float")):
+            return "f"
+        if name.startswith(("int", "uint")):
+            return "u" if name.startswith("u") else "i"
+    return kind
+
+
+def _declared_arrays(fn, example: tuple) -> dict:
+    """Argument index -> "float" or "int" for each array argument whose element type the
+    function's source declares (rvm.Array[float], an assembly array's debug type); for a
+    transformed function, none."""
+    from ..ad.derivatives import Transformed, _program_of
+    from ..engines.arguments import _declared
+    if isinstance(fn, Transformed):
+        return {}
+    try:
+        prog_fn = _program_of(fn, example)
+    except Exception:                       # (the call reports it)
+        return {}
+    out, k = {}, 0
+    for i, a in enumerate(example):
+        if isinstance(a, np.ndarray):
+            cls = _declared(prog_fn, prog_fn.params[k:k + 1 + a.ndim])
+            if cls:
+                out[i] = "float" if cls == isa.FLOAT else "int"
+            k += 1 + a.ndim
+        else:
+            k += 1
+    return out
+
+
 def _converter(shape: tuple, dtype: np.dtype):
     """A host array of this shape and dtype as rvm takes it: 0-d as a Python float or
     int, arrays as float64 or int64 (the same array when it is one already)."""
     if not shape:
-        return float if dtype.kind == "f" else int
-    want = np.float64 if dtype.kind == "f" else np.int64
+        return float if kind_of(dtype) == "f" else int
+    want = np.float64 if kind_of(dtype) == "f" else np.int64
     if dtype == want:
         return _same
     return functools.partial(np.asarray, dtype=want)
@@ -465,7 +509,7 @@ def _ints(r, dtype, shape, fn, k, n):
 
 def from_rvm(value, dtype, shape, fn: Fn, k: int, n: int) -> np.ndarray:
     out = np.asarray(value)
-    if dtype.kind in "iu" and out.dtype != dtype and out.size:
+    if kind_of(dtype) in "iu" and out.dtype != dtype and out.size:
         info = np.iinfo(dtype)
         if out.min() < info.min or out.max() > info.max:
             raise UsageError(f"{fn.who}({fn.name}): the final value of {fn.names(n)[k]} "

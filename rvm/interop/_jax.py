@@ -259,7 +259,13 @@ def to_jax(f, **options):
             if isinstance(a, (str, bytes)) or (callable(a) and not hasattr(a, "shape")):
                 raise UsageError(f"rvm.to_jax({fn.name}): {names[k]} is {type(a).__name__}; "
                                  "pass numbers or arrays")
-            arrays.append(a if isinstance(a, jax.Array) else jnp.asarray(a))
+            if not isinstance(a, jax.Array):
+                try:
+                    a = jnp.asarray(a)
+                except (TypeError, ValueError, OverflowError):
+                    raise UsageError(f"rvm.to_jax({fn.name}): {names[k]} is "
+                                     f"{type(a).__name__}, not a number or an array") from None
+            arrays.append(a)
         fn.check(tuple((tuple(a.shape), np.dtype(a.dtype)) for a in arrays))
         return tuple(rvm_call_p.bind(*arrays, fn=fn, outs=tuple(range(len(arrays))),
                                      batched=None))

@@ -216,7 +216,8 @@ class _Call(torch.autograd.Function):
 
 
 def _tensor(a, k: int, fn: Fn, n: int) -> torch.Tensor:
-    if type(a) is torch.Tensor and a.device.type == "cpu" and not a.is_complex():
+    if type(a) is torch.Tensor and a.device.type == "cpu" and not a.is_complex() and \
+            a.layout is torch.strided:
         return a                                               # (the common case, quickly)
     if type(a) is float:
         return _float(a)
@@ -228,6 +229,10 @@ def _tensor(a, k: int, fn: Fn, n: int) -> torch.Tensor:
         if a.is_complex():
             raise UsageError(f"{who}: {label} is a complex tensor; pass a complex number as "
                              "two float tensors")
+        if a.layout is not torch.strided:
+            layout = str(a.layout).removeprefix("torch.")
+            raise UsageError(f"{who}: {label} is a {layout} tensor; rvm takes dense tensors "
+                             "(convert it with .to_dense())")
         return a
     if isinstance(a, (bool, str, bytes)) or callable(a):
         raise UsageError(f"{who}: {label} is {type(a).__name__}; pass tensors or numbers")
@@ -236,9 +241,13 @@ def _tensor(a, k: int, fn: Fn, n: int) -> torch.Tensor:
     if isinstance(a, int):
         return _int(a)
     try:
-        return torch.as_tensor(np.asarray(a))
-    except (TypeError, ValueError, RuntimeError) as e:
-        raise UsageError(f"{who}: {label} is not a number or an array: {e}") from None
+        array = np.asarray(a)
+        if array.dtype == object:
+            raise TypeError
+        return torch.as_tensor(array)
+    except (TypeError, ValueError, RuntimeError, OverflowError):
+        raise UsageError(f"{who}: {label} is {type(a).__name__}, not a number or an "
+                         "array") from None
 
 
 def _float(a: float) -> torch.Tensor:
