@@ -99,3 +99,87 @@ def test_the_performance_page_is_a_page():
     sys.path.insert(0, str(ROOT / "tools" / "bench"))
     import peers
     assert peers.quick_gmm_input().read_text().startswith("2 5 200\n")
+
+
+# ---------------------------------------------------------------- run.py's own behaviour
+def _bench_module(name: str):
+    """tools/bench/<name>.py as a module (run.py is a script, peers.py imports rvm)."""
+    sys.path.insert(0, str(ROOT / "tools" / "bench"))
+    spec = importlib.util.spec_from_file_location(f"bench_{name}",
+                                                  ROOT / "tools" / "bench" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _result(agrees_fast: bool) -> dict:
+    """A run's result: rvm, a fast peer (agreeing or not) and a slower one that agrees."""
+    row = dict(mode="reverse", median_s=1.0, rounds=2, calls_per_round=1, max_abs_diff=0.0)
+    rows = [dict(row, peer="rvm", agrees=True, min_s=1.0),
+            dict(row, peer="JAX fast", agrees=agrees_fast, min_s=0.1, max_abs_diff=0.5),
+            dict(row, peer="numba slower", agrees=True, min_s=0.5)]
+    return {"size": "quick", "rounds": 2, "budget_s": 0.01, "seconds": 1.0, "memory": {},
+            "machine": {"cpu": "cpu", "cores": 2, "python": "3", "numpy": "1",
+                        "numba": "1", "jax": "1", "torch": "1"},
+            "tables": [{"case": "gmm", "title": "GMM", "cores": 1, "cores_available": 2,
+                        "rows": rows}]}
+
+
+def test_a_disagreeing_peer_does_not_write_the_page_and_is_never_the_fastest(
+        tmp_path, monkeypatch, capsys):
+    import argparse
+    run = _bench_module("run")
+    page = tmp_path / "performance.md"
+    before = f"# page\n{run.START}\nold table\n{run.END}\nprose\n"
+    page.write_text(before)
+    monkeypatch.setattr(run, "DOC", page)
+    monkeypatch.setattr(run, "FAILED", [])
+    args = argparse.Namespace(out=str(tmp_path / "out"), doc=True)
+    with pytest.raises(SystemExit) as e:
+        run.publish(_result(agrees_fast=False), args)
+    assert page.read_text() == before            # the page keeps its old table
+    assert "JAX fast" in str(e.value) and "not written" in str(e.value)
+    summary = "\n".join(run.summary(_result(agrees_fast=False)["tables"]))
+    assert "numba slower" in summary and "JAX fast" not in summary
+    run.publish(_result(agrees_fast=True), args)  # every peer agrees: the page is written
+    assert "| GMM | 1 s | JAX fast |" in page.read_text()
+    assert page.read_text().endswith(f"{run.END}\nprose\n")
+
+
+def test_a_comparison_that_times_out_is_reported_and_the_run_goes_on(monkeypatch):
+    import subprocess as sp
+    run = _bench_module("run")
+    monkeypatch.setattr(run, "FAILED", [])
+
+    def slow(cmd, **kw):
+        raise sp.TimeoutExpired(cmd, kw.get("timeout"))
+    monkeypatch.setattr(run.subprocess, "run", slow)
+    assert run.measure("ba", "quick", 1, 2, 0.01, timeout=5) == []
+    assert run.FAILED == ["ba (cores 1): timed out after 5 s"]
+    assert run.peak("JAX jit(grad)", 1000).startswith("timed out")
+
+
+def test_an_import_error_inside_a_peer_fails_and_a_missing_library_is_a_skip(monkeypatch):
+    peers = _bench_module("peers")
+
+    def broken():       # the peer's own code imports something that is not there
+        import rvm_bench_no_such_helper  # noqa: F401
+    with pytest.raises(ImportError):
+        peers._try("JAX broken", "reverse", broken)
+
+    def bad_name():     # an installed library without the name the peer wants
+        from numpy import no_such_function_in_numpy  # noqa: F401
+    with pytest.raises(ImportError):
+        peers._try("JAX broken", "reverse", bad_name)
+
+    def no_torch():
+        raise ModuleNotFoundError("No module named 'torch'", name="torch")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda n, *a: None if n == "torch" else real(n, *a))
+    p = peers._try("PyTorch eager", "reverse", no_torch)
+    assert p.skip == "not installed (torch)" and p.run is None
+    monkeypatch.setattr(importlib.util, "find_spec", real)   # torch there, import broken
+    if real("torch") is not None:
+        with pytest.raises(ImportError):
+            peers._try("PyTorch eager", "reverse", no_torch)

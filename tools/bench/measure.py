@@ -97,10 +97,18 @@ def memory(peer: str, n: int) -> float:
     return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024
 
 
+# numba's prange peers run on the "workqueue" threading layer unless NUMBA_THREADING_LAYER
+# says otherwise: numba picks "omp" when it can, and on a shared 2-core machine omp's
+# threads spin and wait (measured: Bessel over 10^5 points 5.8-8 ms with omp, 1.1-2.8 ms
+# with workqueue; the quick GMM 1.4-27 ms against 250 us; BA ba1 28 against 22 ms).
+THREADING_LAYER = "workqueue"
+
+
 def pin(cores: int) -> None:
     """Pin this process to one core and tell every tool to use one thread (before any of
-    them is imported)."""
+    them is imported); for the default run, choose numba's threading layer."""
     if cores != 1:
+        os.environ.setdefault("NUMBA_THREADING_LAYER", THREADING_LAYER)
         return
     cpu = max(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     if cpu is not None:
@@ -108,9 +116,11 @@ def pin(cores: int) -> None:
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                 "NUMBA_NUM_THREADS"):
         os.environ[var] = "1"
+    # XLA: Eigen's operations on one thread. No XLA flag limits XLA's own thread pools
+    # (an unknown --xla flag aborts; a bare token is ignored), but the process is pinned
+    # to one core above: whatever threads XLA starts share that core.
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                               " --xla_cpu_multi_thread_eigen=false"
-                               " intra_op_parallelism_threads=1").strip()
+                               " --xla_cpu_multi_thread_eigen=false").strip()
 
 
 def main():

@@ -37,7 +37,12 @@ MEMORY_PEERS = ["rvm (rvm.grad)", "rvm (rvm.tangent)", "JAX jit(grad)", "JAX jit
 def measure(case, size, cores, rounds, budget, timeout=1800) -> list:
     cmd = [sys.executable, str(MEASURE), case, "--size", size, "--cores", str(cores),
            "--rounds", str(rounds), "--budget", str(budget)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        FAILED.append(f"{case} (cores {cores}): timed out after {timeout} s")
+        print(f"run.py: {case} (cores {cores}) timed out after {timeout} s", flush=True)
+        return []
     if r.returncode != 0:
         FAILED.append(f"{case} (cores {cores}): " + (r.stderr.strip().splitlines() or
                                                      ["failed"])[-1])
@@ -47,13 +52,17 @@ def measure(case, size, cores, rounds, budget, timeout=1800) -> list:
 
 
 def peak(peer, n) -> float | str:
-    r = subprocess.run([sys.executable, str(MEASURE), "--memory", peer, str(n)],
-                       capture_output=True, text=True, timeout=1800)
+    try:
+        r = subprocess.run([sys.executable, str(MEASURE), "--memory", peer, str(n)],
+                           capture_output=True, text=True, timeout=1800)
+    except subprocess.TimeoutExpired:
+        return "timed out (1800 s)"
     if r.returncode != 0:
         last = (r.stderr.strip().splitlines() or ["failed"])[-1]
         if "step budget" in last:
             return "stopped: default step budget (10^8 steps)"
-        return "not installed" if "ModuleNotFoundError" in last else last[:60]
+        return "not installed" if any(f"No module named '{lib}" in last for lib in
+                                      ("numba", "jax", "torch")) else last[:60]
     return json.loads(r.stdout.strip().splitlines()[-1])["peak_mb"]
 
 
@@ -141,7 +150,8 @@ def summary(tables: list) -> list[str]:
         if t["cores"] != 1:
             continue
         ref = t["rows"][0]
-        peers = [r for r in t["rows"] if "skip" not in r and not r["peer"].startswith("rvm")]
+        peers = [r for r in t["rows"] if "skip" not in r and r["agrees"] and
+                 not r["peer"].startswith("rvm")]         # (one that disagrees: not a peer)
         if not peers:
             continue
         best = min(peers, key=lambda r: r["min_s"])
@@ -268,16 +278,17 @@ def publish(result: dict, args) -> None:
     (out / "results.json").write_text(json.dumps(result, indent=1))
     (out / "results.md").write_text(text + "\n")
     print(text)
+    bad = [(t["title"], r["peer"]) for t in tables for r in t["rows"]
+           if "skip" not in r and not r["agrees"]]
+    if bad or FAILED:       # the page only from a run where every peer ran and agreed
+        raise SystemExit(f"run.py: peers disagree with rvm: {bad}; failed: {FAILED}" +
+                         (f"; {DOC.name} not written" if args.doc else ""))
     if args.doc:
         doc = DOC.read_text()
         if START in doc and END in doc:
             doc = doc[:doc.index(START) + len(START)] + "\n\n" + text + "\n" + \
                 doc[doc.index(END):]
             DOC.write_text(doc)
-    bad = [(t["title"], r["peer"]) for t in tables for r in t["rows"]
-           if "skip" not in r and not r["agrees"]]
-    if bad or FAILED:
-        raise SystemExit(f"run.py: peers disagree with rvm: {bad}; failed: {FAILED}")
 
 
 if __name__ == "__main__":
