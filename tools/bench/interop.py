@@ -19,7 +19,8 @@ arguments: what the crossing costs without rvm. The "floor" rows are the host fr
 alone: a jitted jax.pure_callback of a no-op numpy function of the same shapes, JAX's
 host callback as the bridge emits it with a no-op, and a PyTorch autograd.Function whose
 forward (and backward) only makes tensors of the same shapes. A batch row checks that
-the whole batch was one rvm call and ran as one native batch (no row run by itself).
+the whole batch was one rvm call (a gradient under torch.func.vmap: two, the forward and
+the backward batch) and ran as one native batch (no row run by itself).
 
 The last line of output is the rows as JSON; with --limit, the exit code is 1 when an
 overhead per crossing exceeds it (microseconds), or a batch is not one native batch.
@@ -169,6 +170,14 @@ def jax_rows(rounds, budget, rows_n) -> list:
     with Count() as c:
         assert np.allclose(batch(xs, ys), direct(0.0, xs, ys)[0])
     out.append(row(f"JAX jit(vmap): {rows_n} rows", b, d, "rvm.vmap(f)", c))
+    gbatch = jax.jit(jax.vmap(jax.grad(loss, argnums=(0, 1))))
+    gdirect = rvm.vmap(adj, in_axes=[None, 0, 0, None, None, None])
+    b, d = duel(lambda: gbatch(xs, ys)[1].block_until_ready(),
+                lambda: gdirect(0.0, xs, ys, 1.0, 0.0, 0.0), rounds, budget)
+    with Count() as c:
+        assert np.allclose(gbatch(xs, ys)[1], gdirect(0.0, xs, ys, 1.0, 0.0, 0.0)[5])
+    out.append(row(f"JAX jit(vmap(grad)): {rows_n} rows", b, d, "rvm.vmap(rvm.adjoint(f))",
+                   c))
     out += jax_floors(rounds, budget)
     return out
 
@@ -245,6 +254,17 @@ def torch_rows(rounds, budget, rows_n) -> list:
     with Count() as c:
         assert np.allclose(batch(xs, ys).numpy(), vm(0.0, xn, yn)[0])
     out.append(row(f"torch.func.vmap: {rows_n} rows", b, d, "rvm.vmap(f)", c))
+    gbatch = torch.func.vmap(torch.func.grad(lambda x, y: Q(0.0, x, y)[0], argnums=(0, 1)))
+    gdirect = rvm.vmap(adj, in_axes=[None, 0, 0, None, None, None])
+
+    def both():
+        vm(0.0, xn, yn)
+        gdirect(0.0, xn, yn, 1.0, 0.0, 0.0)
+    b, d = duel(lambda: gbatch(xs, ys), both, rounds, budget)
+    with Count() as c:
+        assert np.allclose(gbatch(xs, ys)[1].numpy(), gdirect(0.0, xn, yn, 1.0, 0.0, 0.0)[5])
+    out.append(row(f"torch.func.vmap(grad): {rows_n} rows", b, d,
+                   "rvm.vmap(f), then rvm.vmap(rvm.adjoint(f))", c, crossings=2))
     return out + torch_floors(rounds, budget, xs, ys)
 
 
@@ -298,6 +318,7 @@ def row(what, bridge, direct=None, runs=None, count=None, crossings=1, noop=None
             "rvm_us": None if direct is None else direct * 1e6, "overhead_us": us,
             "per_crossing_us": None if us is None else us / crossings,
             "noop_us": None if noop is None else noop * 1e6, "rvm_call": runs,
+            "crossings": crossings,
             "host_calls": None if count is None else count.calls,
             "rows_one_by_one": None if count is None else count.rows}
 
@@ -337,12 +358,13 @@ def main(argv=None) -> int:
     over = [r for r in rows if r["host_calls"] is None and args.limit is not None
             and r["per_crossing_us"] is not None and r["per_crossing_us"] > args.limit]
     batches = [r for r in rows if r["host_calls"] is not None and
-               (r["host_calls"] != 1 or r["rows_one_by_one"])]
+               (r["host_calls"] != r["crossings"] or r["rows_one_by_one"])]
     for r in over:
         print(f"interop.py: {r['case']}: {r['per_crossing_us']:.1f} us over the rvm call "
               f"per crossing (limit {args.limit} us)", file=sys.stderr)
     for r in batches:
-        print(f"interop.py: {r['case']}: {r['host_calls']} rvm calls for one batch, "
+        print(f"interop.py: {r['case']}: {r['host_calls']} rvm calls for "
+              f"{r['crossings']} batch(es), "
               f"{r['rows_one_by_one']} rows run one by one", file=sys.stderr)
     return 1 if over or batches else 0
 
