@@ -497,7 +497,7 @@ def test_jax_and_torch_hessians_of_the_graph_embedding_loss(engine):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_derivatives_of_a_scalar_function_on_the_stack(engine, tmp_path):
+def test_derivatives_of_a_scalar_function_on_the_stack(engine, tmp_path, alone):
     """A loaded program's function of scalars that uses the stack (PUSH/POP: no adjoint
     program) has reverse mode and second derivatives in both bridges, the calls on
     numbers included: out += x^3."""
@@ -511,6 +511,11 @@ def test_derivatives_of_a_scalar_function_on_the_stack(engine, tmp_path):
     loss = lambda x: C(0.0, x)[0]
     assert float(jax.grad(loss)(2.0)) == 12.0 and float(jax.hessian(loss)(2.0)) == 12.0
     assert float(jax.jit(jax.grad(jax.grad(loss)))(2.0)) == 12.0
+    # a batch of its gradients: one host call whose rows run one by one (gradient mode)
+    alone[0] = 0
+    xs = np.array([0.5, 1.0, 2.0])
+    assert np.allclose(jax.jit(jax.vmap(jax.grad(loss)))(xs), 3 * xs ** 2)
+    assert alone == [3]
     T = rvm.to_torch(cube, engine=engine)
     x = t64(2.0)[0]
     g, = torch.autograd.grad(T(0.0, x)[0], x, create_graph=True)
