@@ -315,6 +315,10 @@ def test_error_messages_name_the_janus_line_and_values(tmp_path):
 
 @pytest.mark.parametrize("text,message", [
     ("procedure main()\n    int x\n    x += y\n", "3:10: error: variable 'y' is not declared"),
+    ("procedure main()\n    if !5 then\n        skip\n    fi false\n",
+     "2:8: error: ! takes a boolean"),
+    ("procedure main()\n    int x\n    if !x then\n        skip\n    fi true\n",
+     "3:8: error: ! takes a boolean"),
     ("procedure main()\n    int x\n    x = 1\n", "3:7: error: expected +=, -=, ^= or <=>"),
     ("procedure f(int x)\n    x += 1\n", "no procedure main()"),
     ("procedure main()\n    int x\n    local int t = 0\n        x += t\n    delocal int u = 0\n",
@@ -1054,3 +1058,14 @@ def test_struct_errors_name_the_struct(tmp_path):
     out = cli("run", "prog.ja", cwd=tmp_path)
     assert out.returncode == 1 and "prog.ja:7: ps.x: array index 2 was out of bounds " \
         "(array size was 2; ps.x[2])" in out.stderr
+
+
+def test_not_takes_booleans(tmp_path):
+    """`!` of a comparison, of && / ||, of true/false and of empty(s) runs as in jana."""
+    text = ("procedure main()\n    int x\n    stack s\n"
+            "    if !(x = 0) || !true || !empty(s) || !(x > 1 && x < 0) then\n"
+            "        x += 1\n    fi x = 1\n")
+    path = tmp_path / "prog.ja"
+    path.write_text(text)
+    out = cli("run", path)
+    assert out.returncode == 0 and out.stdout.startswith("s = nil\nx = 1"), out

@@ -104,6 +104,12 @@ def tokenize(text: str, path: str) -> list[Token]:
     return out
 
 
+def _boolean(e) -> bool:
+    """Is e one of Janus's boolean expressions?"""
+    return isinstance(e, (ast.Compare, ast.BoolOp)) or getattr(e, "janus_bool", False) or \
+        (isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not))
+
+
 def _number(text: str) -> int:
     """A number token: decimal, or the fork's hexadecimal 0xFF and binary 0b101."""
     return int(text, 0) if text[:2].lower() in ("0x", "0b") else int(text)
@@ -1517,7 +1523,12 @@ class Parser:
         t = self.tok
         if self.at("!"):
             self.take()
-            return _at(ast.UnaryOp(ast.Not(), self.unary()), t)
+            operand = self.unary()
+            if not _boolean(operand):       # (jana: "Couldn't match expected type bool")
+                raise self.error("! takes a boolean (a comparison, &&, ||, !, true, false "
+                                 "or empty(s)), not an int", t,
+                                 "compare the int: !(x = 0), or x != 0")
+            return _at(ast.UnaryOp(ast.Not(), operand), t)
         if self.at("-"):
             self.take()
             return _at(ast.UnaryOp(ast.USub(), self.unary()), t)
@@ -1531,7 +1542,9 @@ class Parser:
             return _at(ast.Constant(_number(t.text)), t)
         if self.at("true", "false"):
             self.k += 1
-            return _at(ast.Constant(int(t.text == "true")), t)
+            node = _at(ast.Constant(int(t.text == "true")), t)
+            node.janus_bool = True
+            return node
         if self.at("nil"):
             raise self.error("nil is only the value of an empty stack in local/delocal "
                              "stack s = nil; test a stack with empty(s)")
