@@ -4,6 +4,7 @@ is not installed is skipped here by name; rvm's own rows are checked regardless.
 
 import importlib.util
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -88,6 +89,10 @@ def test_every_peer_agrees_with_rvm(quick, lib):
                 names = [r["peer"] for r in t["rows"] if library(r["peer"]) == "numba"]
                 assert any("serial" in n for n in names), (t["title"], t["cores"], names)
                 assert t["cores"] == 1 or any("prange" in n for n in names), names
+        for t in result["tables"]:      # numba's prange on the layer measure.pin chose
+            for r in t["rows"]:
+                if "prange" in r["peer"] and "NUMBA_THREADING_LAYER" not in os.environ:
+                    assert r["threading_layer"] == "workqueue", (t["title"], r["peer"])
 
 
 def test_the_performance_page_is_a_page():
@@ -183,3 +188,47 @@ def test_an_import_error_inside_a_peer_fails_and_a_missing_library_is_a_skip(mon
     if real("torch") is not None:
         with pytest.raises(ImportError):
             peers._try("PyTorch eager", "reverse", no_torch)
+
+
+def test_the_bessel_check_fails_a_peer_that_sums_too_few_terms():
+    """Honest peers differ from rvm's besselj by up to 2.9e-8; one summing 7 terms where
+    the points up to z = 3 need 9 differs by 7.6e-8 and must not agree."""
+    import numpy as np
+
+    import rvm
+    peers = _bench_module("peers")          # (puts examples/ on the path)
+    measure = _bench_module("measure")
+    besselj = importlib.import_module("besselj").besselj
+    zs = np.linspace(0.5, 3.0, 1000)
+    batch = rvm.vmap(rvm.grad(besselj, loss="out", engine="native"), in_axes=(None, None, 0))
+    ref = batch(0.0, 2, zs)[2]
+
+    def summed(count):          # dJ2/dz summing `count` terms after the first
+        h = zs / 2
+        term, dterm = h ** 2 / 2, h / 2
+        total = dterm.copy()
+        for k in range(1, count + 1):
+            ratio, dratio = -h * h / (k * (k + 2)), -h / (k * (k + 2))
+            term, dterm = term * ratio, dterm * ratio + term * dratio
+            total += dterm
+        return total
+    assert measure.compare(summed(9), ref, peers.BESSEL_TOL)[0]
+    assert measure.compare(summed(20), ref, peers.BESSEL_TOL)[0]
+    assert not measure.compare(summed(7), ref, peers.BESSEL_TOL)[0]
+
+
+def test_pinning_sets_only_real_xla_flags_and_the_default_run_numbas_threading_layer():
+    code = ("import os, sys; sys.path.insert(0, sys.argv[1]); import measure; "
+            "measure.pin(int(sys.argv[2])); print(os.environ.get('XLA_FLAGS', ''), '|', "
+            "os.environ.get('NUMBA_THREADING_LAYER', ''))")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("XLA_FLAGS", "NUMBA_THREADING_LAYER")}
+    out = {}
+    for cores in (1, 0):
+        r = subprocess.run([sys.executable, "-c", code, str(ROOT / "tools" / "bench"),
+                            str(cores)], capture_output=True, text=True, env=env, timeout=60)
+        assert r.returncode == 0, r.stderr
+        out[cores] = [part.split() for part in r.stdout.split("|")]
+    xla, _ = out[1]
+    assert xla and all(tok.startswith("--xla_") for tok in xla), xla   # none XLA ignores
+    assert out[0] == [[], ["workqueue"]]      # prange peers off numba's spinning omp layer

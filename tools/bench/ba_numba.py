@@ -102,6 +102,8 @@ def observation(i, cams, xs, obs, w, feats, blocks, reproj):
 
 
 _KERNELS = {}
+_one = None         # `observation` compiled (a global, not a closure: numba's cache keys a
+#                     closure's cells, a dispatcher differently in each process)
 
 
 def blocks_kernel(parallel: bool):
@@ -109,18 +111,20 @@ def blocks_kernel(parallel: bool):
     `prange` (`@njit(parallel=True)`); each iteration is `observation`, inlined."""
     if parallel not in _KERNELS:
         import numba
+        global _one
         opts = {"error_model": "numpy"}     # IEEE division, as JAX: no zero-division checks
-        one = numba.njit(inline="always", **opts)(observation)
+        if _one is None:
+            _one = numba.njit(inline="always", **opts)(observation)
 
         def serial(cams, xs, obs, w, feats, blocks, reproj):
             for i in range(obs.shape[0]):
-                one(i, cams, xs, obs, w, feats, blocks, reproj)
+                _one(i, cams, xs, obs, w, feats, blocks, reproj)
 
         def threads(cams, xs, obs, w, feats, blocks, reproj):
             for i in numba.prange(obs.shape[0]):
-                one(i, cams, xs, obs, w, feats, blocks, reproj)
+                _one(i, cams, xs, obs, w, feats, blocks, reproj)
         _KERNELS[parallel] = numba.njit(parallel=True, **opts)(threads) if parallel else \
-            numba.njit(**opts)(serial)
+            numba.njit(cache=True, **opts)(serial)      # (see peers.py: prange)
     return _KERNELS[parallel]
 
 

@@ -110,6 +110,9 @@ def _parallel(peer: Peer) -> Peer:
 
 
 prange = range      # numba.prange once numba is loaded (a serial compile reads it as range)
+# The serial numba peers are compiled with cache=True: run.py gives each run a fresh
+# NUMBA_CACHE_DIR, so the default-cores process loads what the one-core one compiled
+# (a prange compile is never cached: numba's cache does not tell it from the serial one).
 
 
 def one_thread_vmap(cores):
@@ -266,7 +269,7 @@ def _gmm_points(parallel):
         n, d = x.shape
         gw = np.zeros((chunks, k, m))
         tot = np.zeros(chunks)
-        for t in numba.prange(chunks):
+        for t in prange(chunks):
             p = np.empty(m)
             e = np.empty(k)
             for i in range(n * t // chunks, n * (t + 1) // chunks):
@@ -292,7 +295,7 @@ def _gmm_points(parallel):
                     for j in range(m):
                         gw[t, c, j] += w * p[j]
         return tot.sum(), gw.sum(0)
-    return numba.njit(parallel=parallel, fastmath=False)(points)
+    return numba.njit(parallel=parallel, fastmath=False, cache=not parallel)(points)
 
 
 def gmm_numba(data, parallel):
@@ -418,6 +421,8 @@ def case_gmm(size, cores):
 
 # ====================================================================== Bessel
 BESSEL_ATOL = 1e-8          # examples/besselj.py's besselj: terms while |term| > 1e-8
+BESSEL_TOL = (0, 5e-8)      # rtol, atol: besselj multiplies approximately, and honest
+# peers differ from it by up to 2.9e-8; one summing 7 terms where a point needs 9, 8.6e-8
 
 
 def bessel_terms(nu, z, atol=BESSEL_ATOL) -> int:
@@ -485,13 +490,12 @@ def bessel_jax_while(atol=BESSEL_ATOL):
 def case_bessel_batch(size, cores):
     from besselj import besselj
     one_thread_vmap(cores)
-    npts = 2000 if size == "quick" else 100_000
+    npts = 1000 if size == "quick" else 100_000
     zs = np.linspace(0.5, 3.0, npts)
     most = max(bessel_terms(2, z) for z in zs)
     batch = rvm.vmap(rvm.grad(besselj, loss="out", engine="native"), in_axes=(None, None, 0))
     ref = batch(0.0, 2, zs)[2]
-    tol = (0, 5e-8)         # besselj multiplies approximately: honest peers differ from
-    # it by up to 2.9e-8, one summing 7 terms where a point needs 9 by 8.6e-8
+    tol = BESSEL_TOL
     peers = [Peer("rvm (rvm.vmap of rvm.grad)", lambda: batch(0.0, 2, zs), ref, "reverse",
                   extra={"points": npts, "terms": f"{min(bessel_terms(2, z) for z in zs)}-"
                                                   f"{most}"})]
@@ -501,7 +505,7 @@ def case_bessel_batch(size, cores):
         if parallel:
             f = numba.njit(parallel=True)(bessel_by_hand)
         else:
-            f = numba.njit(bessel_by_hand)
+            f = numba.njit(cache=True)(bessel_by_hand)
         out = np.empty_like(zs)
         f(2, zs, out, BESSEL_ATOL)
         return (lambda: f(2, zs, out, BESSEL_ATOL)), out.copy()
@@ -583,7 +587,7 @@ def case_bessel_call(size, cores):
     from besselj import besselj
     g = rvm.grad(besselj, loss="out", engine="native")
     terms = bessel_terms(2, 1.0)
-    tol = (0, 5e-8)         # as case_bessel_batch
+    tol = BESSEL_TOL
     peers = [Peer("rvm (rvm.grad)", lambda: g(0.0, 2, 1.0), np.array([g(0.0, 2, 1.0)[2]]),
                   "reverse", extra={"terms": terms})]
 
@@ -632,7 +636,7 @@ def case_bessel_call(size, cores):
             out = np.empty(1)
             bessel_hand_nb(2, np.array([z]), out, BESSEL_ATOL)
             return out[0]
-        bessel_hand_nb = numba.njit(bessel_by_hand)
+        bessel_hand_nb = numba.njit(cache=True)(bessel_by_hand)
         return (lambda: one(1.0)), np.array([one(1.0)])
     peers.append(_try("numba by hand", "forward, by hand", numba_peer, tol))
     return [("Bessel dJ2/dz at z = 1.0, one call from Python", peers)]
@@ -674,9 +678,9 @@ def ba_jax(data, how):
     return run, _flat(r["reproj_err"], r["J"]["vals"])
 
 
-def ba_torch(data, how, cores):
+def ba_torch(data, how, cores, compiled=False):
     """As ba_jax in PyTorch eager: torch.func's jacfwd or jacrev of one observation's
-    residual, vmapped over the observations."""
+    residual, vmapped over the observations; or that vmap under torch.compile."""
     torch = _torch(cores)
     import ba
     from torch.func import jacfwd, jacrev, vmap
@@ -695,6 +699,8 @@ def ba_torch(data, how, cores):
         return out, out
     jacobian = jacfwd if how == "jacfwd" else jacrev
     jac = vmap(jacobian(residual, argnums=(0, 1, 2), has_aux=True))
+    if compiled:
+        jac = torch.compile(jac)
     cams = torch.from_numpy(data["cams"][data["obs"][:, 0]])
     xs = torch.from_numpy(data["x"][data["obs"][:, 1]])
     w, feats = torch.from_numpy(data["w"]), torch.from_numpy(data["feats"])
@@ -747,6 +753,10 @@ def case_ba(size, cores):
                           lambda data=data: ba_torch(data, "jacfwd", cores), tol))
         peers.append(_try("PyTorch eager vmap(jacrev)", "reverse",
                           lambda data=data: ba_torch(data, "jacrev", cores), tol))
+        for how in ("jacrev", "jacfwd")[:2 if size == "full" else compiling()]:
+            peers.append(_try(f"torch.compile(vmap({how}))", "reverse" if how == "jacrev"
+                              else "forward", lambda data=data, how=how:
+                              ba_torch(data, how, cores, True), tol, _compile_fails()))
         out.append((f"Bundle-adjustment Jacobian, {stem} "
                     f"({len(data['w']):,} observations)", peers))
     return out
@@ -850,7 +860,7 @@ def leapfrog_peers(n, cores, which=None):
 
 
 def case_leapfrog(size, cores):
-    n = 1000 if size == "quick" else 100_000
+    n = 300 if size == "quick" else 100_000
     peers = [_try(name, mode, make, (1e-9, 1e-12))
              for name, (mode, make) in leapfrog_peers(n, cores).items()]
     peers[0].extra = {"steps": n}
