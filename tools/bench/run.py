@@ -10,7 +10,8 @@ over the rounds. Every peer's result is checked against rvm's in the same proces
 Each comparison runs first pinned to one core (every tool told to use one thread), then,
 where rvm uses more than one core by default, as every tool runs by default. --quick
 runs tiny inputs (under a minute; tests/test_bench.py runs it). --doc also puts the
-tables into docs/performance.md between its bench markers.
+tables into docs/performance.md between its bench markers, only when every comparison
+ran and every peer agreed with rvm (else the command exits 1 and the page is unchanged).
 """
 
 import argparse
