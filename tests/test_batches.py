@@ -194,3 +194,19 @@ def test_mismatched_lengths_and_scalars_name_the_argument(backend):
         rvm.vmap(prog["f"], backend=backend)(np.zeros(2), np.ones(2), np.ones(1, np.int64))
     with pytest.raises(rvm.UsageError, match=r"argument 1 is batched .* scalar"):
         rvm.vmap(lambda a, b: a + b, backend=backend)(np.zeros(2), 1.0)
+
+
+def test_batches_split_across_the_cores_this_process_may_use(monkeypatch):
+    """A process pinned to one core (taskset, a container's CPU set) runs a native batch
+    on one thread: the cores counted are those it may run on, not the machine's."""
+    import os
+
+    from rvm.engines import native
+    if not hasattr(os, "sched_getaffinity"):
+        pytest.skip("no CPU affinity on this platform")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    native._cores.cache_clear()
+    try:
+        assert native._cores() == 1
+    finally:
+        native._cores.cache_clear()

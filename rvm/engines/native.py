@@ -179,6 +179,8 @@ THREAD_ROWS = 4096      # rows per thread, at least, before a batch is split acr
 @functools.cache
 def _cores() -> int:
     import os
+    if hasattr(os, "sched_getaffinity"):    # the cores this process may run on (taskset,
+        return len(os.sched_getaffinity(0)) or 1    # a container's CPU set)
     return os.cpu_count() or 1      # (about 6 us a call on some systems: asked once)
 
 
