@@ -27,7 +27,7 @@ from .gradient import loss_index, target, with_inverse
 KINDS = {"tangent": (transforms.tangent, "dot"), "adjoint": (transforms.adjoint, "bar")}
 
 
-def _program_of(fn, args):
+def program_of(fn, args):
     program, name, _ = target(fn, tuple(args))
     return program.functions[name]
 
@@ -96,7 +96,7 @@ def as_bound(f, args) -> tuple:
     if isinstance(f, Transformed) or not any(
             isinstance(a, np.ndarray) and a.dtype.kind in "iu" for a in args):
         return args
-    return declared_float_arrays(_program_of(f, args), args)
+    return declared_float_arrays(program_of(f, args), args)
 
 
 def float_arguments(fn, args) -> list[int]:
@@ -105,7 +105,7 @@ def float_arguments(fn, args) -> list[int]:
     if isinstance(fn, Transformed):
         n = arity(fn.inner, args)
         return float_arguments(fn.inner, args[:n]) + list(range(n, len(args)))
-    return _param_floats(_program_of(fn, args).params, args)
+    return _param_floats(program_of(fn, args).params, args)
 
 
 def _param_floats(params, args) -> list[int]:
@@ -177,7 +177,7 @@ def _registers(fn: Function, args) -> list[str]:
     return out
 
 
-def _pack(inner, floats: list[int], extra) -> list:
+def pack_tangents(inner, floats: list[int], extra) -> list:
     """f's arguments `inner` with one tangent (or shadow) per float argument in `extra`,
     as its derivative program takes them: arrays interleaved with theirs, then the
     scalars' ones."""
@@ -371,11 +371,11 @@ class Transformed:
             raise UsageError(f"{self.name} takes {n} arguments and {len(floats)} "
                              f"{KINDS[self.kind][1]}s, got {len(args)} in all")
         if not isinstance(self.inner, Transformed):
-            return _pack(inner, floats, extra)
+            return pack_tangents(inner, floats, extra)
         packed = self.inner.pack(inner)
         dots = self.inner.pack(_tangents(inner, floats, extra))
         pfloats = self._packed_floats(inner, packed)
-        return _pack(packed, pfloats, [dots[k] for k in pfloats])
+        return pack_tangents(packed, pfloats, [dots[k] for k in pfloats])
 
     def _packed_floats(self, inner, packed) -> list[int]:
         """The float arguments among the inner derivative's packed arguments."""
@@ -486,7 +486,7 @@ class Transformed:
         jax.grad), else one per cotangent that is nonzero in some row. None where there
         is no such loop, or a row fails or has a non-finite result (the caller's row by
         row path reports it)."""
-        from .gradient import _jacobian_plan, _Pass
+        from .gradient import Pass, jacobian_plan
         plans = self.__dict__.setdefault("_jacobians", {})
         first = first_row(columns)
         key = (call_kind(first), tuple(sorted(options.items(), key=lambda kv: kv[0])))
@@ -497,7 +497,7 @@ class Transformed:
                 n = arity(self.inner, first)
                 floats = float_arguments(self.inner, first[:n])
                 if len(columns) == n + len(floats) and floats:
-                    found = _jacobian_plan(_Pass(self.inner, options), first[:n],
+                    found = jacobian_plan(Pass(self.inner, options), first[:n],
                                            floats, floats)
                     plan = None if found is None else (found, n, floats)
             except Exception:           # (the general path reports it)
@@ -708,7 +708,7 @@ def _hvp_gradient(f, primals, dots, floats, which, options):
 
 def _hvp_packed(g, primals, dots, floats) -> tuple:
     """H @ dots from the gradient of the tangent program (see _hvp_gradient)."""
-    grads = g(*_pack(primals, floats, dots))
+    grads = g(*pack_tangents(primals, floats, dots))
     out: list = [None] * len(primals)
     for k in floats:
         out[k] = grads[k][..., 0::2].copy() if isinstance(primals[k], np.ndarray) \

@@ -127,7 +127,7 @@ def find_argument(bindings: list[Binding], fn, which: Loss, what: str,
     return b, element
 
 
-class _Pass:
+class Pass:
     """One machine reused for the forward run and any number of backward passes."""
 
     def __init__(self, fn, machine_options: dict):
@@ -182,7 +182,7 @@ class _Direct:
     functions directly, with no machine frame in between. Any error (or anything unusual)
     sends the call down the general path, which reports it exactly."""
 
-    def __init__(self, runner: _Pass, loss: Loss, values: bool = True):
+    def __init__(self, runner: Pass, loss: Loss, values: bool = True):
         self.runner, self.loss = runner, loss
         self.local = PerThread(plans=dict)    # per thread: a plan's buffers (a
         # private heap, the state array) serve one native call at a time, without the GIL
@@ -530,7 +530,7 @@ def loss_index(fn, args, loss) -> tuple[int, int | None]:
 
 def _value_and_grad(fn, loss: Loss, machine_options: dict,
                     values: bool = True) -> Callable[..., tuple]:
-    runner = _Pass(fn, machine_options)
+    runner = Pass(fn, machine_options)
     direct = _Direct(runner, loss, values)
 
     def run(*args) -> tuple[tuple, tuple]:
@@ -566,7 +566,7 @@ def finite(grads) -> bool:
     return True
 
 
-def not_finite(runner: _Pass, args, loss: Loss, grads) -> MachineError:
+def not_finite(runner: Pass, args, loss: Loss, grads) -> MachineError:
     """The error for gradients that came out inf or nan: which argument's, and where in
     the gradient pass a shadow first stopped being finite, found by running the pass
     again on the interpreter one instruction at a time (a failing call costs that pass;
@@ -685,7 +685,7 @@ def jacobian(fn, outputs: Sequence[Loss], wrt: Sequence[Loss], has_aux: bool = F
     rows: per row one forward run and one gradient pass per output.
     """
     check_options(machine_options)
-    runner = _Pass(fn, machine_options)
+    runner = Pass(fn, machine_options)
     plans = Transient()         # argument types -> the native Jacobian loop
     # after a first call of a kind of arguments: one value-and-gradient per output, each
     # on the direct path (native code called straight) where it can be
@@ -735,7 +735,7 @@ def jacobian(fn, outputs: Sequence[Loss], wrt: Sequence[Loss], has_aux: bool = F
         first = first_row(columns)
         key = tuple(map(type, first))
         if key not in plans:
-            plans[key] = _jacobian_plan(runner, first, outputs, wrt)
+            plans[key] = jacobian_plan(runner, first, outputs, wrt)
         plan = plans[key]
         if plan is None:
             return None
@@ -756,7 +756,7 @@ def jacobian(fn, outputs: Sequence[Loss], wrt: Sequence[Loss], has_aux: bool = F
     return run
 
 
-def _jacobian_plan(runner: _Pass, args: tuple, outputs, wrt) -> tuple | None:
+def jacobian_plan(runner: Pass, args: tuple, outputs, wrt) -> tuple | None:
     """The native Jacobian loop for these argument types (a scalar program on the native
     or auto engine), its seeds (one row per output) and the columns `wrt` picks."""
     from ..engines import native

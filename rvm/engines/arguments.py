@@ -231,7 +231,7 @@ def bind(machine, fn, args, names: list[str] | None = None) -> tuple[list, list[
         if is_complex:
             a = as_floats(a)
         if isinstance(a, np.ndarray) and a.dtype.kind == "i" and \
-                _declared(fn, params[k:k + 1 + a.ndim]) == isa.FLOAT:
+                declared_class(fn, params[k:k + 1 + a.ndim]) == isa.FLOAT:
             a = a.astype(np.float64)      # as np.asarray(a, float): [1, 2] for Array[float]
         if isinstance(a, np.ndarray):
             dtype = DTYPES[a.dtype]
@@ -279,7 +279,8 @@ def declared_float_arrays(fn, args) -> tuple:
     out, k = [], 0
     for a in args:
         if isinstance(a, np.ndarray):
-            if a.dtype.kind in "iu" and _declared(fn, fn.params[k:k + 1 + a.ndim]) == isa.FLOAT:
+            if a.dtype.kind in "iu" and \
+                    declared_class(fn, fn.params[k:k + 1 + a.ndim]) == isa.FLOAT:
                 a = a.astype(np.float64)
             k += 1 + a.ndim
         else:
@@ -288,7 +289,7 @@ def declared_float_arrays(fn, args) -> tuple:
     return tuple(out)
 
 
-def _declared(fn, regs) -> str:
+def declared_class(fn, regs) -> str:
     """The element class the source declares for an array parameter in these registers
     (its debug symbol's), or "" when none is known (assembly)."""
     regs = tuple(regs)

@@ -391,7 +391,7 @@ class HeapDerivative:
         """(H_a v, J^T a, J^T b) for cotangents a and b (b: None, nothing) of f's float
         arguments: one gradient pass of f's tangent program along v per entry where a
         or b is nonzero."""
-        from ..ad.derivatives import _pack, tangent
+        from ..ad.derivatives import pack_tangents, tangent
         from ..ad.gradient import grad
         n, floats = self.n, self.floats
         h, ja, jb = self._zeros(x), self._zeros(x), self._zeros(x)
@@ -402,7 +402,7 @@ class HeapDerivative:
             weights.setdefault((j, e), [0.0, 0.0])[1] = w
         if not weights:
             return h, ja, jb
-        packed = _pack(x, floats, v)
+        packed = pack_tangents(x, floats, v)
         for (j, e), (wa, wb) in weights.items():
             i = floats[j]
             loss = n + self.scalars.index(i) if e is None else (i, 2 * e + 1)
@@ -459,18 +459,18 @@ def _declared_arrays(fn, example: tuple) -> dict:
     """Argument index -> "float" or "int" for each array argument whose element type the
     function's source declares (rvm.Array[float], an assembly array's debug type); for a
     transformed function, none."""
-    from ..ad.derivatives import Transformed, _program_of
-    from ..engines.arguments import _declared
+    from ..ad.derivatives import Transformed, program_of
+    from ..engines.arguments import declared_class
     if isinstance(fn, Transformed):
         return {}
     try:
-        prog_fn = _program_of(fn, example)
+        prog_fn = program_of(fn, example)
     except Exception:                       # (the call reports it)
         return {}
     out, k = {}, 0
     for i, a in enumerate(example):
         if isinstance(a, np.ndarray):
-            cls = _declared(prog_fn, prog_fn.params[k:k + 1 + a.ndim])
+            cls = declared_class(prog_fn, prog_fn.params[k:k + 1 + a.ndim])
             if cls:
                 out[i] = "float" if cls == isa.FLOAT else "int"
             k += 1 + a.ndim
