@@ -1069,3 +1069,17 @@ def test_not_takes_booleans(tmp_path):
     path.write_text(text)
     out = cli("run", path)
     assert out.returncode == 0 and out.stdout.startswith("s = nil\nx = 1"), out
+
+
+@pytest.mark.parametrize("text,message", [
+    ('procedure main()\n    error("stop here")\n', "prog.ja:2: error: stop here"),
+    ("procedure f()\n    call g()\n\nprocedure main()\n    call f()\n",
+     "prog.ja:2: procedure 'g' is not defined"),
+])
+def test_janus_messages_where_no_variable_exists(tmp_path, text, message):
+    """A Janus error in a procedure with no variables speaks Janus, not of the machine's
+    assertion (the explainer was asked only where a function had symbols)."""
+    (tmp_path / "prog.ja").write_text(text)
+    out = cli("run", "prog.ja", cwd=tmp_path)
+    assert out.returncode == 1 and message in out.stderr, out.stderr
+    assert "ASSERT" not in out.stderr and "Traceback" not in out.stderr

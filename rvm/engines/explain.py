@@ -79,11 +79,13 @@ EXPLAINERS: dict = {}
 
 def explain(fn: Function, ins, line: int, path: str, R: list, message: str) -> str | None:
     """The message in source terms, or None when there is nothing better to say."""
-    if not fn.symbols or ins is None:
+    if ins is None:
         return None
-    for suffix, other in EXPLAINERS.items():
-        if path.endswith(suffix):
+    for suffix, other in EXPLAINERS.items():     # (a frontend's own: a Janus `error(...)`
+        if path.endswith(suffix):                 # speaks even where no variable exists)
             return other(fn, ins, line, path, R, message)
+    if not fn.symbols:
+        return None
     if ins.op in ("ASSERT.LT", "ASSERT.GE"):
         bounds = _bounds(fn, ins, line, path, R)
         if bounds is not None:
