@@ -79,9 +79,10 @@ def signature(ir, t: LaneTypes, node: ast.FunctionDef):
 
 
 def inlined(calls: dict, names) -> set:
-    """Those of `names` that never call themselves (directly or not; calls: calls_of):
-    their lane versions are inlined where they are called, so a call from a block every
-    row runs passes the constant mask, and the callee's masks fold away."""
+    """Those of `names` that never call themselves, directly or not (calls: {generated
+    function: the names it calls}): their lane versions are inlined where they are
+    called, so a call from a block every row runs passes the constant mask, and the
+    callee's masks fold away."""
     return {n for n in names if n not in callees(calls, calls.get(n, ()))}
 
 

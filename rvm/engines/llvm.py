@@ -47,8 +47,7 @@ from .lowering import (
     Lowering,
     Types,
     Unsupported,
-    budget_tests,
-    called,
+    budget_test,
     callees,
     guard,
     loop_over,
@@ -631,8 +630,15 @@ class _Source:
             node = self.node(name)
             if len(source) < self.KEEP:
                 self.kept[name] = node
-            self.calls[name], tests[name] = called(node), budget_tests(node)
-            ret = next((n for n in ast.walk(node) if isinstance(n, ast.Return)), None)
+            calls, count, ret = set(), 0, None        # one walk over the tree
+            for n in ast.walk(node):
+                if isinstance(n, ast.Call) and isinstance(n.func, ast.Name):
+                    calls.add(n.func.id)
+                elif isinstance(n, ast.If):
+                    count += budget_test(n)
+                elif isinstance(n, ast.Return) and ret is None:
+                    ret = n
+            self.calls[name], tests[name] = calls, count
             self.stubs[name] = ast.FunctionDef(name=name, args=node.args,
                                                body=[ret] if ret else [], decorator_list=[])
         self.run_out = running_out(tests, self.calls)

@@ -1040,26 +1040,15 @@ def returns_of(node: ast.FunctionDef) -> list[str]:
     raise Unsupported(f"{node.name} returns nothing")
 
 
-def calls_of(nodes: list) -> dict:
-    """{generated function: the names it calls}."""
-    return {n.name: called(n) for n in nodes}
-
-
-def called(node) -> set[str]:
-    """The names a generated function calls."""
-    return {c.func.id for c in ast.walk(node) if isinstance(c, ast.Call) and
-            isinstance(c.func, ast.Name)}
-
-
-def budget_tests(node) -> int:
-    """How many step-budget tests a generated function makes (one at its end; more at
-    back edges)."""
-    return sum(isinstance(s, ast.If) and is_raise(s.body) and _raises_budget(s.body)
-               for s in ast.walk(node))
+def budget_test(s: ast.If) -> bool:
+    """Is this `if` a step-budget test (a generated function makes one at its end, more
+    at back edges)?"""
+    return is_raise(s.body) and _raises_budget(s.body)
 
 
 def callees(calls: dict, roots) -> set:
-    """The generated functions that `roots` run, themselves included (calls: calls_of)."""
+    """The generated functions that `roots` run, themselves included (calls: {generated
+    function: the names it calls})."""
     seen, work = set(), list(roots)
     while work:
         name = work.pop()
