@@ -1640,6 +1640,25 @@ def test_python_frontend_print_on_every_engine(capsys, engine):
 
 
 @pytest.mark.skipif(not native.available, reason="llvmlite is not installed")
+def test_a_gradient_of_a_scalar_function_that_prints_stays_native(capsys):
+    """A program without heap but with output has no scalar fused call (its output lives
+    in the machine's state array): its gradient's native group is the heap one, not a
+    missing entry that sent the whole program to the python engine with a warning."""
+    import warnings
+
+    @rvm.reversible
+    def f(out: float, x: float):
+        out += x * x
+        print("x is", x)
+    got = {}
+    for e in ("interp", "native"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got[e] = (rvm.grad(f, loss="out", engine=e)(0.0, 3.0), capsys.readouterr().out)
+    assert got["native"] == got["interp"] and got["native"][0] == (1.0, 6.0)
+
+
+@pytest.mark.skipif(not native.available, reason="llvmlite is not installed")
 def test_native_output_past_its_buffer_and_past_the_step_budget(tmp_path, capsys):
     from rvm.engines import machine
     prog = _janus(tmp_path, """

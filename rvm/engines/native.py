@@ -265,15 +265,16 @@ class Functions(dict):
         """Compile function fname's gradient group, if not made yet: what a gradient's
         direct calls run, with the forward run the gradient's first, general call makes
         on the machine. Scalars only: one fused call forwards and back (vgs). With the
-        heap: the passes the direct calls with arrays make (forwards, or to the copy of
-        a compute-copy-uncompute function, then the gradient pass from there), and both
-        in one fused call (vg). Anything else is compiled when asked for."""
+        heap (or output statements): the passes the direct calls with arrays make
+        (forwards, or to the copy of a compute-copy-uncompute function, then the gradient
+        pass from there), and both in one fused call (vg). Anything else is compiled when
+        asked for."""
         comp = self.compiled
-        if comp.uses_heap:
+        if comp.name(fname, "vgs") in self.fused:     # (see __init__: which programs)
+            modes, fused = ("fw",), {comp.name(fname, "vgs")}
+        else:
             modes = ("fw", "fws", "gbws") if fname in comp.splits else ("fw", "gbw")
             fused = {comp.name(fname, "vg")}
-        else:
-            modes, fused = ("fw",), {comp.name(fname, "vgs")}
         with self.lock:
             if not all(n in self for n in fused):
                 self.llvm(tuple(comp.name(fname, m) for m in modes),
