@@ -17,6 +17,8 @@ from ..core import isa
 from ..core.inverse import invert, relabel
 from ..core.program import FuncRef, Function, Imm, Label, Reg
 from ..engines.arguments import convert
+from .arrays import Arrays
+from .arrays import statement as array_statement
 from .complexes import Complexes
 from .expressions import FLOAT, INT, Lowering, Var
 
@@ -145,6 +147,8 @@ class FunctionCompiler(Complexes, Lowering):
         pass
 
     def stmt_Assign(self, s) -> None:
+        if Arrays(self).handles(s):         # x, y = y, x of arrays; y = e is refused
+            return array_statement(self, s)
         t = s.targets[0]
         if (len(s.targets) == 1 and isinstance(t, ast.Tuple) and isinstance(s.value, ast.Tuple)
                 and len(t.elts) == 2 and len(s.value.elts) == 2
@@ -156,6 +160,8 @@ class FunctionCompiler(Complexes, Lowering):
                          "with ancilla(x=0.0): ...")
 
     def stmt_AugAssign(self, s) -> None:
+        if Arrays(self).handles(s):         # whole arrays and slices (arrays.py)
+            return array_statement(self, s)
         op = type(s.op)
         target = s.target
         self.no_index_alias([target], "update")
@@ -196,6 +202,8 @@ class FunctionCompiler(Complexes, Lowering):
         if isinstance(e, ast.Call):
             fname = self.callee_name(e.func)
             if fname in ("neg", "rot", "irot"):
+                if Arrays(self).handles(s):
+                    return array_statement(self, s)
                 return self.builtin(e, fname)
             if fname == "print":
                 return self.output(e)

@@ -1,0 +1,282 @@
+"""Array statements of reversible Python (docs/language.md, Arrays): each form against
+numpy's closed forms, the inverse restores the inputs, gradients against closed forms and
+finite differences, transforms, engines, and every refusal with its file:line:col."""
+# ruff: noqa: F821, B018
+
+import re
+import warnings
+
+import numpy as np
+import pytest
+
+import rvm
+from rvm import Array, ancilla, compute, neg, zeros
+from rvm.core.errors import CompileError, MachineError
+
+ENGINES = [None, "python"]
+rng = np.random.default_rng(37)
+X, Y = rng.normal(size=4), rng.normal(size=4)
+A, B = rng.normal(size=(3, 4)), rng.normal(size=(5, 4))
+
+
+@rvm.reversible
+def axpy(y: Array[float], x: Array[float], a: float):
+    y += a * x + np.exp(x) - np.sin(x) * np.tanh(x) + abs(x) ** 2 / 4.0 - 1.0
+    y -= 0.5 * np.sqrt(np.log(2.0 + x * x))
+
+
+def axpy_np(y, x, a):
+    return y + a * x + np.exp(x) - np.sin(x) * np.tanh(x) + abs(x) ** 2 / 4.0 - 1.0 - \
+        0.5 * np.sqrt(np.log(2.0 + x * x))
+
+
+@rvm.reversible
+def matvec(y: Array[float], A: Array[float, 2], x: Array[float], z: Array[float]):
+    y += A @ x
+    x -= 2.0 * (A.T @ z)
+
+
+@rvm.reversible
+def matmat(C: Array[float, 2], A: Array[float, 2], B: Array[float, 2], D: Array[float, 2]):
+    C += A @ B.T
+    D -= A.T @ C
+
+
+@rvm.reversible
+def reductions(s: float, t: Array[float], u: Array[float], x: Array[float],
+               y: Array[float], A: Array[float, 2]):
+    s += x @ y + np.dot(x, y) + 3.0 * np.sum(np.sin(x))
+    t += np.sum(A * A, axis=1)
+    u += np.sum(A, axis=0)
+
+
+@rvm.reversible
+def broadcast(C: Array[float, 2], x: Array[float], A: Array[float, 2], i: int):
+    C += x * A[0, :] + 2.0          # a 1-D operand broadcasts along the rows
+    C[i, :] += x
+    C[:, 0] -= A[:, 1]
+    C[1:3, 2:4] += A[0:2, 0:2].T
+
+
+@rvm.reversible
+def moves(x: Array[float], y: Array[float], c: float):
+    x *= c
+    y /= c
+    x, y = y, x
+    neg(x)
+    y[1:3] += x[0:2]
+    x[2:] -= x[:2]                  # disjoint parts of one array
+
+
+@rvm.reversible
+def integers(y: Array[int], x: Array[int], k: int):
+    y ^= (x & 3) | 8
+    y += x // 2 + (x << 1) - k
+
+
+@rvm.reversible
+def energy(e: float, x: Array[float]):
+    with ancilla(t=zeros(len(x))):
+        with compute() as r:
+            t += x * x + 1.0
+        e += np.sum(np.log(t))
+        ~r
+
+
+@rvm.reversible
+def quad(out: float, A: Array[float, 2], x: Array[float]):
+    """out = x . (A x), through an ancilla: gradient A x + A^T x."""
+    with ancilla(t=zeros(A.shape[0])):
+        t += A @ x
+        out += x @ t
+        t -= A @ x
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_elementwise_forms(engine):
+    y = rng.normal(size=4)
+    out = axpy(y, X, 1.5, engine=engine)
+    assert np.allclose(out[0], axpy_np(y, X, 1.5), rtol=1e-13)
+    back = (~axpy)(*out, engine=engine)
+    assert np.allclose(back[0], y, atol=1e-13) and np.array_equal(back[1], X)
+    C = rng.normal(size=(3, 4))
+    want = C.copy()
+    want += X * A[0, :] + 2.0
+    want[2, :] += X
+    want[:, 0] -= A[:, 1]
+    want[1:3, 2:4] += A[0:2, 0:2].T
+    got = broadcast(C, X, A, 2, engine=engine)
+    assert np.allclose(got[0], want)
+    assert np.allclose((~broadcast)(*got, engine=engine)[0], C)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_products_and_sums(engine):
+    z = rng.normal(size=3)
+    y, _, x, _ = matvec(np.zeros(3), A, X, z, engine=engine)
+    assert np.allclose(y, A @ X) and np.allclose(x, X - 2.0 * A.T @ z)
+    back = (~matvec)(y, A, x, z, engine=engine)
+    assert np.allclose(back[0], 0.0, atol=1e-13) and np.allclose(back[2], X)
+    C, _, _, D = matmat(np.zeros((3, 5)), A, B, np.ones((4, 5)), engine=engine)
+    assert np.allclose(C, A @ B.T) and np.allclose(D, 1.0 - A.T @ (A @ B.T))
+    assert np.allclose((~matmat)(C, A, B, D, engine=engine)[0], 0.0, atol=1e-12)
+    s, t, u = reductions(0.5, np.zeros(3), np.zeros(4), X, Y, A, engine=engine)[:3]
+    assert s == pytest.approx(0.5 + 2 * X @ Y + 3 * np.sum(np.sin(X)), rel=1e-13)
+    assert np.allclose(t, (A * A).sum(axis=1)) and np.allclose(u, A.sum(axis=0))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_scale_swap_neg_and_integers(engine):
+    x, y = X.copy(), Y.copy()
+    out = moves(x, y, 3.0, engine=engine)
+    xx, yy = -(y / 3.0), x * 3.0
+    yy[1:3] += xx[0:2]
+    xx[2:] -= xx[:2]
+    assert np.allclose(out[0], xx) and np.allclose(out[1], yy)
+    back = (~moves)(*out, engine=engine)
+    assert np.allclose(back[0], x) and np.allclose(back[1], y)
+    xi, yi = np.arange(5), np.arange(5) * 7
+    got = integers(yi, xi, 4, engine=engine)[0]
+    assert np.array_equal(got, (yi ^ ((xi & 3) | 8)) + xi // 2 + (xi << 1) - 4)
+    assert np.array_equal((~integers)(got, xi, 4, engine=engine)[0], yi)
+
+
+def test_zero_factor_is_refused_when_running():
+    with pytest.raises(MachineError):
+        moves(X.copy(), Y.copy(), 0.0)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_ancillas_compute_uncompute_and_gradients(engine):
+    e = energy(0.0, X, engine=engine)[0]
+    assert e == pytest.approx(np.sum(np.log(X * X + 1.0)), rel=1e-13)
+    g = rvm.grad(energy, loss="e", engine=engine)(0.0, X)[1]
+    assert np.allclose(g, 2 * X / (X * X + 1.0), rtol=1e-12)
+    M = rng.normal(size=(4, 4))
+    g = rvm.grad(quad, loss="out", engine=engine)(0.0, M, X)
+    assert np.allclose(g[2], M @ X + M.T @ X) and np.allclose(g[1], np.outer(X, X))
+    h = 1e-6
+    fd = [(quad(0.0, M, X + h * d)[0] - quad(0.0, M, X - h * d)[0]) / (2 * h)
+          for d in np.eye(4)]
+    assert np.allclose(g[2], fd, rtol=1e-6)
+
+
+def test_gradients_of_products_against_finite_differences():
+    z = rng.normal(size=3)
+
+    def loss(x):
+        return reductions(0.0, np.zeros(3), np.zeros(4), x, Y, A)[0]
+    g = rvm.grad(reductions, loss="s")(0.0, np.zeros(3), np.zeros(4), X, Y, A)
+    assert np.allclose(g[3], 2 * Y + 3 * np.cos(X)) and np.allclose(g[4], 2 * X)
+    h = 1e-6
+    fd = [(loss(X + h * d) - loss(X - h * d)) / (2 * h) for d in np.eye(4)]
+    assert np.allclose(g[3], fd, rtol=1e-6)
+    # the adjoint of y += A @ x: xbar = A^T ybar, Abar = ybar x^T
+    ybar = rng.normal(size=3)
+    out = rvm.adjoint(matvec)(np.zeros(3), A, X, z, ybar, np.zeros((3, 4)), np.zeros(4),
+                              np.zeros(3))
+    assert np.allclose(out[4], ybar) and np.allclose(out[6], A.T @ ybar)
+    assert np.allclose(out[5], np.outer(ybar, X)) and np.allclose(out[7], 0.0)
+
+
+def test_transforms():
+    M = rng.normal(size=(4, 4))
+    # jvp of out = x . (M x) along d: d . (M + M^T) x
+    d = rng.normal(size=4)
+    _, tans = rvm.jvp(quad, (0.0, M, X), (0.0, np.zeros((4, 4)), d))
+    assert tans[0] == pytest.approx(d @ (M + M.T) @ X, rel=1e-12)
+    t_out = rvm.tangent(quad)(0.0, M, X, 0.0, np.zeros((4, 4)), d)
+    assert t_out[3] == pytest.approx(d @ (M + M.T) @ X, rel=1e-12)
+    hv = rvm.hvp(quad, (0.0, M, X), (0.0, np.zeros((4, 4)), d), loss="out")
+    assert np.allclose(hv[2], (M + M.T) @ d)
+    H = rvm.hessian(energy, loss="e", wrt=[1])(0.0, X)
+    assert np.allclose(np.diag(H), 2 * (1 - X * X) / (X * X + 1.0) ** 2)
+    J = rvm.jacobian(matvec, [("y", 0), ("y", 1), ("y", 2)], ["x"])(np.zeros(3), A, X,
+                                                                      np.zeros(3))
+    assert np.allclose(J, A)
+    xs = rng.normal(size=(6, 4))
+    vals = rvm.vmap(energy, in_axes=(None, 0))(0.0, xs)[0]
+    assert np.allclose(vals, np.sum(np.log(xs * xs + 1.0), axis=1))
+    v, g = rvm.value_and_grad(energy, loss="e")(0.0, X)
+    assert v[0] == pytest.approx(np.sum(np.log(X * X + 1.0)))
+    assert np.allclose(g[1], 2 * X / (X * X + 1.0))
+
+
+def test_native_code():
+    pytest.importorskip("llvmlite")
+    M = rng.normal(size=(4, 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # no fallback to another engine
+        C = matmat(np.zeros((3, 5)), A, B, np.ones((4, 5)), engine="native")[0]
+        assert np.allclose(C, A @ B.T)
+        g = rvm.grad(quad, loss="out", engine="native")(0.0, M, X)
+        assert np.allclose(g[2], M @ X + M.T @ X)
+
+
+# ------------------------------------------------------------------ refusals
+
+def compiled(text: str, *args):
+    f = rvm.reversible.source(text, {"Array": Array, "np": np})
+    return f(*args)
+
+
+def refused(text: str, *args) -> str:
+    with pytest.raises(CompileError) as e:
+        compiled(text, *args)
+    return str(e.value)
+
+
+V, M34 = np.arange(4.0), np.ones((3, 4))
+
+
+@pytest.mark.parametrize("body, args, where, message", [
+    ("y[1:] += 0.5 * y[:-1]", (V,), "2:20", "y[1:] reads y[:-1], which overlaps it"),
+    ("y += A @ y", (V, np.ones((4, 4))), "2:14", "y reads y, which overlaps it"),
+    ("y += y[0]", (V, M34), "2:10", "y reads y[0], which overlaps it"),
+    ("y[0:2], y[1:3] = y[1:3], y[0:2]", (V,), "2:13", "y[0:2] is swapped with y[1:3]"),
+    ("y = A[0, :] * 2.0", (V, M34), "2:5", "y = ... overwrites the array"),
+    ("y[:] = A[0, :]", (V, M34), "2:5", "y[:] = ... overwrites the array"),
+    ("y[0:3] += A[0, 0:2]", (V, M34), "2:15", "shape mismatch: A[0, 0:2] has shape (2,), "
+     "y[0:3] has shape (3,)"),
+    ("y += A", (V, M34), "2:10", "A has 2 axes, more than y (1)"),
+    ("y[0:3] += A @ (y[0:3] * 2.0)", (V, M34), "2:20", "the operand y[0:3] * 2.0 of a "
+     "matrix product is not an array, a slice or a transpose"),
+    ("y += 2.0 * np.exp(A.T @ y)", (V, M34), "2:23", "A.T @ y is used inside an expression"),
+    ("y[::2] += 1.0", (V, M34), "2:7", "slices with a step are not supported"),
+])
+def test_refusals_name_the_place(body, args, where, message):
+    params = "y: Array[float]" + (", A: Array[float, 2]" if len(args) > 1 else "")
+    text = refused(f"def f({params}):\n    {body}\n", *args)
+    assert re.search(f":{where}: error: ", text), text
+    assert message in text, text
+    if "overlaps" in message:
+        assert "hint: a whole-array update may not read its own target; write the loop" \
+            in text
+    if "overwrites" in message:
+        assert "hint: accumulate instead" in text
+
+
+def test_a_scalar_target_takes_a_sum():
+    text = refused("def f(s: float, x: Array[float]):\n    s += x * 2.0\n", 0.0, V)
+    assert ":2:10: error: x * 2.0 is an array; the scalar target s takes a number" in text
+
+
+def test_shapes_known_only_when_running_are_checked_then():
+    f = rvm.reversible.source("def f(y: Array[float], x: Array[float]):\n    y += x\n",
+                              {"Array": Array})
+    assert np.array_equal(f(np.zeros(3), np.ones(3))[0], np.ones(3))
+    with pytest.raises(MachineError, match=r":2: assertion"):
+        f(np.zeros(4), np.ones(3))
+    g = rvm.reversible.source("def g(y: Array[float], n: int):\n    y[0:n] += 1.0\n",
+                              {"Array": Array})
+    assert np.array_equal(g(np.zeros(3), 2)[0], [1.0, 1.0, 0.0])
+    with pytest.raises(MachineError):
+        g(np.zeros(3), 5)
+
+
+def test_overlap_known_only_when_running_is_checked_then():
+    f = rvm.reversible.source("def f(y: Array[float], a: int, b: int):\n"
+                              "    y[a:a + 2] += y[b:b + 2]\n", {"Array": Array})
+    assert np.array_equal(f(np.arange(6.0), 0, 2)[0], [2.0, 4.0, 2.0, 3.0, 4.0, 5.0])
+    with pytest.raises(MachineError, match=r":2: "):
+        f(np.arange(6.0), 0, 1)
