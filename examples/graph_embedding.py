@@ -29,10 +29,8 @@ def distances(d: Array[float], x: Array[float, 2], pairs: Array[int, 2]):
 
 @rvm.reversible
 def mean_var(m: float, v: float, d: Array[float]):
-    for i in range(len(d)):
-        m += d[i] / len(d)
-    for i in range(len(d)):
-        v += (d[i] - m) ** 2 / len(d)
+    m += np.sum(d) / len(d)
+    v += np.sum((d - m) ** 2) / len(d)
 
 
 @rvm.reversible

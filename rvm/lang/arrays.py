@@ -128,13 +128,21 @@ class View:
         return ast.unparse(self.node)
 
 
+def scaled(coeff: list | None, term: ast.expr) -> ast.expr:
+    """The element term times (or divided by) the scalar factors of its product or sum,
+    in the source's order: c * x[k] / n."""
+    for g, div in coeff or ():
+        term = ast.BinOp(term, ast.Div(), g) if div else ast.BinOp(g, ast.Mult(), term)
+    return term
+
+
 @attrs.frozen
 class Product:
     """c * (A @ B), np.dot(A, B): A and B views of rank 1 or 2."""
 
     a: View
     b: View
-    coeff: ast.expr | None
+    coeff: list | None          # (factor, is a divisor)
     node: ast.expr
 
 
@@ -144,7 +152,7 @@ class Sum:
 
     expr: ast.expr
     axis: int | None
-    coeff: ast.expr | None
+    coeff: list | None          # (factor, is a divisor)
     node: ast.expr
 
 
@@ -387,9 +395,10 @@ class Arrays:
         return [(sign, e)]
 
     def special(self, t) -> Product | Sum | None:
-        """A product or a sum, times scalar factors, or None (an elementwise term)."""
-        factors = self.factors(t)
-        found = [f for f in factors if self.is_product(f) or self.is_sum(f)]
+        """A product or a sum, times or divided by scalar factors, or None (an
+        elementwise term)."""
+        factors = self.factors(t, False)
+        found = [f for f, _ in factors if self.is_product(f) or self.is_sum(f)]
         if not found:
             for n in ast.walk(t):
                 if self.is_product(n) or self.is_sum(n):
@@ -402,17 +411,20 @@ class Arrays:
             raise self.c.error(t, "one product or sum per term",
                                "accumulate one into an ancilla array first")
         f = found[0]
-        coeff = None
-        for g in factors:
+        if any(div for g, div in factors if g is f):
+            raise self.c.error(f, f"{ast.unparse(f)} is a divisor",
+                               "accumulate it into an ancilla first")
+        coeff = []
+        for g, div in factors:
             if g is f:
                 continue
             if self.has_array(g):
                 raise self.c.error(g, f"{ast.unparse(g)} is an array; a product or a sum "
                                    "may be scaled by scalars only",
                                    "accumulate the product into an ancilla array first")
-            coeff = g if coeff is None else ast.BinOp(coeff, ast.Mult(), g)
+            coeff.append((g, div))
         if self.is_sum(f):
-            return self.sum_of(f, coeff)
+            return self.sum_of(f, coeff or None)
         a, b = (f.left, f.right) if isinstance(f, ast.BinOp) else tuple(f.args)
         for x in (a, b):
             if not self.is_view(x):
@@ -420,12 +432,15 @@ class Arrays:
                                    "is not an array, a slice or a transpose",
                                    "accumulate it into an ancilla array first: with "
                                    "ancilla(t=zeros(n)): t += ...; y += A @ t; t -= ...")
-        return Product(self.view(a), self.view(b), coeff, f)
+        return Product(self.view(a), self.view(b), coeff or None, f)
 
-    def factors(self, t) -> list:
+    def factors(self, t, div: bool) -> list:
+        """(factor, is a divisor) of a term a * b / c ..."""
         if isinstance(t, ast.BinOp) and isinstance(t.op, ast.Mult):
-            return self.factors(t.left) + self.factors(t.right)
-        return [t]
+            return self.factors(t.left, div) + self.factors(t.right, div)
+        if isinstance(t, ast.BinOp) and isinstance(t.op, ast.Div) and not div:
+            return self.factors(t.left, div) + [(t.right, True)]
+        return [(t, div)]
 
     def is_product(self, e) -> bool:
         if isinstance(e, ast.BinOp) and isinstance(e.op, ast.MatMult):
@@ -541,11 +556,9 @@ class Arrays:
         if f.kind == "swap":
             return [f.value]
         if f.kind == "product":
-            return [f.value.a, f.value.b] + (self.views(f.value.coeff) if f.value.coeff
-                                             else [])
+            return [f.value.a, f.value.b]
         if f.kind == "sum":
-            return self.views(f.value.expr) + (self.views(f.value.coeff) if f.value.coeff
-                                               else [])
+            return self.views(f.value.expr)
         if f.kind in ("accumulate", "scale"):
             out = self.views(f.value)
             for n in ast.walk(f.value):     # an element (y[0]) of the target's array too
@@ -712,9 +725,8 @@ class Emitter:
 
         def body(idx):
             ia, ib = idx[:a.rank - 1], idx[a.rank - 1:]
-            term = ast.BinOp(a.element(ia + [kn]), ast.Mult(), b.element([kn] + ib))
-            if p.coeff is not None:
-                term = ast.BinOp(p.coeff, ast.Mult(), term)
+            term = scaled(p.coeff, ast.BinOp(a.element(ia + [kn]), ast.Mult(),
+                                             b.element([kn] + ib)))
             inner = self.aug(self.target_elem(f, idx), f.op, term)
             return ast.For(ast.Name(k, ast.Store()), ast.Call(
                 ast.Name("range", ast.Load()), [inner_a.expr], []), [inner], [])
@@ -756,9 +768,7 @@ class Emitter:
                 full[k] = i
             for k, n in zip(summed, inner_names):
                 full[k] = ast.Name(n, ast.Load())
-            term = self.elem(sm.expr, full, len(eshape))
-            if sm.coeff is not None:
-                term = ast.BinOp(sm.coeff, ast.Mult(), term)
+            term = scaled(sm.coeff, self.elem(sm.expr, full, len(eshape)))
             stmt = self.aug(self.target_elem(f, idx), f.op, term)
             for k, n in reversed(list(zip(summed, inner_names))):
                 stmt = ast.For(ast.Name(n, ast.Store()), ast.Call(
