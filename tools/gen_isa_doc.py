@@ -15,7 +15,7 @@ from rvm.core import isa
 from rvm.core.program import Function, Instruction, Program, Reg
 
 KIND = {"D": "dst", "X": "reg", "S": "src", "V": "value", "C": "count", "M": "[mem]", "L": "label",
-        "F": "func, regs..."}
+        "F": "func, regs...", "W": "[view]", "U": "[view] or src"}
 ADJOINT_NOTE = {  # rows with no float form: what gradient mode does for them
     "arith": "no gradient (integers): the inverse",
     "memory": "the inverse; a freed cell's gradient shadow is dropped",
@@ -23,7 +23,8 @@ ADJOINT_NOTE = {  # rows with no float form: what gradient mode does for them
     "call": "the callee runs backwards (CALL) or forwards (UNCALL) in gradient mode",
 }
 GROUPS = [("arith", "Arithmetic"), ("family", "Function families (d op= f(args))"),
-          ("memory", "Memory"), ("control", "Control flow"), ("call", "Calls")]
+          ("memory", "Memory"), ("control", "Control flow"), ("call", "Calls"),
+          ("array", "Arrays (one instruction per array statement)")]
 
 
 def tangent_rule(s: isa.OpSpec) -> str:
@@ -62,8 +63,14 @@ def render() -> str:
            "or float form), `reg` a register changed in place, `src` a register or an "
            "immediate (float forms also read integer registers), `count` an integer "
            "register or non-negative immediate, `[mem]` a heap cell `[rB]`, `[rB + 3]`, "
-           "`[rB + rK]`, `label` a label, `func` a function name. A destination may not "
-           "also be an operand of the same instruction.", "",
+           "`[rB + rK]`, `label` a label, `func` a function name, `[view]` a strided view "
+           "of heap cells `[rB + off : s0, s1]` (element (i, j) of the instruction's m x n "
+           "shape is cell rB + off + i*s0 + j*s1; a stride of 0 repeats a cell: a "
+           "broadcast operand, or a sum into the target). A destination may not "
+           "also be an operand of the same instruction; the cells an array instruction "
+           "writes may not overlap the cells it reads (their address ranges are checked "
+           "to be disjoint, with the shape and the heap's bounds, once per instruction).",
+           "",
            "Forms: `i` integer registers (int64, wrap-around), `f` float registers "
            "(float64). The forward and adjoint columns are the exact templates the "
            "interpreter is generated from (see the template language in `rvm/core/isa.py`). "

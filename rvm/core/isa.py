@@ -19,7 +19,15 @@ Operand kinds: D accumulated destination (its register class picks the int or th
 form); X a register changed in place; S a source (register or immediate; float forms accept
 int registers, converted); C a count (int register or non-negative int immediate); M a memory
 operand ``[rB + off]``; L a label; F a function name followed by registers; V a value of
-either class (register or immediate) that an integer form may read (comparisons).
+either class (register or immediate) that an integer form may read (comparisons); W a
+strided view of heap cells ``[rB + off : s0, s1]`` (the array instructions: element (i, j)
+is the cell at rB + off + i*s0 + j*s1, over the instruction's shape); U a view or a scalar
+(a register or an immediate, the same for every element).
+
+The array instructions (group "array") run on the heap's float cells through the
+machine's array helpers (`M.vacc(...)` and the like: rvm.engines.arrays, and their native
+lowering), which check the shape and the bounds of every view, and that the cells written
+do not overlap the cells read, once per instruction.
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ class OpSpec:
     doc: str                       # one line for docs/isa.md
     forward: dict = attrs.field(factory=dict)   # register class -> statement template
     adjoint: str | None = None     # float form: undo the value change and pull back shadows
-    group: str = "arith"           # arith | family | memory | control | call
+    group: str = "arith"           # arith | family | memory | control | call | array
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -142,6 +150,57 @@ def _scaled(op: str) -> str:
             f"{{y_src}} = {{y}} would leave the normal float range (to zero, a subnormal or "
             "infinity) and could not be undone")
 
+def _views(args) -> str:
+    return ", ".join(f"{{{a}}}" for a in args)
+
+
+def _vaccumulate(sign: str, name: str, family: str | None = None) -> OpSpec:
+    """VADD/VSUB and their function families: y (+|-)= f(a, b) element by element."""
+    other = "VSUB" if sign == "+" else "VADD"
+    args = ("a",) if family is None else FAMILIES[family][0]
+    fam = family or "id"
+    s = 1 if sign == "+" else -1
+    ops = _views(("y", *args)) + ", {m}, {n}"
+    adjoint = [f"do M.vacc({fam!r}, {-s}, {ops})"]
+    adjoint += [f"{{g{a}}} += M.vgrad({fam!r}, {s}, {k}, {ops})" for k, a in enumerate(args)]
+    adjoint += [f"do M.vpull({fam!r}, {s}, {ops})"]
+    what = "a" if family is None else FAMILY_DOC[family].split(" (")[0]
+    return OpSpec(name if family is None else f"{name}.{family}",
+                  ("y:W",) + tuple(f"{a}:U" for a in args) + ("m:C", "n:C"),
+                  other if family is None else f"{other}.{family}",
+                  f"y {sign}= {what} element by element over an m x n shape ("
+                  + ("a" if len(args) == 1 else "a and b each") + " a view or a scalar)",
+                  {FLOAT: f"do M.vacc({fam!r}, {s}, {ops})"},
+                  "\n".join(adjoint), "array")
+
+
+def _vmatmul(sign: str, name: str) -> OpSpec:
+    s = 1 if sign == "+" else -1
+    ops = "{y}, {a}, {b}, {m}, {k}, {n}"
+    return OpSpec(name, ("y:W", "a:W", "b:W", "m:C", "k:C", "n:C"),
+                  "VMSUB" if sign == "+" else "VMADD",
+                  f"y {sign}= a @ b: y m x n, a m x k, b k x n (BLAS's GEMM, GEMV, DOT)",
+                  {FLOAT: f"do M.vmm({s}, {ops})"},
+                  f"do M.vmm({-s}, {ops})\ndo M.vmm_pull({s}, {ops})", "array")
+
+
+def _vscale(op: str, name: str) -> OpSpec:
+    """VMUL/VDIV: x (*|/)= c, refused for c = 0 and for results that leave the normal
+    range (as MUL and DIV are)."""
+    undo = "/" if op == "*" else "*"
+    ops = "{x}, {c}, {m}, {n}"
+    if op == "*":       # undo x *= c, then c's shadow gets sum(gx * x), x's is scaled
+        adjoint = (f"do M.vscale({undo!r}, {ops}, 0)\n{{gc}} += M.vdotg({{x}}, {{m}}, {{n}})\n"
+                   f"do M.vscale({op!r}, {ops}, 1)")
+    else:               # (x / c)' = -x / c**2: with x still divided
+        adjoint = (f"{{gc}} -= M.vdotg({{x}}, {{m}}, {{n}}) / {{c}}\n"
+                   f"do M.vscale({undo!r}, {ops}, 0)\ndo M.vscale({op!r}, {ops}, 1)")
+    return OpSpec(name, ("x:W", "c:S", "m:C", "n:C"), "VDIV" if op == "*" else "VMUL",
+                  f"x {op}= c element by element (c = 0, and results that underflow or "
+                  "overflow, are refused)", {FLOAT: f"do M.vscale({op!r}, {ops}, 0)"},
+                  adjoint, "array")
+
+
 TABLE: list[OpSpec] = [
     OpSpec("NOP", (), "NOP", "do nothing", {INT: "", FLOAT: ""}, "", "arith"),
     _accumulate("+", "ADD"),
@@ -228,6 +287,22 @@ TABLE: list[OpSpec] = [
     # added after the first bytecode release: new rows go last, so opcode numbers stay
     *(_read(sign, name) for sign, name in (("+", "ADDM"), ("-", "SUBM"))),
     *(_read(sign, name, True) for sign, name in (("+", "ADDK"), ("-", "SUBK"))),
+    # arrays: one instruction per array statement (see the module docstring)
+    _vaccumulate("+", "VADD"),
+    _vaccumulate("-", "VSUB"),
+    *(_vaccumulate(sign, name, fam) for fam in FAMILIES for sign, name in
+      (("+", "VADD"), ("-", "VSUB"))),
+    _vmatmul("+", "VMADD"),
+    _vmatmul("-", "VMSUB"),
+    _vscale("*", "VMUL"),
+    _vscale("/", "VDIV"),
+    OpSpec("VSWAP", ("a:W", "b:W", "m:C", "n:C"), "VSWAP",
+           "exchange two m x n views (which may not overlap)",
+           {FLOAT: "do M.vswap({a}, {b}, {m}, {n}, 0)"},
+           "do M.vswap({a}, {b}, {m}, {n}, 0)\ndo M.vswap({a}, {b}, {m}, {n}, 1)", "array"),
+    OpSpec("VNEG", ("x:W", "m:C", "n:C"), "VNEG", "x = -x element by element",
+           {FLOAT: "do M.vneg({x}, {m}, {n}, 0)"},
+           "do M.vneg({x}, {m}, {n}, 0)\ndo M.vneg({x}, {m}, {n}, 1)", "array"),
 ]
 
 OPS: dict[str, OpSpec] = {spec.name: spec for spec in TABLE}
@@ -238,6 +313,7 @@ COMEFROMS = frozenset(n for n in OPS if n == "CF" or n.startswith("CF."))
 CALLS = frozenset({"CALL", "UNCALL"})
 READS = frozenset({"ADDM", "SUBM", "ADDK", "SUBK"})  # heap reads in place: d (+|-)= [m]
 CONSTANT_READS = frozenset({"ADDK", "SUBK"})   # ... that pass no gradient to the cell
+ARRAYS = frozenset(n for n, s in OPS.items() if s.group == "array")
 
 
 def condition(mnemonic: str) -> str | None:

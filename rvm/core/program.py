@@ -58,6 +58,23 @@ class Mem:
 
 
 @attrs.frozen
+class View(Mem):
+    """A strided 2-D view of heap cells for the array instructions, `[rB + off : s0, s1]`:
+    element (i, j) is the cell at base + off + i * s0 + j * s1 (the shape is the
+    instruction's). A stride of 0 repeats a cell: a scalar broadcast, or a sum into it."""
+
+    s0: Reg | int = 0
+    s1: Reg | int = 1
+
+    def __str__(self) -> str:
+        return f"{Mem.__str__(self)[:-1]} : {self.s0}, {self.s1}]"
+
+    @property
+    def regs(self) -> tuple[Reg, ...]:
+        return Mem.regs.fget(self) + tuple(s for s in (self.s0, self.s1) if isinstance(s, Reg))
+
+
+@attrs.frozen
 class Label:
     name: str
 
@@ -73,7 +90,7 @@ class FuncRef:
         return self.name
 
 
-Operand = Reg | Imm | Mem | Label | FuncRef
+Operand = Reg | Imm | Mem | View | Label | FuncRef
 
 
 @attrs.frozen
@@ -91,6 +108,14 @@ class Instruction:
         """The operands the instruction writes (kinds D and X; a call's registers are all
         passed by reference and are not listed here)."""
         return tuple(a for a, k in zip(self.args, self.spec.kinds) if k in "DX")
+
+    @property
+    def cls(self) -> str:
+        """The register class it computes in: its first written register's (the array
+        instructions: float, the heap's float view), else int."""
+        written = self.written
+        return written[0].cls if written else isa.FLOAT if self.spec.group == "array" \
+            else isa.INT
 
     def __str__(self) -> str:
         return f"{self.op:<8} {', '.join(map(str, self.args))}".rstrip()

@@ -24,6 +24,7 @@ from .program import (
     Mem,
     Program,
     Reg,
+    View,
 )
 
 
@@ -106,6 +107,25 @@ class _Checker:
                 self.fail(i, f"{ins.op}: the count {a} must be an integer register or immediate")
             if isinstance(a, Imm) and a.value < 0:
                 self.fail(i, f"{ins.op}: the count {a} is negative")
+        elif kind in "WU" and isinstance(a, Mem):
+            if not isinstance(a, View):
+                self.fail(i, f"{ins.op}: operand {a} must be a view like [r1 + r2 : r3, 1]",
+                          "a view names its strides: [base + offset : row stride, "
+                          "column stride]")
+            if any(r.cls != isa.INT for r in a.regs):
+                self.fail(i, f"wrong register class: the view {a} must use integer registers")
+            for s in (a.off, a.s0, a.s1):
+                if isinstance(s, int) and not INT64_MIN <= s <= INT64_MAX:
+                    self.fail(i, f"{ins.op}: {s} in the view {a} does not fit in int64")
+        elif kind == "W":
+            self.fail(i, f"{ins.op}: operand {a} must be a view like [r1 + r2 : r3, 1]")
+        elif kind == "U":
+            if not isinstance(a, (Reg, Imm)):
+                self.fail(i, f"{ins.op}: operand {a} must be a view, a register or an "
+                          "immediate")
+        elif isinstance(a, View):
+            self.fail(i, f"{ins.op}: a view ({a}) is an operand of the array instructions "
+                      "only", "a memory operand is one cell: [r1], [r1 + 3] or [r1 + r2]")
         elif kind == "M":
             if not isinstance(a, Mem):
                 self.fail(i, f"{ins.op}: operand {a} must be a memory operand like [r1 + 2]")

@@ -94,7 +94,7 @@ def _mentioned_args(args) -> set:
 # cut (x + e - e is not x in floating point). Where the register is known to hold +0.0,
 # `t = 0.0 + e` and then `t = e - e` compute the same values, bit for bit (nan and inf
 # included), without reading t.
-_HEAP_WRITES = frozenset({"EXCH", "PUSH", "POP", "ALLOC", "FREE"}) | isa.CALLS
+_HEAP_WRITES = frozenset({"EXCH", "PUSH", "POP", "ALLOC", "FREE"}) | isa.CALLS | isa.ARRAYS
 
 
 def _accumulates(ins) -> tuple | None:
@@ -266,7 +266,7 @@ def _sums(code) -> set:
 
 def _template(ins, gradient: bool) -> str:
     """An instruction's statement template in a run or a gradient pass (rvm.core.isa)."""
-    cls = ins.written[0].cls if ins.written else isa.INT
+    cls = ins.cls
     if gradient and cls == isa.FLOAT:
         return isa.OPS[ins.spec.inverse].adjoint
     return ins.spec.forward[cls]
@@ -914,8 +914,8 @@ def _cells(program: Program, fn: Function, code, memo: dict) -> tuple[set, set] 
         for a in ins.args:
             if isinstance(a, Mem):
                 reached.add(a.base)
-                if ins.op == "EXCH":
-                    into.add(a.base)
+                if ins.op == "EXCH" or ins.op in isa.ARRAYS:    # (an array instruction:
+                    into.add(a.base)                # as if it wrote every view it names)
     return into, reached
 
 

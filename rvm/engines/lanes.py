@@ -318,6 +318,9 @@ class Lanes(Lowering):
     def helper(self, name: str, args: list):
         raise Unsupported("the heap, in lockstep")
 
+    def array_helper(self, name: str, args: list):
+        raise Unsupported("the heap, in lockstep")
+
     def in_heap(self, base: str, off: str):
         raise Unsupported("the heap, in lockstep")
 

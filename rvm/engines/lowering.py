@@ -10,6 +10,8 @@ import functools
 import re
 
 from ..core.isa import MIN_NORMAL
+from .arraylowering import HELPERS as ARRAY_HELPERS
+from .arraylowering import ArrayLowering
 
 # a local's type follows from its name
 _INT_NAMES = re.compile(r"g?r\d+|_n|_b|_a|T0|t0|b0")
@@ -87,8 +89,10 @@ class Unsupported(Exception):
     python engine, with a warning)."""
 
 
-class Lowering:
+class Lowering(ArrayLowering):
     """One generated function (an ast.FunctionDef) as an LLVM function."""
+
+    loop_over = staticmethod(loop_over)
 
     def __init__(self, ir, t: Types, functions: dict, node: ast.FunctionDef):
         self.ir, self.t, self.functions, self.node = ir, t, functions, node
@@ -931,6 +935,8 @@ class Lowering:
         name = ast.unparse(e.func)
         if name in ("alloc", "free", "push", "pop", "gpush", "gpop", "said"):
             return self.helper(name, e.args)
+        if name in ARRAY_HELPERS:
+            return self.array_helper(name, e.args)
         return self.pure(name, [self.expr(a) for a in e.args])
 
 

@@ -33,6 +33,7 @@ from .arguments import (
     read_array,
     scalar,
 )
+from .arrays import Helpers
 from .closures import END
 from .explain import explain, explain_locals
 from .templates import Fault, Limit, show_value
@@ -60,7 +61,7 @@ class Frame:
         return s >> 1 if e > 0 or s & 1 else (s >> 1) - 1
 
 
-class Machine:
+class Machine(Helpers):
     """Runs one program. `call`/`uncall` run a function to completion; `enter` then
     `step`/`back`/`run` move through it one instruction at a time (the debugger's way)."""
 

@@ -40,6 +40,7 @@ _REWRITES = [
     (re.compile(r"M\.gpush\("), "gpush(HF, HG, TOP, "),
     (re.compile(r"M\.gpop\(True\)"), "gpop(HI, HF, HG, TOP)"),
     (re.compile(r"M\.said\("), "said("),      # an output statement's record
+    (re.compile(r"M\.(v\w+)\("), r"\1(HI, HF, HG, TOP, "),     # the array instructions
     (re.compile(r"M\.hf\b"), "HF"), (re.compile(r"M\.hi\b"), "HI"),
     (re.compile(r"M\.hg\b"), "HG"), (re.compile(r"M\.top\b"), "T0"),
     (re.compile(r"M\.budget\b"), "TOP[1]"), (re.compile(r"M\.tol\b"), "TOL"),

@@ -10,7 +10,7 @@ import math
 import re
 
 from ..core import isa
-from ..core.program import Function, Imm, Mem, Reg
+from ..core.program import Function, Imm, Mem, Reg, View
 
 _INT_BOUNDS = f"{-(1 << 63)} <= _v <= {(1 << 63) - 1}"
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
@@ -77,8 +77,7 @@ class Operands:
         to the name of a local variable instead (the compiled engine)."""
         self.value, self.shadow, self.src, self.prelude = {}, {}, {}, []
         spec = ins.spec
-        written = ins.written
-        self.cls = written[0].cls if written else isa.INT
+        self.cls = ins.cls
         self.arithmetic = spec.group in ("arith", "family") or spec.name in isa.READS
         for name, a in zip(spec.names, ins.args):
             self.src[name] = str(a)
@@ -89,6 +88,12 @@ class Operands:
                 self.shadow[name] = shadow if a.cls == isa.FLOAT else None
             elif isinstance(a, Imm):
                 self.value[name] = f"({a.value!r})" if a.value < 0 else repr(a.value)
+                self.shadow[name] = None
+            elif isinstance(a, View):    # (start, row stride, column stride): the
+                reg = (lambda r: f"R[{layout[r]}]") if local is None else \
+                    (lambda r: local(r)[0])     # array helpers check it
+                parts = [offset(x, reg) for x in (a.off, a.s0, a.s1)]
+                self.value[name] = f"({reg(a.base)} + {parts[0]}, {parts[1]}, {parts[2]})"
                 self.shadow[name] = None
             elif isinstance(a, Mem):
                 reg = (lambda r: f"R[{layout[r]}]") if local is None else \

@@ -7,7 +7,18 @@ import re
 
 from ..core import isa
 from ..core.errors import AsmError, VerifyError
-from ..core.program import FuncRef, Function, Imm, Instruction, Label, Mem, Program, Reg, Symbol
+from ..core.program import (
+    FuncRef,
+    Function,
+    Imm,
+    Instruction,
+    Label,
+    Mem,
+    Program,
+    Reg,
+    Symbol,
+    View,
+)
 from ..core.verify import verify
 
 _TOKEN = re.compile(r"""
@@ -101,6 +112,13 @@ class Assembler:
                     off = _number(t2[1], sign == "-")
                 else:
                     line.error(t2[2], f"expected an offset register or integer, found {t2[1]!r}")
+            if line.peek()[1] == ":":           # a view: [rB + off : s0, s1]
+                line.next()
+                s0 = self.stride(line, aliases)
+                line.expect(",", "',' between the view's two strides")
+                s1 = self.stride(line, aliases)
+                line.expect("]", "']' to close the view")
+                return View(base, off, s0, s1)
             line.expect("]", "']' to close the memory operand")
             return Mem(base, off)
         if text == "-" and line.peek()[0] == "num":
@@ -113,6 +131,19 @@ class Assembler:
                 return reg
             return FuncRef(text) if kind == "F" else Label(text)
         line.error(col, f"expected an operand, found {text or 'end of line'!r}")
+
+    def stride(self, line: _Line, aliases: dict):
+        tok = line.next()
+        negative = tok[1] == "-" and line.peek()[0] == "num"
+        if negative:
+            tok = line.next()
+        reg = None if negative else self.register(line, tok, aliases)
+        if reg is not None:
+            return reg
+        if tok[0] == "num" and "." not in tok[1] and "e" not in tok[1].lower()[2:3]:
+            return _number(tok[1], negative)
+        line.error(tok[2], f"expected a stride (a register or an integer), found "
+                   f"{tok[1] or 'end of line'!r}", "views look like [r1 + r2 : r3, 1]")
 
     def statement(self, line: _Line, aliases: dict) -> Instruction:
         kind, mnemonic, col = line.next()

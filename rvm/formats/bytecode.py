@@ -43,7 +43,7 @@ import zlib
 
 from ..core import isa
 from ..core.errors import FormatError, VerifyError
-from ..core.program import FuncRef, Function, Imm, Instruction, Label, Mem, Program, Reg
+from ..core.program import FuncRef, Function, Imm, Instruction, Label, Mem, Program, Reg, View
 from ..core.verify import verify
 
 MAGIC, VERSION = b"RVMB", 3
@@ -55,8 +55,11 @@ OUTPUT_KINDS = {"int": "i", "float": "f", "complex": "ff", "size": "ii+", "float
                 "ints": "ii+", "janus": "ii+", "stack": "ii+"}
 SOURCE_LIMIT = 16 << 20  # the largest source file the debug info digests or shows (bytes)
 ISA_ID = zlib.crc32("\n".join(s.name for s in isa.TABLE).encode())
+# rows are only ever added at the end, so bytecode of an older table (a prefix) still reads
+_ISA_IDS = {zlib.crc32("\n".join(s.name for s in isa.TABLE[:k]).encode())
+            for k in range(1, len(isa.TABLE) + 1)}
 _HEADER = struct.Struct("<4sHII")
-REG, IMM, MEM, LABEL, FUNC = range(5)
+REG, IMM, MEM, LABEL, FUNC, VIEW = range(6)
 
 
 # C0 and C1 control characters (tab and newline stay), line separators and the bidi
@@ -190,13 +193,14 @@ class _Writer:
         elif isinstance(a, Imm):
             self.put("BI", IMM, self.const(a.value))
         elif isinstance(a, Mem):
-            self.put("B", MEM)
+            self.put("B", VIEW if isinstance(a, View) else MEM)
             self.reg(a.base)
-            if isinstance(a.off, Reg):
-                self.put("B", 1)
-                self.reg(a.off)
-            else:
-                self.put("BI", 0, self.const(a.off))
+            for part in (a.off, a.s0, a.s1) if isinstance(a, View) else (a.off,):
+                if isinstance(part, Reg):
+                    self.put("B", 1)
+                    self.reg(part)
+                else:
+                    self.put("BI", 0, self.const(part))
         else:
             self.put("BI", LABEL if isinstance(a, Label) else FUNC, self.string(a.name))
 
@@ -289,21 +293,26 @@ class _Reader:
             self.fail(f"bad register class {cls}")
         return Reg(isa.FLOAT if cls else isa.INT, n)
 
+    def part(self):
+        """A memory operand's offset, or a view's stride: a register or an int."""
+        kind = self.get("B")
+        if kind == 1:
+            return self.reg()
+        v = self.index(self.consts, "constant")
+        if kind != 0 or type(v) is not int:
+            self.fail("bad memory operand offset")
+        return v
+
     def operand(self):
         tag = self.get("B")
         if tag == REG:
             return self.reg()
         if tag == IMM:
             return Imm(self.index(self.consts, "constant"))
-        if tag == MEM:
+        if tag in (MEM, VIEW):
             base = self.reg()
-            kind = self.get("B")
-            if kind == 1:
-                return Mem(base, self.reg())
-            off = self.index(self.consts, "constant")
-            if kind != 0 or not isinstance(off, int):
-                self.fail("bad memory operand offset")
-            return Mem(base, off)
+            parts = [self.part() for _ in range(3 if tag == VIEW else 1)]
+            return View(base, *parts) if tag == VIEW else Mem(base, *parts)
         if tag in (LABEL, FUNC):
             name = self.index(self.strings, "string")
             return Label(name) if tag == LABEL else FuncRef(name)
@@ -397,7 +406,7 @@ def loads(data: bytes, name: str = "<bytes>", check_crc: bool = True) -> Program
         if version not in READS:
             raise FormatError(f"bytecode version {version} is not supported (this rvm reads "
                               f"versions {READS[0]} to {READS[-1]}); reassemble the source")
-        if isa_id != ISA_ID:
+        if isa_id not in _ISA_IDS:
             raise FormatError("bytecode was built for a different instruction set; "
                               "reassemble the source")
         body = data[_HEADER.size:]

@@ -1,0 +1,355 @@
+"""The array instructions' helpers (rvm.engines.arrays) lowered to LLVM IR, for
+rvm.engines.lowering: the same checks, made once per instruction before any cell is
+touched (shape, each view inside the heap, the cells written apart from the cells read, no
+repeated cell in a view changed in place), then loops over the elements that LLVM
+vectorises. A family's value and partial derivatives are its templates from the
+instruction table, lowered per element. Results that are not finite end the run with a
+fault after the loop (the machine re-runs the pass on the interpreter, which reports it).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+
+from ..core.isa import FAMILIES, MAX_FLOAT, MIN_NORMAL
+from .arrays import LIMIT
+
+HELPERS = frozenset({"vacc", "vgrad", "vpull", "vmm", "vmm_pull", "vscale", "vdotg",
+                     "vswap", "vneg"})
+
+
+@functools.cache
+def _tree(text: str, args: tuple) -> ast.expr:
+    """A family template of the table as an expression over the element locals."""
+    return ast.parse(text.format(**{a: f"_e{a}" for a in args}), mode="eval").body
+
+
+def _family(name: str) -> tuple:
+    if name == "id":
+        return ("a",), "{a}", ("1.0",)
+    args, value, partials, _ = FAMILIES[name]
+    return args, value, partials
+
+
+class ArrayLowering:
+    """Mixed into rvm.engines.lowering.Lowering (which gives it loop_over, guard, cell,
+    expr, coerce, new_flag, raise_flag, non_finite, intrinsic and the fault exits)."""
+
+    def array_helper(self, name: str, args: list):
+        rest = args[4:]                 # after HI, HF, HG, TOP
+        return getattr(self, "_" + name)(*rest)
+
+    # ---------------------------------------------------------------- pieces
+    def _int(self, e):
+        return self.coerce(self.expr(e), self.t.i64)
+
+    def _view(self, e) -> tuple | None:
+        """(start, s0, s1) of a view operand (a tuple in the generated code); None for a
+        scalar."""
+        if isinstance(e, ast.Tuple):
+            return tuple(self._int(x) for x in e.elts)
+        return None
+
+    def _abs(self, v):
+        b = self.b
+        return b.select(b.icmp_signed("<", v, v.type(0)), b.neg(v), v)
+
+    def _span(self, view, m, n) -> tuple:
+        b, t = self.b, self.t
+        start, s0, s1 = view
+        zero, one = t.i64(0), t.i64(1)
+        d0, d1 = b.mul(b.sub(m, one), s0), b.mul(b.sub(n, one), s1)
+        lo = b.add(start, b.add(self._min(zero, d0), self._min(zero, d1)))
+        hi = b.add(start, b.add(self._max(zero, d0), self._max(zero, d1)))
+        return lo, hi
+
+    def _min(self, a, c):
+        return self.b.select(self.b.icmp_signed("<", a, c), a, c)
+
+    def _max(self, a, c):
+        return self.b.select(self.b.icmp_signed(">", a, c), a, c)
+
+    def _some(self, m, n):
+        b, t = self.b, self.t
+        return b.and_(b.icmp_signed(">", m, t.i64(0)), b.icmp_signed(">", n, t.i64(0)))
+
+    def _bad_shape(self, *dims):
+        b, t = self.b, self.t
+        bad = t.i1(0)
+        for d in dims:
+            bad = b.or_(bad, b.icmp_unsigned(">=", d, t.i64(LIMIT)))    # (negative too)
+        return bad
+
+    def _bad_view(self, view, m, n):
+        """The view reaches outside the heap (or its numbers are out of range)."""
+        b, t = self.b, self.t
+        start, s0, s1 = view
+        limit = t.i64(LIMIT)
+        bad = b.or_(b.icmp_signed(">=", self._abs(s0), limit),
+                    b.icmp_signed(">=", self._abs(s1), limit))
+        bad = b.or_(bad, b.or_(b.icmp_signed("<=", start, t.i64(-LIMIT)),
+                               b.icmp_signed(">=", start, t.i64(1 << 62))))
+        lo, hi = self._span(view, m, n)
+        top = b.load(self.slot(0))
+        outside = b.or_(b.icmp_signed("<", lo, t.i64(0)), b.icmp_signed(">=", hi, top))
+        return b.or_(bad, b.and_(self._some(m, n), outside))
+
+    def _overlap(self, one, m, n, two, r, c):
+        b = self.b
+        lo, hi = self._span(one, m, n)
+        lo2, hi2 = self._span(two, r, c)
+        both = b.and_(self._some(m, n), self._some(r, c))
+        return b.and_(both, b.and_(b.icmp_signed("<=", lo, hi2), b.icmp_signed("<=", lo2, hi)))
+
+    def _repeats(self, view, m, n):
+        b, t = self.b, self.t
+        _, s0, s1 = view
+        a0, a1 = self._abs(s0), self._abs(s1)
+        one, zero = t.i64(1), t.i64(0)
+        row = b.icmp_signed("==", m, one)
+        line = b.or_(row, b.icmp_signed("==", n, one))
+        stride = b.select(row, a1, a0)
+        long = b.icmp_signed(">", self._max(m, n), one)
+        in_line = b.and_(b.icmp_signed("==", stride, zero), long)
+        apart = b.or_(b.icmp_signed("<=", b.mul(a1, n), a0), b.icmp_signed("<=", b.mul(a0, m), a1))
+        flat = b.or_(b.or_(b.icmp_signed("==", a0, zero), b.icmp_signed("==", a1, zero)),
+                     b.not_(apart))
+        return b.and_(self._some(m, n), b.select(line, in_line, flat))
+
+    def _check(self, bad) -> None:
+        self.guard(bad, self.fault_block)
+
+    def _at(self, view, i, j):
+        b = self.b
+        start, s0, s1 = view
+        return b.add(start, b.add(b.mul(i, s0), b.mul(j, s1)))
+
+    def _each(self, m, n, body) -> None:
+        """body(i, j) for every element, row by row."""
+        zero, loop = self.t.i64(0), self.loop_over
+        loop(self.b, zero, m, lambda i: loop(self.b, zero, n, lambda j: body(i, j)))
+
+    def _local(self, name: str, ty):
+        ptr = self.vars.get(name)
+        if ptr is None:
+            with self.b.goto_block(self.fn.entry_basic_block):
+                ptr = self.vars[name] = self.b.alloca(ty, name=name)
+        return ptr
+
+    def _element(self, text: str, names: tuple, values: list):
+        """A template of the table evaluated on one element's operand values."""
+        for a, v in zip(names, values):
+            self.b.store(v, self._local(f"_e{a}", self.t.f64))
+        outer, self.adjoint = self.adjoint, False
+        try:
+            return self.coerce(self.expr(_tree(text, names)), self.t.f64)
+        finally:
+            self.adjoint = outer
+
+    def _sign(self, e) -> float:
+        return float(ast.literal_eval(e))
+
+    def _operands(self, ops, m, n, written):
+        """The operands as views (checked) or scalar values; the flag of any bad one."""
+        b, t = self.b, self.t
+        bad = b.or_(self._bad_shape(m, n), self._bad_view(written, m, n))
+        out = []
+        for e in ops:
+            view = self._view(e)
+            if view is None:
+                out.append(self.coerce(self.expr(e), t.f64))
+                continue
+            bad = b.or_(bad, b.or_(self._bad_view(view, m, n),
+                                   self._overlap(written, m, n, view, m, n)))
+            out.append(view)
+        return out, bad
+
+    def _load(self, x, i, j, shadows: bool = False):
+        if isinstance(x, tuple):
+            return self.b.load(self.cell("HG" if shadows else "HF", self._at(x, i, j)))
+        return self.t.f64(0.0) if shadows else x
+
+    # ---------------------------------------------------------------- helpers
+    def _accumulating(self, fam, s, y, rest):
+        names, value, partials = _family(ast.literal_eval(fam))
+        m, n = self._int(rest[-2]), self._int(rest[-1])
+        yv = self._view(y)
+        ops, bad = self._operands(rest[:-2], m, n, yv)
+        self._check(bad)
+        return names, value, partials, self._sign(s), yv, ops, m, n
+
+    def _vacc(self, fam, s, y, *rest):
+        names, value, _, s, yv, ops, m, n = self._accumulating(fam, s, y, rest)
+        b, t = self.b, self.t
+        flag = self.new_flag()
+
+        def body(i, j):
+            v = self._element(value, names, [self._load(x, i, j) for x in ops])
+            ptr = self.cell("HF", self._at(yv, i, j))
+            new = b.fadd(b.load(ptr), b.fmul(t.f64(s), v)) if s != 1.0 else \
+                b.fadd(b.load(ptr), v)
+            self.raise_flag(flag, self.non_finite([new]))
+            b.store(new, ptr)
+        self._each(m, n, body)
+        self._check(b.load(flag))
+
+    def _pull(self, fam, s, y, rest, body):
+        """body(k, operand, i, j, contribution) for each element and operand: s * gy *
+        the partial (0 where gy is 0: a zero shadow pulls back nothing)."""
+        names, _, partials, s, yv, ops, m, n = self._accumulating(fam, s, y, rest)
+        b, t = self.b, self.t
+
+        def each(i, j):
+            values = [self._load(x, i, j) for x in ops]
+            gy = b.load(self.cell("HG", self._at(yv, i, j)))
+            for k, (x, p) in enumerate(zip(ops, partials)):
+                d = b.fmul(gy, self._element(p, names, values))
+                d = b.select(b.fcmp_ordered("!=", gy, t.f64(0.0)), d, t.f64(0.0))
+                body(k, x, i, j, b.fmul(t.f64(s), d))
+        self._each(m, n, each)
+
+    def _vgrad(self, fam, s, k, y, *rest):
+        b, t = self.b, self.t
+        total = self._local(f"_vg{id(y)}", t.f64)
+        b.store(t.f64(0.0), total)
+        want = ast.literal_eval(k)
+
+        def body(j, x, _i, _j, d):
+            if j == want:
+                b.store(b.fadd(b.load(total), d), total)
+        self._pull(fam, s, y, rest, body)
+        return b.load(total)
+
+    def _vpull(self, fam, s, y, *rest):
+        b = self.b
+
+        def body(_k, x, i, j, d):
+            if isinstance(x, tuple):
+                ptr = self.cell("HG", self._at(x, i, j))
+                b.store(b.fadd(b.load(ptr), d), ptr)
+        self._pull(fam, s, y, rest, body)
+
+    def _product(self, y, a, c, m, k, n):
+        b = self.b
+        m, k, n = self._int(m), self._int(k), self._int(n)
+        yv, av, cv = self._view(y), self._view(a), self._view(c)
+        bad = b.or_(self._bad_shape(m, k, n), self._bad_view(yv, m, n))
+        bad = b.or_(bad, b.or_(self._bad_view(av, m, k), self._bad_view(cv, k, n)))
+        bad = b.or_(bad, b.or_(self._overlap(yv, m, n, av, m, k),
+                               self._overlap(yv, m, n, cv, k, n)))
+        self._check(bad)
+        return yv, av, cv, m, k, n
+
+    def _dot(self, k, term):
+        """sum(term(l) for l < k), in order."""
+        b, t = self.b, self.t
+        with b.goto_block(self.fn.entry_basic_block):
+            acc = b.alloca(t.f64)
+        b.store(t.f64(0.0), acc)
+        self.loop_over(b, t.i64(0), k, lambda l_: b.store(b.fadd(b.load(acc), term(l_)), acc))
+        return b.load(acc)
+
+    def _vmm(self, s, y, a, c, m, k, n):
+        b = self.b
+        s = self._sign(s)
+        yv, av, cv, m, k, n = self._product(y, a, c, m, k, n)
+        flag = self.new_flag()
+
+        def body(i, j):
+            v = self._dot(k, lambda l_: b.fmul(self._load(av, i, l_), self._load(cv, l_, j)))
+            ptr = self.cell("HF", self._at(yv, i, j))
+            new = b.fadd(b.load(ptr), v if s == 1.0 else b.fneg(v))
+            self.raise_flag(flag, self.non_finite([new]))
+            b.store(new, ptr)
+        self._each(m, n, body)
+        self._check(b.load(flag))
+
+    def _vmm_pull(self, s, y, a, c, m, k, n):
+        b, t = self.b, self.t
+        s = t.f64(self._sign(s))
+        yv, av, cv, m, k, n = self._product(y, a, c, m, k, n)
+
+        def into_a(i, l_):          # a's shadow += s * gy[i, :] @ c[l, :]
+            v = self._dot(n, lambda j: b.fmul(self._load(yv, i, j, True), self._load(cv, l_, j)))
+            ptr = self.cell("HG", self._at(av, i, l_))
+            b.store(b.fadd(b.load(ptr), b.fmul(s, v)), ptr)
+
+        def into_c(l_, j):          # c's shadow += s * a[:, l] @ gy[:, j]
+            v = self._dot(m, lambda i: b.fmul(self._load(av, i, l_), self._load(yv, i, j, True)))
+            ptr = self.cell("HG", self._at(cv, l_, j))
+            b.store(b.fadd(b.load(ptr), b.fmul(s, v)), ptr)
+        self._each(m, k, into_a)
+        self._each(k, n, into_c)
+
+    def _in_place(self, x, m, n):
+        b = self.b
+        m, n = self._int(m), self._int(n)
+        xv = self._view(x)
+        bad = b.or_(self._bad_shape(m, n), self._bad_view(xv, m, n))
+        return xv, m, n, b.or_(bad, self._repeats(xv, m, n))
+
+    def _vscale(self, op, x, c, m, n, g):
+        b, t = self.b, self.t
+        xv, m, n, bad = self._in_place(x, m, n)
+        c = self.coerce(self.expr(c), t.f64)
+        self._check(b.or_(bad, b.fcmp_unordered("==", c, t.f64(0.0))))
+        shadows = ast.literal_eval(g) == 1
+        divide = ast.literal_eval(op) == "/"
+        flag = self.new_flag()
+
+        def body(i, j):
+            ptr = self.cell("HG" if shadows else "HF", self._at(xv, i, j))
+            old = b.load(ptr)
+            new = b.fdiv(old, c) if divide else b.fmul(old, c)
+            if not shadows:         # a result outside the normal range could not be undone
+                small = t.f64(MIN_NORMAL)
+                normal = b.and_(b.fcmp_ordered("<=", small, self.intrinsic("fabs", old)),
+                                b.fcmp_ordered("<=", small, self.intrinsic("fabs", new)))
+                normal = b.and_(normal, b.fcmp_ordered("<=", self.intrinsic("fabs", new),
+                                                       t.f64(MAX_FLOAT)))
+                zero = b.fcmp_ordered("==", old, t.f64(0.0))
+                self.raise_flag(flag, b.not_(b.or_(zero, normal)))
+            b.store(new, ptr)
+        self._each(m, n, body)
+        self._check(b.load(flag))
+
+    def _vdotg(self, x, m, n):
+        b, t = self.b, self.t
+        xv, m, n, bad = self._in_place(x, m, n)
+        self._check(bad)
+        total = self._local(f"_vd{id(x)}", t.f64)
+        b.store(t.f64(0.0), total)
+
+        def body(i, j):
+            at = self._at(xv, i, j)
+            term = b.fmul(b.load(self.cell("HG", at)), b.load(self.cell("HF", at)))
+            b.store(b.fadd(b.load(total), term), total)
+        self._each(m, n, body)
+        return b.load(total)
+
+    def _vswap(self, a, c, m, n, g):
+        b = self.b
+        av, m, n, bad = self._in_place(a, m, n)
+        cv = self._view(c)
+        bad = b.or_(bad, b.or_(self._bad_view(cv, m, n), self._repeats(cv, m, n)))
+        self._check(b.or_(bad, self._overlap(av, m, n, cv, m, n)))
+        view = "HG" if ast.literal_eval(g) == 1 else "HI"     # (the bits, as they are)
+
+        def body(i, j):
+            p, q = self.cell(view, self._at(av, i, j)), self.cell(view, self._at(cv, i, j))
+            x, y = b.load(p), b.load(q)
+            b.store(y, p)
+            b.store(x, q)
+        self._each(m, n, body)
+
+    def _vneg(self, x, m, n, g):
+        b = self.b
+        xv, m, n, bad = self._in_place(x, m, n)
+        self._check(bad)
+        view = "HG" if ast.literal_eval(g) == 1 else "HF"
+
+        def body(i, j):
+            p = self.cell(view, self._at(xv, i, j))
+            b.store(b.fneg(b.load(p)), p)
+        self._each(m, n, body)

@@ -1,0 +1,214 @@
+"""The array instructions (VADD/VSUB and their families, VMADD/VMSUB, VMUL/VDIV, VSWAP,
+VNEG): values against numpy, the inverse, gradients against closed forms and finite
+differences, every engine, the assembly and bytecode round trips, and the checks made
+once per instruction (shape, bounds, overlap, repeated cells)."""
+
+import numpy as np
+import pytest
+
+import rvm
+from rvm.core import isa
+from rvm.formats import bytecode
+
+ENGINES = ["interp", "python", "native"]
+rng = np.random.default_rng(7)
+
+
+def program(body: str) -> rvm.Program:
+    """f(Y, A, B, f0): Y, A and B 2-D arrays (base, rows, columns)."""
+    return rvm.assemble(f".func f(r0, r1, r2, r3, r4, r5, r6, r7, r8, f0)\n{body}\n.end\n")
+
+
+def run(p, engine, Y, A, B, c=0.5, backward=False):
+    m = rvm.Machine(p, engine=engine)
+    go = m.uncall if backward else m.call
+    out = go("f", Y, A, B, c)
+    return [np.asarray(x) for x in out[:3]] + [out[3]]
+
+
+# y (r0, 3 x 4), a (r3), b (r6); row-major views: [base : columns, 1]
+FAMILY_CASES = [
+    ("VADD [r0 : r2, 1], [r3 : r5, 1], r1, r2", lambda Y, A, B, c: Y + A),
+    ("VSUB.mul [r0 : r2, 1], [r3 : r5, 1], [r6 : r8, 1], r1, r2", lambda Y, A, B, c: Y - A * B),
+    ("VADD.mul [r0 : r2, 1], f0, [r3 : r5, 1], r1, r2", lambda Y, A, B, c: Y + c * A),
+    ("VADD.exp [r0 : r2, 1], [r3 : r5, 1], r1, r2", lambda Y, A, B, c: Y + np.exp(A)),
+    ("VADD.div [r0 : r2, 1], 1.0, [r6 : r8, 1], r1, r2", lambda Y, A, B, c: Y + 1.0 / B),
+    ("VADD.pow [r0 : r2, 1], [r6 : r8, 1], 2.5, r1, r2", lambda Y, A, B, c: Y + B ** 2.5),
+    # broadcasting: row 0 of a against every row (a row stride of 0), and a sum
+    ("VADD.sin [r0 : r2, 1], [r3 : 0, 1], r1, r2", lambda Y, A, B, c: Y + np.sin(A[0])),
+    ("VADD.tanh [r0 : 0, 0], [r3 : r5, 1], r1, r2",
+     lambda Y, A, B, c: Y + np.where(np.arange(Y.size).reshape(Y.shape) == 0,
+                                     np.tanh(A).sum(), 0.0)),
+    # the transpose of a 4 x 3 block of b (3 x 4 read with strides 1, r8)
+    ("VADD.atan2 [r0 : r2, 1], [r3 : r5, 1], [r6 : 1, r8], 3, 3",
+     lambda Y, A, B, c: Y + np.pad(np.arctan2(A[:3, :3], B[:3, :3].T), ((0, 0), (0, 1)))),
+]
+
+
+def data():
+    Y = rng.normal(size=(3, 4))
+    A = rng.normal(size=(3, 4))
+    B = rng.uniform(0.5, 2.0, size=(3, 4))
+    return Y, A, B
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("body,want", FAMILY_CASES, ids=[c[0].split()[0] + str(k)
+                                                          for k, c in enumerate(FAMILY_CASES)])
+def test_accumulations_match_numpy_and_invert(body, want, engine):
+    p = program(body)
+    Y, A, B = data()
+    out = run(p, engine, Y, A, B)
+    assert np.allclose(out[0], want(Y, A, B, 0.5), rtol=1e-13, atol=1e-13)
+    assert np.array_equal(out[1], A) and np.array_equal(out[2], B)
+    back = run(p, engine, out[0], A, B, backward=True)
+    assert np.allclose(back[0], Y, rtol=1e-13, atol=1e-13)
+
+
+PRODUCTS = [
+    # y (3 x 4) += a (3 x 3 block) @ b (3 x 4)
+    ("VMADD [r0 : r2, 1], [r3 : r5, 1], [r6 : r8, 1], 3, 3, 4",
+     lambda Y, A, B: Y + A[:, :3] @ B),
+    # y (3 x 3 block) -= a @ b.T: b (3 x 4) read as 4 x 3
+    ("VMSUB [r0 : r2, 1], [r3 : r5, 1], [r6 : 1, r8], 3, 4, 3",
+     lambda Y, A, B: Y - np.pad(A @ B.T, ((0, 0), (0, 1)))),
+    # a dot product into y[0, 0]: row 0 of a with row 1 of b
+    ("VMADD [r0 : 0, 0], [r3 : 0, 1], [r6 + r8 : 1, 0], 1, 4, 1",
+     lambda Y, A, B: Y + np.where(np.arange(12).reshape(3, 4) == 0, A[0] @ B[1], 0.0)),
+]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("body,want", PRODUCTS, ids=["gemm", "gemm_t", "dot"])
+def test_products_match_numpy_and_invert(body, want, engine):
+    p = program(body)
+    Y, A, B = data()
+    out = run(p, engine, Y, A, B)
+    assert np.allclose(out[0], want(Y, A, B), rtol=1e-13, atol=1e-13)
+    back = run(p, engine, out[0], A, B, backward=True)
+    assert np.allclose(back[0], Y, rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_scale_swap_and_negate(engine):
+    p = program("VMUL [r0 : r2, 1], f0, r1, r2\nVDIV [r3 : r5, 1], 4.0, r4, r5\n"
+                "VSWAP [r0 : r2, 1], [r6 : r8, 1], 2, 4\nVNEG [r6 : r8, 1], r7, r8")
+    Y, A, B = data()
+    out = run(p, engine, Y, A, B, c=-3.0)
+    Y2, B2 = Y * -3.0, B.copy()
+    Y2[:2], B2[:2] = B[:2], Y2[:2].copy()
+    assert np.allclose(out[0], Y2) and np.allclose(out[1], A / 4.0) and np.allclose(out[2], -B2)
+    back = run(p, engine, *out[:3], c=-3.0, backward=True)
+    assert np.allclose(back[0], Y) and np.allclose(back[1], A) and np.allclose(back[2], B)
+
+
+def fd_gradient(p, loss_at, args, k, h=1e-6):
+    """d loss / d args[k] by central differences (loss: Y[loss_at] after f)."""
+    x = np.array(args[k], dtype=float)
+    g = np.zeros_like(x)
+    for idx in np.ndindex(*x.shape):
+        vals = []
+        for step in (h, -h):
+            moved = list(args)
+            xk = x.copy()
+            if xk.shape:
+                xk[idx] += step
+            else:
+                xk = xk + step
+            moved[k] = xk if xk.shape else float(xk)
+            vals.append(run(p, "interp", *moved)[0][loss_at])
+        g[idx] = (vals[0] - vals[1]) / (2 * h)
+    return g
+
+
+GRADIENT_CASES = [FAMILY_CASES[2], FAMILY_CASES[3], FAMILY_CASES[4], FAMILY_CASES[5],
+                  FAMILY_CASES[7], FAMILY_CASES[8], PRODUCTS[0], PRODUCTS[1],
+                  ("VMUL [r0 : r2, 1], f0, r1, r2", None), ("VDIV [r0 : r2, 1], f0, r1, r2", None),
+                  ("VMADD [r0 : r2, 1], [r3 : r5, 1], [r6 : r8, 1], 3, 3, 4\n"
+                   "VSWAP [r0 : r2, 1], [r6 : r8, 1], 3, 4\nVNEG [r3 : r5, 1], 3, 4", None)]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("body", [c[0] for c in GRADIENT_CASES],
+                         ids=[c[0].split()[0] + str(k) for k, c in enumerate(GRADIENT_CASES)])
+def test_gradients_match_finite_differences(body, engine):
+    p = program(body)
+    Y, A, B = data()
+    args = [Y, A, B, 0.7]
+    loss = (0, 5)                           # Y[1, 1] (flat index 5)
+    grads = rvm.grad(p["f"], loss=loss, engine=engine)(*args)
+    for k in range(4):
+        want = fd_gradient(p, (1, 1), args, k)
+        assert np.allclose(grads[k], want, rtol=1e-5, atol=1e-6), (k, grads[k], want)
+
+
+def test_gemv_gradient_is_the_closed_form():
+    # y (3) += A (3 x 4) @ x (4): dy[i]/dA = x in row i, dy[i]/dx = A[i]
+    p = rvm.assemble(".func f(r0, r1, r2, r3, r4, r5, r6)\n"
+                     "VMADD [r0 : 1, 0], [r2 : r4, 1], [r5 : 1, 0], r3, r4, 1\n.end\n")
+    A, x = rng.normal(size=(3, 4)), rng.normal(size=4)
+    gy, gA, gx = rvm.grad(p["f"], loss=(0, 2))(np.zeros(3), A, x)
+    assert np.allclose(gA, np.outer([0, 0, 1], x)) and np.allclose(gx, A[2])
+    assert np.array_equal(gy, [0, 0, 1])
+
+
+def test_assembly_and_bytecode_round_trips():
+    text = ".func f(r0, r1, r2, r3)\n    VADD.mul [r0 + r1 : r2, -1], f1, [r3 + 4 : 0, r2], " \
+           "r2, 3\n    ADD f1, 2.0\n    SUB f1, 2.0\n.end\n"
+    p = rvm.assemble(text)
+    view = p.functions["f"].code[0].args[0]
+    assert str(view) == "[r0 + r1 : r2, -1]"
+    again = rvm.assemble(rvm.disassemble(p))
+    assert again.functions["f"].code == p.functions["f"].code
+    assert bytecode.loads(bytecode.dumps(p)).functions["f"].code == p.functions["f"].code
+
+
+def test_bytecode_of_the_table_before_the_array_instructions_still_reads():
+    import struct
+    import zlib
+    p = rvm.assemble(".func f(f0)\n    ADD f0, 1.0\n.end\n")
+    data = bytearray(bytecode.dumps(p))
+    first = next(k for k, s in enumerate(isa.TABLE) if s.group == "array")
+    old = zlib.crc32("\n".join(s.name for s in isa.TABLE[:first]).encode())
+    struct.pack_into("<I", data, 6, old)            # the header's isa-id
+    assert bytecode.loads(bytes(data)).functions["f"].code == p.functions["f"].code
+
+
+@pytest.mark.parametrize("text,message", [
+    ("VADD [r0], f0, 1, 1", "must be a view"),
+    ("VADD [r0 : f1, 1], f0, 1, 1", "integer registers"),
+    ("ADD f0, [r0 : 1, 1]", "must be a register or an immediate"),
+    ("EXCH f0, [r0 : 1, 1]", "array instructions only"),
+    ("VMADD [r0 : 1, 0], f0, [r1 : 1, 0], 1, 1, 1", "must be a view"),
+    ("VADD [r0 : 1, 0], f0, -1, 1", "negative"),
+])
+def test_bad_views_are_refused_when_assembling(text, message):
+    with pytest.raises(rvm.RvmError, match=message):
+        rvm.assemble(f".func f(r0, r1, f0)\n    {text}\n.end\n")
+
+
+def test_a_view_without_its_second_stride_is_a_located_syntax_error():
+    with pytest.raises(rvm.AsmError) as e:
+        rvm.assemble(".func f(r0)\n    VNEG [r0 : 1], 1, 1\n.end\n")
+    assert e.value.line == 2 and "stride" in str(e.value)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("body,message", [
+    ("VADD [r0 : r2, 1], [r0 + 1 : r2, 1], r1, r2", "overlaps"),       # y[.., 1:] += y[..]
+    ("VMADD [r0 : r2, 1], [r0 : r2, 1], [r6 : r8, 1], 3, 3, 4", "overlaps"),
+    ("VADD [r6 : r8, 1], [r3 : r5, 1], 4, r2", "outside the heap"),     # 4 rows of 3
+    ("VADD [r6 + 8 : 1, 1], [r3 : r5, 1], 1, 5", "outside the heap"),
+    ("VNEG [r0 : 0, 1], 2, 2", "names a cell twice"),
+    ("VMUL [r0 : r2, 1], 0.0, r1, r2", "scaled by 0"),
+    ("VADD.log [r0 : r2, 1], [r3 : r5, 1], r1, r2", "not finite"),      # log of negatives
+    ("SUB r9, 1\nVADD [r0 : r2, 1], 1.0, r9, 2\nADD r9, 1", "negative"),
+])
+def test_bad_views_are_refused_when_running_and_change_nothing(body, message, engine):
+    p = program(body)
+    Y, A, B = data()
+    A[0, 0] = -1.0
+    m = rvm.Machine(p, engine=engine)
+    with pytest.raises(rvm.RvmError, match=message) as e:
+        m.call("f", Y, A, B, 0.5)
+    assert "f" in str(e.value)
