@@ -212,3 +212,32 @@ def test_bad_views_are_refused_when_running_and_change_nothing(body, message, en
     with pytest.raises(rvm.RvmError, match=message) as e:
         m.call("f", Y, A, B, 0.5)
     assert "f" in str(e.value)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_views_whose_cells_interleave_do_not_overlap(engine):
+    # column 0 += column 1 of a 3 x 4 matrix: the ranges meet, the cells never do
+    p = program("VADD.mul [r0 : r2, 0], f0, [r0 + 1 : r2, 0], r1, 1\n"
+                "VADD [r3 : 2, 0], [r3 + 1 : 2, 0], 6, 1")          # even cells += odd
+    Y, A, B = data()
+    out = run(p, engine, Y, A, B, c=2.0)
+    Y2 = Y.copy()
+    Y2[:, 0] += 2.0 * Y[:, 1]
+    A2 = A.copy().ravel()
+    A2[0::2] += A.ravel()[1::2]
+    assert np.allclose(out[0], Y2) and np.allclose(out[1].ravel(), A2)
+    bad = program("VADD [r3 : 2, 0], [r3 + 2 : 2, 0], 5, 1")     # even += even: shared
+    with pytest.raises(rvm.RvmError, match="overlaps"):
+        rvm.Machine(bad, engine=engine).call("f", Y, A, B, 1.0)
+
+
+@pytest.mark.parametrize("target", ["[r0 : 0, 0]", "[r0 : 1, 0]", "[r0 : 0, 1]"])
+def test_sums_into_repeated_cells_agree_to_the_bit_and_cancel_exactly(target):
+    # a product is rounded alike everywhere: the sums, from 0 in element order, too
+    body = f"VADD.mul {target}, [r3 : r5, 1], [r6 : r8, 1], 3, 4"
+    Y, A, B = data()
+    outs = [run(program(body), e, Y, A, B)[0] for e in ENGINES]
+    assert all(np.array_equal(o, outs[0]) for o in outs)
+    back = program(body + "\n" + body.replace("VADD", "VSUB"))
+    for e in ENGINES:       # from zero: exactly zero again, not nearly
+        assert np.array_equal(run(back, e, np.zeros_like(Y), A, B)[0], np.zeros_like(Y))

@@ -96,11 +96,46 @@ class ArrayLowering:
         return b.or_(bad, b.and_(self._some(m, n), outside))
 
     def _overlap(self, one, m, n, two, r, c):
-        b = self.b
+        """The views share a cell (rvm.engines.arrays.apart): their ranges meet and their
+        lattices do too."""
+        b, t = self.b, self.t
         lo, hi = self._span(one, m, n)
         lo2, hi2 = self._span(two, r, c)
         both = b.and_(self._some(m, n), self._some(r, c))
-        return b.and_(both, b.and_(b.icmp_signed("<=", lo, hi2), b.icmp_signed("<=", lo2, hi)))
+        meet = b.and_(b.icmp_signed("<=", lo, hi2), b.icmp_signed("<=", lo2, hi))
+        step = self._gcd(self._gcd(*self._moving(one, m, n)), self._gcd(*self._moving(two, r, c)))
+        d = b.sub(one[0], two[0])
+        zero = t.i64(0)
+        safe = b.select(b.icmp_signed("==", step, zero), t.i64(1), step)
+        same = b.select(b.icmp_signed("==", step, zero), b.icmp_signed("==", d, zero),
+                        b.icmp_signed("==", b.srem(d, safe), zero))
+        return b.and_(both, b.and_(meet, same))
+
+    def _moving(self, view, m, n) -> tuple:
+        """The strides of the dimensions longer than 1 (others count as 0), made positive."""
+        b, t = self.b, self.t
+        one, zero = t.i64(1), t.i64(0)
+        return (b.select(b.icmp_signed(">", m, one), self._abs(view[1]), zero),
+                b.select(b.icmp_signed(">", n, one), self._abs(view[2]), zero))
+
+    def _gcd(self, x, y):
+        """Euclid's gcd of two non-negative int64 values (a loop in the IR)."""
+        b, t = self.b, self.t
+        with b.goto_block(self.fn.entry_basic_block):
+            px, py = b.alloca(t.i64), b.alloca(t.i64)
+        b.store(x, px)
+        b.store(y, py)
+        head, body, after = (self.fn.append_basic_block() for _ in range(3))
+        b.branch(head)
+        b.position_at_end(head)
+        b.cbranch(b.icmp_signed("!=", b.load(py), t.i64(0)), body, after)
+        b.position_at_end(body)
+        u, v = b.load(px), b.load(py)
+        b.store(v, px)
+        b.store(b.urem(u, v), py)
+        b.branch(head)
+        b.position_at_end(after)
+        return b.load(px)
 
     def _repeats(self, view, m, n):
         b, t = self.b, self.t
@@ -179,19 +214,69 @@ class ArrayLowering:
         self._check(bad)
         return names, value, partials, self._sign(s), yv, ops, m, n
 
+    def _into(self, view, m, n, value, shadows: bool = False, flag=None) -> None:
+        """cell += value(i, j) over the view, a repeated cell getting the sum of its
+        values added once, summed from 0 in the order of the elements (as numpy's add.at
+        does in rvm.engines.arrays): a target of strides (0, 0) takes one sum, (s, 0) a
+        sum per row, (0, s) a sum per column. So a sum taken back out with the opposite
+        sign leaves exactly what was there. flag: raised where a value cell's result is
+        not finite."""
+        b, t = self.b, self.t
+        heap = "HG" if shadows else "HF"
+        one, zero = t.i64(1), t.i64(0)
+        z0 = b.or_(b.icmp_signed("<=", m, one), b.icmp_signed("==", view[1], zero))
+        z1 = b.or_(b.icmp_signed("<=", n, one), b.icmp_signed("==", view[2], zero))
+        with b.goto_block(self.fn.entry_basic_block):
+            acc = b.alloca(t.f64)
+
+        def add(i, j, v):
+            ptr = self.cell(heap, self._at(view, i, j))
+            new = b.fadd(b.load(ptr), v)
+            if flag is not None:
+                self.raise_flag(flag, self.non_finite([new]))
+            b.store(new, ptr)
+
+        def summed(outer, inner, at):       # a sum per outer index (or one in all)
+            def each(o):
+                b.store(t.f64(0.0), acc)
+                self.loop_over(b, zero, inner, lambda k: b.store(
+                    b.fadd(b.load(acc), value(*at(o, k))), acc))
+                add(*at(o, zero), b.load(acc))
+            self.loop_over(b, zero, outer, each)
+        after = self.fn.append_basic_block()
+        cases = [self.fn.append_basic_block() for _ in range(4)]
+        one_cell, rows = b.and_(z0, z1), b.and_(z1, b.not_(z0))
+        b.cbranch(one_cell, cases[0], cases[1])
+        b.position_at_end(cases[1])
+        b.cbranch(rows, cases[2], cases[3])
+        b.position_at_end(cases[0])         # one cell: a sum over all, row by row
+        b.store(t.f64(0.0), acc)
+        self._each(m, n, lambda i, j: b.store(b.fadd(b.load(acc), value(i, j)), acc))
+        add(zero, zero, b.load(acc))
+        b.branch(after)
+        b.position_at_end(cases[2])         # a cell per row
+        summed(m, n, lambda i, j: (i, j))
+        b.branch(after)
+        b.position_at_end(cases[3])
+        columns, direct = self.fn.append_basic_block(), self.fn.append_basic_block()
+        b.cbranch(z0, columns, direct)
+        b.position_at_end(columns)          # a cell per column
+        summed(n, m, lambda j, i: (i, j))
+        b.branch(after)
+        b.position_at_end(direct)
+        self._each(m, n, lambda i, j: add(i, j, value(i, j)))
+        b.branch(after)
+        b.position_at_end(after)
+
     def _vacc(self, fam, s, y, *rest):
         names, value, _, s, yv, ops, m, n = self._accumulating(fam, s, y, rest)
         b, t = self.b, self.t
         flag = self.new_flag()
 
-        def body(i, j):
+        def element(i, j):
             v = self._element(value, names, [self._load(x, i, j) for x in ops])
-            ptr = self.cell("HF", self._at(yv, i, j))
-            new = b.fadd(b.load(ptr), b.fmul(t.f64(s), v)) if s != 1.0 else \
-                b.fadd(b.load(ptr), v)
-            self.raise_flag(flag, self.non_finite([new]))
-            b.store(new, ptr)
-        self._each(m, n, body)
+            return v if s == 1.0 else b.fmul(t.f64(s), v)
+        self._into(yv, m, n, element, flag=flag)
         self._check(b.load(flag))
 
     def _pull(self, fam, s, y, rest, body):
@@ -222,13 +307,20 @@ class ArrayLowering:
         return b.load(total)
 
     def _vpull(self, fam, s, y, *rest):
-        b = self.b
+        """Each view operand's shadow += its contributions (one pass per operand, so that
+        a broadcast operand's repeated cells sum as the interpreter sums them)."""
+        names, _, partials, s, yv, ops, m, n = self._accumulating(fam, s, y, rest)
+        b, t = self.b, self.t
+        for k, x in enumerate(ops):
+            if not isinstance(x, tuple):
+                continue
 
-        def body(_k, x, i, j, d):
-            if isinstance(x, tuple):
-                ptr = self.cell("HG", self._at(x, i, j))
-                b.store(b.fadd(b.load(ptr), d), ptr)
-        self._pull(fam, s, y, rest, body)
+            def contribution(i, j, p=partials[k]):
+                gy = b.load(self.cell("HG", self._at(yv, i, j)))
+                d = b.fmul(gy, self._element(p, names, [self._load(v, i, j) for v in ops]))
+                d = b.select(b.fcmp_ordered("!=", gy, t.f64(0.0)), d, t.f64(0.0))
+                return d if s == 1.0 else b.fmul(t.f64(s), d)
+            self._into(x, m, n, contribution, shadows=True)
 
     def _product(self, y, a, c, m, k, n):
         b = self.b
@@ -256,13 +348,10 @@ class ArrayLowering:
         yv, av, cv, m, k, n = self._product(y, a, c, m, k, n)
         flag = self.new_flag()
 
-        def body(i, j):
+        def element(i, j):
             v = self._dot(k, lambda l_: b.fmul(self._load(av, i, l_), self._load(cv, l_, j)))
-            ptr = self.cell("HF", self._at(yv, i, j))
-            new = b.fadd(b.load(ptr), v if s == 1.0 else b.fneg(v))
-            self.raise_flag(flag, self.non_finite([new]))
-            b.store(new, ptr)
-        self._each(m, n, body)
+            return v if s == 1.0 else b.fneg(v)
+        self._into(yv, m, n, element, flag=flag)
         self._check(b.load(flag))
 
     def _vmm_pull(self, s, y, a, c, m, k, n):

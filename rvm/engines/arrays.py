@@ -8,13 +8,16 @@ A view is (start, row stride, column stride) over the instruction's shape m x n:
 (i, j) is heap cell start + i * row stride + j * column stride. Every helper checks, before
 it writes anything, that the shape is not negative, that each view lies inside the heap
 (below its top), and that the cells it writes do not overlap the cells it reads (their
-address ranges, lowest to highest cell, are disjoint); a view written in place (scale,
+address ranges, lowest to highest cell, are disjoint, or the lattices their cells lie on
+never meet: see apart); a view written in place (scale,
 negate, swap) may not repeat a cell. A target that repeats a cell (a stride of 0) sums
 into it: `y[0 : 0, 0] += x` over n elements is y += sum(x). Sums are numpy's (BLAS's for
 products): they may round differently from a loop of scalar instructions.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -62,6 +65,24 @@ def _span(view, m: int, n: int) -> tuple[int, int]:
     return lo, hi
 
 
+def _lattice(view, m: int, n: int) -> int:
+    """The step of the lattice a view's cells lie on: every cell is start + a multiple of
+    it (the gcd of the strides that move: a dimension of 1 does not)."""
+    return math.gcd(abs(view[1]) if m > 1 else 0, abs(view[2]) if n > 1 else 0)
+
+
+def apart(one, m: int, n: int, two, r: int, c: int) -> bool:
+    """Do two non-empty views share no cell? Yes if their address ranges are disjoint, or
+    if their cells lie on lattices that never meet (a value and its derivative on the
+    interleaved heap: even and odd cells)."""
+    lo, hi = _span(one, m, n)
+    lo2, hi2 = _span(two, r, c)
+    if hi < lo2 or hi2 < lo:
+        return True
+    step = math.gcd(_lattice(one, m, n), _lattice(two, r, c))
+    return (one[0] - two[0]) % step != 0 if step else one[0] != two[0]
+
+
 def _repeats(view, m: int, n: int) -> bool:
     """Does the view name a cell twice?"""
     s0, s1 = abs(view[1]), abs(view[2])
@@ -100,14 +121,12 @@ class Helpers:
         """The cells written do not overlap the cells read (address ranges)."""
         if not (m and n):
             return
-        lo, hi = _span(written, m, n)
         for k, (view, (r, c)) in enumerate(zip(read, shapes or [(m, n)] * len(read))):
-            if isinstance(view, tuple) and r and c:
-                lo2, hi2 = _span(view, r, c)
-                if lo <= hi2 and lo2 <= hi:
-                    raise Fault(f"the view written (cells {lo}..{hi}) overlaps operand "
-                                f"{k + 1} (cells {lo2}..{hi2}): the update would read what "
-                                "it changes")
+            if isinstance(view, tuple) and r and c and not apart(written, m, n, view, r, c):
+                (lo, hi), (lo2, hi2) = _span(written, m, n), _span(view, r, c)
+                raise Fault(f"the view written (cells {lo}..{hi}) overlaps operand "
+                            f"{k + 1} (cells {lo2}..{hi2}): the update would read what "
+                            "it changes")
 
     def _add(self, shadows: bool, index: np.ndarray, values: np.ndarray, what: str) -> None:
         """cells[index] += values (a repeated cell gets the sum), refused unless every
