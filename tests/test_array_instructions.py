@@ -10,6 +10,27 @@ import rvm
 from rvm.core import isa
 from rvm.formats import bytecode
 
+QUADRATIC = """
+.func q(f0, r2, r3, r4, r5, r6)         ; f0 += x . (M x), through a block t = M x
+  ALLOC r7, r6
+  ALLOC r8, 1
+  VMADD [r7 : 1, 0], [r2 : r4, 1], [r5 : 1, 0], r3, r4, 1
+  VMADD [r8 : 0, 0], [r5 : 0, 1], [r7 : 1, 0], 1, r6, 1
+  ADDM f0, [r8]
+  VMSUB [r8 : 0, 0], [r5 : 0, 1], [r7 : 1, 0], 1, r6, 1
+  VMSUB [r7 : 1, 0], [r2 : r4, 1], [r5 : 1, 0], r3, r4, 1
+  FREE r8, 1
+  FREE r7, r6
+.end
+.func th(f0, r5, r6)                    ; f0 += sum(tanh(x))
+  ALLOC r8, 1
+  VADD.tanh [r8 : 0, 0], [r5 : 0, 1], 1, r6
+  ADDM f0, [r8]
+  VSUB.tanh [r8 : 0, 0], [r5 : 0, 1], 1, r6
+  FREE r8, 1
+.end
+"""
+
 ENGINES = ["interp", "python", "native"]
 rng = np.random.default_rng(7)
 
@@ -241,3 +262,46 @@ def test_sums_into_repeated_cells_agree_to_the_bit_and_cancel_exactly(target):
     back = program(body + "\n" + body.replace("VADD", "VSUB"))
     for e in ENGINES:       # from zero: exactly zero again, not nearly
         assert np.array_equal(run(back, e, np.zeros_like(Y), A, B)[0], np.zeros_like(Y))
+
+
+@pytest.mark.parametrize("body", [c[0] for c in GRADIENT_CASES],
+                         ids=[c[0].split()[0] + str(k) for k, c in enumerate(GRADIENT_CASES)])
+def test_tangent_programs_match_finite_differences(body):
+    # rvm.jvp runs the tangent program: each instruction on the interleaved heap, then
+    # its rule (partials lowered into array instructions on temporary blocks)
+    p = program(body)
+    Y, A, B = data()
+    tY, tA, tB = (rng.normal(size=x.shape) for x in (Y, A, B))
+    _, tans = rvm.jvp(p["f"], (Y, A, B, 0.7), (tY, tA, tB, 0.3))
+    h = 1e-6
+    ups = run(p, "interp", Y + h * tY, A + h * tA, B + h * tB, 0.7 + h * 0.3)
+    downs = run(p, "interp", Y - h * tY, A - h * tA, B - h * tB, 0.7 - h * 0.3)
+    for k in range(3):
+        assert np.allclose(tans[k], (ups[k] - downs[k]) / (2 * h), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("body", [c[0] for c in GRADIENT_CASES],
+                         ids=[c[0].split()[0] + str(k) for k, c in enumerate(GRADIENT_CASES)])
+def test_adjoint_programs_match_the_gradient(body):
+    # a scalar operand's shadow takes its sum through a one-cell block
+    p = program(body)
+    Y, A, B = data()
+    ybar = np.zeros_like(Y)
+    ybar[1, 1] = 1.0
+    out = rvm.adjoint(p["f"])(Y, A, B, 0.7, ybar, np.zeros_like(A), np.zeros_like(B), 0.0)
+    grads = rvm.grad(p["f"], loss=(0, 5))(Y, A, B, 0.7)
+    for k in range(4):
+        assert np.allclose(out[4 + k], grads[k], rtol=1e-9, atol=1e-12)
+    assert np.allclose(out[0], Y) and np.array_equal(out[1], A)      # x comes back
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_hessian_vector_products_and_hessians(engine):
+    # second order: the tangent of the adjoint program, every rule from the table
+    p = rvm.assemble(QUADRATIC)
+    M, x, d = rng.normal(size=(4, 4)), rng.normal(size=4), rng.normal(size=4)
+    hv = rvm.hvp(p["q"], (0.0, M, x), (0.0, np.zeros((4, 4)), d), loss=0, engine=engine)
+    assert np.allclose(hv[2], (M + M.T) @ d)
+    H = rvm.hessian(p["th"], loss=0, wrt=[1], engine=engine)(0.0, x)
+    t = np.tanh(x)
+    assert np.allclose(H, np.diag(-2 * t * (1 - t * t)))

@@ -4,13 +4,14 @@
     python tools/gen_isa_doc.py --stdout   # print it (the test compares the two)
 """
 
+import ast
 import pathlib
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rvm.ad.transforms import tangent_function
+from rvm.ad.transforms import partials, tangent_function
 from rvm.core import isa
 from rvm.core.program import Function, Instruction, Program, Reg
 
@@ -35,6 +36,8 @@ def tangent_rule(s: isa.OpSpec) -> str:
     if s.name in isa.READS or s.name == "EXCH":   # on the interleaved heap
         return (f"`{s.name} x, [2a]`<br>`{s.name} x', [2a + 1]` (each cell followed by its "
                 "tangent; a the address)")
+    if s.group == "array":
+        return array_rule(s)
     if isa.FLOAT not in s.forward or s.group not in ("arith", "family", "memory") or \
             s.name in ("NOP", "EXCH"):
         return "-"
@@ -50,6 +53,28 @@ def tangent_rule(s: isa.OpSpec) -> str:
         text = str(r)
         return names.get(text, f"t{r.n - 2 * n}" if isinstance(r, Reg) else text)
     return "<br>".join(f"`{i.op} {', '.join(show(a) for a in i.args)}`" for i in code)
+
+
+def array_rule(s: isa.OpSpec) -> str:
+    """An array instruction's tangent rule, in words: on the interleaved heap its views
+    are every second cell (values) and the cells between (tangents)."""
+    head, _, fam = s.name.partition(".")
+    sign = "+" if head.startswith(("VADD", "VMADD")) else "-"
+    if head in ("VADD", "VSUB"):
+        names = isa.FAMILIES[fam][0] if fam else ("a",)
+        parts = [ast.unparse(p) for p in partials(fam)] if fam else ["1.0"]
+        terms = " + ".join(f"{a}' * ({p})" if p != "1.0" else f"{a}'"
+                           for a, p in zip(names, parts))
+        return (f"`{s.name} y, {', '.join(names)}`<br>y' {sign}= {terms} (partials through "
+                "temporary blocks)")
+    if head in ("VMADD", "VMSUB"):
+        return f"`{s.name} y, a, b`<br>`{s.name} y', a', b`<br>`{s.name} y', a, b'`"
+    if s.name == "VMUL":
+        return "`VMUL x', c`<br>`VADD.mul x', x, c'`<br>`VMUL x, c`"
+    if s.name == "VDIV":
+        return "`VDIV x, c`<br>`VSUB.mul x', x, c'`<br>`VDIV x', c`"
+    return f"`{s.name} x`<br>`{s.name} x'`" if s.name == "VNEG" else \
+        f"`{s.name} a, b`<br>`{s.name} a', b'`"
 
 
 def cell(text: str) -> str:
@@ -77,7 +102,9 @@ def render() -> str:
            "The tangent column is what the tangent transform (`rvm.tangent`) emits for the "
            "instruction (itself included, to show the order), derived from the row's "
            "partial derivatives: `x'` is the tangent of `x`, `t0`, `t1`, ... are zeroed "
-           "temporaries it computes and uncomputes.", ""]
+           "temporaries it computes and uncomputes. An array instruction's rule runs on the "
+           "interleaved heap (each cell of the program followed by its tangent): its views "
+           "are every second cell, their tangents the cells between.", ""]
     for group, title in GROUPS:
         out += [f"## {title}", "",
                 "| mnemonic | operands | inverse | forms | meaning | forward | adjoint "

@@ -28,7 +28,9 @@ The adjoint is linear in its shadows, so its own adjoint comes from tangent prog
 (`_adjoint_sweeps`).
 
 Arrays: both transforms run on an interleaved heap (each cell of f followed by its tangent
-or its shadow); the adjoint's clean-up copies array shadows into private heap blocks.
+or its shadow); the adjoint's clean-up copies array shadows into private heap blocks. An
+array instruction's views become views of every second cell (the values) and of the cells
+between (the derivatives), and its rule is the scalar one on views (`_array_rule`).
 Refused with a clear error (TransformError): allocation and the stack (ALLOC, FREE,
 PUSH, POP) in an adjoint's input outside calls of adjoints, whose freed cells would drop
 their shadows.
@@ -44,7 +46,7 @@ import attrs
 from ..core import isa
 from ..core.errors import RvmError
 from ..core.inverse import inverse_function
-from ..core.program import FuncRef, Function, Imm, Instruction, Label, Mem, Program, Reg
+from ..core.program import FuncRef, Function, Imm, Instruction, Label, Mem, Program, Reg, View
 from ..core.verify import verify
 
 
@@ -394,12 +396,235 @@ def _read_adjoint(code: _Code, ins: Instruction, sh: dict) -> None:
         code.emit(u.op, *u.args, line=ins.line)
 
 
+# ------------------------------------------------------------------ arrays
+# An array instruction's views on the interleaved heap: f's view [a : s0, s1] holds its
+# values in [2a : 2 s0, 2 s1] and their derivatives in [2a + 1 : 2 s0, 2 s1] (the two
+# lattices never meet, so an update of one reading the other is not an overlap). The
+# rules are the scalar ones, with views for registers; a partial derivative is lowered into
+# array instructions on zeroed temporary blocks (ALLOC'd, used, uncomputed, freed), and a
+# scalar's shadow takes a sum through a one-cell block (summed from zero and taken back
+# out: exactly zero again).
+
+
+def _doubled(code: _Code, ins: Instruction) -> tuple[dict, list[Instruction], int]:
+    """{operand index: (value view, derivative view)} for ins's views, computed into
+    integer temporaries (the next free one returned), and their uncompute."""
+    line, steps, out = ins.line, [], {}
+    at = [k for k, a in enumerate(ins.args) if isinstance(a, View)]
+    regs = code.int_temps(4 * len(at))
+    for j, k in enumerate(at):
+        v = ins.args[k]
+        a, a2, r0, r1 = regs[4 * j:4 * j + 4]
+        if isinstance(v.off, Reg):
+            steps += [Instruction(f"ASSERT.{cc}", (r, Imm(x)), line) for r in (v.base, v.off)
+                      for cc, x in (("GE", -HALF), ("LE", HALF))]
+            steps += [Instruction("ADD", (a, v.base), line), Instruction("ADD", (a, v.off), line)]
+        else:
+            if abs(v.off) > HALF:
+                raise TransformError(f"view offset {v.off} is too large for a derivative "
+                                     "program (at most 2^61)")
+            steps += [Instruction("ADD", (a, v.base), line)]
+            steps += [Instruction("ADD", (a, Imm(v.off)), line)] if v.off else []
+        steps += [Instruction("ASSERT.GE", (a, Imm(0)), line),
+                  Instruction("ASSERT.LT", (a, Imm(LIMIT)), line),
+                  Instruction("ADD.mul", (a2, a, Imm(2)), line)]
+        strides = []
+        for stride, r in ((v.s0, r0), (v.s1, r1)):
+            if isinstance(stride, Reg):
+                steps += [Instruction("ASSERT.GE", (stride, Imm(-HALF)), line),
+                          Instruction("ASSERT.LE", (stride, Imm(HALF)), line),
+                          Instruction("ADD.mul", (r, stride, Imm(2)), line)]
+                strides.append(r)
+            elif abs(stride) > HALF:
+                raise TransformError(f"view stride {stride} is too large for a derivative "
+                                     "program (at most 2^61)")
+            else:
+                strides.append(2 * stride)
+        out[k] = (View(a2, 0, *strides), View(a2, 1, *strides))
+    for step in steps:
+        code.emit(step.op, *step.args, line=line)
+    undo = [Instruction(isa.OPS[i.op].inverse, i.args, line) for i in reversed(steps)
+            if not i.op.startswith("ASSERT")]
+    return out, undo, code.ints + 4 * len(at)
+
+
+def _transposed(v: View) -> View:
+    return View(v.base, v.off, v.s1, v.s0)
+
+
+class _ArrayLowering:
+    """`acc (+|-)= factor * expression` element by element over an m x n shape, with
+    array instructions: the expression into zeroed temporary blocks, used, uncomputed."""
+
+    def __init__(self, code: _Code, env: dict, shape: tuple, line: int, first_int: int):
+        self.code, self.env, self.line = code, env, line
+        self.m, self.n = shape
+        self.ints = self.first = first_int
+        self.compute: list[Instruction] = []
+        self.size = None
+
+    def emit(self, op: str, *args) -> None:
+        self.compute.append(Instruction(op, tuple(args), self.line))
+
+    def int_reg(self) -> Reg:
+        self.ints += 1
+        return Reg(isa.INT, self.ints - 1)
+
+    def block(self, cells) -> Reg:
+        base = self.int_reg()
+        self.emit("ALLOC", base, cells)
+        return base
+
+    def temp(self) -> View:
+        """A zeroed m x n block, row-major."""
+        m, n = self.m, self.n
+        if self.size is None:
+            if isinstance(m, Imm) and isinstance(n, Imm):
+                self.size = Imm(m.value * n.value)
+            else:
+                self.size = self.int_reg()
+                self.emit("ADD.mul", self.size, *((m, n) if isinstance(m, Reg) else (n, m)))
+        return View(self.block(self.size), 0, n.value if isinstance(n, Imm) else n, 1)
+
+    def atom(self, e: ast.expr):
+        if isinstance(e, ast.Name):
+            return self.env[e.id]
+        if isinstance(e, ast.Constant):
+            return Imm(float(e.value))
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub) and \
+                isinstance(e.operand, ast.Constant):
+            return Imm(-float(e.operand.value))
+        t = self.temp()
+        self.into(t, e, 1)
+        return t
+
+    def into(self, t: View, e: ast.expr, sign: int) -> None:
+        add, shape = "VADD" if sign > 0 else "VSUB", (self.m, self.n)
+        if isinstance(e, (ast.Name, ast.Constant)):
+            self.emit(add, t, self.atom(e), *shape)
+        elif isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
+            self.into(t, e.operand, -sign)
+        elif isinstance(e, ast.BinOp) and isinstance(e.op, (ast.Add, ast.Sub)):
+            self.into(t, e.left, sign)
+            self.into(t, e.right, sign if isinstance(e.op, ast.Add) else -sign)
+        elif isinstance(e, ast.BinOp) and type(e.op) in _BINARY:
+            self.emit(f"{add}.{_BINARY[type(e.op)]}", t, self.atom(e.left), self.atom(e.right),
+                      *shape)
+        elif isinstance(e, ast.Call) and ast.unparse(e.func) in _FUNCTIONS:
+            self.emit(f"{add}.{_FUNCTIONS[ast.unparse(e.func)]}", t,
+                      *(self.atom(a) for a in e.args), *shape)
+        else:
+            raise TransformError(f"cannot lower the partial derivative {ast.unparse(e)!r}")
+
+    def accumulate(self, acc, sign: int, factor, e: ast.expr) -> None:
+        """acc (+|-)= factor * e (acc a view, or a float register: the sum of the
+        elements, through a one-cell block), then the temporaries uncomputed."""
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
+            return self.accumulate(acc, -sign, factor, e.operand)
+        if isinstance(e, ast.Constant) and e.value == 0.0:
+            return
+        into = acc
+        if isinstance(acc, Reg):                    # a scalar's shadow: a sum
+            into = View(self.block(Imm(1)), 0, 0, 0)
+        add, shape = "VADD" if sign > 0 else "VSUB", (self.m, self.n)
+        if isinstance(e, ast.Constant) and e.value == 1.0:
+            last = Instruction(add, (into, factor, *shape), self.line)
+        else:
+            last = Instruction(f"{add}.mul", (into, factor, self.atom(e), *shape), self.line)
+        done, self.compute = self.compute, []
+        for ins in done + [last]:
+            self.code.emit(ins.op, *ins.args, line=ins.line)
+        if isinstance(acc, Reg):                    # acc += the cell; the cell back to 0
+            self.code.emit("ADDM", acc, Mem(into.base), line=self.line)
+            inverse = isa.OPS[last.op].inverse
+            self.code.emit(inverse, *last.args, line=self.line)
+        for ins in reversed(done):              # (the cell's block among them: freed)
+            if ins.args[0] != into:
+                self.code.emit(isa.OPS[ins.op].inverse, *ins.args, line=ins.line)
+        self.size, self.ints = None, self.first     # all back to zero: reused
+
+
+def _array_operands(ins: Instruction, views: dict, derivative: dict):
+    """value(k) and derivative(k) of operand k: a view's halves on the interleaved heap;
+    a register and its tangent (or shadow), None where it has none."""
+    def value(k):
+        return views[k][0] if k in views else ins.args[k]
+
+    def of(k):
+        a = ins.args[k]
+        if k in views:
+            return views[k][1]
+        return derivative.get(a) if isinstance(a, Reg) and a.cls == isa.FLOAT else None
+    return value, of
+
+
+def _array_rule(code: _Code, ins: Instruction, derivative: dict, adjoint: bool) -> None:
+    """An array instruction of f with its tangent rule (adjoint: its undo with the adjoint
+    on the shadows, for the sweep), on the interleaved heap."""
+    op, a, line = ins.op, ins.args, ins.line
+    views, undo, first = _doubled(code, ins)
+    value, of = _array_operands(ins, views, derivative)
+    head, _, fam = op.partition(".")
+    emit = lambda o, *args: code.emit(o, *args, line=line)
+    inverse = isa.OPS[op].inverse
+    if head in ("VADD", "VSUB"):
+        sign, ops, shape = (1 if head == "VADD" else -1), range(1, len(a) - 2), a[-2:]
+        names = isa.FAMILIES[fam][0] if fam else ("a",)
+        parts = partials(fam) if fam else (ast.Constant(1.0),)
+        low = _ArrayLowering(code, dict(zip(names, map(value, ops))), shape, line, first)
+        emit(inverse if adjoint else op, *map(value, range(len(a) - 2)), *shape)
+        for k, part in zip(ops, parts):
+            if of(k) is None:
+                continue
+            if adjoint:                     # x_bar (+|-)= y_bar * dF/dx
+                low.accumulate(of(k), sign, of(0), part)
+            else:                           # y' (+|-)= x' * dF/dx
+                low.accumulate(of(0), sign, of(k), part)
+    elif head in ("VMADD", "VMSUB"):
+        m, k, n = a[3:]
+        if adjoint:                         # a_bar (+|-)= y_bar b^T; b_bar (+|-)= a^T y_bar
+            emit(inverse, *map(value, range(3)), m, k, n)
+            if of(1) is not None:
+                emit(op, of(1), of(0), _transposed(value(2)), m, n, k)
+            if of(2) is not None:
+                emit(op, of(2), _transposed(value(1)), of(0), k, m, n)
+        else:                               # y' (+|-)= a' b + a b'
+            emit(op, *map(value, range(3)), m, k, n)
+            if of(1) is not None:
+                emit(op, of(0), of(1), value(2), m, k, n)
+            if of(2) is not None:
+                emit(op, of(0), value(1), of(2), m, k, n)
+    elif op in ("VMUL", "VDIV"):
+        x, c, shape = value(0), a[1], a[2:]
+        low = _ArrayLowering(code, {"x": x}, shape, line, first)
+        product = ast.Name("x", ast.Load())
+        mul = op == "VMUL"
+        if adjoint:     # undo x *= c: x /= c; c_bar += sum(x_bar x); x_bar *= c (and for /)
+            emit("VDIV", *((x, c) if mul else (of(0), c)), *shape)
+            if of(1) is not None:
+                low.accumulate(of(1), 1 if mul else -1, of(0), product)
+            emit("VMUL", *((of(0), c) if mul else (x, c)), *shape)
+        else:           # x' = x' c + x c' (x before); x / c: (x' - x c') / c (x after)
+            emit(op, *((of(0), c) if mul else (x, c)), *shape)
+            if of(1) is not None:
+                low.accumulate(of(0), 1 if mul else -1, of(1), product)
+            emit(op, *((x, c) if mul else (of(0), c)), *shape)
+    elif op in ("VSWAP", "VNEG"):
+        n_views = 2 if op == "VSWAP" else 1
+        emit(op, *map(value, range(n_views)), *a[n_views:])
+        emit(op, *map(of, range(n_views)), *a[n_views:])
+    else:
+        raise TransformError(f"no derivative rule for {op}")
+    for u in undo:
+        code.emit(u.op, *u.args, line=line)
+
+
 def _heap_access(ins: Instruction) -> bool:
     return ins.op == "EXCH" or ins.op in isa.READS
 
 
 def uses_heap(program: Program, name: str) -> bool:
-    return any(_heap_access(ins) or ins.op in ("ALLOC", "FREE")
+    return any(_heap_access(ins) or ins.op in ("ALLOC", "FREE") or ins.op in isa.ARRAYS
                for f in reachable(program, name) for ins in program.functions[f].code)
 
 
@@ -417,7 +642,7 @@ def _varied(fn: Function) -> set:
         regs, op = floats(ins.args), ins.op
         if not regs:
             continue
-        if op in isa.CALLS or ins.spec.group == "memory" or op in ("PUSH", "POP"):
+        if op in isa.CALLS or ins.spec.group in ("memory", "array"):
             varied |= regs
         elif not _is_float(ins) or op in ("NEG", "ZERO"):
             continue
@@ -451,6 +676,8 @@ def tangent_function(program: Program, fn: Function, names: dict,
             code.emit(ins.op, FuncRef(names[callee.name]), *regs, *extra, line=ins.line)
         elif interleaved and ins.spec.group == "memory":
             _memory_rule(code, ins, tan)
+        elif ins.spec.group == "array":
+            _array_rule(code, ins, active, adjoint=False)
         elif _is_float(ins) and ins.written[0] not in varied:
             code.emit(ins.op, *ins.args, line=ins.line)      # its tangent stays zero
         elif _is_float(ins):
@@ -561,6 +788,12 @@ def interleaved_function(fn: Function, name: str, names: dict) -> Function:
         elif ins.op in isa.CALLS:
             code.emit(ins.op, FuncRef(names[(ins.args[0].name, None)]), *ins.args[1:],
                       line=ins.line)
+        elif ins.op in isa.ARRAYS:                      # on the value views
+            views, undo, _ = _doubled(code, ins)
+            code.emit(ins.op, *(views[k][0] if k in views else x
+                                for k, x in enumerate(ins.args)), line=ins.line)
+            for u in undo:
+                code.emit(u.op, *u.args, line=ins.line)
         else:
             code.emit(ins.op, *ins.args, line=ins.line)
     out = code.function(name, fn.params)
@@ -634,6 +867,9 @@ def sweep_function(program: Program, fn: Function, names: dict, name: str,
             _memory_rule(code, ins, sh)
         elif ins.op in isa.READS and interleaved:
             _read_adjoint(code, ins, sh)
+        elif ins.spec.group == "array":
+            _array_rule(code, Instruction(isa.OPS[ins.op].inverse, ins.args, ins.line), sh,
+                        adjoint=True)
         elif _is_float(ins):
             _adjoint_rule(code, Instruction(isa.OPS[ins.op].inverse, ins.args, ins.line), sh)
         else:
@@ -658,7 +894,8 @@ def adjoint(program: Program, name: str, arrays: dict | None = None) -> tuple[Pr
     _heap_free(program, name, swept)
     names = {(f, uncalled): f"{f}{'.inv' if uncalled else ''}.adj"
              for f in base for uncalled in (False, True)}
-    interleaved = any(_heap_access(ins) for f in swept for ins in program.functions[f].code)
+    interleaved = any(_heap_access(ins) or ins.op in isa.ARRAYS
+                      for f in swept for ins in program.functions[f].code)
     if interleaved and any(primitive(f) for f in base):
         raise TransformError(f"adjoint of {name}: a program with arrays that calls an "
                              "adjoint program is not supported; use rvm.grad")
