@@ -244,6 +244,8 @@ V, M34 = np.arange(4.0), np.ones((3, 4))
      "matrix product is not an array, a slice or a transpose"),
     ("y += 2.0 * np.exp(A.T @ y)", (V, M34), "2:23", "A.T @ y is used inside an expression"),
     ("y[::2] += 1.0", (V, M34), "2:7", "slices with a step are not supported"),
+    ("y += np.exp(A[0:4, 0:1].T).T[0, :]", (V, M34), "2:10", "np.exp(A[0:4, 0:1].T).T "
+     "transposes an expression"),
 ])
 def test_refusals_name_the_place(body, args, where, message):
     params = "y: Array[float]" + (", A: Array[float, 2]" if len(args) > 1 else "")
@@ -281,3 +283,153 @@ def test_overlap_known_only_when_running_is_checked_then():
     assert np.array_equal(f(np.arange(6.0), 0, 2)[0], [2.0, 4.0, 2.0, 3.0, 4.0, 5.0])
     with pytest.raises(MachineError, match=r":2: "):
         f(np.arange(6.0), 0, 1)
+
+
+# ------------------------------------------------------------------ array instructions
+
+def ops_of(f, *args) -> list[str]:
+    """The instructions f compiles to (for these arguments' types)."""
+    program, name, _ = f.specialize(args)
+    return [ins.op for ins in program.functions[name].code]
+
+
+def views_of(f, *args) -> list[str]:
+    program, name, _ = f.specialize(args)
+    return [str(ins) for ins in program.functions[name].code if ins.op.startswith("V")]
+
+
+LOOP_OPS = ("JMP", "BR.", "CF")
+
+
+def no_loop(ops: list[str]) -> bool:
+    return not any(op.startswith(LOOP_OPS) for op in ops)
+
+
+@rvm.reversible
+def gemv(y: Array[float], A: Array[float, 2], x: Array[float]):
+    y += A @ x
+
+
+def test_a_matrix_vector_product_is_one_instruction():
+    ops = ops_of(gemv, np.zeros(3), A, X)
+    assert [op for op in ops if op.startswith("V")] == ["VMADD"] and no_loop(ops), ops
+    # y (3 x 1) += A (3 x 4) @ x (4 x 1): y and x as columns, A row-major
+    (ins,) = views_of(gemv, np.zeros(3), A, X)
+    assert re.fullmatch(r"VMADD +\[r0 : 1, 0\], \[r2 : r4, 1\], \[r5 : 1, 0\], r3, r4, 1",
+                        ins), ins
+
+
+@pytest.mark.parametrize("body, want", [
+    ("y += a * x", ["VADD.mul"]),
+    ("y -= x", ["VSUB"]),
+    ("y += 2.0", ["VADD"]),
+    ("y[1:3] += np.exp(x[0:2])", ["VADD.exp"]),
+    ("y += A.T @ z", ["VMADD"]),
+    ("s += x @ y", ["VMADD"]),
+    ("s += np.dot(x, y) - np.sum(np.exp(x))", ["VMADD", "VSUB.exp"]),
+    ("s += np.sum(x) / len(x)", ["VADD.div"]),
+    ("z += np.sum(A * A, axis=1)", ["VADD.mul"]),
+    ("y *= a", ["VMUL"]),
+    ("y /= a", ["VDIV"]),
+    ("x, y = y, x", ["VSWAP"]),
+    ("neg(y)", ["VNEG"]),
+    ("B += A", ["VADD"]),
+    ("B[0, :] += A[1, :] * A[2, :]", ["VADD.mul"]),
+    # compound operands go through zero ancilla arrays: computed, used, uncomputed
+    ("y += a * np.exp(x) + 1.0", ["VADD.mul", "VADD.exp", "VSUB.exp", "VADD"]),
+])
+def test_statements_compile_to_array_instructions(body, want):
+    f = rvm.reversible.source(
+        "def f(s: float, y: Array[float], x: Array[float], z: Array[float], "
+        f"A: Array[float, 2], B: Array[float, 2], a: float):\n    {body}\n",
+        {"Array": Array, "np": np, "neg": neg})
+    ops = ops_of(f, 0.0, Y, X, np.ones(3), A, np.ones((3, 4)), 2.0)
+    vops = [op for op in ops if op.startswith("V")]
+    assert sorted(vops) == sorted(want) and no_loop(ops), ops
+    assert ("ALLOC" in ops) == (len(want) > 2 or body.startswith("s ")), ops
+
+
+def test_sums_and_scalar_targets_through_one_cell():
+    f = rvm.reversible.source("def f(s: float, x: Array[float], A: Array[float, 2], "
+                              "t: Array[float]):\n"
+                              "    s += x @ x + np.sum(np.exp(x))\n"
+                              "    t += np.sum(A, axis=0)\n", {"Array": Array, "np": np})
+    vs = views_of(f, 0.0, X, A, np.zeros(4))
+    # s: a one-cell ancilla ([r : 0, 0]) summed into; t: a stride 0 along the rows
+    assert re.fullmatch(r"VMADD +\[(r\d+) : 0, 0\], \[r0 : 0, 1\], \[r0 : 1, 0\], 1, r1, 1",
+                        vs[0]), vs
+    assert vs[1].startswith("VADD.exp") and ": 0, 0]" in vs[1], vs
+    assert re.fullmatch(r"VADD +\[r5 : 0, 1\], \[r2 : r4, 1\], r3, r4", vs[2]), vs
+    ops = ops_of(f, 0.0, X, A, np.zeros(4))
+    assert ops.count("ALLOC") == 1 and ops.count("EXCH") == 2     # one cell for s's terms
+    s, _, _, t = f(0.5, X, A, np.zeros(4))
+    assert s == pytest.approx(0.5 + X @ X + np.sum(np.exp(X)), rel=1e-13)
+    assert np.allclose(t, A.sum(axis=0))
+
+
+@pytest.mark.parametrize("body", [
+    "yi += xi * 2",                     # integer arrays: the heap's float cells only
+    "y += np.exp(nograd(x))",           # nograd of a view
+    "y += x * (x > 0.0)",               # comparisons
+    "B[:, 0:2], B[:, 2:4] = B[:, 2:4], B[:, 0:2]",     # 2-D swap in one array: ranges meet
+    "y[0:3] += 2.0 * (A @ x)",          # a scaled product into an array
+])
+def test_what_stays_a_loop(body):
+    f = rvm.reversible.source(
+        "def f(y: Array[float], x: Array[float], yi: Array[int], xi: Array[int], "
+        f"A: Array[float, 2], B: Array[float, 2]):\n    {body}\n",
+        {"Array": Array, "np": np, "nograd": rvm.nograd})
+    ops = ops_of(f, Y, X, np.arange(4), np.arange(4), A, np.ones((3, 4)))
+    assert not no_loop(ops) and not any(op.startswith("V") for op in ops), ops
+
+
+@pytest.mark.parametrize("engine", [None, "python", "native"])
+def test_views_of_one_array_whose_ranges_meet(engine):
+    # columns 0:2 and 2:4 share no element, but their address ranges meet: the operand
+    # is copied into an ancilla array (the instruction checks ranges)
+    f = rvm.reversible.source("def f(B: Array[float, 2]):\n"
+                              "    B[:, 0:2] += np.exp(B[:, 2:4])\n"
+                              "    B[:, 0:2] -= B[:, 2:4]\n"
+                              "    B[0:2, :] += B[2:4, :]\n", {"Array": Array, "np": np})
+    B0 = rng.normal(size=(4, 4))
+    want = B0.copy()
+    want[:, 0:2] += np.exp(B0[:, 2:4])
+    want[:, 0:2] -= want[:, 2:4]
+    want[0:2, :] += want[2:4, :]
+    got = f(B0, engine=engine)[0]
+    assert np.allclose(got, want, rtol=1e-13)
+    assert np.allclose((~f)(got, engine=engine)[0], B0, rtol=1e-12)
+    assert no_loop(ops_of(f, B0))
+
+
+@pytest.mark.parametrize("engine", [None, "python", "native"])
+def test_a_row_index_is_checked_against_the_rows(engine):
+    # the instruction knows only the heap's bounds: C[3, :] of a 3 x 4 C would write the
+    # next array's cells; the frontend checks 0 <= i < rows
+    C = np.zeros((3, 4))
+    with pytest.raises(MachineError, match=r"test_arrays.py:\d+: C\[i, :\]: i = 3 is outside "
+                       "the rows of C"):
+        broadcast(C, X, A, 3, engine=engine)
+    with pytest.raises(MachineError, match=r"C\[i, :\]: i = -1 is outside the rows of C"):
+        broadcast(C, X, A, -1, engine=engine)
+
+
+def test_native_runs_the_instructions_without_falling_back():
+    pytest.importorskip("llvmlite")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # no fallback to another engine
+        y = rng.normal(size=4)
+        assert np.allclose(axpy(y, X, 1.5, engine="native")[0], axpy_np(y, X, 1.5))
+        s = reductions(0.5, np.zeros(3), np.zeros(4), X, Y, A, engine="native")[0]
+        assert s == pytest.approx(0.5 + 2 * X @ Y + 3 * np.sum(np.sin(X)) - Y @ Y / 4,
+                                  rel=1e-12)
+        g = rvm.grad(reductions, loss="s", engine="native")(0.0, np.zeros(3), np.zeros(4),
+                                                            X, Y, A)
+        assert np.allclose(g[3], 2 * Y + 3 * np.cos(X)) and np.allclose(g[4], 2 * X - Y / 2)
+        g = rvm.grad(gemv, loss=("y", 1), engine="native")(np.zeros(3), A, X)
+        assert np.allclose(g[1], np.outer([0, 1, 0], X)) and np.allclose(g[2], A[1])
+        g = rvm.grad(energy, loss="e", engine="native")(0.0, X)[1]
+        assert np.allclose(g, 2 * X / (X * X + 1.0), rtol=1e-12)
+        out = moves(X.copy(), Y.copy(), 3.0, engine="native")
+        assert np.allclose((~moves)(*out, engine="native")[0], X)
+    assert no_loop(ops_of(gemv, np.zeros(3), A, X))

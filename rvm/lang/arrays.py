@@ -12,11 +12,14 @@ Two halves, kept apart:
   offset, shape and strides), the shapes that must agree (`Dim`s, compared when
   compiling where they are known and checked when running otherwise) and the overlaps
   a target may not have with its operands;
-- the emission: each form becomes nested counted `for` loops over the target's
-  elements, whose body is the scalar statement of one element (`emit_*`). These go
-  through the frontend's statement compiler like any loop the user writes, so every
-  engine and transform runs them unchanged. (An array instruction can later replace a
-  loop: only the `emit_*` functions change.)
+- the emission (`Emitter.emit_*`): each form becomes array instructions (VADD/VSUB and
+  their families, VMADD/VMSUB, VMUL/VDIV, VSWAP, VNEG over strided views of the heap:
+  `Instructions`), one per statement where the statement maps onto one, a few with zero
+  ancilla arrays computed and uncomputed for compound expressions; where it does not
+  (integer arrays, operators no instruction has, nograd of a view, a swap of 2-D views of
+  one array whose address ranges may meet) nested counted `for` loops over the target's
+  elements, whose body is the scalar statement of one element, compiled like any loop
+  the user writes.
 """
 
 from __future__ import annotations
@@ -26,6 +29,10 @@ from collections.abc import Callable
 
 import attrs
 
+from ..core.inverse import invert
+from ..core.isa import FLOAT, INT
+from ..core.program import Imm, Mem, Reg
+from ..core.program import View as ViewOperand
 from .expressions import FUNCS
 
 LOOP_HINT = "write the loop: for i in range(...): y[i] += ... (see docs/language.md, Arrays)"
@@ -187,6 +194,8 @@ def _add(a: ast.expr, b: ast.expr) -> ast.expr:
 def _mul(a: ast.expr, b: ast.expr) -> ast.expr:
     if isinstance(b, ast.Constant) and b.value == 1:
         return a
+    if isinstance(a, ast.Constant) and a.value == 0:
+        return a
     return ast.BinOp(a, ast.Mult(), b)
 
 
@@ -347,6 +356,11 @@ class Arrays:
             target = self.view(s.value.args[0])
             return [Form("neg", s, target)]
         op = type(s.op)
+        for n in ast.walk(s.value):
+            if isinstance(n, ast.Attribute) and n.attr == "T" and not self.is_view(n.value):
+                raise self.c.error(n, f"{ast.unparse(n)} transposes an expression; .T "
+                                   "applies to an array or a slice",
+                                   "transpose the operands instead: np.exp(A.T), A.T @ x")
         target = self.view(s.target) if self.is_view(s.target) else s.target
         if op in (ast.Mult, ast.Div):
             if not isinstance(target, View):
@@ -563,7 +577,8 @@ class Arrays:
             out = self.views(f.value)
             for n in ast.walk(f.value):     # an element (y[0]) of the target's array too
                 if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) and \
-                        n.value.id == f.target.name and not self.is_view(n):
+                        isinstance(f.target, View) and n.value.id == f.target.name and \
+                        not self.is_view(n):
                     out.append(self.view(n))
             return out
         return []
@@ -590,6 +605,17 @@ class Arrays:
         return tests[0] if len(tests) == 1 else ast.BoolOp(ast.Or(), tests)
 
     @staticmethod
+    def apart_along(x: Axis, y: Axis) -> bool:
+        """Do the ranges two views take along one axis never meet, for any size?"""
+        xs = (x.lo_form, x.hi_form or _sub(x.lo_form, _lin({}, -1)))
+        ys = (y.lo_form, y.hi_form or _sub(y.lo_form, _lin({}, -1)))
+        for hi, lo in ((xs[1], ys[0]), (ys[1], xs[0])):
+            d = _sub(hi, lo)
+            if not d[0] and d[1] <= 0:
+                return True
+        return False
+
+    @staticmethod
     def hi_expr(x: Axis) -> ast.expr:
         return x.hi if x.free else ast.BinOp(x.lo, ast.Add(), ast.Constant(1))
 
@@ -597,7 +623,14 @@ class Arrays:
         """Slice bounds within the array: 0 <= lo <= hi <= len, except what is known."""
         out = []
         for a in v.axes:
-            if not a.free:
+            if not a.free:          # an index: 0 <= i < len (the instructions see only
+                zero = _lin({}, 0)  # the heap's bounds)
+                for d, test in ((_sub(a.lo_form, zero), ast.Compare(     # as an element
+                        a.lo, [ast.GtE()], [ast.Constant(0)])),          # access checks
+                        (_sub(a.dim.form, _sub(a.lo_form, _lin({}, -1))),
+                         ast.Compare(a.lo, [ast.Lt()], [a.dim.expr]))):
+                    if d[0] or d[1] < 0:
+                        out.append(test)
                 continue
             zero = _lin({}, 0)
             pairs = [(ast.Constant(0), zero, a.lo, a.lo_form),
@@ -611,8 +644,8 @@ class Arrays:
                                            f"{v.name} or empty the wrong way round",
                                            "slices are y[a:b] with 0 <= a <= b <= len(y)")
                     continue
-                if lf == hf:
-                    continue
+                if lf == hf or (not lf[0] and lf[1] == 0 and hf == a.dim.form):
+                    continue            # (0 <= a dimension holds)
                 out.append(ast.Compare(lo, [ast.LtE()], [hi]))
         return out
 
@@ -624,6 +657,7 @@ class Emitter:
     def __init__(self, c, an: Arrays, s):
         self.c, self.an, self.s = c, an, s
         self.used: set[str] = set()
+        self.vec = Instructions(c, an)
 
     def counter(self, stem: str) -> str:
         k = 0
@@ -697,6 +731,8 @@ class Emitter:
                                f"{self.target_name(f)} takes a number",
                                "sum it: s += np.sum(...), or s += x @ y")
         self.an.broadcast(checks, f.value, shape, self.target_name(f))
+        if self.vec.fits(f):
+            return [lambda: self.vec.form(f, shape)]
         return [self.loops(shape, lambda idx: self.aug(
             self.target_elem(f, idx), f.op, self.elem(f.value, idx, len(shape))))]
 
@@ -720,6 +756,8 @@ class Emitter:
             self.an.agree(checks, d, t, p.node, lambda: (
                 f"{ast.unparse(p.node)} has shape {self.an.shape_text(out)}, "
                 f"{self.target_name(f)} has shape {self.an.shape_text(shape)}"))
+        if self.vec.fits(f):
+            return [lambda: self.vec.form(f, out)]
         k = self.counter("_k")
         kn = ast.Name(k, ast.Load())
 
@@ -760,6 +798,8 @@ class Emitter:
                 f"{ast.unparse(sm.node)} has shape {self.an.shape_text(out)}, "
                 f"{self.target_name(f)} has shape {self.an.shape_text(shape)}"))
         summed = [k for k in range(len(eshape)) if k not in out_axes]
+        if self.vec.fits(f):
+            return [lambda: self.vec.form(f, eshape, out_axes)]
 
         def body(idx):
             inner_names = [self.counter("_k") for _ in summed]
@@ -779,6 +819,8 @@ class Emitter:
         return [self.loops(shape, body)]
 
     def emit_scale(self, f: Form, checks: list) -> list:
+        if self.vec.fits(f):
+            return [lambda: self.vec.form(f, f.target.shape)]
         return [self.loops(f.target.shape, lambda idx: self.aug(
             f.target.element(idx), f.op, f.value))]
 
@@ -793,6 +835,8 @@ class Emitter:
                 f"has shape {self.an.shape_text(b.shape)}"))
         if a.dtype != b.dtype:
             raise self.c.error(f.node, "swap needs two arrays of the same type")
+        if self.vec.fits(f):
+            return [lambda: self.vec.form(f, a.shape)]
 
         def body(idx):
             ea, eb = a.element(idx), b.element(idx)
@@ -801,8 +845,323 @@ class Emitter:
         return [self.loops(a.shape, body)]
 
     def emit_neg(self, f: Form, checks: list) -> list:
+        if self.vec.fits(f):
+            return [lambda: self.vec.form(f, f.target.shape)]
         return [self.loops(f.target.shape, lambda idx: ast.Expr(ast.Call(
             ast.Name("neg", ast.Load()), [f.target.element(idx)], [])))]
+
+
+# ---------------------------------------------------------------------------- instructions
+CALL_FAMILIES = {"exp": "exp", "log": "log", "sin": "sin", "cos": "cos", "tanh": "tanh",
+                 "sqrt": "sqrt", "abs": "abs", "atan2": "atan2", "fmod": "mod"}
+OP_FAMILIES = {ast.Mult: "mul", ast.Div: "div", ast.Pow: "pow"}
+
+
+@attrs.frozen
+class Part:
+    """An operand of an array instruction before its registers are known: a view (base
+    register; offset and two strides, each an expression, a register, an immediate or an
+    int) or a scalar expression."""
+
+    base: Reg | None = None
+    off: object = 0
+    s0: object = 0
+    s1: object = 0
+    scalar: ast.expr | None = None
+
+
+class Instructions:
+    """The forms as array instructions over views of the heap (docs/isa.md, Arrays).
+
+    A statement's shape is the instruction's m x n (a 1-D shape is 1 x n, a number 1 x 1);
+    each view's strides follow numpy's broadcasting (its axes are the shape's last ones, a
+    missing axis has stride 0), and a target that sums has stride 0 along what it sums.
+    A compound operand (`a * np.exp(x)`: exp(x)) is computed into a zero ancilla array of
+    the shape, used, and uncomputed; a scalar target is exchanged into a one-cell ancilla
+    array, accumulated there and exchanged back."""
+
+    def __init__(self, c, an: Arrays):
+        self.c, self.an = c, an
+        self.temps: dict[str, Part] = {}
+        self.cell: Part | None = None       # a scalar target's cell, while it is there
+
+    # ------------------------------------------------------------ which forms
+    def fits(self, f: Form) -> bool:
+        """Does the form map onto array instructions (else it becomes loops)?"""
+        views = ([f.target] if isinstance(f.target, View) else []) + self.an.read_views(f)
+        if any(v.dtype != FLOAT for v in views):
+            return False            # the instructions work on the heap's float cells
+        if not isinstance(f.target, View) and self.c.typeof(f.target) != "float":
+            return False
+        if f.kind == "accumulate":
+            return f.op in ("+=", "-=") and self.elementwise(f.value)
+        if f.kind == "sum":
+            return self.elementwise(f.value.expr)
+        if f.kind == "swap":
+            return self.range_apart(f.target, f.value)
+        if f.kind == "product" and isinstance(f.target, View):
+            # a scaled product into an array stays a loop: as an instruction it needs an
+            # ancilla array, and rvm.adjoint refuses programs that allocate
+            return not f.value.coeff and all(self.range_apart(f.target, v)
+                                             for v in (f.value.a, f.value.b))
+        return True
+
+    def elementwise(self, e) -> bool:
+        """Is e made of views and scalars with + - * / ** and the function families?"""
+        if any(isinstance(n, ast.Call) and self.c.callee_name(n.func) == "nograd" and
+               any(self.an.is_view(a) for a in n.args) for n in ast.walk(e)):
+            return False            # nograd(x) of a view: element by element
+        if self.an.is_view(e) or not self.an.views(e):
+            return True             # a view, or a scalar (compiled as scalars are)
+        if isinstance(e, ast.BinOp) and type(e.op) in (ast.Add, ast.Sub, *OP_FAMILIES):
+            return self.elementwise(e.left) and self.elementwise(e.right)
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
+            return self.elementwise(e.operand)
+        if isinstance(e, ast.Call) and not e.keywords:
+            name = self.c.callee_name(e.func)
+            arity = 2 if name in ("atan2", "fmod") else 1
+            return name in CALL_FAMILIES and len(e.args) == arity and \
+                all(self.elementwise(a) for a in e.args)
+        return False
+
+    def range_apart(self, a: View, b: View | None) -> bool:
+        """May one instruction write a and read b? It checks their address ranges (lowest
+        to highest cell) apart; the analysis has made sure views of one array share no
+        element, and for 2-D views that keeps their ranges apart when their rows are
+        apart, or both lie in single rows, or both are single columns (which the
+        instruction sees on lattices that never meet)."""
+        if b is None or a.name != b.name or len(a.axes) == 1:
+            return True
+        if (not a.axes[0].free and not b.axes[0].free) or \
+                (not a.axes[1].free and not b.axes[1].free):
+            return True
+        return self.an.apart_along(a.axes[0], b.axes[0])
+
+    # ------------------------------------------------------------ one form
+    def form(self, f: Form, shape: list[Dim], out_axes: list | None = None) -> None:
+        """Emit the form f over `shape` (a sum: its expression's shape, and the axes
+        the target keeps)."""
+        sign = -1 if f.op == "-=" else 1
+        if isinstance(f.target, View):
+            return self.body(f, shape, out_axes, sign, f.target, None)
+        if self.cell is not None:
+            return self.body(f, shape, out_axes, sign, None, self.cell)
+        self.through_cell(f.node, f.target, lambda: self.body(f, shape, out_axes, sign, None,
+                                                              self.cell))
+
+    def through_cell(self, s, target, body: Callable[[], None]) -> None:
+        """A scalar target: exchanged into a one-cell ancilla array (self.cell) for
+        body's instructions to accumulate into, exchanged back; the cell is zero again and
+        freed."""
+        value = s.value.args[0] if isinstance(s, ast.Expr) else s.value
+        self.c.no_index_alias([target], "update")
+        self.c.no_self_reference(target, value, s)
+
+        def action(r: Reg):
+            base = self.c.reg(INT)
+            self.c.emit("ALLOC", base, Imm(1))
+            self.c.emit("EXCH", r, Mem(base, 0))
+            self.cell = Part(base, 0, 0, 0)
+            body()
+            self.cell = None
+            self.c.emit("EXCH", r, Mem(base, 0))
+            self.c.emit("FREE", base, Imm(1))
+            self.c.release(base)
+        self.c.into(target, action, s)
+
+    def body(self, f: Form, shape: list[Dim], out_axes, sign: int, yv: View | None,
+             cell: Part | None) -> None:
+        if f.kind == "product":
+            return self.product(f, yv, cell, sign)
+        dims = [d.expr for d in shape]
+        counts = [ast.Constant(1)] * (2 - len(dims)) + dims
+        self.c.with_operands(counts, lambda mn: self.shaped(f, tuple(mn), out_axes, sign,
+                                                            yv, cell))
+
+    def shaped(self, f: Form, mn: tuple, out_axes, sign: int, yv, cell) -> None:
+        if f.kind == "accumulate":
+            return self.accumulate(self.fitted(yv), sign, f.value, yv, mn)
+        if f.kind == "sum":
+            sm: Sum = f.value
+            y = cell
+            if yv is not None:          # stride 0 along the summed axes
+                full: list = [0] * len(self.an.shape_of(sm.expr))
+                for k, st in zip(out_axes, yv.layout()[3]):
+                    full[k] = st
+                y = self.part(yv, [0] * (2 - len(full)) + full)
+            return self.accumulate(y, sign, self.located(scaled(sm.coeff, sm.expr), sm.node),
+                                   yv, mn)
+        if f.kind == "scale":
+            return self.emit("VMUL" if f.op == "*=" else "VDIV",
+                             [self.fitted(yv), self.scalar(f.value)], mn)
+        if f.kind == "swap":
+            return self.emit("VSWAP", [self.fitted(yv), self.fitted(f.value)], mn)
+        return self.emit("VNEG", [self.fitted(yv)], mn)
+
+    def product(self, f: Form, yv: View | None, cell: Part | None, sign: int) -> None:
+        """y (+|-)= a @ b as VMADD / VMSUB over m x k x n (a 1-D operand is a row of a,
+        or a column of b); scaled by scalars, through a zero ancilla array."""
+        p: Product = f.value
+        a, b = p.a, p.b
+        sa, sb = a.layout()[3], b.layout()[3]
+        pa = self.part(a, sa if a.rank == 2 else [0, sa[0]])
+        pb = self.part(b, sb if b.rank == 2 else [sb[0], 0])
+        if yv is None:
+            y = cell
+        else:
+            sy = yv.layout()[3]
+            y = self.part(yv, sy if yv.rank == 2 else [sy[0], 0] if a.rank == 2 else
+                          [0, sy[0]])
+        one = ast.Constant(1)
+        counts = [a.shape[0].expr if a.rank == 2 else one, a.shape[-1].expr,
+                  b.shape[1].expr if b.rank == 2 else one]
+
+        def go(mkn):
+            m, k, n = mkn
+            if not p.coeff:
+                return self.emit("VMADD" if sign > 0 else "VMSUB", [y, pa, pb], (m, k, n))
+
+            def scaled_into(t: Part):
+                code, _ = self.c.capture(lambda: self.emit("VMADD", [t, pa, pb], (m, k, n)))
+                self.c.code += code
+                name = f"_rvm_product_{len(self.temps)}"
+                self.temps[name] = t
+                term = self.located(scaled(p.coeff, ast.Name(name, ast.Load())), p.node)
+                self.accumulate(y, sign, term, yv, (m, n))
+                del self.temps[name]
+                self.c.code += invert(code, self.c.fresh)
+            self.with_temp((m, n), scaled_into)
+        self.c.with_operands(counts, go)
+
+    # ------------------------------------------------------------ elementwise
+    def accumulate(self, y: Part, sign: int, e, yv: View | None, mn: tuple) -> None:
+        """y (+|-)= e element by element over the shape mn: one instruction per term
+        (a term f(a, b) of views and scalars), compound operands through ancillas."""
+        for sg, t in self.an.terms(e, sign):
+            fam, args = self.family(t)
+            head = ("VADD" if sg > 0 else "VSUB") + ("." + fam if fam else "")
+            self.parts(args, lambda ps, head=head: self.emit(head, [y, *ps], mn), yv, mn)
+
+    def family(self, t) -> tuple[str, list]:
+        if self.leaf(t):
+            return "", [t]
+        if isinstance(t, ast.BinOp):
+            return OP_FAMILIES[type(t.op)], [t.left, t.right]
+        return CALL_FAMILIES[self.c.callee_name(t.func)], list(t.args)
+
+    def leaf(self, e) -> bool:
+        return self.placeholder(e) or self.an.is_view(e) or not self.arrayish(e)
+
+    def placeholder(self, e) -> bool:
+        return isinstance(e, ast.Name) and e.id in self.temps
+
+    def arrayish(self, e) -> bool:
+        return bool(self.an.views(e)) or any(self.placeholder(n) for n in ast.walk(e))
+
+    def parts(self, args: list, use: Callable, yv: View | None, mn: tuple,
+              done: tuple = ()) -> None:
+        """The operands for args (views as they are, scalars; anything else computed into
+        a zero ancilla array first and uncomputed after use)."""
+        if len(done) == len(args):
+            return use(list(done))
+        a = args[len(done)]
+        if self.placeholder(a):
+            part = self.temps[a.id]
+        elif self.an.is_view(a) and (yv is None or self.range_apart(yv, self.an.view(a))):
+            part = self.fitted(self.an.view(a))
+        elif not self.arrayish(a):
+            part = self.scalar(a)
+        else:
+            return self.computed(a, mn, lambda t: self.parts(args, use, yv, mn, done + (t,)))
+        return self.parts(args, use, yv, mn, done + (part,))
+
+    def computed(self, e, mn: tuple, use: Callable[[Part], None]) -> None:
+        """e computed into a zero ancilla array for use(part), then uncomputed; the
+        ancillas of e's own operands stay until then, so nothing is computed twice."""
+        def inside(t: Part):
+            terms = self.an.terms(e, 1)
+
+            def step(k: int):
+                if k == len(terms):
+                    return use(t)
+                sg, term = terms[k]
+                fam, args = self.family(term)
+                head = ("VADD" if sg > 0 else "VSUB") + ("." + fam if fam else "")
+
+                def with_parts(ps):
+                    code, _ = self.c.capture(lambda: self.emit(head, [t, *ps], mn))
+                    self.c.code += code
+                    step(k + 1)
+                    self.c.code += invert(code, self.c.fresh)
+                self.parts(args, with_parts, None, mn)
+            step(0)
+        self.with_temp(mn, inside)
+
+    # ------------------------------------------------------------ operands
+    def part(self, v: View, strides: list) -> Part:
+        """v's cells with the two strides given (expressions or ints)."""
+        return Part(self.c.lookup(v.name).regs[0], v.layout()[1], *strides)
+
+    def fitted(self, v: View) -> Part:
+        """v broadcast to the shape: its axes are the last ones, a missing one stride 0."""
+        st = v.layout()[3]
+        return self.part(v, [0] * (2 - len(st)) + st)
+
+    def scalar(self, e) -> Part:
+        v = self.c.constant_or_none(e)
+        if isinstance(v, int) and not isinstance(v, bool):
+            e = ast.copy_location(ast.Constant(float(v)), e)
+        return Part(scalar=e)
+
+    def located(self, e, node):
+        _locate(e, node)
+        return e
+
+    def with_temp(self, mn: tuple, use: Callable[[Part], None]) -> None:
+        """A zero ancilla array of m x n cells (row-major) for use(part), then freed (it
+        is zero again: use uncomputes what it put there)."""
+        m, n = mn
+        base = self.c.reg(INT)
+
+        def size():
+            if isinstance(m, Imm) and isinstance(n, Imm):
+                return Imm(m.value * n.value)
+            if m == Imm(1) or n == Imm(1):
+                return n if m == Imm(1) else m
+            return self.c.size([m, n])
+        code, cells = self.c.capture(size)
+        self.c.code += code
+        self.c.emit("ALLOC", base, cells)
+        self.c.code += invert(code, self.c.fresh)
+        use(Part(base, 0, n, 1))
+        self.c.code += code
+        self.c.emit("FREE", base, cells)
+        self.c.code += invert(code, self.c.fresh)
+        if code:
+            self.c.release(cells)
+        self.c.release(base)
+
+    def emit(self, op: str, parts: list, counts: tuple) -> None:
+        """One instruction: the views' offsets and strides, and the scalars, computed into
+        registers (and uncomputed after) where they are expressions."""
+        ints = [x for p in parts if p.scalar is None for x in (p.off, p.s0, p.s1)
+                if isinstance(x, ast.expr)]
+        scalars = [p.scalar for p in parts if p.scalar is not None]
+
+        def with_ints(iops):
+            got = dict(zip(map(id, ints), iops))
+
+            def val(x):
+                x = got[id(x)] if isinstance(x, ast.expr) else x
+                return x.value if isinstance(x, Imm) else x
+
+            def with_scalars(sops):
+                it = iter(sops)
+                args = [next(it) if p.scalar is not None else
+                        ViewOperand(p.base, val(p.off), val(p.s0), val(p.s1)) for p in parts]
+                self.c.emit(op, *args, *counts)
+            self.c.with_operands(scalars, with_scalars, FLOAT)
+        self.c.with_operands(ints, with_ints)
 
 
 def statement(c, s) -> None:
@@ -810,25 +1169,31 @@ def statement(c, s) -> None:
     an = Arrays(c)
     forms = an.statement(s)
     em = Emitter(c, an, s)
-    out: list = []
+    checks: list = []
+    emitted: list = []
     for f in forms:
-        checks: list = []
         views = [f.target] if isinstance(f.target, View) else []
         views += an.read_views(f)
-        seen = set()
         for v in views:
-            for t in an.bounds_checks(v):
-                key = ast.dump(t)
-                if key not in seen:
-                    seen.add(key)
-                    checks.append(t)
+            checks += an.bounds_checks(v)
         checks += an.check_overlap(f)
-        loops = getattr(em, "emit_" + f.kind)(f, checks)
-        out += [ast.Assert(t, None) for t in checks] + loops
+        emitted += getattr(em, "emit_" + f.kind)(f, checks)
+    seen: set = set()               # every check once, before the statement changes anything
+    checks = [t for t in checks if not (ast.dump(t) in seen or seen.add(ast.dump(t)))]
+    if len(emitted) > 1 and all(map(callable, emitted)) and \
+            not isinstance(forms[0].target, View):
+        # the terms of a scalar target's statement, all instructions: into one cell
+        parts = emitted
+        emitted = [lambda: em.vec.through_cell(s, forms[0].target,
+                                               lambda: [st() for st in parts])]
+    out = [ast.Assert(t, None) for t in checks] + emitted
     for st in out:
+        c.line = s.lineno
+        if callable(st):            # array instructions, emitted straight into the code
+            st()
+            continue
         ast.copy_location(st, s)
         _locate(st, s)
-        c.line = s.lineno
         c.statement(st)
 
 
