@@ -305,3 +305,42 @@ def test_hessian_vector_products_and_hessians(engine):
     H = rvm.hessian(p["th"], loss=0, wrt=[1], engine=engine)(0.0, x)
     t = np.tanh(x)
     assert np.allclose(H, np.diag(-2 * t * (1 - t * t)))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("layout", ["plain", "a transposed", "b transposed"])
+def test_large_products_go_through_blas_and_agree(layout, engine):
+    # 40 x 50 @ 50 x 30: past the size from which native code calls BLAS's dgemm; a
+    # transposed operand is a view BLAS reads with its transpose flag
+    m, k, n = 40, 50, 30
+    A = rng.normal(size=(m, k) if layout != "a transposed" else (k, m))
+    B = rng.normal(size=(k, n) if layout != "b transposed" else (n, k))
+    a = "[r3 : r5, 1]" if layout != "a transposed" else "[r3 : 1, r5]"
+    b = "[r6 : r8, 1]" if layout != "b transposed" else "[r6 : 1, r8]"
+    p = program(f"VMADD [r0 : r2, 1], {a}, {b}, {m}, {k}, {n}")
+    Y = rng.normal(size=(m, n))
+    At = A if layout != "a transposed" else A.T
+    Bt = B if layout != "b transposed" else B.T
+    out = run(p, engine, Y, A, B)
+    assert np.allclose(out[0], Y + At @ Bt, rtol=1e-12, atol=1e-12)
+    W = rng.normal(size=(m, n))                # the gradient of sum(W * Y') by adjoints
+    seed = rvm.adjoint(p["f"], engine=engine)
+    g = seed(Y, A, B, 0.0, W, np.zeros_like(A), np.zeros_like(B), 0.0)
+    gA, gB = W @ Bt.T, At.T @ W
+    assert np.allclose(g[5], gA if layout != "a transposed" else gA.T)
+    assert np.allclose(g[6], gB if layout != "b transposed" else gB.T)
+    back = run(p, engine, out[0], A, B, backward=True)
+    assert np.allclose(back[0], Y, rtol=1e-12, atol=1e-12)
+
+
+def test_the_stand_in_gemm_matches_numpy():
+    # used by native code where no BLAS with 64-bit integers is found
+    import ctypes
+
+    from rvm.engines import llvm
+    A, B = rng.normal(size=(5, 4)), rng.normal(size=(3, 4))      # C += 2 A @ B.T
+    C = rng.normal(size=(5, 3))
+    want = C + 2.0 * A @ B.T
+    ptr = lambda x: x.ctypes.data_as(ctypes.c_void_p)
+    llvm._FALLBACK_GEMM(101, 111, 112, 5, 3, 4, 2.0, ptr(A), 4, ptr(B), 4, 1.0, ptr(C), 3)
+    assert np.allclose(C, want)

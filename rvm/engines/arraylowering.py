@@ -32,6 +32,11 @@ def _family(name: str) -> tuple:
     return args, value, partials
 
 
+BLAS_GEMM = "rvm_dgemm"        # cblas_dgemm with 64-bit integers (rvm.engines.llvm: blas)
+BLAS_WORK = 1 << 14            # m * k * n from which a product calls BLAS (below: loops)
+ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
+
+
 class ArrayLowering:
     """Mixed into rvm.engines.lowering.Lowering (which gives it loop_over, guard, cell,
     expr, coerce, new_flag, raise_flag, non_finite, intrinsic and the fault exits)."""
@@ -342,6 +347,63 @@ class ArrayLowering:
         self.loop_over(b, t.i64(0), k, lambda l_: b.store(b.fadd(b.load(acc), term(l_)), acc))
         return b.load(acc)
 
+    def _layout(self, view, rows, cols) -> tuple:
+        """(BLAS can read it, its transpose flag, its leading dimension) for an m x n
+        view: rows apart by s0 with unit columns (as stored), or the transpose of that."""
+        b, t = self.b, self.t
+        one = t.i64(1)
+        s0 = b.select(b.icmp_signed("<=", rows, one), self._max(cols, one), view[1])
+        s1 = b.select(b.icmp_signed("<=", cols, one), one, view[2])
+        plain = b.and_(b.icmp_signed("==", s1, one),
+                       b.icmp_signed(">=", s0, self._max(cols, one)))
+        flipped = b.and_(b.icmp_signed("==", s0, one),
+                         b.icmp_signed(">=", s1, self._max(rows, one)))
+        i32 = self.ir.IntType(32)
+        return (b.or_(plain, flipped), b.select(plain, i32(NO_TRANS), i32(TRANS)),
+                b.select(plain, s0, s1))
+
+    def _gemm(self, alpha: float, A, B, C, m, k, n, flag=None) -> None:
+        """C += alpha * A @ B (each a (view, heap) pair; C's cells apart from A's and
+        B's, and none repeated): BLAS's dgemm from BLAS_WORK multiply-adds on when the
+        views are laid out as BLAS reads them, else loops (a sum per element, in order).
+        flag: raised where a result is not finite."""
+        b, t = self.b, self.t
+        okA, ta, lda = self._layout(A[0], m, k)
+        okB, tb, ldb = self._layout(B[0], k, n)
+        okC, tc, ldc = self._layout(C[0], m, n)
+        work = b.mul(b.mul(m, k), n)
+        big = b.and_(self._some(m, n), b.icmp_signed(">=", work, t.i64(BLAS_WORK)))
+        use = b.and_(b.and_(big, b.and_(okA, okB)),
+                     b.and_(okC, b.icmp_signed("==", tc, self.ir.IntType(32)(NO_TRANS))))
+        blas, loops, after = (self.fn.append_basic_block() for _ in range(3))
+        b.cbranch(use, blas, loops)
+        b.position_at_end(blas)
+        f64p = t.f64.as_pointer()
+        i32 = self.ir.IntType(32)
+        gemm = self.declare(BLAS_GEMM, self.ir.VoidType(),
+                            [i32, i32, i32, t.i64, t.i64, t.i64, t.f64, f64p, t.i64,
+                             f64p, t.i64, t.f64, f64p, t.i64])
+        ptr = lambda X: self.cell(X[1], X[0][0])
+        b.call(gemm, [i32(ROW_MAJOR), ta, tb, m, n, k, t.f64(alpha), ptr(A), lda, ptr(B),
+                      ldb, t.f64(1.0), ptr(C), ldc])
+        if flag is not None:
+            self._each(m, n, lambda i, j: self.raise_flag(flag, self.non_finite(
+                [b.load(self.cell(C[1], self._at(C[0], i, j)))])))
+        b.branch(after)
+        b.position_at_end(loops)
+
+        def element(i, j):
+            v = self._dot(k, lambda l_: b.fmul(b.load(self.cell(A[1], self._at(A[0], i, l_))),
+                                               b.load(self.cell(B[1], self._at(B[0], l_, j)))))
+            ptr_ = self.cell(C[1], self._at(C[0], i, j))
+            new = b.fadd(b.load(ptr_), v if alpha == 1.0 else b.fmul(t.f64(alpha), v))
+            if flag is not None:
+                self.raise_flag(flag, self.non_finite([new]))
+            b.store(new, ptr_)
+        self._each(m, n, element)
+        b.branch(after)
+        b.position_at_end(after)
+
     def _vmm(self, s, y, a, c, m, k, n):
         b = self.b
         s = self._sign(s)
@@ -351,25 +413,26 @@ class ArrayLowering:
         def element(i, j):
             v = self._dot(k, lambda l_: b.fmul(self._load(av, i, l_), self._load(cv, l_, j)))
             return v if s == 1.0 else b.fneg(v)
+        plain, summed, after = (self.fn.append_basic_block() for _ in range(3))
+        b.cbranch(self._repeats(yv, m, n), summed, plain)
+        b.position_at_end(plain)
+        self._gemm(s, (av, "HF"), (cv, "HF"), (yv, "HF"), m, k, n, flag)
+        b.branch(after)
+        b.position_at_end(summed)           # a target that sums (a dot product): in order
         self._into(yv, m, n, element, flag=flag)
+        b.branch(after)
+        b.position_at_end(after)
         self._check(b.load(flag))
 
     def _vmm_pull(self, s, y, a, c, m, k, n):
-        b, t = self.b, self.t
-        s = t.f64(self._sign(s))
+        """a's shadow += s * gy @ c.T; c's += s * a.T @ gy (a, c repeat no cell: they are
+        shadows added into once per element pair; a view that repeats cells goes to the
+        loops, in order)."""
+        s = self._sign(s)
         yv, av, cv, m, k, n = self._product(y, a, c, m, k, n)
-
-        def into_a(i, l_):          # a's shadow += s * gy[i, :] @ c[l, :]
-            v = self._dot(n, lambda j: b.fmul(self._load(yv, i, j, True), self._load(cv, l_, j)))
-            ptr = self.cell("HG", self._at(av, i, l_))
-            b.store(b.fadd(b.load(ptr), b.fmul(s, v)), ptr)
-
-        def into_c(l_, j):          # c's shadow += s * a[:, l] @ gy[:, j]
-            v = self._dot(m, lambda i: b.fmul(self._load(av, i, l_), self._load(yv, i, j, True)))
-            ptr = self.cell("HG", self._at(cv, l_, j))
-            b.store(b.fadd(b.load(ptr), b.fmul(s, v)), ptr)
-        self._each(m, k, into_a)
-        self._each(k, n, into_c)
+        tr = lambda v: (v[0], v[2], v[1])
+        self._gemm(s, (yv, "HG"), (tr(cv), "HF"), (av, "HG"), m, n, k)
+        self._gemm(s, (tr(av), "HF"), (yv, "HG"), (cv, "HG"), k, m, n)
 
     def _in_place(self, x, m, n):
         b = self.b

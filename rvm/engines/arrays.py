@@ -128,18 +128,33 @@ class Helpers:
                             f"{k + 1} (cells {lo2}..{hi2}): the update would read what "
                             "it changes")
 
-    def _add(self, shadows: bool, index: np.ndarray, values: np.ndarray, what: str) -> None:
-        """cells[index] += values (a repeated cell gets the sum), refused unless every
-        result is finite; nothing is written then."""
+    def _add(self, shadows: bool, index: np.ndarray, values: np.ndarray, what: str,
+             view=None) -> None:
+        """cells[index] += values (index: a view's m x n addresses), refused unless every
+        result is finite; nothing is written then. A repeated cell gets the sum of its
+        values, summed from 0 in the order of the elements (cumsum is sequential; native
+        code sums alike), added once."""
         cells = self._floats(shadows)
-        flat, values = index.ravel(), np.broadcast_to(values, index.shape).ravel()
-        if len(flat) and len(np.unique(flat)) < len(flat):
-            flat, inverse = np.unique(flat, return_inverse=True)
-            sums = np.zeros(len(flat))
-            np.add.at(sums, inverse, values)
-            values = sums
+        m, n = index.shape
+        values = np.broadcast_to(values, index.shape)     # (sums + 0.0: native code sums
+        # from +0.0, which never gives -0.0)
+        if view is not None and not _repeats(view, m, n):
+            flat, add = index.ravel(), values.ravel()
+        elif view is not None and (m <= 1 or view[1] == 0) and (n <= 1 or view[2] == 0):
+            flat, add = index.ravel()[:1], np.cumsum(values.ravel())[-1:] + 0.0
+        elif view is not None and (n <= 1 or view[2] == 0):        # a cell per row
+            flat, add = index[:, 0], np.cumsum(values, axis=1)[:, -1] + 0.0
+        elif view is not None and (m <= 1 or view[1] == 0):        # a cell per column
+            flat, add = index[0], np.cumsum(values, axis=0)[-1] + 0.0
+        else:
+            flat, add = index.ravel(), values.ravel()
+            if len(flat) and len(np.unique(flat)) < len(flat):
+                flat, inverse = np.unique(flat, return_inverse=True)
+                sums = np.zeros(len(flat))
+                np.add.at(sums, inverse, add)
+                add = sums
         with np.errstate(all="ignore"):
-            new = cells[flat] + values
+            new = cells[flat] + add
         self._finite(new, flat, what)
         cells[flat] = new
 
@@ -171,7 +186,7 @@ class Helpers:
             return
         with np.errstate(all="ignore"):
             v = f(*values)
-        self._add(False, yi, s * np.asarray(v, dtype=float), "the result")
+        self._add(False, yi, s * np.asarray(v, dtype=float), "the result", y)
 
     def _pullbacks(self, fam: str, s: int, y, rest: tuple):
         (_, _, partials), yi, ops, values, m, n = self._accumulation(fam, y, rest)
@@ -197,7 +212,7 @@ class Helpers:
         for k, x, d, m, n in self._pullbacks(fam, s, y, rest):
             if isinstance(x, tuple) and d.size:
                 self._add(True, self._index(x, m, n, f"operand {k + 1}"), d,
-                          f"the gradient of operand {k + 1}")
+                          f"the gradient of operand {k + 1}", x)
 
     def _product(self, y, a, b, m: int, k: int, n: int):
         self._shape(m, k, n)
@@ -212,7 +227,7 @@ class Helpers:
         if yi.size:
             h = self._floats()
             with np.errstate(all="ignore"):
-                self._add(False, yi, s * (h[ai] @ h[bi]), "the result")
+                self._add(False, yi, s * (h[ai] @ h[bi]), "the result", y)
 
     def vmm_pull(self, s: int, y, a, b, m: int, k: int, n: int) -> None:
         """a's shadow += s * gy @ b.T; b's += s * a.T @ gy."""
@@ -222,8 +237,8 @@ class Helpers:
         h, gy = self._floats(), self._floats(True)[yi]
         with np.errstate(all="ignore"):
             ga, gb = s * (gy @ h[bi].T), s * (h[ai].T @ gy)
-        self._add(True, ai, ga, "the gradient of a")
-        self._add(True, bi, gb, "the gradient of b")
+        self._add(True, ai, ga, "the gradient of a", a)
+        self._add(True, bi, gb, "the gradient of b", b)
 
     def _in_place(self, x, m: int, n: int, name: str = "x") -> np.ndarray:
         self._shape(m, n)
