@@ -35,20 +35,22 @@ STACK_CAPACITY = 1 << 16    # elements of a stack made by main or by `local stac
 KEYWORDS = {"procedure", "int", "stack", "bool", "true", "false", "if", "then", "else", "fi",
             "from", "do", "loop", "until", "push", "pop", "local", "delocal", "call",
             "uncall", "error", "skip", "empty", "top", "size", "show", "print", "printf",
-            "nil", "iterate", "struct"}
+            "nil", "iterate", "struct", "constant"}
 # the fork's sized integers: (bits, signed); a variable of one wraps as the fork's do
 SIZED = {f"{k}{n}": (n, k == "i") for k in "iu" for n in (8, 16, 32, 64)}
-UNSUPPORTED = {"char": "the char type", "string": "strings"}
+SIZED["char"] = (8, False)      # PyJanus's char: an unsigned byte
+UNSUPPORTED = {"string": "the string type"}
 _TOKEN = re.compile(r"""
     (?P<space>[ \t\r\n]+) | (?P<comment>//[^\n]*|/\*.*?\*/) | (?P<open>/\*)
   | (?P<number>0[xX][0-9a-fA-F]+|0[bB][01]+|\d+) | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
   | (?P<string>"(?:[^"\\\n]|\\.)*")
-  | (?P<define>\#define\b) | (?P<op><=>|\+=|-=|\^=|<=|>=|!=|&&|\|\||[-+*/%&|^<>=!()\[\]{},?:.])
+  | (?P<define>\#define\b)
+  | (?P<op><=>|<<|>>|\+=|-=|\^=|<=|>=|!=|&&|\|\||[-+*/%&|^<>=!()\[\]{},?:.])
 """, re.S | re.X)
 # binary operators by precedence level, loosest first (jana's table: note that & | ^ bind
-# more loosely than comparisons)
-_LEVELS = [("&&", "||"), ("&", "|", "^"), ("<=", "<", ">=", ">", "=", "!="), ("+", "-"),
-           ("*", "/", "%")]
+# more loosely than comparisons; the fork's << and >> bind between comparisons and + -)
+_LEVELS = [("&&", "||"), ("&", "|", "^"), ("<=", "<", ">=", ">", "=", "!="), ("<<", ">>"),
+           ("+", "-"), ("*", "/", "%")]
 _BINOPS = {"+": ast.Add, "-": ast.Sub, "*": ast.Mult, "/": ast.FloorDiv, "%": ast.Mod,
            "&": ast.BitAnd, "|": ast.BitOr, "^": ast.BitXor}
 _COMPARE = {"<=": ast.LtE, "<": ast.Lt, ">=": ast.GtE, ">": ast.Gt, "=": ast.Eq,
@@ -83,6 +85,7 @@ class Decl:
     width: tuple | None = None
     written: bool = False               # changed by an update, swap, push/pop or call
     struct: str | None = None           # a struct's type name (type "struct")
+    constant: bool = False              # the fork's `constant`: never changed
 
 
 def tokenize(text: str, path: str) -> list[Token]:
@@ -101,6 +104,43 @@ def tokenize(text: str, path: str) -> list[Token]:
                 line, start = line + 1, k + 1
         pos = m.end()
     out.append(Token("end", "", line, pos - start))
+    return out
+
+
+def _macros(toks: list[Token], path: str, lines: list[str]) -> list[Token]:
+    """PyJanus's `#define NAME tokens` (to the end of the line): a later NAME stands for
+    the tokens (`#define code int`, `#define codes code[]`), expanded where it is used.
+    A define of one number (`#define N 10`, `#define M -1`) stays for the parser, which
+    reads it as a constant."""
+    macros: dict[str, list[Token]] = {}
+    out: list[Token] = []
+    k = 0
+
+    def expand(t: Token, depth: int, root: str = "") -> list[Token]:
+        if t.kind != "name" or t.text not in macros:
+            return [t]
+        if depth > 50:
+            raise CompileError(f"#define {root} expands without end", path, t.line,
+                               t.col + 1, _line(lines, t.line))
+        return [x for b in macros[t.text] for x in expand(
+            Token(b.kind, b.text, t.line, t.col), depth + 1, root or t.text)]
+    while k < len(toks):
+        t = toks[k]
+        if t.kind == "define" and k + 1 < len(toks) and toks[k + 1].kind == "name":
+            name, j = toks[k + 1], k + 2
+            while toks[j].kind != "end" and toks[j].line == t.line:
+                j += 1
+            body = toks[k + 2:j]
+            number = [b.kind for b in body] == ["number"] or (
+                [b.text for b in body[:1]] == ["-"] and [b.kind for b in body] == ["op",
+                                                                                 "number"])
+            if body and not number:
+                macros[name.text] = body
+                k = j
+                continue
+            macros.pop(name.text, None)
+        out += expand(t, 0)
+        k += 1
     return out
 
 
@@ -145,7 +185,7 @@ class Parser:
         self.path, self.lines = path, text.splitlines()
         self.capacity = stack_capacity  # of main's stacks and local ones
         self.checked = checked          # overflow checks on unbounded ints (jana's)
-        self.toks, self.k = tokenize(text, path), 0
+        self.toks, self.k = _macros(tokenize(text, path), path, self.lines), 0
         self.modular = (modular, True) if modular else None    # -m N: every int N bits
         self.words = {t.text for t in self.toks}
         # the procedures the program defines (a call to any other is an error when it runs)
@@ -168,6 +208,10 @@ class Parser:
         self.structs: dict[str, list[tuple]] = {}    # name -> [(field, dims, width, token)]
         self.lv_decl: Decl | None = None            # the variable the last lvalue names
         self.expanded: dict[Decl, list[Decl]] = {}
+        self.stops: list[tuple] = []                # the enclosing blocks' end words
+        self.hoisted: list | None = None            # ancillas of an update's shifts
+        # a constant passed to a call by reference: (callee, argument, position)
+        self.constants: list[tuple[Token, Token, int]] = []
 
     def note(self, tok: Token, *what) -> None:
         self.notes.setdefault(tok.line, []).append(what)
@@ -259,9 +303,13 @@ class Parser:
         fields: list[tuple] = []
         while True:
             t = self.tok
+            if t.text in self.structs:
+                raise self.error(f"a struct field of type {t.text}: nested structs (PyJanus) "
+                                 "are not supported", t, "declare the inner struct's fields "
+                                 "in the outer one")
             if not (self.at("int") or (t.kind == "name" and t.text in SIZED)):
-                what = "structs" if t.text in self.structs else repr(t.text)
-                raise self.error(f"a struct field is an int or an int array, not {what}", t)
+                raise self.error(f"a struct field is an int or an int array, not "
+                                 f"{t.text!r}", t)
             width = SIZED.get(self.take().text)
             f = self.take(kind="name")
             dims = []
@@ -421,6 +469,11 @@ class Parser:
                 for d, p in zip(refs, self.procedures.get(name.text, ())):
                     if d is not None and p.written and not d.written:
                         d.written = changed = True
+        for name, a, i in self.constants:
+            p = self.procedures[name.text][i] if name.text in self.procedures else None
+            if p is not None and p.written:
+                raise self.error(f"{a.text} is a constant, passed to {name.text}, which "
+                                 f"changes its parameter {p.name}", a)
         for name, a, i, j in self.twice:
             params = self.procedures[name.text]
             for p in (params[i], params[j]):
@@ -519,6 +572,8 @@ class Parser:
     def at_declaration(self) -> bool:
         """At `int`, `stack`, or a sized integer type (u8 .. i64) followed by a name."""
         t = self.tok
+        if self.at("constant"):
+            return True
         return self.at("int", "stack") or (t.kind == "name" and (
             t.text in SIZED or t.text in self.structs) and self.toks[self.k + 1].kind == "name")
 
@@ -526,6 +581,9 @@ class Parser:
         t = self.tok
         if not self.at_declaration():
             raise self.error("expected a declaration: int x, int a[n] or stack s")
+        constant = self.at("constant") and self.take() is not None
+        if constant and not (self.at("int") or self.tok.text in SIZED):
+            raise self.error("a constant is an int or an int array: constant int x = 1")
         kind = self.take().text
         name = self.identifier()
         if kind in self.structs:
@@ -541,7 +599,7 @@ class Parser:
         if not param and self.at("="):           # main's initialisers (an extension)
             self.take("=")
             if dims:
-                dims, init = self.fit(self.tree(), dims, name)
+                dims, init = self.fit(self.tree(kind, len(dims)), dims, name)
             else:
                 init = self.main_value()
         if not param and any(d is None for d in dims):
@@ -552,7 +610,7 @@ class Parser:
             init = _wrap_values(init, width)
         return Decl(name.text, typ, tuple(dims), init, t if param else name,
                     flexible=param and bool(dims) and all(d is None for d in dims),
-                    width=SIZED.get(kind))
+                    width=SIZED.get(kind), constant=constant)
 
     def struct_declaration(self, kind: str, name: Token, t: Token, param: bool) -> Decl:
         """`pair p`, `node pool[5]`, `node pool[]` (a parameter), `pair p = {1, 2}`,
@@ -611,8 +669,18 @@ class Parser:
             raise self.error("an array has at least one element", t)
         return value
 
-    def tree(self):
-        """An initialiser: a constant or {tree, tree, ...} (as nested lists)."""
+    def tree(self, kind: str = "int", ndims: int = 0):
+        """An initialiser: a constant or {tree, tree, ...} (as nested lists); for a
+        one-dimensional char array, a string (its bytes and a 0, as PyJanus's)."""
+        if self.tok.kind == "string":
+            t = self.take()
+            if kind != "char" or ndims != 1:
+                raise self.error("a string initialises a one-dimensional char array", t)
+            text = _unquote(t.text)
+            if any(ord(c) > 255 for c in text):
+                raise self.error("a char holds a byte: this string has a character "
+                                 "beyond 255", t)
+            return [ord(c) for c in text] + [0]
         if not self.at("{"):
             neg = self.at("-") and self.take("-") is not None
             return self.constant_value() * (-1 if neg else 1)
@@ -666,8 +734,10 @@ class Parser:
 
     def statements(self, stop: tuple) -> list:
         out = []
+        self.stops.append(stop)
         while not self.at(*stop) and self.tok.kind not in ("end", "define"):
             out += self.statement()
+        self.stops.pop()
         return out
 
     def statement(self) -> list:
@@ -707,11 +777,21 @@ class Parser:
                              "Janus updates a variable with +=, -= or ^=, or swaps with <=>")
         self.take()
         k = self.k
-        value = self.expression()
+        self.hoisted = []
+        try:
+            value = self.expression()
+            hoisted = self.hoisted
+        finally:
+            self.hoisted = None
         reads = self.aliases(op, [target], value)
         if reads:           # a[i][j] += ... a[k][l] ...: the element written is not one read
-            return self.checked_2d(op, target, value, reads, decl, self.text(k))
-        return self.update(op, target, value, decl, self.text(k))
+            out = self.checked_2d(op, target, value, reads, decl, self.text(k))
+        else:
+            out = self.update(op, target, value, decl, self.text(k))
+        for name, init, at in reversed(hoisted):
+            block = _call("ancilla", [], at, [ast.keyword(name, init)])
+            out = [_stmt(ast.With([ast.withitem(block, None)], out), op)]
+        return out
 
     def update(self, op: Token, target, value, decl: Decl, text: str) -> list:
         width = decl.width or self.modular
@@ -942,6 +1022,8 @@ class Parser:
     def lvalue(self):
         name = self.identifier()
         decl = self.lv_decl = self.lookup(name)
+        if decl.constant:
+            raise self.error(f"{name.text} is a constant; it cannot be changed", name)
         if decl.type == "struct" and not (self.at("<=>") and not decl.dims):
             node, field = self.member(name, decl)
             self.lv_decl = field
@@ -1124,7 +1206,7 @@ class Parser:
             if self.at("="):
                 self.take("=")
                 k = self.k
-                value = self.tree()
+                value = self.tree(kind.text, len(dims))
             if None in dims:
                 if value is None:
                     raise self.error(f"give the size of {name.text}: {kind.text} "
@@ -1172,6 +1254,33 @@ class Parser:
             dels.append((final, text))
         for _ in locs:
             self.scopes.pop()
+        return self.blocks(t, end, locs, dels, body)
+
+    def stmt_constant(self) -> list:
+        """The fork's `constant int c = e` (or an array, `constant int a[2] = {1, 2}`)
+        among statements: c holds e's value for the statements that follow it in the
+        enclosing block, which may not change it. The fork drops c at the block's end;
+        rvm, to undo the block, clears it by computing e again there (an error if the
+        block changed what e reads)."""
+        t = self.take("constant")
+        kind, name, dims, value, text = self.local_decl("constant")
+        if kind.text == "stack":
+            raise self.error("a constant is an int or an int array", kind)
+        if any(name.text in s for s in self.scopes):
+            raise self.error(f"{name.text!r} is already declared here", name)
+        decl = Decl(name.text, "array" if dims else "int", tuple([None] * len(dims)),
+                    token=name, width=SIZED.get(kind.text), constant=True)
+        self.scopes.append({name.text: decl})
+        body = self.statements(self.stops[-1])
+        self.scopes.pop()
+        if decl.type == "int":
+            self.note(t, "constant", name.text, text)
+        return self.blocks(t, t, [(kind, name, dims, value, decl)],
+                           [(copy.deepcopy(value), text)], body, note=decl.type != "int")
+
+    def blocks(self, t: Token, end: Token, locs: list, dels: list, body: list,
+               note: bool = True) -> list:
+        """Nested ancilla blocks for local (or constant) declarations around body."""
         for (_, name, dims, value, decl), (final, text) in reversed(list(zip(locs, dels))):
             start, finish = [], []
             if decl.type == "stack":
@@ -1187,7 +1296,8 @@ class Parser:
                     self.note(where, "delocal-array", name.text, text or "{0}")
             else:
                 init = value
-                self.note(end, "delocal", name.text, text)
+                if note:
+                    self.note(end, "delocal", name.text, text)
                 finish = [_stmt(ast.Expr(_call("delocal", [], end,
                                                 [ast.keyword(name.text, final)])), end)]
             block = _call("ancilla", [], t, [ast.keyword(name.text, init)])
@@ -1221,6 +1331,7 @@ class Parser:
         self.take("(")
         args, typed, values = [], [], []
         refs: list = []
+        rows: list = []             # rows of 2-D arrays passed: (variable, array, index)
         while not self.at(")"):
             if args:
                 self.take(",")
@@ -1237,6 +1348,18 @@ class Parser:
                         refs.append(self.arg_decls[a])
                         continue
                     self.k = k
+                elif self.at("[") and decl.type == "array" and len(decl.dims) == 2 and \
+                        self.row_argument():
+                    self.take("[")
+                    index = self.expression()
+                    self.take("]")
+                    tmp = self.temporary("row")
+                    rows.append((tmp, a, index))
+                    args.append(_name(tmp, a))
+                    self.arg_decls[a] = Decl(tmp, "array", (None,), token=a)
+                    typed.append((a, "array"))
+                    refs.append(decl)
+                    continue
                 elif self.at("["):
                     arg = _at(ast.Subscript(_name(a.text, a), self.indices(a, decl),
                                             ast.Load()), a)
@@ -1254,6 +1377,8 @@ class Parser:
                     refs.append(None)
                     continue
                 if self.at(",", ")"):           # a variable or an element: by reference
+                    if decl.constant:
+                        self.constants.append((name, a, len(refs)))
                     args.append(arg)
                     typed.append((a, typ))
                     refs.append(decl)
@@ -1279,6 +1404,8 @@ class Parser:
         if inverse:
             call = _at(ast.UnaryOp(ast.Invert(), call), t)
         body = [_stmt(ast.Expr(call), t)]
+        for tmp, a, index in reversed(rows):
+            body = self.row_block(t, tmp, a, index, args, body)
         for tmp, value, text in reversed(values):
             # passed in a fresh variable that the call must give back unchanged
             self.note(t, "argument", tmp, text, name.text)
@@ -1287,6 +1414,61 @@ class Parser:
             block = _call("ancilla", [], t, [ast.keyword(tmp, value)])
             body = [_stmt(ast.With([ast.withitem(block, None)], body + [check]), t)]
         return body
+
+    def row_argument(self) -> bool:
+        """At `[e]` after a 2-D array's name, followed by `,` or `)`: a row passed."""
+        depth, j = 0, self.k
+        while True:
+            t = self.toks[j]
+            if t.kind == "end":
+                return False
+            depth += t.text == "[" and t.kind == "op"
+            depth -= t.text == "]" and t.kind == "op"
+            j += 1
+            if depth == 0:
+                break
+        return self.toks[j].text in (",", ")")
+
+    def row_block(self, t: Token, tmp: str, a: Token, index, args: list, body: list):
+        """A row a[i] of a 2-D array passed to an `int x[]` parameter (the fork passes
+        the row by reference): its elements are exchanged into a fresh array for the
+        call and back after it, so i may not read what the call changes, and another
+        argument a[j][k] must be in another row (checked while running)."""
+        passed = {_base(x) for x in args if isinstance(x, ast.Name | ast.Subscript)}
+        for n in _reads(index):
+            if n.id in passed:
+                raise self.alias(n, n.id, f"the index of the row {a.text}[{_janus(index)}] "
+                                 f"reads {n.id}, which the call is given",
+                                 "a row passed is put back by its index after the call")
+        checks = []
+        for x in args:
+            if isinstance(x, ast.Name) and x.id == a.text:
+                raise self.alias(x, a.text, f"{a.text} is passed beside its row "
+                                 f"{a.text}[{_janus(index)}]")
+            if isinstance(x, ast.Subscript) and _base(x) == a.text:
+                first = x.slice.elts[0] if isinstance(x.slice, ast.Tuple) else x.slice
+                self.note(t, "alias", a.text, f"{a.text}[{_janus(index)}]",
+                          [_janus(x)])
+                checks.append(_stmt(ast.Assert(_at(ast.Compare(
+                    copy.deepcopy(index), [ast.NotEq()], [copy.deepcopy(first)]), t)), t))
+        k = self.temporary("col")
+        cols = _at(ast.Subscript(_at(ast.Attribute(_name(a.text, a), "shape", ast.Load()),
+                                     a), _at(ast.Constant(1), a), ast.Load()), a)
+
+        def exchange():
+            cell = _at(ast.Subscript(_name(a.text, a), _at(ast.Tuple(
+                [copy.deepcopy(index), _name(k, a)], ast.Load()), a), ast.Store()), a)
+            mine = _at(ast.Subscript(_name(tmp, a), _name(k, a), ast.Store()), a)
+            swap = _stmt(ast.Assign([_at(ast.Tuple([mine, cell], ast.Store()), t)],
+                                    _at(ast.Tuple([copy.deepcopy(cell), copy.deepcopy(mine)],
+                                                  ast.Load()), t)), t)
+            loop = ast.For(_at(ast.Name(k, ast.Store()), t), _call(
+                "range", [copy.deepcopy(cols)], t), [swap], [], None)
+            return _stmt(loop, t)
+        block = _call("ancilla", [], t, [ast.keyword(tmp, _call(
+            "zeros", [copy.deepcopy(cols), _name("int", t)], t))])
+        return checks + [_stmt(ast.With([ast.withitem(block, None)],
+                                        [exchange()] + body + [exchange()]), t)]
 
     def struct_argument(self, a: Token, decl: Decl):
         """A struct variable passed by reference: the whole of it (its fields' variables),
@@ -1356,6 +1538,9 @@ class Parser:
         if self.lookup(s).type != "stack":
             raise self.error(f"{s.text} is {_a(self.lookup(s).type)}, not a stack", s)
         self.take(")")
+        for v in (x, s):
+            if self.lookup(v).constant:
+                raise self.error(f"{v.text} is a constant; it cannot be changed", v)
         self.lookup(x).written = self.lookup(s).written = True
         return x, s
 
@@ -1401,6 +1586,10 @@ class Parser:
                 parts.append("%")
             elif len(piece) == 2 and piece[0] == "%":
                 want = {"d": "int", "a": "array", "t": "stack"}.get(piece[1])
+                if piece == "%s":
+                    raise self.error("printf: %s (a char array printed as text, PyJanus) is "
+                                     "not supported: rvm's output statements print ints, "
+                                     "arrays and stacks", fmt, "print the array with %a")
                 if want is None:
                     raise self.error(f"printf: unknown format {piece!r} (use %d, %a, %t, "
                                      "%%)", fmt)
@@ -1509,6 +1698,9 @@ class Parser:
         while self.tok.kind == "op" and self.tok.text in _LEVELS[level]:
             op = self.take()
             right = self.binary(level + 1)
+            if op.text in ("<<", ">>"):
+                left = self.shift(op, left, right)
+                continue
             if op.text in ("&&", "||"):
                 node = ast.BoolOp(ast.And() if op.text == "&&" else ast.Or(), [left, right])
             elif op.text in _COMPARE:
@@ -1518,6 +1710,89 @@ class Parser:
             left = _at(node, op)
             left.lineno, left.col_offset = left_pos(node)
         return left
+
+    def cast(self):
+        """`(u16) e`, `(int) e` (the fork's and PyJanus's casts): e's value in the type's
+        range, wrapped as the type wraps (PyJanus's rule; the fork allows only a cast to
+        the type of the variable updated, where it is the same). `(int) e` is e itself
+        (N-bit with -m N)."""
+        t = self.take("(")
+        typ = self.take()
+        self.take(")")
+        e = self.unary()
+        width = SIZED.get(typ.text) or self.modular
+        if width is None or width[0] >= 64:
+            return e
+        bits, signed = width
+        node = _at(ast.BinOp(e, ast.BitAnd(), _at(ast.Constant((1 << bits) - 1), t)), t)
+        if signed:
+            half = _at(ast.Constant(1 << (bits - 1)), t)
+            node = _at(ast.BinOp(_at(ast.BinOp(node, ast.BitXor(), half), t), ast.Sub(),
+                                 copy.deepcopy(half)), t)
+        return node
+
+    def shift(self, op: Token, left, right):
+        """x << n and x >> n (the fork's and PyJanus's shifts), in int64 (a sized type's
+        update wraps the result). A constant n from 0 to 62 is one instruction; any other
+        n is x * 2^n or x // 2^n, 2^n the product over n's six low bits b of
+        1 + bit_b(n) * (2^(2^b) - 1): n = 63 shifts into the sign bit, n >= 64 gives 0
+        (x << n) or the sign (x >> n), as on a 64-bit integer. A negative n gives 0 (the
+        references differ: the fork shifts the other way, PyJanus stops). A variable n is
+        allowed in an update's expression: the powers of two are ancillas computed before
+        the update and cleared after it (one product each; as one expression the product
+        would be recomputed at every level of its nesting)."""
+        def num(v):
+            return _at(ast.Constant(v), op)
+
+        def bin_(a, o, b):
+            node = _at(ast.BinOp(a, o(), b), op)
+            node.lineno, node.col_offset = left_pos(node)
+            return node
+
+        def cmp(a, o, b):
+            return _at(ast.Compare(a, [o()], [b]), op)
+
+        def n():
+            return copy.deepcopy(right)
+        c = _constant(right)
+        kind = ast.LShift if op.text == "<<" else ast.RShift
+        if c is not None:
+            if c < 0:
+                raise self.error(f"a shift by a negative amount ({c})", op)
+            if c <= 62:
+                return bin_(left, kind, num(c))
+            if kind is ast.LShift:
+                return bin_(left, ast.Mult, num(_wrap(1 << c, (64, True)) if c < 64 else 0))
+            return bin_(bin_(left, ast.RShift, num(62)), ast.RShift, num(1))
+
+        if self.hoisted is None:
+            raise self.error(f"a shift by a variable amount ({_janus(right)}) is "
+                             "supported in the expression of an update (x += y << n)", op,
+                             "shift by a constant here, or compute the value in a local")
+
+        def hoist(init):
+            name = self.temporary("pow")
+            self.hoisted.append((name, init, op))
+            return lambda: _name(name, op)
+
+        def pow2(m):
+            out = None
+            for b in range(6):
+                bit = bin_(bin_(m(), ast.RShift, num(b)), ast.BitAnd, num(1))
+                factor = bin_(num(1), ast.Add, bin_(bit, ast.Mult, num((1 << (1 << b)) - 1)))
+                out = hoist(factor if out is None else bin_(out(), ast.Mult, factor))
+            return out()
+        valid = bin_(cmp(n(), ast.GtE, num(0)), ast.Mult, cmp(n(), ast.Lt, num(64)))
+        if kind is ast.LShift:
+            return bin_(left, ast.Mult, hoist(bin_(valid, ast.Mult, pow2(n)))())
+
+        def clamped():              # min(n, 62): only used where n <= 62 or to stay defined
+            return bin_(n(), ast.Sub, bin_(cmp(n(), ast.Gt, num(62)), ast.Mult,
+                                           bin_(n(), ast.Sub, num(62))))
+        low = bin_(bin_(cmp(n(), ast.GtE, num(0)), ast.Mult, cmp(n(), ast.LtE, num(62))),
+                   ast.Mult, bin_(copy.deepcopy(left), ast.FloorDiv, pow2(clamped)))
+        high = bin_(cmp(n(), ast.Gt, num(62)), ast.Mult, cmp(left, ast.Lt, num(0)))
+        return bin_(low, ast.Sub, high)
 
     def unary(self):
         t = self.tok
@@ -1532,6 +1807,9 @@ class Parser:
         if self.at("-"):
             self.take()
             return _at(ast.UnaryOp(ast.USub(), self.unary()), t)
+        if self.at("(") and (self.toks[self.k + 1].text == "int" or self.toks[
+                self.k + 1].text in SIZED) and self.toks[self.k + 2].text == ")":
+            return self.cast()
         if self.at("("):
             self.take("(")
             e = self.expression()
@@ -1664,6 +1942,11 @@ def explain(fn, ins, line: int, path: str, R: list, message: str) -> str | None:
             return (f"call {what[3]}: the argument {what[2]} is passed by value in a fresh "
                     f"variable, which {what[3]} must give back unchanged: it is "
                     f"{value(ins.args[0])} after the call, not {value(ins.args[1])}")
+        if kind == "constant" and ins.op.startswith("ASSERT"):
+            return (f"constant {what[1]} = {what[2]}: its block changed what the value "
+                    f"reads (rvm clears {what[1]} at the block's end by computing "
+                    f"{what[2]} again): it is {value(ins.args[1])} there, not "
+                    f"{value(ins.args[0])}")
         if kind == "delocal-array" and ins.op == "FREE":
             return f"delocal {what[1]} = {what[2]}: {what[1]} does not hold these values"
         if kind == "delocal" and isinstance(ins.args[0], Reg) and \
@@ -1746,7 +2029,8 @@ def _reads(e):
 
 
 _TEXT = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "/", ast.Mod: "%",
-         ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.And: "&&", ast.Or: "||",
+         ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.And: "&&",
+         ast.LShift: "<<", ast.RShift: ">>", ast.Or: "||",
          ast.Not: "!", ast.USub: "-", **{v: k for k, v in _COMPARE.items()}}
 
 
@@ -1796,6 +2080,11 @@ def _evaluate(e, env: dict) -> int:
         return -v if isinstance(e.op, ast.USub) else int(not v)
     if isinstance(e, ast.BinOp):
         a, b = _evaluate(e.left, env), _evaluate(e.right, env)
+        if isinstance(e.op, ast.LShift | ast.RShift):
+            if b < 0:
+                raise TypeError
+            return _wrap(a << min(b, 64), (64, True)) if isinstance(e.op, ast.LShift) \
+                else a >> min(b, 64)
         return {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b, ast.BitAnd: a & b,
                 ast.BitOr: a | b, ast.BitXor: a ^ b}.get(type(e.op)) if not isinstance(
             e.op, ast.FloorDiv | ast.Mod) else a // b if isinstance(e.op, ast.FloorDiv) \
