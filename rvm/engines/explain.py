@@ -91,7 +91,7 @@ def explain(fn: Function, ins, line: int, path: str, R: list, message: str) -> s
         if bounds is not None:
             return bounds
     if ins.op.startswith("ASSERT"):
-        return _assertion(fn, line, path, R)
+        return _assertion(fn, line, path, R) or _requirement(fn, ins, line, path, R)
     names = names_at(fn, line)
     values = {name: R[fn.slot(r)] for r, name in names.items()}
     nonfinite = _NOT_FINITE.match(message)
@@ -147,6 +147,30 @@ def _assertion(fn: Function, line: int, path: str, R: list) -> str | None:
     said = f": {ast.literal_eval(stmt.msg)}" if isinstance(stmt.msg, ast.Constant) else ""
     return (f"assertion `{ast.unparse(stmt.test)}` failed at line {line}{said}"
             f"{_values(stmt.test, values)}")
+
+
+_HOLDS = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
+
+
+def _requirement(fn: Function, ins, line: int, path: str, R: list) -> str | None:
+    """A check the compiler made for a statement that is not an `assert` (an array
+    statement's shapes, a slice's bounds), with the source's names: "line 6 (`y += x`)
+    needs len(x) == len(y): len(x) = 4, len(y) = 3"."""
+    names = shown_names(fn, line)
+    parts, shown = [], []
+    for a in ins.args[:2]:
+        if isinstance(a, Reg):
+            name = names.get(str(a))
+            if name is None:
+                return None             # a value the source does not name
+            parts.append(name)
+            shown.append(f"{name} = {R[fn.slot(a)]!r}")
+        else:
+            parts.append(repr(getattr(a, "value", a)))
+    text = source_line(path, line).strip() if path else ""
+    where = f"line {line}" + (f" (`{text}`)" if text else "")
+    return (f"{where} needs {parts[0]} {_HOLDS[ins.op.partition('.')[2]]} {parts[1]}: "
+            f"{', '.join(shown)}")
 
 
 def explain_locals(fn: Function, line: int, bad: dict) -> str | None:
