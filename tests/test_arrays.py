@@ -435,3 +435,12 @@ def test_native_runs_the_instructions_without_falling_back():
         out = moves(X.copy(), Y.copy(), 3.0, engine="native")
         assert np.allclose((~moves)(*out, engine="native")[0], X)
     assert no_loop(ops_of(gemv, np.zeros(3), A, X))
+
+
+@pytest.mark.parametrize("engine", [None, "native"])
+def test_an_array_instruction_fault_names_the_element(engine):
+    # exp overflows in one element: the message names it, not a heap cell
+    f = rvm.reversible.source("def f(y: Array[float], x: Array[float]):\n"
+                              "    y += np.exp(x)\n", {"Array": Array, "np": np})
+    with pytest.raises(MachineError, match=r"y\[1\] would become inf: not finite"):
+        rvm.grad(f, loss=("y", 0), engine=engine)(np.zeros(3), np.array([1.0, 800.0, 2.0]))

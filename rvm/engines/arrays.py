@@ -162,8 +162,8 @@ class Helpers:
         bad = ~np.isfinite(new)
         if bad.any():
             k = int(np.argmax(bad))
-            raise Fault(f"{what} of heap cell {int(flat[k])} would become {new[k]!r}: "
-                        "not finite")
+            raise Fault(f"{what}heap cell {int(flat[k])} would become "
+                        f"{float(new[k])!r}: not finite")
 
     def _operand(self, x, m: int, n: int, k: int, shadows: bool = False):
         """An operand's values (an m x n array, or a scalar as it is)."""
@@ -186,7 +186,7 @@ class Helpers:
             return
         with np.errstate(all="ignore"):
             v = f(*values)
-        self._add(False, yi, s * np.asarray(v, dtype=float), "the result", y)
+        self._add(False, yi, s * np.asarray(v, dtype=float), "", y)
 
     def _pullbacks(self, fam: str, s: int, y, rest: tuple):
         (_, _, partials), yi, ops, values, m, n = self._accumulation(fam, y, rest)
@@ -212,7 +212,7 @@ class Helpers:
         for k, x, d, m, n in self._pullbacks(fam, s, y, rest):
             if isinstance(x, tuple) and d.size:
                 self._add(True, self._index(x, m, n, f"operand {k + 1}"), d,
-                          f"the gradient of operand {k + 1}", x)
+                          "the gradient of ", x)
 
     def _product(self, y, a, b, m: int, k: int, n: int):
         self._shape(m, k, n)
@@ -227,7 +227,7 @@ class Helpers:
         if yi.size:
             h = self._floats()
             with np.errstate(all="ignore"):
-                self._add(False, yi, s * (h[ai] @ h[bi]), "the result", y)
+                self._add(False, yi, s * (h[ai] @ h[bi]), "", y)
 
     def vmm_pull(self, s: int, y, a, b, m: int, k: int, n: int) -> None:
         """a's shadow += s * gy @ b.T; b's += s * a.T @ gy."""
@@ -237,8 +237,8 @@ class Helpers:
         h, gy = self._floats(), self._floats(True)[yi]
         with np.errstate(all="ignore"):
             ga, gb = s * (gy @ h[bi].T), s * (h[ai].T @ gy)
-        self._add(True, ai, ga, "the gradient of a", a)
-        self._add(True, bi, gb, "the gradient of b", b)
+        self._add(True, ai, ga, "the gradient of ", a)
+        self._add(True, bi, gb, "the gradient of ", b)
 
     def _in_place(self, x, m: int, n: int, name: str = "x") -> np.ndarray:
         self._shape(m, n)
@@ -259,14 +259,14 @@ class Helpers:
         with np.errstate(all="ignore"):
             new = old * c if op == "*" else old / c
         if g:
-            self._finite(new, xi, "the gradient")
+            self._finite(new, xi, "the gradient of ")
         else:
             size = np.abs(new)
             bad = (old != 0.0) & ~((np.abs(old) >= MIN_NORMAL) & (size >= MIN_NORMAL)
                                    & (size <= MAX_FLOAT))
             if bad.any():
                 j = int(np.argmax(bad))
-                raise Fault(f"heap cell {int(xi[j])} = {old[j]!r} {op} {c!r} would leave "
+                raise Fault(f"heap cell {int(xi[j])} = {float(old[j])!r} {op} {c!r} would leave "
                             "the normal float range (to zero, a subnormal or infinity) and "
                             "could not be undone")
         cells[xi] = new

@@ -92,6 +92,8 @@ def explain(fn: Function, ins, line: int, path: str, R: list, message: str) -> s
             return bounds
     if ins.op.startswith("ASSERT"):
         return _assertion(fn, line, path, R) or _requirement(fn, ins, line, path, R)
+    if ins.spec.group == "array":
+        return _cells_named(fn, line, R, message)
     names = names_at(fn, line)
     values = {name: R[fn.slot(r)] for r, name in names.items()}
     nonfinite = _NOT_FINITE.match(message)
@@ -147,6 +149,30 @@ def _assertion(fn: Function, line: int, path: str, R: list) -> str | None:
     said = f": {ast.literal_eval(stmt.msg)}" if isinstance(stmt.msg, ast.Constant) else ""
     return (f"assertion `{ast.unparse(stmt.test)}` failed at line {line}{said}"
             f"{_values(stmt.test, values)}")
+
+
+_CELL = re.compile(r"heap cell (\d+)")
+
+
+def _cells_named(fn: Function, line: int, R: list, message: str) -> str | None:
+    """An array instruction's message with each heap cell it names written as the
+    element of the source's array that holds it (`y[1]`, `A[0, 2]`), at its line."""
+    arrays = []
+    for s in fn.symbols:
+        if len(s.regs) > 1 and s.first <= line <= s.last:
+            base, dims = R[fn.slot(s.regs[0])], [R[fn.slot(r)] for r in s.regs[1:]]
+            arrays.append((s.name, base, dims))
+
+    def element(m):
+        c = int(m.group(1))
+        for name, base, dims in arrays:
+            size = dims[0] * (dims[1] if len(dims) > 1 else 1)
+            if base <= c < base + size:
+                at = (c - base,) if len(dims) == 1 else divmod(c - base, dims[1])
+                return f"{name}[{', '.join(map(str, at))}]"
+        return m.group(0)
+    named = _CELL.sub(element, message)
+    return None if named == message else f"{named} (line {line})"
 
 
 _HOLDS = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
