@@ -514,3 +514,102 @@ def test_an_exhausted_budget_in_a_counted_loops_callee_is_reported_from_native_c
                            [(f.fn.name, f.state, f.R, f.G) for f in m.stack]))
         assert errors[0] == errors[1], budget
         assert "step budget of" in errors[1][0] and sum(taken) < 100, (budget, taken)
+
+
+# a loop with float locals: f2 takes f0 in and out in every pass, f3 holds -0.0 throughout
+SPIN_LOCALS = """\
+.func spin(f0, f1, r0)
+        NEG    f3
+top:    CF.NE  r0, 0, back
+        ADD    f0, 1.0
+        ADD    f2, f0
+        MUL    f2, 2.0
+        DIV    f2, 2.0
+        SUB    f2, f0
+        INC    r0
+exitbr: BR.GE  f0, f1, done
+back:   JMP    top
+done:   CF     exitbr
+        NEG    f3
+.end
+"""
+
+
+def signed(values) -> list:
+    """Values as text: -0.0 and 0.0 told apart."""
+    return None if values is None else [repr(v) for v in values]
+
+
+@pytest.mark.parametrize("how", ["forward", "grad"])
+def test_an_exhausted_budget_with_float_locals_or_minus_zero_is_reported_from_native_code(
+        how, monkeypatch):
+    """A gradient pass of a function with float locals that runs out of steps after its
+    last back edge (native code's record at the end holds the locals' shadows too), and
+    a run out of steps where a register holds -0.0 (NEG of 0.0: the interpreter's value
+    as well), are reported from native code's record, the interpreter stepping over only
+    the steps past the budget; error, steps, registers (signs of zeros included) and
+    shadows (a zero shadow's sign may differ: docs/engines.md) are the interpreter's."""
+    p, n = rvm.assemble(SPIN_LOCALS), 100
+    total = 9 * n + 2               # the steps of a whole pass either way
+    for budget in [*range(total - 8, total), 500, 501, 502, 503, 504]:
+        outcomes = []
+        for engine in ("interp", "native"):
+            m = Machine(p, engine="native", max_steps=10**9)
+            m.enter("spin", 0.0, float(n), 0)
+            if how == "grad":       # from the end state, backwards, f0's shadow seeded
+                m.run(1)
+                m.set_grad(True)
+                m.clear_shadows()
+                m.stack[0].G[m.stack[0].fn.n_int] = 1.0
+            m.engine, m.max_steps = engine, budget
+            taken = steps_stepped(monkeypatch)
+            with pytest.raises(rvm.MachineError) as e:
+                m.run(-1 if how == "grad" else 1)
+            monkeypatch.undo()
+            outcomes.append((str(e.value), e.value.function, e.value.index, m.steps,
+                             [(f.fn.name, f.state, signed(f.R), f.G) for f in m.stack]))
+        assert outcomes[0] == outcomes[1], budget
+        assert "step budget of" in outcomes[1][0] and sum(taken) < 100, (budget, taken)
+
+
+# r1's cell holds -0.0, which f2 reads (ADDM) into a zero register: native code holds the
+# cell as read (-0.0), the interpreter 0.0 + -0.0 = 0.0 (rvm.engines.compiled: _Known)
+RAW_MINUS_ZERO = """\
+.func spinz(f0, f1, r0)
+        ADD    r4, 1
+        ALLOC  r1, r4
+        NEG    f5
+        EXCH   f5, [r1]
+        ADDM   f2, [r1]
+        NEG    f3
+top:    CF.NE  r0, 0, back
+        ADD    f0, 1.0
+        INC    r0
+exitbr: BR.GE  f0, f1, done
+back:   JMP    top
+done:   CF     exitbr
+        NEG    f3
+        SUBM   f2, [r1]
+        EXCH   f5, [r1]
+        NEG    f5
+        FREE   r1, r4
+        SUB    r4, 1
+.end
+"""
+
+
+def test_a_register_native_code_read_raw_from_a_minus_zero_cell_is_not_taken_from_its_record():
+    """Where native code may hold a heap cell's -0.0 that the interpreter holds as 0.0,
+    a record holding -0.0 there is not taken as it is: the run is reported with the
+    interpreter's registers, signs of zeros included."""
+    p = rvm.assemble(RAW_MINUS_ZERO)
+    for budget in (100, 101, 102, 103):
+        outcomes = []
+        for engine in ("interp", "native"):
+            m = Machine(p, engine=engine, max_steps=budget)
+            m.enter("spinz", 0.0, 1e6, 0)
+            with pytest.raises(rvm.MachineError) as e:
+                m.run()
+            outcomes.append((str(e.value), e.value.index, m.steps, signed(m.stack[0].R)))
+        assert outcomes[0] == outcomes[1], budget
+        assert outcomes[1][3][7] == "0.0"       # f2 (and f3 holds -0.0)

@@ -352,6 +352,8 @@ class Transformed:
             if self.engine is not None:
                 from ..engines.machine import resolve_engine
                 derived = Program(derived.functions, derived.source,
+                                  {k: v for k, v in derived.cache.items()
+                                   if isinstance(k, str)},     # (what it was derived from)
                                   engine=resolve_engine(self.engine))
             pfloats = _param_floats(fn.params, packed)
             extra = [f"{labels[k]}_{suffix}" for k in pfloats
@@ -769,10 +771,11 @@ def derived_failure(e: InvertibilityError, what: str) -> InvertibilityError:
     variable x): which variable, which transform, and how to loosen `tol`. Such a residue
     is the rounding of the derivatives that flow through an ancilla restored only
     approximately (within `tol`, as a dirty ancilla is): they can be far larger than the
-    variable's own values, while `tol` is absolute."""
+    variable's own values, and the test accepts tol times the largest magnitude a
+    derivative has held in the run (rvm.engines.compiled.derived_registers), at least tol."""
     e = getattr(e, "original", e)          # told again by the outer call (rvm.hvp)
     names = re.findall(r"`(\w+?)((?:_(?:bar|dot))+)`", e.message)
-    if not names or "zero" not in e.message:
+    if not names or not re.search(r"zero|must be (back to )?0", e.message):
         return e
     where = e.function.split(".")[0] if e.function else "?"
     said = []
@@ -785,8 +788,9 @@ def derived_failure(e: InvertibilityError, what: str) -> InvertibilityError:
     hint = (f"; {', '.join(said)} (in {where}), in the derivative program of {what}. Its "
             "source is restored only approximately, and its derivatives carry the rounding "
             "of their intermediate values, which can be far larger than the variable's own "
-            f"(the tolerance, tol, is absolute). To accept the residue, pass a larger tol "
-            f"to {what}, e.g. tol={loose:g} (the default is 1e-8)")
+            "(the test accepts tol times the largest magnitude a derivative has held so far, "
+            f"at least tol). To accept the residue, pass a larger tol to {what}, e.g. "
+            f"tol={loose:g} (the default is 1e-8)")
     out = InvertibilityError(e.message + hint, e.function, e.index, e.line, e.file, e.values)
     out.detail, out.original = getattr(e, "detail", ""), e
     return out

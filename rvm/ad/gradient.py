@@ -28,6 +28,7 @@ from ..engines.arguments import (
     read_array,
     scalar,
 )
+from ..engines.compiled import DERIVED
 from ..engines.machine import NATIVE_AFTER, Machine, PerThread, Transient, machine_for
 from ..engines.native import on_threads
 
@@ -62,8 +63,11 @@ def with_inverse(program: Program, name: str) -> tuple[Program, str]:
         inv = inverse_function(fn)
         inv = Function(f"{name}.inv", inv.params, inv.code, inv.labels, fn.line, fn.end_line,
                        fn.names, fn.symbols)
+        kept = {}       # a derived function's inverse is derived alike (DERIVED)
+        if name in program.cache.get(DERIVED, {}):
+            kept[DERIVED] = {**program.cache[DERIVED], inv.name: program.cache[DERIVED][name]}
         program.cache[key] = Program({**program.functions, inv.name: inv}, program.source,
-                                     engine=program.engine)
+                                     kept, engine=program.engine)
     return program.cache[key], f"{name}.inv"
 
 
@@ -253,9 +257,9 @@ class _Direct:
 
             def both(m_, *a):
                 top = m.top
-                m.budget = m.max_steps
+                m.budget, m.dscale = m.max_steps, 0.0   # (dscale: a pass's own, as run)
                 out = fws(m_, *a[:k])
-                m.budget = m.max_steps
+                m.budget, m.dscale = m.max_steps, 0.0
                 back = gbws(m_, *out, *a[k:])
                 if m.top != top:        # a block left allocated: the general path reports it
                     raise MachineError("heap block left allocated")
@@ -266,11 +270,11 @@ class _Direct:
 
             def both(*a):
                 top = m.top
-                m.budget = m.max_steps
+                m.budget, m.dscale = m.max_steps, 0.0   # (dscale: a pass's own, as run)
                 out = fw(*a[:h], *a[h:h + k])
                 if m.top != top:        # a block left allocated: the general path reports it
                     raise MachineError("heap block left allocated")
-                m.budget = m.max_steps
+                m.budget, m.dscale = m.max_steps, 0.0
                 return out, gbw(*a[:h], *out, *a[h + k:])
         # arguments of exactly the parameters' kinds need no conversion, only their
         # integers a range check (an int may not fit in int64); others convert as a

@@ -48,6 +48,7 @@ from ..core.errors import RvmError
 from ..core.inverse import inverse_function
 from ..core.program import FuncRef, Function, Imm, Instruction, Label, Mem, Program, Reg, View
 from ..core.verify import verify
+from ..engines.compiled import DERIVED
 
 
 class TransformError(RvmError):
@@ -706,7 +707,22 @@ def tangent(program: Program, name: str, arrays: dict | None = None) -> tuple[Pr
     if arrays:
         funcs[f"{entry}.entry"] = _array_entry(funcs[entry], arrays)
         entry = f"{entry}.entry"
-    return verify(Program(funcs, program.source)), entry
+    return _derived(verify(Program(funcs, program.source)), program, names), entry
+
+
+def _derived(out: Program, program: Program, names: dict) -> Program:
+    """out, a program derived from `program` (names: each source function's key -> the
+    name of a function derived from it, the key a name or (name, flag)), with the float
+    registers of each derived function's source noted (rvm.engines.compiled: DERIVED): its
+    registers from there on are derivatives, whose ancillas' zero tests scale with the
+    largest magnitude a derivative has held (rvm.engines.compiled.derived_registers)."""
+    known = program.cache.get(DERIVED, {})
+    out.cache[DERIVED] = {
+        made: known.get(source, program.functions[source].n_float)
+        for key, made in names.items()
+        for source in [key[0] if isinstance(key, tuple) else key]
+        if made in out.functions and source in program.functions}
+    return out
 
 
 def _array_entry(fn: Function, arrays: dict) -> Function:
@@ -925,7 +941,9 @@ def adjoint(program: Program, name: str, arrays: dict | None = None) -> tuple[Pr
         funcs[f"{entry}.entry"] = _array_entry(funcs[entry], arrays)
         entry = f"{entry}.entry"
     used = reachable(Program(funcs), entry)
-    return verify(Program({f: funcs[f] for f in used}, program.source)), entry
+    sweeps = {k: v for k, v in names.items() if k[1] is not None and k[0] in swept}
+    return _derived(verify(Program({f: funcs[f] for f in used}, program.source)), program,
+                    {**sweeps, name: f"{name}.adjoint"}), entry
 
 
 class _Cells:

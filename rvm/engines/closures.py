@@ -97,9 +97,13 @@ def output_parts(fn: Function, parts: tuple) -> tuple:
                  for p in parts)
 
 
-def source(fn: Function, mode: str) -> str:
-    """Python source of a factory returning the list of closures for fn in this mode."""
+def source(fn: Function, mode: str, derived=()) -> str:
+    """Python source of a factory returning the list of closures for fn in this mode.
+    derived: the registers that hold derivatives (rvm.engines.compiled.derived_registers),
+    whose zero tests (ZERO, POP) scale with the largest magnitude a derivative has held."""
     layout = {r: fn.slot(r) for r in fn.registers}
+    scaled = {f"zero(R[{layout[r]}])": f"(zero(R[{layout[r]}]) or abs(R[{layout[r]}]) <= "
+              f"M.tol * M.dscale)" for r in derived}
     n = len(fn.code)
     lines = ["def factory(M, Fault, wrap, zero, sign, dpow_db, math):",
              "    def dead(R, G): raise Fault('unreachable machine state')",
@@ -127,6 +131,8 @@ def source(fn: Function, mode: str) -> str:
             else:
                 body = _body(fn, i - 1, mode, layout, fall=True)
         lines.append(f"    def s{s}(R, G):")
+        for old, new in scaled.items() if "zero(" in "".join(body) else ():
+            body = [b.replace(old, new) for b in body]
         lines += ["        " + b for b in body]
         table.append(f"s{s}")
     lines.append(f"    return [{', '.join(table)}]")
@@ -137,8 +143,10 @@ def factory(program: Program, fn: Function, mode: str):
     """The (cached) factory for fn in this mode: factory(M, ...) -> list of closures."""
     key = (fn.name, mode)
     if key not in program.cache:
+        from .compiled import derived_registers
         namespace: dict = {}
-        code = compile(source(fn, mode), f"<rvm {fn.name} {mode}>", "exec")
+        code = compile(source(fn, mode, derived_registers(program, fn) or ()),
+                       f"<rvm {fn.name} {mode}>", "exec")
         exec(code, namespace)   # the source is generated from a verified Program only
         program.cache[key] = namespace["factory"]
     return program.cache[key]

@@ -49,6 +49,31 @@ def _local(reg: Reg) -> tuple[str, str]:
     return (f"r{reg.n}", f"gr{reg.n}") if reg.cls == isa.INT else (f"f{reg.n}", f"gf{reg.n}")
 
 
+# Program.cache key of a derived program's (rvm.ad.transforms) {function: the number of
+# float registers of the function it was derived from}: its float registers from there on
+# are derivatives (shadows, tangents, their temporaries) of the source's
+DERIVED = "derived"
+
+
+def derived_registers(program: Program, fn: Function) -> list[Reg] | None:
+    """The float registers of fn that hold derivatives (fn is a function of a derived
+    program, DERIVED), or None if fn is not derived.
+
+    Their values can be far larger than the source's, and a source ancilla restored only
+    approximately (within tol, as a dirty ancilla is) leaves in the derived ancillas the
+    rounding of those magnitudes. So the zero test of a derived ancilla (a float local
+    among them) on leaving a frame scales with them: |x| <= tol * max(1, m), where m is
+    the largest magnitude any derived register has held in the run so far (after an
+    instruction of its frame wrote it, or a call it was passed to returned): the
+    interpreter's Machine.dscale; the python engine's generated code keeps it in `_s`
+    and hands it on through M.dscale at calls and returns. Native code tests with tol
+    alone: where that fails, the interpreter runs the pass again, and decides."""
+    n = program.cache.get(DERIVED, {}).get(fn.name)
+    if n is None:
+        return None
+    return [r for r in fn.registers if r.cls == isa.FLOAT and r.n >= n]
+
+
 def _repeated(ins, checked: set) -> bool:
     """Is ins an ASSERT already made, on registers nothing has changed since (the frontend
     mirrors each check so that either direction checks before it acts: the mirror is
@@ -508,6 +533,10 @@ class _Writer:
         self.defer = False      # finiteness checked after a counted loop, not in it
         self.drop: frozenset = frozenset()  # address checks a counted loop made on entry
         self.known: list | None = None      # per block: what is known on entry (native)
+        self.raw_seen: set = set()          # the registers ever raw (native: see _Known)
+        # derivatives: their largest magnitude so far in `_s` (derived_registers)
+        self.derived = derived_registers(compiled.program, fn)
+        self.scaled = set(self.derived or ()) & set(self.restores)     # (their ancillas)
 
     def emit(self, depth: int, text: str) -> None:
         self.lines.append("    " * depth + text)
@@ -548,9 +577,13 @@ class _Writer:
             outs += [_local(r)[1] for r, p in zip(regs, callee.params) if p.cls == isa.FLOAT]
         target = self.c.name(callee.name, mode)
         self.emit(depth, "M.budget = _n")
+        if self.derived is not None:
+            self.emit(depth, "M.dscale = _s")
         call = f"{target}(M, {', '.join(outs)})"
         self.emit(depth, f"{', '.join(outs)}, = {call}" if outs else call)    # no parameters
         self.emit(depth, "_n = M.budget")
+        if self.derived is not None:
+            self.emit(depth, "_s = M.dscale")
 
     def shown(self, depth: int, known: _Known | None, ins) -> None:
         """Before an output statement (native): the raw registers it shows made `0.0 +
@@ -561,9 +594,19 @@ class _Writer:
         self.canonical(depth, None, sorted(regs, key=str))
         known.raw -= regs
 
+    def track(self, depth: int, ins) -> None:
+        """The largest magnitude of a derivative so far, after ins wrote derived registers
+        (derived_registers; a call: its arguments, which the callee may have changed)."""
+        for r in ins.args[1:] if ins.op in isa.CALLS else ins.written:
+            if r in (self.derived or ()):
+                x = _local(r)[0]
+                self.emit(depth, f"if abs({x}) > _s: _s = abs({x})")
+
     def canonical(self, depth: int, known: _Known | None, regs=None) -> None:
         """Raw registers made `0.0 + cell` (see _Known): those the instruction just
         stepped through reads in another way, or `regs`."""
+        if known is not None:
+            self.raw_seen |= known.raw
         for r in (known.canon if known is not None else []) if regs is None else regs:
             x = _local(r)[0]
             self.emit(depth, f"{x} = 0.0 + {x}")
@@ -581,6 +624,9 @@ class _Writer:
                 if self.c.native:       # the address needs no mask (native.defer_checks)
                     self.emit(depth, "_m = True")
                 continue
+            for r in self.derived or () if "zero(" in line else ():    # (ZERO, POP)
+                x = _local(r)[0]
+                line = line.replace(f"zero({x})", f"(zero({x}) or abs({x}) <= M.tol * _s)")
             self.emit(depth, line)
 
     def resolve(self, target: int, jumped: bool) -> tuple[list[tuple[int, bool]], int]:
@@ -699,6 +745,7 @@ class _Writer:
                 self.call(depth, ins)
             else:
                 self.instruction(depth, ins, template)
+            self.track(depth, ins)
         if last is None or last.op not in isa.BRANCHES:
             if len(self.block) > 1:
                 self.goto(depth, k, end, False)
@@ -764,6 +811,7 @@ class _Writer:
                 self.call(depth + 1, ins)
             else:
                 self.instruction(depth + 1, ins, template)
+            self.track(depth + 1, ins)
         self.defer, self.drop = False, frozenset()
         if known is not None:   # no register raw where the general loop's analysis has not
             self.canonical(depth + 1, None, sorted(known.raw - self.known[k].raw, key=str))
@@ -793,6 +841,8 @@ class _Writer:
                 self.emit(2, f"{value} = {'0' if r.cls == isa.INT else '0.0'}")
             if self.gradient and r.cls == isa.FLOAT and r not in params:
                 self.emit(2, f"{shadow} = 0.0")
+        if self.derived is not None:
+            self.emit(2, "_s = M.dscale")
         self.arrive(2, 0, False)
         self.emit(2, "_n = M.budget")
         self.emit(2, "_fin = 0.0")
@@ -818,10 +868,14 @@ class _Writer:
             self.block_body(depth, k, start, end)
         if self.known is not None:      # the values leave as the interpreter has them
             self.canonical(2, None, sorted(self.exit.raw, key=str))
+        if self.derived is not None:
+            self.emit(2, "M.dscale = _s")
         if self.c.checks:
             for r in self.restores:
                 value = _local(r)[0]
                 test = f"{value} != 0" if r.cls == isa.INT else f"abs({value}) > M.tol"
+                if r in self.scaled:
+                    test += f" and abs({value}) > M.tol * _s"
                 self.emit(2, f"if {test}: " + fault(
                     f"{fn.name}: local {r} = {{{value}!r}} not restored to zero when "
                     "leaving the frame"))
@@ -1044,6 +1098,7 @@ class Compiled:
                        for fname in self.split_at}
         self._native: dict = {}
         self._bodies: dict[str, str] = {}
+        self._raw: dict[str, set] = {}      # generated function -> its registers ever raw
         self._native_bodies: dict[str, str] = {}
         self._by_id = {v: k for k, v in self.names.items()}     # F3 -> its name
         # output statements, numbered in the program's order (the number is in the
@@ -1128,8 +1183,18 @@ class Compiled:
                 backward, gradient = MODES[mode]
                 writer = _Writer(self, inverse_function(fn) if backward else fn, gradient)
                 self._bodies[name] = writer.source(name)
+                self._raw[name] = writer.raw_seen
             text = self._bodies[name]
         return text
+
+    def ever_raw(self, name: str) -> set | None:
+        """The float registers (`f3`) that native code of the generated function `name` may
+        hold, somewhere, as a heap cell read raw (see _Known), so that a -0.0 there may be
+        the interpreter's +0.0; None if not known."""
+        if name not in self._raw and name not in self._bodies and self.native:
+            self.body(name)
+        raw = self._raw.get(name)
+        return None if raw is None else {_local(r)[0] for r in raw}
 
     @property
     def bodies(self) -> dict[str, str]:

@@ -50,6 +50,7 @@ from .lowering import (
     Unsupported,
     budget_test,
     callees,
+    end_shadows,
     guard,
     loop_over,
     name_id,
@@ -246,7 +247,8 @@ def _signature(ir, t: Types, node: ast.FunctionDef):
     for name in params + returns:
         if t.of(name) is None:
             raise Unsupported(f"a parameter of unknown type: {name}")
-    ret = ir.LiteralStructType([t.of(n) for n in returns])
+    # (a gradient function's float locals' shadows after its results: end_shadows)
+    ret = ir.LiteralStructType([t.of(n) for n in returns + end_shadows(node)])
     heap = [t.ptr, t.ptr, t.ptr, t.fptr, t.i64]     # state, fault flag, HI, HG, capacity
     return ir.FunctionType(ret, heap + [t.of(n) for n in params]), params, returns
 
@@ -275,7 +277,8 @@ def _py_function(ir, t: Types, module, name: str):
     return fn, b, api, item, address, checked
 
 
-def _entry(ir, t: Types, module, name: str, inner, returns: list[str], fused=None):
+def _entry(ir, t: Types, module, name: str, inner, returns: list[str], fused=None,
+           shadows: list[str] = ()):
     """`rvm_py_<name>`, a CPython function (METH_FASTCALL) that runs `inner`: its arguments
     are the addresses of the state array, the heap's cells and their shadows, the heap's
     capacity in cells, [the budget,] the scalars [and the seeds]; its result the results
@@ -287,7 +290,9 @@ def _entry(ir, t: Types, module, name: str, inner, returns: list[str], fused=Non
     return the pair (values, gradient pass results); the heap top must be back where it
     was (after the forward run; after a split one's gradient pass), and the step budget
     is set afresh for each pass: from the budget argument, on
-    an empty heap (vgs), or as found in the state array (vg)."""
+    an empty heap (vgs), or as found in the state array (vg). `shadows`: the names of
+    what `inner` returns after its results (a gradient function's float locals' shadows,
+    for the record at the end: _end_checkpoint)."""
     fn, b, api, item, address, checked = _py_function(ir, t, module, name)
     # a SIGINT from now on stops it (a batch's slices: see rvm.engines.native.on_threads)
     b.store_atomic(t.i64(0), module.globals[INTERRUPT_CELL], "monotonic", 8)
@@ -323,7 +328,7 @@ def _entry(ir, t: Types, module, name: str, inner, returns: list[str], fused=Non
         if at_end:      # the run's end state, for the machine to step back from
             over = fn.append_basic_block()
             with b.goto_block(over):
-                _end_checkpoint(b, t, name, S, H, cap, out, returns)
+                _end_checkpoint(b, t, name, S, H, cap, out, [*returns, *shadows])
                 b.branch(fault)
         over_budget(b, t, state(1), code, over)
         return out
@@ -675,6 +680,7 @@ class _Source:
             if len(source) < self.KEEP:
                 self.kept[name] = node
             calls, count, ret = set(), 0, None        # one walk over the tree
+            shadows = set()     # (the shadows it assigns: see end_shadows)
             for n in ast.walk(node):
                 if isinstance(n, ast.Call) and isinstance(n.func, ast.Name):
                     calls.add(n.func.id)
@@ -682,9 +688,15 @@ class _Source:
                     count += budget_test(n)
                 elif isinstance(n, ast.Return) and ret is None:
                     ret = n
+                elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and \
+                        n.id.startswith("gf"):
+                    shadows.add(n.id)
             self.calls[name], tests[name] = calls, count
+            kept = [ast.Assign([ast.Name(n, ast.Store())], ast.Constant(0.0), lineno=0)
+                    for n in sorted(shadows)]
             self.stubs[name] = ast.FunctionDef(name=name, args=node.args,
-                                               body=[ret] if ret else [], decorator_list=[])
+                                               body=kept + ([ret] if ret else []),
+                                               decorator_list=[])
         self.run_out = running_out(tests, self.calls)
 
     def node(self, name: str) -> ast.FunctionDef:
@@ -735,7 +747,7 @@ def _module(src: _Source, tol: float, fused: dict, batches: dict, runs,
                 Lanes(ir, vt, lanes, src.node(name))
     for name in runs:
         f, _, returns = functions[name]
-        _entry(ir, t, module, name, f, returns)
+        _entry(ir, t, module, name, f, returns, shadows=end_shadows(src.stubs[name]))
     for name, (fw, gbw, budget, split) in fused.items():
         _entry(ir, t, module, name, functions[gbw][0], functions[gbw][2],
                fused=(functions[fw][0], functions[fw][2], budget, split))

@@ -15,7 +15,7 @@ from .arraylowering import ArrayLowering
 
 # a local's type follows from its name
 _INT_NAMES = re.compile(r"g?r\d+|_n|_b|_a|T0|t0|b0")
-FLOAT_NAMES = re.compile(r"g?f\d+|_fin|p|c|s")
+FLOAT_NAMES = re.compile(r"g?f\d+|_fin|p|c|s|_s")   # (_s: compiled.derived_registers)
 _REGISTER = re.compile(r"f\d+")     # a float register's value (not its shadow)
 # functions that raise in Python where machine code returns inf or nan: those whose
 # domain is a half line, and the others (sin and cos raise only on inf, which no finite
@@ -403,7 +403,9 @@ class Lowering(ArrayLowering):
             self.leaving()
             elts = s.value.elts if isinstance(s.value, ast.Tuple) else [s.value]
             out = ir.Constant(self.fn.return_value.type, None)
-            for k, e in enumerate(elts):
+            # after the results, a gradient function's float locals' shadows (end_shadows)
+            extra = [ast.Name(n, ast.Load()) for n in end_shadows(self.node)]
+            for k, e in enumerate([*elts, *extra][:len(self.fn.return_value.type.elements)]):
                 v = self.expr(e)
                 out = b.insert_value(out, self.coerce(v, self.fn.return_value.type.elements[k]),
                                      k)
@@ -1011,6 +1013,7 @@ CHECKPOINT = 0x52564D434B505431     # "RVMCKPT1": the first cell of a checkpoint
 AT_BACK_EDGE, AT_END, AT_CALL = 0, 1, 2    # its kinds
 RECORD = 6                          # its cells before the registers
 FRAME_REGISTER = re.compile(r"(?:[rf]|gf)\d+")    # what a record keeps: registers, shadows
+GRAD_REGISTER = re.compile(r"gf\d+")              # a float register's shadow
 
 
 def name_id(name: str) -> int:
@@ -1037,6 +1040,17 @@ def _assigned(node) -> set[str]:
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id != "_":
             out.add(n.id)
     return out
+
+
+def end_shadows(node: ast.FunctionDef) -> list[str]:
+    """A gradient function's float locals' shadows (the `gf<k>` it assigns, neither
+    parameters nor results): a native function returns them after its results, so that
+    the record at the end of a run past its budget holds them (rvm.engines.llvm:
+    _end_checkpoint; Machine._exhausted). Callers take only the results."""
+    params = {a.arg for a in node.args.args}
+    results = set(returns_of(node))
+    return sorted((n for n in _assigned(node) if GRAD_REGISTER.fullmatch(n) and
+                   n not in params and n not in results), key=lambda n: int(n[2:]))
 
 
 def returns_of(node: ast.FunctionDef) -> list[str]:

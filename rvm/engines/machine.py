@@ -94,6 +94,8 @@ class Machine(Helpers):
         self._buf = self._gbuf = bytearray()
         self.hi = self.hf = self.hg = memoryview(self._buf)
         self._codes: dict = {}
+        self._derived: dict = {}    # function -> the slots of its derivatives (_tracked)
+        self.dscale = 0.0           # the largest magnitude a derivative held (_tracked)
         self._fast: dict = {}            # (function, backward, argument types) -> direct call
         self.progress = Machine.default_progress   # progress(steps, direction), long runs
         self.wants_gradient = False     # a forward run before a gradient (native code for
@@ -227,8 +229,46 @@ class Machine(Helpers):
             make = closures.factory(self.program, fn, mode)
             code = make(self, Fault, templates.wrap, self._zero, templates.sign,
                         templates.dpow_db, math)
+            code = self._tracked(fn, code, e)
             self._codes[key] = code
         return code
+
+    def _derivatives(self, fn: Function) -> frozenset:
+        """The slots of fn's registers that hold derivatives (fn a function of a derived
+        program: rvm.engines.compiled.derived_registers), else empty."""
+        slots = self._derived.get(fn.name)
+        if slots is None:
+            from .compiled import derived_registers
+            slots = self._derived[fn.name] = frozenset(
+                fn.slot(r) for r in derived_registers(self.program, fn) or ())
+        return slots
+
+    def _tracked(self, fn: Function, code: list, e: int) -> list:
+        """fn's closures (direction e), those of its instructions that write a derivative
+        followed by noting its magnitude in dscale, the largest so far in the run (a derived
+        ancilla's zero test scales with it: compiled.derived_registers). A call's
+        arguments are noted when it returns (_pop)."""
+        slots = self._derivatives(fn)
+        if not slots:
+            return code
+        out = list(code)
+        for s in range(len(code)):
+            i = s >> 1 if e > 0 else (s >> 1) - 1      # the instruction the state runs
+            if s & 1 or not 0 <= i < len(fn.code) or fn.code[i].op in isa.CALLS:
+                continue
+            ks = [fn.slot(r) for r in fn.code[i].written if fn.slot(r) in slots]
+            if ks:
+                out[s] = self._noting(code[s], ks)
+        return out
+
+    def _noting(self, run, ks: list):
+        def noted(R, G):
+            sig = run(R, G)
+            for k in ks:
+                if abs(R[k]) > self.dscale:
+                    self.dscale = abs(R[k])
+            return sig
+        return noted
 
     def _zero(self, v: float) -> bool:
         return abs(v) <= self.tol
@@ -274,9 +314,11 @@ class Machine(Helpers):
                 "them before the function is left, or their values would be lost",
                 fn.name, None, fn.end_line if at_end else fn.line, self.program.source)
         R = fr.R
+        derived = self._derivatives(fn)
         for r, k in fn.local_slots:
             v = R[k]
-            if v != 0 and not (type(v) is float and abs(v) <= self.tol):
+            if v != 0 and not (type(v) is float and abs(v) <= self.tol) and \
+                    not (k in derived and abs(v) <= self.tol * self.dscale):
                 bad[str(r)] = v
         if bad:
             at_end = fr.state != 0
@@ -302,6 +344,10 @@ class Machine(Helpers):
         self.frame_cells -= len(fr.R)
         caller = self.stack[-1]
         _move(fr, caller, fr.links, 1, 0)
+        derived = self._derivatives(caller.fn)
+        for k, _ in fr.links if derived else ():    # the derivatives the call was given
+            if k in derived and abs(caller.R[k]) > self.dscale:
+                self.dscale = abs(caller.R[k])
         completed = (e > 0) != fr.inverse     # did the CALL/UNCALL run to completion?
         caller.state = 2 * fr.site + (2 if completed else 0)
 
@@ -376,6 +422,8 @@ class Machine(Helpers):
         """Run to the end (direction +1) or back to the start (-1); return steps taken
         (0 when the compiled engine ran the whole pass: it does not count steps)."""
         self.entered()
+        if self.at_boundary(-direction):    # a whole pass: the derivatives' magnitudes
+            self.dscale = 0.0               # are its own (compiled.derived_registers)
         if self.engine != "interp" and self.at_boundary(-direction) and max_steps is None:
             engine = self.tier()
             if self._compiled is None or self._compiled.native != (engine == "native"):
@@ -385,10 +433,11 @@ class Machine(Helpers):
                 self._compiled_functions = None
             top, cells = self.top, bytes(self._buf[:8 * self.top])
             shadows = bytes(self._gbuf[:8 * self.top]) if self.grad else b""
+            dscale = self.dscale
 
             def undo():
                 """The heap as before the run (the cells above the top zero)."""
-                self.top = top
+                self.top, self.dscale = top, dscale
                 for buf, saved in ((self._buf, cells), (self._gbuf, shadows)):
                     np.frombuffer(buf, np.uint8)[:] = 0
                     buf[:len(saved)] = saved
@@ -489,8 +538,9 @@ class Machine(Helpers):
         failing run costs about what a succeeding one does. A frame run backwards is
         native code of the function's inverse (rvm.core.inverse): its blocks and states
         are the inverse's, mapped back onto the function's own. A float register holding
-        -0.0 is not taken (native code may hold a heap cell's -0.0 where the interpreter
-        holds 0.0); a shadow may (no branch reads one)."""
+        -0.0 is taken unless native code may hold it as a heap cell read raw, where the
+        interpreter holds 0.0 + cell = 0.0 (Compiled.ever_raw); a shadow may hold -0.0 (no
+        branch reads one)."""
         from .lowering import AT_BACK_EDGE, AT_CALL, AT_END, CHECKPOINT, RECORD, name_id
         heap, fr = self.__dict__.get("_native_heap"), self.stack[0]
         if heap is None or heap[0] is not self._buf or len(self.stack) != 1 or \
@@ -514,21 +564,36 @@ class Machine(Helpers):
         fn, e, owed = fr.fn, fr.dir * direction, 0
         for k, (name, kind, block, arg, found) in enumerate(reversed(records)):
             mode = ("g" if grad else "") + ("fw" if e > 0 else "bw")
-            if name != name_id(self._compiled.name(fn.name, mode)):
+            generated = self._compiled.name(fn.name, mode)
+            if name != name_id(generated):
                 return None
+            raw = None      # (the registers a -0.0 is ambiguous in: made on need)
             R = [0] * fn.n_int + [0.0] * fn.n_float
             G = [0.0] * len(R) if grad else None
-            if kind == AT_END:      # the parameters (the locals are zero: checked)
-                if k != 0 or (grad and any(r.cls == isa.FLOAT for r in fn.locals)):
-                    return None     # (a local's shadow is not left at the end)
+            if kind == AT_END:      # the parameters (the locals are zero: checked) and,
+                if k != 0:          # in a gradient pass, the float locals' shadows
+                    return None
                 regs = fn.params
+                for r in fn.locals if grad else ():
+                    if r.cls == isa.FLOAT:
+                        bits = found.get(name_id(f"gf{r.n}"))
+                        if bits is None:
+                            return None
+                        G[fn.slot(r)] = np.int64(bits).view(np.float64).item()
             else:
                 regs = fn.registers
             for r in regs:
                 reg = f"{'r' if r.cls == isa.INT else 'f'}{r.n}"
                 bits = found.get(name_id(reg))
-                if bits is None or (r.cls == isa.FLOAT and bits == -(1 << 63)):  # -0.0
+                if bits is None:
                     return None
+                if r.cls == isa.FLOAT and bits == -(1 << 63) and kind != AT_END:
+                    # -0.0: the interpreter's too, unless native code read it raw from a
+                    # cell (the registers a function returns are never raw)
+                    if raw is None:
+                        raw = self._compiled.ever_raw(generated)
+                    if raw is None or reg in raw:
+                        return None
                 R[fn.slot(r)] = bits if r.cls == isa.INT else \
                     np.int64(bits).view(np.float64).item()
                 if grad and r.cls == isa.FLOAT:
@@ -703,6 +768,7 @@ class Machine(Helpers):
         for p, v in zip(fn.params, values):
             fr.R[fn.slot(p)] = v
         self.stack, self.steps = [fr], 0
+        self.dscale = 0.0
         self.frame_cells = len(fr.R)
         if self.grad:
             fr.G = [0.0] * len(fr.R)

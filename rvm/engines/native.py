@@ -45,6 +45,10 @@ _REWRITES = [
     (re.compile(r"M\.hg\b"), "HG"), (re.compile(r"M\.top\b"), "T0"),
     (re.compile(r"M\.budget\b"), "TOP[1]"), (re.compile(r"M\.tol\b"), "TOL"),
     (re.compile(r"zero\("), "zero(TOL, "),
+    # a derivative's largest magnitude (compiled.derived_registers): not kept in native
+    # code, whose test of a derived ancilla is tol alone (the interpreter decides)
+    (re.compile(r"^(\s*)if abs\(f\d+\) > _s: _s = abs\(f\d+\)$"), r"\1pass"),
+    (re.compile(r"^(\s*)M\.dscale = _s$"), r"\1pass"), (re.compile(r"M\.dscale\b"), "0.0"),
     (re.compile(r"\(M, "), "(HI, HF, HG, TOP, "),
 ]
 
