@@ -104,8 +104,8 @@ class Helpers:
                 raise Fault(f"array shape {' x '.join(map(str, dims))}: a dimension is "
                             f"negative or too large ({d})")
 
-    def _index(self, view, m: int, n: int, name: str) -> np.ndarray:
-        """The view's cells as an m x n array of addresses, checked to be in the heap."""
+    def _check(self, view, m: int, n: int, name: str) -> None:
+        """The view lies inside the heap (below its top)."""
         start, s0, s1 = view
         if not (abs(s0) < LIMIT and abs(s1) < LIMIT and -LIMIT < start < 1 << 62):
             raise Fault(f"view {name} = (start {start}, strides {s0}, {s1}) is outside "
@@ -115,7 +115,14 @@ class Helpers:
             if lo < 0 or hi >= self.top:
                 raise Fault(f"view {name}: cells {lo}..{hi} of an {m} x {n} view are "
                             f"outside the heap ({self.top} cells in use)")
-        return start + np.arange(m)[:, None] * s0 + np.arange(n)[None, :] * s1
+
+    def _of(self, view, m: int, n: int, shadows: bool = False) -> np.ndarray:
+        """The view's cells (or their shadows) as a strided m x n numpy array (checked)."""
+        if not (m and n):
+            return np.zeros((m, n))
+        start, s0, s1 = view
+        return np.ndarray((m, n), "<f8", self._gbuf if shadows else self._buf, 8 * start,
+                          (8 * s0, 8 * s1))
 
     def _apart(self, written, read: list, m: int, n: int, shapes=None) -> None:
         """The cells written do not overlap the cells read (address ranges)."""
@@ -128,69 +135,77 @@ class Helpers:
                             f"{k + 1} (cells {lo2}..{hi2}): the update would read what "
                             "it changes")
 
-    def _add(self, shadows: bool, index: np.ndarray, values: np.ndarray, what: str,
-             view=None) -> None:
-        """cells[index] += values (index: a view's m x n addresses), refused unless every
-        result is finite; nothing is written then. A repeated cell gets the sum of its
-        values, summed from 0 in the order of the elements (cumsum is sequential; native
-        code sums alike), added once."""
-        cells = self._floats(shadows)
-        m, n = index.shape
-        values = np.broadcast_to(values, index.shape)     # (sums + 0.0: native code sums
-        # from +0.0, which never gives -0.0)
-        if view is not None and not _repeats(view, m, n):
-            flat, add = index.ravel(), values.ravel()
-        elif view is not None and (m <= 1 or view[1] == 0) and (n <= 1 or view[2] == 0):
-            flat, add = index.ravel()[:1], np.cumsum(values.ravel())[-1:] + 0.0
-        elif view is not None and (n <= 1 or view[2] == 0):        # a cell per row
-            flat, add = index[:, 0], np.cumsum(values, axis=1)[:, -1] + 0.0
-        elif view is not None and (m <= 1 or view[1] == 0):        # a cell per column
-            flat, add = index[0], np.cumsum(values, axis=0)[-1] + 0.0
-        else:
-            flat, add = index.ravel(), values.ravel()
-            if len(flat) and len(np.unique(flat)) < len(flat):
-                flat, inverse = np.unique(flat, return_inverse=True)
-                sums = np.zeros(len(flat))
-                np.add.at(sums, inverse, add)
-                add = sums
+    def _add(self, shadows: bool, view, m: int, n: int, values, what: str) -> None:
+        """The view's cells += values, refused unless every result is finite; nothing is
+        written then. A repeated cell gets the sum of its values, summed from 0 in the
+        order of the elements (cumsum is sequential, as native code sums), added once."""
+        if not (m and n):
+            return
+        values = np.broadcast_to(values, (m, n))
+        start, s0, s1 = view
+        cells = self._of(view, m, n, shadows)
+        one_row, one_column = m <= 1 or s0 == 0, n <= 1 or s1 == 0
+        if not _repeats(view, m, n):
+            target, add = cells, values
+            where = lambda k: start + (k // n) * s0 + (k % n) * s1
+        elif one_row and one_column:                    # one cell: one sum (from +0.0:
+            target, add = cells[:1, 0], np.cumsum(values.ravel())[-1:] + 0.0   # never -0.0)
+            where = lambda k: start
+        elif one_column:                                # a cell per row
+            target, add = cells[:, 0], np.cumsum(values, axis=1)[:, -1] + 0.0
+            where = lambda k: start + k * s0
+        elif one_row:                                   # a cell per column
+            target, add = cells[0], np.cumsum(values, axis=0)[-1] + 0.0
+            where = lambda k: start + k * s1
+        else:                                           # rows that overlap: cell by cell
+            index = (start + np.arange(m)[:, None] * s0 + np.arange(n)[None, :] * s1).ravel()
+            flat, inverse = np.unique(index, return_inverse=True)
+            sums = np.zeros(len(flat))
+            np.add.at(sums, inverse, values.ravel())
+            target, add = self._floats(shadows)[flat], sums
+            with np.errstate(all="ignore"):
+                new = target + add
+            self._finite(new, lambda k: flat[k], what)
+            self._floats(shadows)[flat] = new
+            return
         with np.errstate(all="ignore"):
-            new = cells[flat] + add
-        self._finite(new, flat, what)
-        cells[flat] = new
+            new = target + add
+        self._finite(new, where, what)
+        target[...] = new
 
-    def _finite(self, new: np.ndarray, flat: np.ndarray, what: str) -> None:
+    def _finite(self, new: np.ndarray, cell, what: str) -> None:
         bad = ~np.isfinite(new)
         if bad.any():
             k = int(np.argmax(bad))
-            raise Fault(f"{what}heap cell {int(flat[k])} would become "
-                        f"{float(new[k])!r}: not finite")
+            raise Fault(f"{what}heap cell {int(cell(k))} would become "
+                        f"{float(new.ravel()[k])!r}: not finite")
 
-    def _operand(self, x, m: int, n: int, k: int, shadows: bool = False):
+    def _operand(self, x, m: int, n: int, k: int):
         """An operand's values (an m x n array, or a scalar as it is)."""
         if isinstance(x, tuple):
-            return self._floats(shadows)[self._index(x, m, n, f"operand {k + 1}")]
-        return 0.0 if shadows else float(x)
+            self._check(x, m, n, f"operand {k + 1}")
+            return self._of(x, m, n)
+        return float(x)
 
     def _accumulation(self, fam: str, y, rest: tuple):
         ops, (m, n) = rest[:-2], rest[-2:]
         self._shape(m, n)
-        yi = self._index(y, m, n, "written")
+        self._check(y, m, n, "written")
         self._apart(y, list(ops), m, n)
         values = [self._operand(x, m, n, k) for k, x in enumerate(ops)]
-        return _FAMILIES[fam], yi, ops, values, m, n
+        return _FAMILIES[fam], ops, values, m, n
 
     def vacc(self, fam: str, s: int, y, *rest) -> None:
         """y += s * f(ops) element by element (VADD, VSUB and their families)."""
-        (_, f, _), yi, _, values, _, _ = self._accumulation(fam, y, rest)
-        if not yi.size:
-            return
-        with np.errstate(all="ignore"):
-            v = f(*values)
-        self._add(False, yi, s * np.asarray(v, dtype=float), "", y)
+        (_, f, _), _, values, m, n = self._accumulation(fam, y, rest)
+        if m and n:
+            with np.errstate(all="ignore"):
+                v = np.asarray(f(*values), dtype=float)
+            self._add(False, y, m, n, v if s == 1 else -v, "")
 
     def _pullbacks(self, fam: str, s: int, y, rest: tuple):
-        (_, _, partials), yi, ops, values, m, n = self._accumulation(fam, y, rest)
-        gy = self._floats(True)[yi]
+        (_, _, partials), ops, values, m, n = self._accumulation(fam, y, rest)
+        gy = self._of(y, m, n, True)
         for k, (x, p) in enumerate(zip(ops, partials)):
             with np.errstate(all="ignore"):     # a zero shadow pulls back nothing
                 d = np.where(gy != 0.0, gy * p(*values), 0.0) * s
@@ -209,83 +224,82 @@ class Helpers:
 
     def vpull(self, fam: str, s: int, y, *rest) -> None:
         """The view operands' shadows += s * gy * df/dop."""
-        for k, x, d, m, n in self._pullbacks(fam, s, y, rest):
+        for _, x, d, m, n in self._pullbacks(fam, s, y, rest):
             if isinstance(x, tuple) and d.size:
-                self._add(True, self._index(x, m, n, f"operand {k + 1}"), d,
-                          "the gradient of ", x)
+                self._add(True, x, m, n, d, "the gradient of ")
 
     def _product(self, y, a, b, m: int, k: int, n: int):
         self._shape(m, k, n)
-        yi = self._index(y, m, n, "written")
-        ai, bi = self._index(a, m, k, "a"), self._index(b, k, n, "b")
+        self._check(y, m, n, "written")
+        self._check(a, m, k, "a")
+        self._check(b, k, n, "b")
         self._apart(y, [a, b], m, n, [(m, k), (k, n)])
-        return yi, ai, bi
+        return self._of(a, m, k), self._of(b, k, n)
 
     def vmm(self, s: int, y, a, b, m: int, k: int, n: int) -> None:
         """y += s * a @ b (VMADD, VMSUB)."""
-        yi, ai, bi = self._product(y, a, b, m, k, n)
-        if yi.size:
-            h = self._floats()
-            with np.errstate(all="ignore"):
-                self._add(False, yi, s * (h[ai] @ h[bi]), "", y)
+        A, B = self._product(y, a, b, m, k, n)
+        with np.errstate(all="ignore"):
+            p = A @ B
+        self._add(False, y, m, n, p if s == 1 else -p, "")
 
     def vmm_pull(self, s: int, y, a, b, m: int, k: int, n: int) -> None:
         """a's shadow += s * gy @ b.T; b's += s * a.T @ gy."""
-        yi, ai, bi = self._product(y, a, b, m, k, n)
-        if not yi.size or not k:
+        A, B = self._product(y, a, b, m, k, n)
+        if not (m and n and k):
             return
-        h, gy = self._floats(), self._floats(True)[yi]
+        gy = self._of(y, m, n, True)
         with np.errstate(all="ignore"):
-            ga, gb = s * (gy @ h[bi].T), s * (h[ai].T @ gy)
-        self._add(True, ai, ga, "the gradient of ", a)
-        self._add(True, bi, gb, "the gradient of ", b)
+            ga, gb = gy @ B.T, A.T @ gy
+        self._add(True, a, m, k, ga if s == 1 else -ga, "the gradient of ")
+        self._add(True, b, k, n, gb if s == 1 else -gb, "the gradient of ")
 
-    def _in_place(self, x, m: int, n: int, name: str = "x") -> np.ndarray:
+    def _in_place(self, x, m: int, n: int, shadows: bool, name: str = "x") -> np.ndarray:
         self._shape(m, n)
-        xi = self._index(x, m, n, name)
+        self._check(x, m, n, name)
         if m and n and _repeats(x, m, n):
             raise Fault(f"view {name} names a cell twice (a stride of 0, or rows that "
                         "overlap): it cannot be changed in place element by element")
-        return xi.ravel()
+        return self._of(x, m, n, shadows)
 
     def vscale(self, op: str, x, c: float, m: int, n: int, g: int) -> None:
         """x *= c or x /= c (g: the shadows, unchecked but for finiteness)."""
-        xi = self._in_place(x, m, n)
+        cells = self._in_place(x, m, n, bool(g))
         c = float(c)
         if c == 0.0:
             raise Fault("the factor is zero: an array cannot be scaled by 0 reversibly")
-        cells = self._floats(bool(g))
-        old = cells[xi]
+        old = cells
         with np.errstate(all="ignore"):
             new = old * c if op == "*" else old / c
+        where = lambda k: x[0] + (k // n) * x[1] + (k % n) * x[2]
         if g:
-            self._finite(new, xi, "the gradient of ")
+            self._finite(new, where, "the gradient of ")
         else:
             size = np.abs(new)
             bad = (old != 0.0) & ~((np.abs(old) >= MIN_NORMAL) & (size >= MIN_NORMAL)
                                    & (size <= MAX_FLOAT))
             if bad.any():
                 j = int(np.argmax(bad))
-                raise Fault(f"heap cell {int(xi[j])} = {float(old[j])!r} {op} {c!r} would leave "
-                            "the normal float range (to zero, a subnormal or infinity) and "
-                            "could not be undone")
-        cells[xi] = new
+                raise Fault(f"heap cell {where(j)} = {float(old.ravel()[j])!r} {op} {c!r} "
+                            "would leave the normal float range (to zero, a subnormal or "
+                            "infinity) and could not be undone")
+        cells[...] = new
 
     def vdotg(self, x, m: int, n: int) -> float:
         """sum(shadow * value) over a view (a scale's pullback into its factor)."""
-        xi = self._in_place(x, m, n)
-        g = float(np.dot(self._floats(True)[xi], self._floats()[xi]))
+        values = self._in_place(x, m, n, False)
+        g = float(np.sum(self._of(x, m, n, True) * values))
         if not np.isfinite(g):
             raise Fault(f"the factor's gradient would become {g!r}: not finite")
         return g
 
     def vswap(self, a, b, m: int, n: int, g: int) -> None:
-        ai, bi = self._in_place(a, m, n, "a"), self._in_place(b, m, n, "b")
+        one, two = self._in_place(a, m, n, bool(g), "a"), self._in_place(b, m, n, bool(g), "b")
         self._apart(a, [b], m, n)
-        cells = self._floats(bool(g))
-        cells[ai], cells[bi] = cells[bi], cells[ai].copy()
+        kept = one.copy()
+        one[...] = two
+        two[...] = kept
 
     def vneg(self, x, m: int, n: int, g: int) -> None:
-        xi = self._in_place(x, m, n)
-        cells = self._floats(bool(g))
-        cells[xi] = -cells[xi]
+        cells = self._in_place(x, m, n, bool(g))
+        np.negative(cells, out=cells)
