@@ -14,7 +14,7 @@ import fuzz
 SLOW = os.environ.get("RVM_SLOW") == "1"
 CASES = {"rasm": 300, "rvmb": 80, "frontend": 300, "janus": 300, "debugger": 200,
          "cli": 300, "programs": 60, "programs-native": 10, "batches": 10, "arguments": 20,
-         "cache": 8, "signals": 8}
+         "cache": 8, "signals": 8, "arrays": 40}
 
 
 @pytest.mark.parametrize("category", list(fuzz.CATEGORIES))

@@ -5,7 +5,9 @@
 Categories: mutated .rasm text, mutated .rvmb bytes (loaded programs run on the native
 engine when llvmlite is installed), random valid programs on the python and the native
 engine (agreement with the interpreter, uncall, step/back), mutated frontend sources
-(Python and Janus), random debugger command scripts, random CLI arguments. Every case
+(Python and Janus), random debugger command scripts, random CLI arguments, random
+programs of array instructions (views that overlap, repeat cells or leave the heap) on
+every engine. Every case
 ends in one outcome:
 
     ok         it worked
@@ -670,11 +672,91 @@ def case_arguments(rng: random.Random) -> str:
     return result
 
 
+def case_arrays(rng: random.Random) -> str:
+    """A random program of array instructions over three small arrays and a scalar,
+    with views that may reach outside their array or the heap, repeat cells, overlap or
+    run backwards: every engine gives the interpreter's results (to rounding) and its
+    gradient, or refuses alike; the uncall restores the arrays."""
+    import numpy as np
+
+    import rvm
+    from rvm.core import isa
+    from rvm.engines import native
+    lens = [rng.randint(1, 12) for _ in range(3)]
+
+    def view():
+        k, off = rng.randrange(3), rng.randint(-2, 13)
+        at = f"r{2 * k} + {off}" if off >= 0 else f"r{2 * k} - {-off}"
+        return f"[{at} : {rng.choice((0, 1, 2, -1, 3, 5))}, {rng.choice((0, 1, 1, -1, 2))}]"
+
+    def scalar():
+        return rng.choice(("f0", "1.5", "-0.5", "2"))
+    dim = lambda: str(rng.choice((0, 1, 1, 2, 2, 3, 4)))
+    families = sorted(isa.FAMILIES)
+    body = []
+    for _ in range(rng.randint(1, 3)):
+        kind = rng.random()
+        if kind < 0.55:
+            head = rng.choice(("VADD", "VSUB"))
+            fam = rng.choice([None, *families])
+            n_ops = 1 if fam is None else len(isa.FAMILIES[fam][0])
+            ops = [view() if rng.random() < 0.7 else scalar() for _ in range(n_ops)]
+            body.append(f"{head}{'.' + fam if fam else ''} {view()}, {', '.join(ops)}, "
+                        f"{dim()}, {dim()}")
+        elif kind < 0.75:
+            body.append(f"{rng.choice(('VMADD', 'VMSUB'))} {view()}, {view()}, {view()}, "
+                        f"{dim()}, {dim()}, {dim()}")
+        elif kind < 0.85:
+            body.append(f"{rng.choice(('VMUL', 'VDIV'))} {view()}, {scalar()}, {dim()}, {dim()}")
+        elif kind < 0.93:
+            body.append(f"VSWAP {view()}, {view()}, {dim()}, {dim()}")
+        else:
+            body.append(f"VNEG {view()}, {dim()}, {dim()}")
+    text = ".func f(r0, r1, r2, r3, r4, r5, f0)\n" + "\n".join(body) + "\n.end\n"
+    p = rvm.assemble(text, "arrays.rasm")
+    nrng = np.random.default_rng(rng.randrange(2 ** 32))
+    args = [nrng.uniform(0.5, 2.0, n) * nrng.choice((1, -1), n) for n in lens] + \
+        [rng.choice((0.75, -1.25, 3.0))]
+
+    def result(engine):
+        out = []
+        for run in (lambda: p.call("f", *args, engine=engine),
+                    lambda: rvm.grad(p["f"], loss=(0, 0), engine=engine)(*args)):
+            try:
+                out.append(run())
+            except rvm.RvmError as e:
+                return out + [type(e).__name__]
+        return out
+
+    def same(a, b) -> bool:
+        if isinstance(a, str) or isinstance(b, str):
+            return a == b
+        return len(a) == len(b) and all(
+            np.allclose(x, y, rtol=1e-9, atol=1e-9) for x, y in zip(a, b))
+    ref = result("interp")
+    for engine in ("python", "native") if native.available else ("python",):
+        got = result(engine)
+        if len(got) != len(ref) or not all(same(a, b) for a, b in zip(ref, got)):
+            return "wrong"
+    if isinstance(ref[0], str):
+        return "clean"
+    try:
+        back = p.uncall("f", *ref[0], engine="interp")
+    except rvm.RvmError:
+        return "wrong"              # the inverse of a run that worked must work
+    scale = max(1.0, *(float(np.max(np.abs(a))) for a in ref[0][:3]))
+    if not all(np.allclose(x, y, rtol=1e-7, atol=1e-7 * scale)
+               for x, y in zip(back[:3], args[:3])):
+        return "wrong"
+    return "ok"
+
+
 CATEGORIES = {"rasm": case_rasm, "rvmb": case_rvmb, "frontend": case_frontend,
               "janus": case_janus,
               "debugger": case_debugger, "cli": case_cli, "programs": case_program,
               "programs-native": case_program_native, "batches": case_batches,
-              "arguments": case_arguments, "cache": case_cache, "signals": case_signals}
+              "arguments": case_arguments, "cache": case_cache, "signals": case_signals,
+              "arrays": case_arrays}
 
 
 # ------------------------------------------------------------------ running
