@@ -237,8 +237,10 @@ procedure main()
     ('procedure main()\n    int s[3] = "ab"\n', "a string initialises a one-dimensional char"),
     ('procedure main()\n    char s[4] = "ab"\n    printf("%s", s)\n',
      "printf: %s (a char array printed as text, PyJanus) is not supported"),
-    ("struct p {\n    int x\n}\nstruct q {\n    p inner\n}\nprocedure main()\n    int a\n",
-     "nested structs (PyJanus) are not supported"),
+    ("struct p {\n    int x[2]\n}\nstruct q {\n    p inner[3]\n}\nprocedure main()\n"
+     "    q all[4]\n", "all.inner.x would have 3 dimensions: arrays have one or two"),
+    ("struct p {\n    int x\n}\nstruct q {\n    p inner\n}\nprocedure main()\n"
+     "    q a\n    show(a)\n", "show(a): a struct with a struct field is shown by its"),
     ("#define loop1 loop2\n#define loop2 loop1\nprocedure main()\n    int loop1\n",
      "#define loop1 expands without end"),
 ])
@@ -267,3 +269,62 @@ procedure main()
     int n = 2
     if (1 << n) = 4 then a += 1 fi a = 1
 """)
+
+
+def test_a_procedure_named_like_a_builtin_statement_is_refused_clearly(tmp_path):
+    # (was "rot takes 3 argument(s)" at the call: the Python subset's rotation)
+    assert "a procedure may not be named rot" in refused(tmp_path, """
+procedure rot(int a[], int k)
+    a[0] += k
+
+procedure main()
+    int a[2]
+    call rot(a, 2)
+""")
+
+
+NESTED = """
+#define coords int[]
+struct point {
+    int x,
+    u8 tag
+}
+struct shape {
+    int n,
+    point pts[3],
+    point centre
+}
+
+procedure add_point(shape s, int x, coords extra)
+    s.pts[s.n].x += x
+    s.pts[s.n].tag ^= 255 + extra[0]
+    s.centre.x += x
+    s.n += 1
+
+procedure move(shape ss[], int i, int dx)
+    iterate int j = 0 to ss[i].n - 1
+        ss[i].pts[j].x += dx
+    end
+
+procedure main()
+    shape one
+    shape many[2]
+    int e[1] = {2}
+    int x = 7
+    call add_point(one, x, e)
+    call add_point(one, x, e)
+    uncall add_point(one, x, e)
+    many[1].n += 2
+    call move(many, 1, 5)
+"""
+
+
+def test_nested_structs_and_array_types_from_defines(tmp_path):
+    prog, _ = janus(tmp_path, NESTED)
+    got = store(prog)
+    assert got["one"] == ("{n = 1, pts = {{x = 7, tag = 1}, {x = 0, tag = 0}, {x = 0, tag = 0}}"
+                          ", centre = {x = 7, tag = 0}}")
+    assert got["many[2]"] == (
+        "{{n = 0, pts = {{x = 0, tag = 0}, {x = 0, tag = 0}, {x = 0, tag = 0}}, centre = "
+        "{x = 0, tag = 0}}, {n = 2, pts = {{x = 5, tag = 0}, {x = 5, tag = 0}, {x = 0, "
+        "tag = 0}}, centre = {x = 0, tag = 0}}}")

@@ -208,6 +208,8 @@ class Parser:
         self.structs: dict[str, list[tuple]] = {}    # name -> [(field, dims, width, token)]
         self.lv_decl: Decl | None = None            # the variable the last lvalue names
         self.expanded: dict[Decl, list[Decl]] = {}
+        self.nested: dict[tuple[str, str], str] = {}     # (struct, field) -> its struct
+        self.substructs: dict[str, Decl] = {}           # `d.entries`: a struct field
         self.stops: list[tuple] = []                # the enclosing blocks' end words
         self.hoisted: list | None = None            # ancillas of an update's shifts
         # a constant passed to a call by reference: (callee, argument, position)
@@ -274,6 +276,10 @@ class Parser:
                                  hint="see docs/janus.md for the supported language")
             start = self.take("procedure")
             name = self.identifier()
+            if name.text in ("rot", "irot", "neg"):
+                raise self.error(f"a procedure may not be named {name.text}: it is a built-in "
+                                 "statement of rvm's Python subset, which Janus compiles to",
+                                 name, "rename the procedure")
             if name.text in self.procedures or (name.text == "main" and self.main is not None):
                 raise self.error(f"procedure {name.text!r} is defined twice", name)
             try:
@@ -303,10 +309,24 @@ class Parser:
         fields: list[tuple] = []
         while True:
             t = self.tok
-            if t.text in self.structs:
-                raise self.error(f"a struct field of type {t.text}: nested structs (PyJanus) "
-                                 "are not supported", t, "declare the inner struct's fields "
-                                 "in the outer one")
+            if t.kind == "name" and t.text in self.structs:     # a struct field (PyJanus)
+                self.take()
+                f = self.take(kind="name")
+                dims = []
+                while self.at("["):
+                    self.take("[")
+                    dims.append(self.size())
+                    self.take("]")
+                if len(dims) > 1:
+                    raise self.error("an array of structs has one dimension", f)
+                if any(f.text == g[0] for g in fields):
+                    raise self.error(f"field {f.text!r} is declared twice", f)
+                fields.append((f.text, tuple(dims), None, f))
+                self.nested[(name.text, f.text)] = t.text
+                if not self.at(","):
+                    break
+                self.take(",")
+                continue
             if not (self.at("int") or (t.kind == "name" and t.text in SIZED)):
                 raise self.error(f"a struct field is an int or an int array, not "
                                  f"{t.text!r}", t)
@@ -333,8 +353,22 @@ class Parser:
         if d in self.expanded:
             return self.expanded[d]
         out = self.expanded[d] = []
-        for f, fdims, width, _ in self.structs[d.struct]:
+        for f, fdims, width, ftok in self.structs[d.struct]:
             dims = d.dims + fdims
+            inner = self.nested.get((d.struct, f))
+            if inner is not None:           # a struct field: its fields, one level down
+                if d.init is not None:
+                    raise self.error(f"an initialiser of {d.name}, whose {d.struct} has a "
+                                     "struct field, is not supported: update its fields",
+                                     d.token)
+                sub = Decl(f"{d.name}.{f}", "struct", dims, None, d.token,
+                           flexible=d.flexible, struct=inner)
+                self.substructs[sub.name] = sub
+                out += self.fields(sub)
+                continue
+            if len(dims) > 2:
+                raise self.error(f"{d.name}.{f} would have {len(dims)} dimensions: arrays "
+                                 "have one or two", ftok)
             init = None
             if isinstance(d.init, dict):
                 init = d.init[f]
@@ -388,10 +422,25 @@ class Parser:
                              f"field ({name.text}{'[i]' if idx else ''}.field)", name)
         self.take(".")
         f = self.take(kind="name")
-        field = self.lookup(Token("name", f"{name.text}.{f.text}", f.line, f.col)) if any(
-            f.text == g[0] for g in self.structs[decl.struct]) else None
+        path, struct = name.text, decl.struct
+        while (struct, f.text) in self.nested:  # d.entries[i].k: a struct field's field
+            sub = self.substructs[f"{path}.{f.text}"]
+            path, struct = sub.name, sub.struct
+            if len(sub.dims) > len(decl.dims):
+                if not self.at("["):
+                    raise self.error(f"{path} is an array of {struct}: index it "
+                                     f"({path}[i].field)", f)
+                self.take("[")
+                idx.append(self.expression())
+                self.take("]")
+            if not self.at("."):
+                raise self.error(f"{path} is a {struct}: name a field ({path}.field)", f)
+            self.take(".")
+            f = self.take(kind="name")
+        field = self.lookup(Token("name", f"{path}.{f.text}", f.line, f.col)) if any(
+            f.text == g[0] for g in self.structs[struct]) else None
         if field is None:
-            raise self.error(f"struct {decl.struct} has no field {f.text!r}", f)
+            raise self.error(f"struct {struct} has no field {f.text!r}", f)
         while self.at("["):
             self.take("[")
             idx.append(self.expression())
@@ -400,7 +449,7 @@ class Parser:
         if not idx:
             return node, field
         if len(idx) != len(field.dims):
-            raise self.error(f"{name.text}.{f.text} has {len(field.dims)} "
+            raise self.error(f"{path}.{f.text} has {len(field.dims)} "
                              f"dimension{'s' if len(field.dims) > 1 else ''}, indexed with "
                              f"{len(idx)}" if not decl.dims else
                              f"{f.text} of {name.text}[i] is an array: index it "
@@ -570,12 +619,16 @@ class Parser:
         return _at(ast.Constant(text), d.token)
 
     def at_declaration(self) -> bool:
-        """At `int`, `stack`, or a sized integer type (u8 .. i64) followed by a name."""
+        """At `int`, `stack`, or a sized integer type (u8 .. i64) followed by a name (or
+        by `[]` and a name)."""
         t = self.tok
         if self.at("constant"):
             return True
+        j = self.k + 1
+        while self.toks[j].text == "[" and self.toks[j + 1].text == "]":
+            j += 2
         return self.at("int", "stack") or (t.kind == "name" and (
-            t.text in SIZED or t.text in self.structs) and self.toks[self.k + 1].kind == "name")
+            t.text in SIZED or t.text in self.structs) and self.toks[j].kind == "name")
 
     def declaration(self, param: bool) -> Decl:
         t = self.tok
@@ -585,6 +638,10 @@ class Parser:
         if constant and not (self.at("int") or self.tok.text in SIZED):
             raise self.error("a constant is an int or an int array: constant int x = 1")
         kind = self.take().text
+        typed = 0           # `int[] a` (PyJanus: `#define codes int[]`, `codes a`)
+        while kind != "stack" and self.at("[") and self.toks[self.k + 1].text == "]":
+            self.k += 2
+            typed += 1
         name = self.identifier()
         if kind in self.structs:
             return self.struct_declaration(kind, name, t, param)
@@ -593,6 +650,7 @@ class Parser:
             self.take("[")
             dims.append(None if self.at("]") else self.size(param))
             self.take("]")
+        dims = dims or [None] * typed
         if len(dims) > 2:
             raise self.error("arrays have one or two dimensions", name)
         init = None
@@ -1642,6 +1700,10 @@ class Parser:
         into ancillas around the output."""
         fields = self.fields(decl)
         names = [f[0] for f in self.structs[decl.struct]]
+        if len(names) != len(fields) or any(f.type == "struct" for f in fields) or any(
+                (decl.struct, n) in self.nested for n in names):
+            raise self.error(f"show({name.text}): a struct with a struct field is shown by "
+                             "its fields", name)
 
         def one(values):
             out = ["{"]
@@ -2233,7 +2295,8 @@ def compile_janus(path: str, text: str | None = None, modular: int | None = None
         "main": parser.flat(parser.main), "stack_capacity": capacity,
         "procedures": {k: parser.flat(v) for k, v in parser.procedures.items()},
         "structs": {d.name: (d, parser.structs[d.struct]) for d in parser.main
-                    if d.type == "struct"}}
+                    if d.type == "struct"},
+        "struct_types": parser.structs, "nested": parser.nested}
     return program
 
 
@@ -2318,12 +2381,17 @@ def show_store(program: Program, values: tuple) -> str:
         head, dot, field = d.name.partition(".")
         if dot and head in structs:
             grouped.setdefault(head, {})[field] = (d, v)
-    for name, fields in grouped.items():
+    leaves = {d.name: (d, v) for d, v in zip(program.cache["janus"]["main"], values)}
+    types = program.cache["janus"].get("struct_types", {})
+    nested = program.cache["janus"].get("nested", {})
+    for name in grouped:
         decl, _ = structs[name]
         if not decl.dims:
-            lines.append((name, f"{name} = {_struct_shown(fields, None)}"))
+            shown = _struct_shown(decl.struct, name, [], leaves, types, nested)
+            lines.append((name, f"{name} = {shown}"))
             continue
-        items = [_struct_shown(fields, k) for k in range(decl.dims[0])]
+        items = [_struct_shown(decl.struct, name, [k], leaves, types, nested)
+                 for k in range(decl.dims[0])]
         lines.append((name, f"{name}[{decl.dims[0]}] = {{{', '.join(items)}}}"))
     for d, v in sorted(zip(program.cache["janus"]["main"], values), key=lambda p: p[0].name):
         if "." in d.name:
@@ -2340,11 +2408,25 @@ def show_store(program: Program, values: tuple) -> str:
     return "\n".join(text for _, text in sorted(lines))
 
 
-def _struct_shown(fields: dict, k: int | None) -> str:
-    """A struct's value as PyJanus prints it: {x = 1, a = {1, 2}} (k: of element k)."""
+def _struct_shown(struct: str, path: str, ks: list, leaves: dict, types: dict,
+                  nested: dict) -> str:
+    """A struct's value as PyJanus prints it: {x = 1, a = {1, 2}}, a struct field's as
+    {...} inside it; ks: the element of each array of structs on the way."""
     out = []
-    for f, (d, v) in fields.items():
-        v = v if k is None else v[k]
+    for f, fdims, _, _ in types[struct]:
+        inner = nested.get((struct, f))
+        if inner is not None:
+            if fdims:
+                items = [_struct_shown(inner, f"{path}.{f}", ks + [j], leaves, types, nested)
+                         for j in range(fdims[0])]
+                out.append(f"{f} = {{{', '.join(items)}}}")
+            else:
+                shown = _struct_shown(inner, f"{path}.{f}", ks, leaves, types, nested)
+                out.append(f"{f} = {shown}")
+            continue
+        d, v = leaves[f"{path}.{f}"]
+        for k in ks:
+            v = v[k]
         out.append(f"{f} = {_braces(v, d) if np.ndim(v) else _shown_int(v, d)}")
     return "{" + ", ".join(out) + "}"
 
