@@ -328,3 +328,11 @@ def test_nested_structs_and_array_types_from_defines(tmp_path):
         "{{n = 0, pts = {{x = 0, tag = 0}, {x = 0, tag = 0}, {x = 0, tag = 0}}, centre = "
         "{x = 0, tag = 0}}, {n = 2, pts = {{x = 5, tag = 0}, {x = 5, tag = 0}, {x = 0, "
         "tag = 0}}, centre = {x = 0, tag = 0}}}")
+
+
+@pytest.mark.parametrize("text", ["procedure main()\n    int b[",
+                                  "procedure main()\n    u8 x\n    x += (u8",
+                                  "procedure p(int[] a", "procedure main()\n    constant "])
+def test_a_program_cut_short_is_a_compile_error(tmp_path, text):
+    # (`int b[` at the end of the file was an IndexError in the parser's lookahead)
+    assert "prog.ja:" in refused(tmp_path, text)

@@ -186,6 +186,7 @@ class Parser:
         self.capacity = stack_capacity  # of main's stacks and local ones
         self.checked = checked          # overflow checks on unbounded ints (jana's)
         self.toks, self.k = _macros(tokenize(text, path), path, self.lines), 0
+        self.toks += [self.toks[-1]] * 3        # lookahead past the end sees the end
         self.modular = (modular, True) if modular else None    # -m N: every int N bits
         self.words = {t.text for t in self.toks}
         # the procedures the program defines (a call to any other is an error when it runs)
@@ -624,6 +625,8 @@ class Parser:
         t = self.tok
         if self.at("constant"):
             return True
+        if t.kind == "end":
+            return False
         j = self.k + 1
         while self.toks[j].text == "[" and self.toks[j + 1].text == "]":
             j += 2
