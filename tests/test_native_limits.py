@@ -228,14 +228,17 @@ def test_out_of_memory_is_an_rvm_error(tmp_path):
 
 
 def steps_stepped(monkeypatch) -> list:
-    """Records the steps each interpreter move takes (Machine._move)."""
+    """Records the steps each interpreter move takes (Machine._move), also one that
+    raises (a failure it reports)."""
     taken: list = []
     real = Machine._move
 
     def move(m, D, limit):
-        n = real(m, D, limit)
-        taken.append(n)
-        return n
+        before = m.steps
+        try:
+            return real(m, D, limit)
+        finally:
+            taken.append(abs(m.steps - before))
     monkeypatch.setattr(Machine, "_move", move)
     return taken
 
@@ -613,3 +616,74 @@ def test_a_register_native_code_read_raw_from_a_minus_zero_cell_is_not_taken_fro
             outcomes.append((str(e.value), e.value.index, m.steps, signed(m.stack[0].R)))
         assert outcomes[0] == outcomes[1], budget
         assert outcomes[1][3][7] == "0.0"       # f2 (and f3 holds -0.0)
+
+
+# failures that are not an exhausted budget, after many passes of a loop: a failed
+# assertion after the loop or in a pass (forwards, backwards), a callee's failed check, a
+# value not finite (a sum of exp(f0) past the largest float) that a comparison sees in
+# the pass that made it
+GROW = """\
+.func grow(f0, f1, r0)
+top:    CF.NE  r0, 0, back
+        ADD    f0, 0.01
+        INC    r0
+        ADD.exp f2, f0
+exitbr: BR.GE  f2, f1, done
+back:   JMP    top
+done:   CF     exitbr
+.end
+"""
+FAILING = {
+    "assert-after-loop": (SPIN.replace("done:   CF     exitbr",
+                                       "done:   CF     exitbr\n        ASSERT.lt f0, 1e4"),
+                          "spin", (0.0, 3e4, 0), False),
+    "assert-in-a-pass": (SPIN.replace("        INC    r0", "        INC    r0\n"
+                                      "        ASSERT.lt f0, 20000.5"), "spin",
+                         (0.0, 3e4, 0), False),
+    "assert-in-a-pass-backwards": (SPIN.replace("        INC    r0", "        INC    r0\n"
+                                                "        ASSERT.gt f0, 10000.5"), "spin",
+                                   (3e4, 3e4, 30000), True),
+    "callee-check": (SPIN_CALLS.replace("        SUB    r2, r0\n",
+                                        "        SUB    r2, r0\n        ASSERT.lt r0, 20001\n"),
+                     "spin", (0.0, 3e4, 0), False),
+    "not-finite": (GROW, "grow", (0.0, 1.7976931348623157e308, 0), False),
+}
+
+
+@pytest.mark.parametrize("case", list(FAILING))
+def test_a_native_run_that_fails_is_replayed_from_its_last_back_edge(case, monkeypatch):
+    """A native run that fails a check, or makes a value that is not finite, far into
+    its run is reported as the interpreter reports it (error, instruction, steps,
+    registers), the interpreter stepping only from the last back edge before the failure
+    (native code runs again to stop there), not over the whole run."""
+    text, name, args, backward = FAILING[case]
+    p = rvm.assemble(text)
+    outcomes = []
+    for engine in ("interp", "native"):
+        taken = steps_stepped(monkeypatch)
+        m = Machine(p, engine=engine, max_steps=10**8)
+        m.enter(name, *args, backward=backward)
+        with pytest.raises(rvm.RvmError) as e:
+            m.run()
+        monkeypatch.undo()
+        outcomes.append((type(e.value).__name__, str(e.value), e.value.function,
+                         e.value.index, m.steps, [(f.fn.name, f.state, f.R) for f in m.stack]))
+    assert outcomes[0] == outcomes[1]
+    assert abs(outcomes[1][4]) > 10_000 and "step budget" not in outcomes[1][1]
+    assert sum(taken) < 100, taken
+
+
+def test_a_value_not_finite_native_code_sees_passes_later_is_reported_as_the_interpreter_does():
+    """exp past 709 cancelled in the same pass (f2 holds nan until the function returns,
+    where native code tests it): the record at the last back edge holds the nan, so it is
+    not taken, and the interpreter reports the first pass that made it."""
+    p = rvm.assemble(SPIN.replace("        INC    r0", "        INC    r0\n"
+                                  "        ADD.exp f2, f0\n        SUB.exp f2, f0"))
+    outcomes = []
+    for engine in ("interp", "native"):
+        m = Machine(p, engine=engine, max_steps=10**8)
+        m.enter("spin", 0.0, 800.0, 0)
+        with pytest.raises(rvm.RvmError) as e:
+            m.run()
+        outcomes.append((str(e.value), e.value.index, m.steps, m.stack[0].R))
+    assert outcomes[0] == outcomes[1] and outcomes[1][2] == 7 * 709 + 3

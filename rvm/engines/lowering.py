@@ -116,6 +116,13 @@ class Lowering(ArrayLowering):
         self.counting = 0           # lowering a counted loop's passes
         self.case = 0               # the block lowered (a function of one block: 0)
         self.sites: dict = {}       # (block, callee) -> its calls lowered with a record
+        # the budget left at the last budget test this frame passed (-1: none yet), left in
+        # the state array's budget cell where a run fails (Machine._replay)
+        self.last = None
+        if type(self) is Lowering:
+            with self.b.goto_block(self.fn.entry_basic_block):
+                self.last = self.b.alloca(t.i64, name="last")
+            self.b.store(t.i64(-1), self.last)
         self.fault_block, self.full_block = self.exit(FAULT), self.exit(FULL)
         self.budget_block, self.interrupt_block = self.exit(BUDGET), self.exit(INTERRUPT)
         self.passed = self.exit(None)          # a callee's fault: return, its code kept
@@ -134,6 +141,15 @@ class Lowering(ArrayLowering):
         with self.b.goto_block(block):
             if code is not None:
                 self.b.store(self.t.s64(code), self.flag)
+            if self.last is not None and code in (FAULT, BUDGET, None):
+                # where the run failed: the budget left at this frame's last budget test
+                # (a callee's fault: the callee's, or this frame's if it passed none)
+                last = self.b.load(self.last)
+                if code is None:
+                    last = self.b.select(self.b.icmp_signed("<", self.b.load(self.slot(1)),
+                                                            self.t.i64(0)),
+                                         last, self.b.load(self.slot(1)))
+                self.b.store(last, self.slot(1))
             self.b.ret(self.ir.Constant(self.fn.return_value.type, None))
         return block
 
@@ -363,6 +379,8 @@ class Lowering(ArrayLowering):
                 self.checking = False
                 if budget:          # a back edge (or the end): stop here if interrupted
                     self.poll()
+                    if self.last is not None:       # (passed: see Machine._replay)
+                        b.store(b.load(self.vars["_n"]), self.last)
                 return
             then, other = (self.fn.append_basic_block() for _ in range(2))
             b.cbranch(self.truth(self.expr(s.test)), then, other)

@@ -469,6 +469,8 @@ class Machine(Helpers):
                         if err is not None:
                             raise err from None
                     room = self._record_room()
+                    state = self.__dict__.get("_native_heap")
+                    last = int(state[4][1]) if self._compiled.native and state else -1
                     undo()
                     if room:        # no room for the checkpoint: make it, run again
                         with contextlib.suppress(Limit):
@@ -483,6 +485,12 @@ class Machine(Helpers):
                             self._grow(min(max(need, 2 * self.cap),
                                            self.heap_limit - self.frame_cells))
                             continue
+                    if last >= 0 and ("invertibility check failed" in str(e) or
+                                      "step budget exhausted" in str(e)):
+                        taken = self._replay(direction, last)
+                        if taken is not None:
+                            return taken
+                        undo()
                     break
                 except Exception as exc:    # no native code could be made for it
                     self.pending.clear()
@@ -557,9 +565,9 @@ class Machine(Helpers):
             pairs = hi[pos + RECORD:end].reshape(-1, 2)
             records.append((name, kind, block, arg, {int(k): int(v) for k, v in pairs}))
             pos = end
-        if not records or records[0][1] == AT_CALL or \
+        if not records or records[0][1] == AT_CALL or records[0][3] >= 0 or \
                 any(r[1] != AT_CALL for r in records[1:]):
-            return None
+            return None     # (budget left at the test: a value not finite, see _replay)
         frames = []         # (machine state, registers, shadows), the root's first
         fn, e, owed = fr.fn, fr.dir * direction, 0
         for k, (name, kind, block, arg, found) in enumerate(reversed(records)):
@@ -596,6 +604,8 @@ class Machine(Helpers):
                         return None
                 R[fn.slot(r)] = bits if r.cls == isa.INT else \
                     np.int64(bits).view(np.float64).item()
+                if r.cls == isa.FLOAT and not math.isfinite(R[fn.slot(r)]):
+                    return None     # (made before: native code tests it only when seen)
                 if grad and r.cls == isa.FLOAT:
                     bits = found.get(name_id("g" + reg))
                     if bits is None:
@@ -664,6 +674,39 @@ class Machine(Helpers):
                 fr.G[:] = saved[1]
             return None
         return self._out_of_steps(self.max_steps, direction)
+
+    def _replay(self, direction: int, left: int) -> int | None:
+        """After a native run of the root function failed where the interpreter must say
+        how (a failed check, a value not finite, an exhausted budget its record could not
+        tell): native code left the budget left at the last budget test (a back edge) the
+        failing frame (or, if it passed none, a caller) passed. Run natively again with a
+        budget that ends one step before that test: native code stops there and leaves
+        its record (_exhausted puts the machine there), and the interpreter runs on from
+        it with the rest of the budget, to the failure (the steps since that back edge).
+        So a failing run costs about two native runs and a pass of the interpreter, not
+        the whole run on the interpreter. The interpreter's steps, or None (nothing
+        changed but the heap, to be undone) where it cannot."""
+        budget, start = self.max_steps, self.steps
+        stop = budget - left - 1        # the steps to that test, less one
+        if not 0 <= stop < budget or self.said_cells:
+            return None
+        self.max_steps = stop
+        try:
+            self.pending.clear()
+            self._compiled.run(self, direction)
+            return 0                # (never: it fails, or stops, before; else it ran)
+        except RvmError as e:
+            if "step budget exhausted" not in str(e) or self._exhausted(direction) is None:
+                return None
+        finally:
+            self.max_steps = budget
+            self.pending.clear()
+        # the machine stands `stop` steps in, as the interpreter's run would
+        rest = budget - stop
+        taken = self._move(direction, rest)
+        if taken >= rest and not self.at_boundary(direction):
+            raise self._out_of_steps(budget, direction)
+        return abs(self.steps - start)
 
     def _own_state(self, fn: Function, code, state: int, R: list, G, edge: bool) -> int:
         """A state of fn's inverse (`code`, run forwards) as fn's own state run
