@@ -1052,7 +1052,7 @@ _CALLED = re.compile(r"\b(F\d+_[a-z]+)\(")      # a generated function called
 # the output buffer of native code: the state array's cells from OUT0 on (its cell 2 is
 # where the next record goes, cell 3 the array's length)
 OUT0 = 4
-SHOWN_ARRAYS = frozenset({"floats", "ints", "janus", "stack"})   # kinds showing cells
+SHOWN_ARRAYS = frozenset({"floats", "ints", "janus", "stack", "chars"})   # kinds showing cells
 
 
 def _python(body: str) -> str:

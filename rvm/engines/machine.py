@@ -822,7 +822,7 @@ class Machine(Helpers):
         and the heap) printed as one line, in either direction."""
         text = "".join(p if isinstance(p, str) else self._shown(p[0], [R[s] for s in p[1:]])
                        for p in parts)
-        print(text, file=self.out or sys.stdout, flush=True)
+        self._print(text)
 
     def said(self, k: int, *values) -> None:
         """An output statement run by the python engine (rvm.engines.compiled: said_text):
@@ -838,14 +838,24 @@ class Machine(Helpers):
     def speak(self) -> None:
         """Print a compiled run's output (see said), in order."""
         if self.pending:
-            print("\n".join(self.pending), file=self.out or sys.stdout, flush=True)
+            self._print("\n".join(self.pending))
             self.pending.clear()
+
+    def _print(self, text: str) -> None:
+        """Print output statements' text; characters the stream cannot encode (a char
+        array's bytes >= 128 on an ASCII terminal) as backslash escapes, not an error."""
+        out = self.out or sys.stdout
+        try:
+            print(text, file=out, flush=True)
+        except UnicodeEncodeError:
+            enc = getattr(out, "encoding", None) or "ascii"
+            print(text.encode(enc, "backslashreplace").decode(enc), file=out, flush=True)
 
     def _shown(self, kind: str, values: list) -> str:
         """One value of an output statement: its registers' values, and an array's cells
         read from the heap now."""
         cells = None
-        if kind in ("floats", "ints", "janus", "stack"):
+        if kind in ("floats", "ints", "janus", "stack", "chars"):
             base, n = values[0], math.prod(values[1:])
             if not (base >= 0 and 0 <= n <= self.top - base and
                     all(d >= 0 for d in values[1:])):

@@ -49,6 +49,13 @@ def show_value(kind: str, values: list, cells: list | None) -> str:
     dims = values[1:]
     if kind == "size":
         return "][".join(map(str, dims))
+    if kind == "chars":            # text: each cell a byte (its low 8 bits) up to a 0
+        text = []
+        for c in cells:
+            if c % 256 == 0:
+                break
+            text.append(chr(c % 256))
+        return "".join(text)
     if kind == "stack":            # element 0 is the size, then bottom to top
         return "nil" if cells[0] == 0 else \
             "<" + ", ".join(map(str, reversed(cells[1:cells[0] + 1]))) + "]"

@@ -52,7 +52,7 @@ READS = (1, 2, 3)       # versions this rvm reads (version 1 has no source diges
 # the kinds of an output statement's values (Machine.output), and their registers: the
 # class of each (one or two scalars), or an array's base and dimensions (all int)
 OUTPUT_KINDS = {"int": "i", "float": "f", "complex": "ff", "size": "ii+", "floats": "ii+",
-                "ints": "ii+", "janus": "ii+", "stack": "ii+"}
+                "ints": "ii+", "janus": "ii+", "stack": "ii+", "chars": "ii+"}
 SOURCE_LIMIT = 16 << 20  # the largest source file the debug info digests or shows (bytes)
 ISA_ID = zlib.crc32("\n".join(s.name for s in isa.TABLE).encode())
 # rows are only ever added at the end, so bytecode of an older table (a prefix) still reads

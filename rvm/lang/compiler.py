@@ -316,11 +316,13 @@ class FunctionCompiler(Complexes, Lowering):
                 continue
             style = None
             if isinstance(a, ast.Call) and len(a.args) == 1 and \
-                    self.callee_name(a.func) in ("janus", "stack", "size"):
+                    self.callee_name(a.func) in ("janus", "stack", "size", "chars"):
                 style, a = self.callee_name(a.func), a.args[0]
             var = self.variable(a)
             if var.kind == "array":
                 kind = style or ("floats" if var.dtype == FLOAT else "ints")
+                if kind == "chars" and var.dtype == FLOAT:
+                    raise self.error(a, "chars(...) shows an int array's cells as text")
                 if var.complex:
                     raise self.error(a, "print shows real values; print the parts of a "
                                      "complex array's elements")

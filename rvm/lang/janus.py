@@ -86,6 +86,7 @@ class Decl:
     written: bool = False               # changed by an update, swap, push/pop or call
     struct: str | None = None           # a struct's type name (type "struct")
     constant: bool = False              # the fork's `constant`: never changed
+    char: bool = False                  # PyJanus's char (a u8 that printf's %s shows)
 
 
 def tokenize(text: str, path: str) -> list[Token]:
@@ -671,7 +672,7 @@ class Parser:
             init = _wrap_values(init, width)
         return Decl(name.text, typ, tuple(dims), init, t if param else name,
                     flexible=param and bool(dims) and all(d is None for d in dims),
-                    width=SIZED.get(kind), constant=constant)
+                    width=SIZED.get(kind), constant=constant, char=kind == "char")
 
     def struct_declaration(self, kind: str, name: Token, t: Token, param: bool) -> Decl:
         """`pair p`, `node pool[5]`, `node pool[]` (a parameter), `pair p = {1, 2}`,
@@ -1292,7 +1293,7 @@ class Parser:
                 raise self.error(f"{name.text!r} is already declared here", name)
             typ = "stack" if kind.text == "stack" else "array" if dims else "int"
             decl = Decl(name.text, typ, tuple([None] * len(dims)), token=name,
-                        width=SIZED.get(kind.text))
+                        width=SIZED.get(kind.text), char=kind.text == "char")
             self.scopes.append({name.text: decl})
             locs.append((kind, name, dims, value, decl))
             if not self.at(","):
@@ -1330,7 +1331,8 @@ class Parser:
         if any(name.text in s for s in self.scopes):
             raise self.error(f"{name.text!r} is already declared here", name)
         decl = Decl(name.text, "array" if dims else "int", tuple([None] * len(dims)),
-                    token=name, width=SIZED.get(kind.text), constant=True)
+                    token=name, width=SIZED.get(kind.text), constant=True,
+                    char=kind.text == "char")
         self.scopes.append({name.text: decl})
         body = self.statements(self.stops[-1])
         self.scopes.pop()
@@ -1646,21 +1648,24 @@ class Parser:
             if piece == "%%":
                 parts.append("%")
             elif len(piece) == 2 and piece[0] == "%":
-                want = {"d": "int", "a": "array", "t": "stack"}.get(piece[1])
-                if piece == "%s":
-                    raise self.error("printf: %s (a char array printed as text, PyJanus) is "
-                                     "not supported: rvm's output statements print ints, "
-                                     "arrays and stacks", fmt, "print the array with %a")
+                want = {"d": "int", "a": "array", "t": "stack", "s": "array"}.get(piece[1])
                 if want is None:
                     raise self.error(f"printf: unknown format {piece!r} (use %d, %a, %t, "
-                                     "%%)", fmt)
+                                     "%s, %%)", fmt)
                 if k >= len(names):
                     raise self.error("printf: more formats than variables", fmt)
                 decl = self.lookup(names[k])
                 if decl.type != want:
                     raise self.error(f"printf: {piece} wants {_a(want)}, but "
                                      f"{names[k].text} is {_a(decl.type)}", names[k])
-                parts.append(_shown(names[k], decl))
+                if piece == "%s" and (not decl.char or len(decl.dims) != 1):
+                    what = ("a char" if decl.char else "an int") + \
+                        ("" if len(decl.dims) == 1 else " 2-D")
+                    raise self.error(f"printf: %s prints a one-dimensional char array as "
+                                     f"text, but {names[k].text} is {what} array", names[k],
+                                     "print it with %a")
+                parts.append(_call("chars", [_name(names[k].text, names[k])], names[k])
+                             if piece == "%s" else _shown(names[k], decl))
                 k += 1
             elif piece:
                 parts.append(piece)
