@@ -687,3 +687,28 @@ def test_a_value_not_finite_native_code_sees_passes_later_is_reported_as_the_int
             m.run()
         outcomes.append((str(e.value), e.value.index, m.steps, m.stack[0].R))
     assert outcomes[0] == outcomes[1] and outcomes[1][2] == 7 * 709 + 3
+
+
+def test_a_batch_loop_whose_compile_was_interrupted_is_compiled_again(monkeypatch):
+    # Ctrl-C during the batch loop's compile (here: the back end raising it once) must not
+    # lose the loop: the next batch compiles it (it was dropped, and a KeyError traceback
+    # followed)
+    import attrs
+
+    from rvm.engines.native import Functions
+    v = rvm.vmap(attrs.evolve(rvm.assemble(SPIN), engine="native")["spin"])
+    n = 4
+    xs, zs = np.zeros(n), np.zeros(n, np.int64)
+    real, hits = Functions.llvm, []
+
+    def once(self, runs, fused, batches):
+        if batches:
+            hits.append(sorted(batches))
+            if len(hits) == 1:
+                raise KeyboardInterrupt
+        return real(self, runs, fused, batches)
+    monkeypatch.setattr(Functions, "llvm", once)
+    with pytest.raises(KeyboardInterrupt):
+        v(xs, np.full(n, 10.0), zs)
+    assert list(v(xs, np.full(n, 10.0), zs)[2]) == [10] * n
+    assert len(hits) == 2 and hits[0] == hits[1]        # the same loop, compiled again

@@ -921,7 +921,10 @@ class Machine(Helpers):
         if not exact_columns(columns, fn.params):   # the rows check the rest one by one
             return None
         from .native import on_threads
-        loop = self._compiled_functions[c.name(name, "usb" if backward else "csb")]
+        try:
+            loop = self._compiled_functions[c.name(name, "usb" if backward else "csb")]
+        except KeyError:            # no loop could be made: row by row
+            return None
         n = len(columns[0])
         cols = batch_columns(columns, fn.params, loop)
         outs = [np.empty(n, col.dtype) for col in cols]

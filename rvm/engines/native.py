@@ -291,8 +291,9 @@ class Functions(dict):
                 comp = self.compiled
                 head, _, mode = name.partition("_")
                 fname = comp._by_id.get(head)
-                if name in self.batches:
-                    self.llvm((), {}, {name: self.batches.pop(name)})
+                if name in self.batches:        # (kept until made: a compile stopped by
+                    self.llvm((), {}, {name: self.batches[name]})    # Ctrl-C is redone)
+                    del self.batches[name]
                 elif fname is not None and mode in ("fw", "bw"):
                     self.llvm((name,), {}, {})
                 elif fname is not None and (mode in ("fws", "gbws") or name in self.fused
