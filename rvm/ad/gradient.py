@@ -345,6 +345,7 @@ class _Direct:
                    for j, a in enumerate(bindings) if not a.is_array]
         float_grads = [(j, n + floats.index(a.params[0])) for j, a in enumerate(bindings)
                        if a.cls == isa.FLOAT and not a.is_array]
+        want_values = self.values
 
         def run(values):
             for k, lo, hi_, _, view, _ in arrays:
@@ -361,9 +362,11 @@ class _Direct:
                     out = fw(*heap, *r)
                     if top[0] != total and not split:
                         raise MachineError("heap block left allocated")
-                    finals = [out[a.params[0]] for a in bindings]
-                    for k, lo, hi_, shape, view, _ in arrays:
-                        finals[k] = view[lo:hi_].reshape(shape).copy()
+                    finals = None       # (gradients only: no copies of the values)
+                    if want_values:
+                        finals = [out[a.params[0]] for a in bindings]
+                        for k, lo, hi_, shape, view, _ in arrays:
+                            finals[k] = view[lo:hi_].reshape(shape).copy()
                     if seed_cell is not None:
                         heap[2][seed_cell] = 1.0
                     top[1] = budget
