@@ -19,7 +19,11 @@ import gmm  # noqa: E402
 import gmm_arrays  # noqa: E402
 from test_adbench import flat_objective, gmm_file  # noqa: E402
 
-ENGINES = ["interp", pytest.param("native", marks=pytest.mark.filterwarnings("error::UserWarning"))]
+NO_FALLBACK = pytest.mark.filterwarnings("error::UserWarning")
+ENGINES = ["interp", pytest.param("native", marks=NO_FALLBACK)]
+# The native gradient's code (compiled first, below) serves native calls too; a native
+# uncall is compiled apart (some 10-20 s on a cold cache): a slow test.
+ENGINES_SLOW_NATIVE = ["interp", pytest.param("native", marks=[NO_FALLBACK, pytest.mark.slow])]
 
 
 def engine_ok(engine):
@@ -35,6 +39,26 @@ def numpy_objective(data) -> float:
 def value_and_grad(engine):
     return rvm.value_and_grad(gmm_arrays.gmm_objective, loss="out", argnums=(1, 2, 3),
                               engine=engine, max_steps=gmm.STEPS)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_gradient_equals_gmm_py_and_finite_differences(tmp_path, engine):
+    engine_ok(engine)
+    data = gmm.load(gmm_file(tmp_path, 3, 4, 12))
+    args = gmm.arguments(data)
+    run = value_and_grad(engine)
+    for _ in range(2):      # (native: the second call runs forwards and back in one)
+        value, grads = run(*args)
+        flat = np.concatenate([g.ravel() for g in grads])
+        value_py, g_py = gmm.gradient(data, engine="python", threads=1)
+        assert value[0] == pytest.approx(value_py, rel=1e-12)
+        assert value[0] == pytest.approx(numpy_objective(data), rel=1e-12)
+        np.testing.assert_allclose(flat, g_py, rtol=1e-10, atol=1e-12)
+    f, theta = flat_objective(data)
+    h = 1e-6
+    fd = np.array([(f(theta + h * e) - f(theta - h * e)) / (2 * h)
+                   for e in np.eye(len(theta))])
+    np.testing.assert_allclose(flat, fd, rtol=1e-6, atol=1e-6 * np.abs(fd).max())
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -62,35 +86,15 @@ def test_far_points_need_the_running_maxima(tmp_path, engine):
     args = gmm.arguments(data)
     want = numpy_objective(data)
     assert want < -1e5
-    assert gmm_arrays.gmm_objective(*args, engine=engine, max_steps=gmm.STEPS)[0] == \
-        pytest.approx(want, rel=1e-12)
-    _, grads = value_and_grad(engine)(*args)
+    value, grads = value_and_grad(engine)(*args)
+    assert value[0] == pytest.approx(want, rel=1e-12)
     assert np.all(np.isfinite(np.concatenate([g.ravel() for g in grads])))
     _, g_py = gmm.gradient(data, engine="python", threads=1)
     np.testing.assert_allclose(np.concatenate([g.ravel() for g in grads]), g_py,
                                rtol=1e-9, atol=1e-9 * np.abs(g_py).max())
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-def test_gradient_equals_gmm_py_and_finite_differences(tmp_path, engine):
-    engine_ok(engine)
-    data = gmm.load(gmm_file(tmp_path, 3, 4, 12))
-    args = gmm.arguments(data)
-    run = value_and_grad(engine)
-    for _ in range(2):      # (native: the second call runs forwards and back in one)
-        value, grads = run(*args)
-        flat = np.concatenate([g.ravel() for g in grads])
-        value_py, g_py = gmm.gradient(data, engine="python", threads=1)
-        assert value[0] == pytest.approx(value_py, rel=1e-12)
-        np.testing.assert_allclose(flat, g_py, rtol=1e-10, atol=1e-12)
-    f, theta = flat_objective(data)
-    h = 1e-6
-    fd = np.array([(f(theta + h * e) - f(theta - h * e)) / (2 * h)
-                   for e in np.eye(len(theta))])
-    np.testing.assert_allclose(flat, fd, rtol=1e-6, atol=1e-6 * np.abs(fd).max())
-
-
-@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("engine", ENGINES_SLOW_NATIVE)
 def test_uncall_restores_the_inputs(tmp_path, engine):
     engine_ok(engine)
     data = gmm.load(gmm_file(tmp_path, 3, 4, 12))
@@ -112,3 +116,16 @@ def test_one_matrix_product_and_the_gradient_starts_from_the_copy(tmp_path):
     ops = [str(ins).split()[0] for f in program.functions.values() for ins in f.code]
     assert ops.count("VMADD") == 1
     assert split_point(program, program.functions[name]) is not None
+
+
+def test_points_split_across_threads_as_gmm_py(tmp_path):
+    """objective and gradient split the points across threads as gmm.py's do (the prior
+    once, with the first slice): the same value and gradient as one run of the whole."""
+    data = gmm.load(gmm_file(tmp_path, 2, 3, 11))
+    value, grad = gmm_arrays.gradient(data, engine="interp", threads=1)
+    assert value == pytest.approx(numpy_objective(data), rel=1e-12)
+    v, g = gmm_arrays.gradient(data, engine="interp", threads=3)
+    assert v == pytest.approx(value, rel=1e-13)
+    np.testing.assert_allclose(g, grad, rtol=1e-12, atol=1e-12)
+    assert gmm_arrays.objective(data, engine="interp", threads=2) == pytest.approx(value,
+                                                                                   rel=1e-13)
