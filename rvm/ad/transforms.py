@@ -109,7 +109,10 @@ class _Code:
 
 class _Lowering:
     """Emit `acc (+|-)= factor * expression` with ordinary instructions: the expression is
-    computed into zeroed temporaries, used, and uncomputed."""
+    computed into zeroed temporaries, used, and uncomputed. (_ArrayLowering: the same
+    with array instructions, `head` "V" and their shape after the operands.)"""
+
+    head, shape = "", ()
 
     def __init__(self, code: _Code, env: dict, line: int):
         self.code, self.env, self.line = code, env, line
@@ -117,6 +120,9 @@ class _Lowering:
 
     def emit(self, op: str, *args) -> None:
         self.compute.append(Instruction(op, tuple(args), self.line))
+
+    def temp(self):
+        return self.code.temp()
 
     def atom(self, e: ast.expr):
         if isinstance(e, ast.Name):
@@ -126,25 +132,26 @@ class _Lowering:
         if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub) and \
                 isinstance(e.operand, ast.Constant):
             return Imm(-e.operand.value)
-        t = self.code.temp()
+        t = self.temp()
         self.into(t, e, 1)
         return t
 
-    def into(self, t: Reg, e: ast.expr, sign: int) -> None:
+    def into(self, t, e: ast.expr, sign: int) -> None:
         """t (+|-)= e."""
-        add = "ADD" if sign > 0 else "SUB"
+        add = self.head + ("ADD" if sign > 0 else "SUB")
         if isinstance(e, (ast.Name, ast.Constant)):
-            self.emit(add, t, self.atom(e))
+            self.emit(add, t, self.atom(e), *self.shape)
         elif isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
             self.into(t, e.operand, -sign)
         elif isinstance(e, ast.BinOp) and isinstance(e.op, (ast.Add, ast.Sub)):
             self.into(t, e.left, sign)
             self.into(t, e.right, sign if isinstance(e.op, ast.Add) else -sign)
         elif isinstance(e, ast.BinOp) and type(e.op) in _BINARY:
-            self.emit(f"{add}.{_BINARY[type(e.op)]}", t, self.atom(e.left), self.atom(e.right))
+            self.emit(f"{add}.{_BINARY[type(e.op)]}", t, self.atom(e.left), self.atom(e.right),
+                      *self.shape)
         elif isinstance(e, ast.Call) and ast.unparse(e.func) in _FUNCTIONS:
             self.emit(f"{add}.{_FUNCTIONS[ast.unparse(e.func)]}", t,
-                      *(self.atom(a) for a in e.args))
+                      *(self.atom(a) for a in e.args), *self.shape)
         else:   # the table's partials use only the forms above
             raise TransformError(f"cannot lower the partial derivative {ast.unparse(e)!r}")
 
@@ -453,19 +460,17 @@ def _transposed(v: View) -> View:
     return View(v.base, v.off, v.s1, v.s0)
 
 
-class _ArrayLowering:
+class _ArrayLowering(_Lowering):
     """`acc (+|-)= factor * expression` element by element over an m x n shape, with
     array instructions: the expression into zeroed temporary blocks, used, uncomputed."""
 
-    def __init__(self, code: _Code, env: dict, shape: tuple, line: int, first_int: int):
-        self.code, self.env, self.line = code, env, line
-        self.m, self.n = shape
-        self.ints = self.first = first_int
-        self.compute: list[Instruction] = []
-        self.size = None
+    head = "V"
 
-    def emit(self, op: str, *args) -> None:
-        self.compute.append(Instruction(op, tuple(args), self.line))
+    def __init__(self, code: _Code, env: dict, shape: tuple, line: int, first_int: int):
+        super().__init__(code, env, line)
+        self.shape = self.m, self.n = shape
+        self.ints = self.first = first_int
+        self.size = None
 
     def int_reg(self) -> Reg:
         self.ints += 1
@@ -486,36 +491,6 @@ class _ArrayLowering:
                 self.size = self.int_reg()
                 self.emit("ADD.mul", self.size, *((m, n) if isinstance(m, Reg) else (n, m)))
         return View(self.block(self.size), 0, n.value if isinstance(n, Imm) else n, 1)
-
-    def atom(self, e: ast.expr):
-        if isinstance(e, ast.Name):
-            return self.env[e.id]
-        if isinstance(e, ast.Constant):
-            return Imm(float(e.value))
-        if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub) and \
-                isinstance(e.operand, ast.Constant):
-            return Imm(-float(e.operand.value))
-        t = self.temp()
-        self.into(t, e, 1)
-        return t
-
-    def into(self, t: View, e: ast.expr, sign: int) -> None:
-        add, shape = "VADD" if sign > 0 else "VSUB", (self.m, self.n)
-        if isinstance(e, (ast.Name, ast.Constant)):
-            self.emit(add, t, self.atom(e), *shape)
-        elif isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
-            self.into(t, e.operand, -sign)
-        elif isinstance(e, ast.BinOp) and isinstance(e.op, (ast.Add, ast.Sub)):
-            self.into(t, e.left, sign)
-            self.into(t, e.right, sign if isinstance(e.op, ast.Add) else -sign)
-        elif isinstance(e, ast.BinOp) and type(e.op) in _BINARY:
-            self.emit(f"{add}.{_BINARY[type(e.op)]}", t, self.atom(e.left), self.atom(e.right),
-                      *shape)
-        elif isinstance(e, ast.Call) and ast.unparse(e.func) in _FUNCTIONS:
-            self.emit(f"{add}.{_FUNCTIONS[ast.unparse(e.func)]}", t,
-                      *(self.atom(a) for a in e.args), *shape)
-        else:
-            raise TransformError(f"cannot lower the partial derivative {ast.unparse(e)!r}")
 
     def accumulate(self, acc, sign: int, factor, e: ast.expr) -> None:
         """acc (+|-)= factor * e (acc a view, or a float register: the sum of the
