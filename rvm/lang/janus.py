@@ -311,28 +311,12 @@ class Parser:
         fields: list[tuple] = []
         while True:
             t = self.tok
-            if t.kind == "name" and t.text in self.structs:     # a struct field (PyJanus)
-                self.take()
-                f = self.take(kind="name")
-                dims = []
-                while self.at("["):
-                    self.take("[")
-                    dims.append(self.size())
-                    self.take("]")
-                if len(dims) > 1:
-                    raise self.error("an array of structs has one dimension", f)
-                if any(f.text == g[0] for g in fields):
-                    raise self.error(f"field {f.text!r} is declared twice", f)
-                fields.append((f.text, tuple(dims), None, f))
-                self.nested[(name.text, f.text)] = t.text
-                if not self.at(","):
-                    break
-                self.take(",")
-                continue
-            if not (self.at("int") or (t.kind == "name" and t.text in SIZED)):
+            nested = t.kind == "name" and t.text in self.structs    # (PyJanus)
+            if not (nested or self.at("int") or (t.kind == "name" and t.text in SIZED)):
                 raise self.error(f"a struct field is an int or an int array, not "
                                  f"{t.text!r}", t)
-            width = SIZED.get(self.take().text)
+            width = None if nested else SIZED.get(t.text)
+            self.take()
             f = self.take(kind="name")
             dims = []
             while self.at("["):
@@ -340,10 +324,13 @@ class Parser:
                 dims.append(self.size())
                 self.take("]")
             if len(dims) > 1:
-                raise self.error("a struct's array field has one dimension", f)
+                raise self.error("an array of structs has one dimension" if nested else
+                                 "a struct's array field has one dimension", f)
             if any(f.text == g[0] for g in fields):
                 raise self.error(f"field {f.text!r} is declared twice", f)
             fields.append((f.text, tuple(dims), width, f))
+            if nested:
+                self.nested[(name.text, f.text)] = t.text
             if not self.at(","):
                 break
             self.take(",")
