@@ -25,16 +25,15 @@ from rvm import Array, ancilla, compute, nograd, zeros
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import gmm  # (the loading and argument helpers, and the scalar logsumexp)
-from gmm import logsumexp
+import gmm  # (the loading and argument helpers)
 
 
 @rvm.reversible
-def weights(W: Array[float, 2], alphas: Array[float], means: Array[float, 2],
+def weights(W: Array[float, 2], alphas: Array[float, 2], means: Array[float, 2],
             icf: Array[float, 2], lin: int):
     """W[k] += component k's weights on the monomials (see gmm.weights): with A_k =
     Q_k^T Q_k and u_k = Q_k mu_k, -A_k[r, c] on x_r x_c (halved on r = c), A_k mu_k on
-    x_r and alpha_k + sum_j q_kj - |u_k|^2 / 2 on 1."""
+    x_r and alpha_k + sum_j q_kj - |u_k|^2 / 2 on 1 (alphas: one column)."""
     with ancilla(K=len(alphas), d=means.shape[1]):  # noqa: SIM117 (T's shape needs them)
         with ancilla(T=zeros((K * d, d)), u=zeros((K, d)), e=0):
             with compute() as fill:
@@ -52,7 +51,7 @@ def weights(W: Array[float, 2], alphas: Array[float], means: Array[float, 2],
                 W[:, e - d + r] *= 0.5
                 W[:, lin + r] += np.sum(T[r * K:(r + 1) * K, :] * u, axis=1)
             e -= lin
-            W[:, lin + d] += alphas
+            W[:, lin + d] += alphas[:, 0]
             W[:, lin + d] += np.sum(icf[:, 0:d], axis=1)
             W[:, lin + d] -= np.sum(u * u, axis=1) / 2
             ~fill
@@ -105,13 +104,13 @@ def points(total: float, s: Array[float], E: Array[float, 2], top: Array[float, 
 
 
 @rvm.reversible
-def copy_in(a: Array[float], mu: Array[float, 2], q: Array[float, 2], X: Array[float, 2],
-            alphas: Array[float], means: Array[float, 2], icf: Array[float, 2],
-            x: Array[float, 2]):
-    """The parameters into a, mu and q, the points transposed into X (with nograd: their
-    gradient is not asked for), element by element."""
-    for k in range(len(a)):
-        a[k] += alphas[k]
+def copy_in(a: Array[float, 2], mu: Array[float, 2], q: Array[float, 2],
+            X: Array[float, 2], alphas: Array[float], means: Array[float, 2],
+            icf: Array[float, 2], x: Array[float, 2]):
+    """The parameters into a (one column), mu and q, the points transposed into X (with
+    nograd: their gradient is not asked for), element by element."""
+    for k in range(len(alphas)):
+        a[k, 0] += alphas[k]
         for j in range(mu.shape[1]):
             mu[k, j] += means[k, j]
         for j in range(q.shape[1]):
@@ -131,10 +130,11 @@ def gmm_objective(out: float, alphas: Array[float], means: Array[float, 2],
     read copies of the arguments (made by copy_in): rvm lets the gradient start from the
     copy only where the array instructions name no argument."""
     with ancilla(K=len(alphas), d=means.shape[1], n=x.shape[0]):  # noqa: SIM117
-        with ancilla(a=zeros(K), mu=zeros((K, d)), q=zeros((K, icf.shape[1])),
+        with ancilla(a=zeros((K, 1)), mu=zeros((K, d)), q=zeros((K, icf.shape[1])),
                      X=zeros((d, n)), W=zeros((K, width)), P=zeros((width, n)),
                      E=zeros((K, n)), top=zeros((K, n)), half=zeros((K, n)), s=zeros(n),
-                     lse=0.0, total=0.0):
+                     top_a=zeros((K, 1)), half_a=zeros((K, 1)), s_a=zeros(1), lse=0.0,
+                     total=0.0):
             with compute() as pre:
                 copy_in(a, mu, q, X, alphas, means, icf, x)
                 weights(W, a, mu, q, lin)
@@ -142,7 +142,8 @@ def gmm_objective(out: float, alphas: Array[float], means: Array[float, 2],
                 E += W @ P                  # every exponent at every point
                 maxima(top, half, E)
                 points(total, s, E, top, K - 1)
-                logsumexp(lse, a)
+                maxima(top_a, half_a, a)    # logsumexp(alpha): alpha as one point
+                points(lse, s_a, a, top_a, K - 1)
                 total -= n * lse
                 if (whole != 0, whole != 0):
                     gmm_prior(total, q, d, gamma, m)
