@@ -31,9 +31,10 @@ import gmm  # (the loading and argument helpers)
 @rvm.reversible
 def weights(W: Array[float, 2], alphas: Array[float, 2], means: Array[float, 2],
             icf: Array[float, 2], lin: int):
-    """W[k] += component k's weights on the monomials (see gmm.weights): with A_k =
-    Q_k^T Q_k and u_k = Q_k mu_k, -A_k[r, c] on x_r x_c (halved on r = c), A_k mu_k on
-    x_r and alpha_k + sum_j q_kj - |u_k|^2 / 2 on 1 (alphas: one column)."""
+    """W[k] = component k's weights on the monomials (see gmm.weights), W zero on entry
+    (the x_r^2 columns are halved in place): with A_k = Q_k^T Q_k and u_k = Q_k mu_k,
+    -A_k[r, c] on x_r x_c (halved on r = c), A_k mu_k on x_r and alpha_k + sum_j q_kj -
+    |u_k|^2 / 2 on 1 (alphas: one column)."""
     with ancilla(K=len(alphas), d=means.shape[1]):  # noqa: SIM117 (T's shape needs them)
         with ancilla(T=zeros((K * d, d)), u=zeros((K, d)), e=0):
             with compute() as fill:
