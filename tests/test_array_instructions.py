@@ -3,6 +3,8 @@ VNEG): values against numpy, the inverse, gradients against closed forms and fin
 differences, every engine, the assembly and bytecode round trips, and the checks made
 once per instruction (shape, bounds, overlap, repeated cells)."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -344,3 +346,23 @@ def test_the_stand_in_gemm_matches_numpy():
     ptr = lambda x: x.ctypes.data_as(ctypes.c_void_p)
     llvm._FALLBACK_GEMM(101, 111, 112, 5, 3, 4, 2.0, ptr(A), 4, ptr(B), 4, 1.0, ptr(C), 3)
     assert np.allclose(C, want)
+
+
+def test_native_code_makes_one_function_per_kind_of_array_instruction(monkeypatch):
+    # each array instruction is a call of a function made once per (helper, family,
+    # sign, constants): three alike use one, so the IR does not grow by a loop nest per use
+    from rvm.engines import llvm
+    texts = []
+    real = llvm.compile_ir
+    monkeypatch.setattr(llvm, "compile_ir", lambda text: (texts.append(text), real(text))[1])
+    p = program("VADD.mul [r0 : r2, 1], f0, [r3 : r5, 1], r1, r2\n"
+                "VADD.mul [r0 : r2, 1], f0, [r6 : r8, 1], r1, r2\n"
+                "VADD.mul [r6 : r8, 1], f0, [r3 : r5, 1], r1, r2\n"
+                "VADD.exp [r0 : r2, 1], [r3 : r5, 1], r1, r2")
+    Y, A, B = data()
+    out = run(p, "native", Y, A, B, 0.5)
+    assert np.allclose(out[0], Y + 0.5 * A + 0.5 * B + np.exp(A))
+    text = "".join(texts)
+    helpers = re.findall(r'define internal double @"?(rvm_array_vacc_\w+)', text)
+    assert len(helpers) == 2 and text.count(f"@{helpers[0]}(") + \
+        text.count(f'@"{helpers[0]}"(') >= 3

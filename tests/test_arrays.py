@@ -444,3 +444,23 @@ def test_an_array_instruction_fault_names_the_element(engine):
                               "    y += np.exp(x)\n", {"Array": Array, "np": np})
     with pytest.raises(MachineError, match=r"y\[1\] would become inf: not finite"):
         rvm.grad(f, loss=("y", 0), engine=engine)(np.zeros(3), np.array([1.0, 800.0, 2.0]))
+
+
+def test_a_gradient_starts_from_the_copy_when_array_statements_read_the_arguments():
+    # the compute block reads the argument x through array instructions: only a view an
+    # instruction writes counts as stored into, so the gradient may start from the copy
+    f = rvm.reversible.source(
+        "def f(out: float, x: Array[float]):\n"
+        "    with ancilla(t=zeros(len(x)), s=0.0):\n"
+        "        with compute() as c:\n"
+        "            t += np.exp(x)\n"
+        "            s += np.sum(t * x)\n"
+        "        out += s\n"
+        "        ~c\n", {"Array": Array, "np": np, "ancilla": rvm.ancilla, "zeros": rvm.zeros,
+                        "compute": rvm.compute})
+    x = np.array([0.5, -1.0, 2.0])
+    p, name, _ = f.specialize((0.0, x))
+    from rvm.engines.compiled import compiled
+    assert name in compiled(p, native=True).splits
+    g = rvm.grad(f, loss="out")(0.0, x)[1]
+    assert np.allclose(g, np.exp(x) * (1 + x))

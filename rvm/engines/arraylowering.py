@@ -11,18 +11,27 @@ from __future__ import annotations
 
 import ast
 import functools
+import hashlib
 
 from ..core.isa import FAMILIES, MAX_FLOAT, MIN_NORMAL
 from .arrays import LIMIT
 
-HELPERS = frozenset({"vacc", "vgrad", "vpull", "vmm", "vmm_pull", "vscale", "vdotg",
-                     "vswap", "vneg"})
+# each helper's arguments (after HI, HF, HG, TOP) fixed where it is used: the family, the
+# sign, which operand (vgrad), the operation and whether on shadows (vscale, vswap, vneg)
+STATIC = {"vacc": (0, 1), "vgrad": (0, 1, 2), "vpull": (0, 1), "vmm": (0,),
+          "vmm_pull": (0,), "vscale": (0, 5), "vdotg": (), "vswap": (4,), "vneg": (3,)}
+HELPERS = frozenset(STATIC)
 
 
 @functools.cache
 def _tree(text: str, args: tuple) -> ast.expr:
     """A family template of the table as an expression over the element locals."""
     return ast.parse(text.format(**{a: f"_e{a}" for a in args}), mode="eval").body
+
+
+def _constant(e) -> bool:
+    return isinstance(e, ast.Constant) or (isinstance(e, ast.UnaryOp) and
+                                           isinstance(e.operand, ast.Constant))
 
 
 def _family(name: str) -> tuple:
@@ -42,16 +51,90 @@ class ArrayLowering:
     expr, coerce, new_flag, raise_flag, non_finite, intrinsic and the fault exits)."""
 
     def array_helper(self, name: str, args: list):
-        rest = args[4:]                 # after HI, HF, HG, TOP
-        return getattr(self, "_" + name)(*rest)
+        """A call of the helper's function, made once per module for its fixed arguments
+        (family, sign, which operands are views) and called at every site with the
+        operands' values (a view's start and strides, scalars, the shape): an array
+        instruction costs one call's worth of IR where it is used, not its loops. A fault
+        inside leaves its code in the flag, and this function returns as a callee's
+        fault does."""
+        b, t = self.b, self.t
+        parts, kinds, values = [], [], []
+
+        def given(e):               # a constant is fixed in the function (a shape of 1, a
+            if _constant(e):        # unit stride: loops LLVM can simplify and vectorise)
+                kinds.append(repr(ast.literal_eval(e)))
+                return ast.literal_eval(e)
+            v = self.expr(e)
+            v = v if v.type in (t.i64, t.f64) else self.coerce(v, t.i64)
+            kinds.append("f" if v.type == t.f64 else "i")
+            values.append(v)
+            return ("value", len(values) - 1)
+        for k, e in enumerate(args[4:]):            # (after HI, HF, HG, TOP)
+            if k in STATIC[name]:
+                parts.append(ast.literal_eval(e))
+                kinds.append(repr(parts[-1]))
+            elif isinstance(e, ast.Tuple):
+                kinds.append("view")
+                parts.append(("view", tuple(given(x) for x in e.elts)))
+            else:
+                parts.append(given(e))
+        key = f"rvm_array_{name}_" + hashlib.sha256(repr(kinds).encode()).hexdigest()[:16]
+        f = self._outlined(key, name, parts, [v.type for v in values])
+        out = b.call(f, [self.S, self.flag, self.H, self.G, self.cap, *values])
+        self.guard(b.icmp_signed("!=", b.load(self.flag), t.s64(0)), self.passed)
+        return out
+
+    _SAVED = ("b", "fn", "vars", "S", "flag", "H", "G", "cap", "fault_block", "later",
+              "adjoint", "checking")
+
+    def _outlined(self, key: str, name: str, parts: list, types: list):
+        """The module's function for one helper with these fixed arguments (made on first
+        use): the helper's checks and loops, on its parameters."""
+        module = self.b.module
+        f = module.globals.get(key)
+        if f is not None:
+            return f
+        ir, t = self.ir, self.t
+        f = ir.Function(module, ir.FunctionType(t.f64, [a.type for a in self.fn.args[:5]]
+                                                + types), key)
+        f.linkage = "internal"
+        f.attributes.add("noinline")        # (one copy of the loops: the point of it)
+        saved = {k: getattr(self, k) for k in self._SAVED}
+        try:
+            self.fn, self.vars = f, {}
+            self.b = ir.IRBuilder(f.append_basic_block("entry"))
+            self.S, self.flag, self.H, self.G, self.cap = f.args[:5]
+            self.later, self.adjoint, self.checking = None, False, False
+            self.fault_block = f.append_basic_block("fault")
+            with self.b.goto_block(self.fault_block):
+                self.b.store(t.s64(self.FAULT), self.flag)
+                self.b.ret(t.f64(0.0))
+            given = f.args[5:]
+
+            def value(p):           # a parameter, or a constant fixed in the function
+                if isinstance(p, tuple) and p[0] == "value":
+                    return given[p[1]]
+                if isinstance(p, tuple):
+                    return tuple(self._int(value(x)) for x in p[1])
+                return p
+            real = [value(p) for p in parts]
+            out = getattr(self, "_" + name)(*real)
+            self.b.ret(out if out is not None else t.f64(0.0))
+        finally:
+            for k, v in saved.items():
+                setattr(self, k, v)
+        return f
 
     # ---------------------------------------------------------------- pieces
     def _int(self, e):
-        return self.coerce(self.expr(e), self.t.i64)
+        if isinstance(e, int):
+            return self.t.i64(e)
+        return self.coerce(self.expr(e) if isinstance(e, ast.AST) else e, self.t.i64)
 
     def _view(self, e) -> tuple | None:
-        """(start, s0, s1) of a view operand (a tuple in the generated code); None for a
-        scalar."""
+        """(start, s0, s1) of a view operand; None for a scalar."""
+        if isinstance(e, tuple):
+            return e
         if isinstance(e, ast.Tuple):
             return tuple(self._int(x) for x in e.elts)
         return None
@@ -188,7 +271,7 @@ class ArrayLowering:
             self.adjoint = outer
 
     def _sign(self, e) -> float:
-        return float(ast.literal_eval(e))
+        return float(e)
 
     def _operands(self, ops, m, n, written):
         """The operands as views (checked) or scalar values; the flag of any bad one."""
@@ -198,7 +281,8 @@ class ArrayLowering:
         for e in ops:
             view = self._view(e)
             if view is None:
-                out.append(self.coerce(self.expr(e), t.f64))
+                out.append(t.f64(float(e)) if isinstance(e, (int, float)) else
+                           self.coerce(e, t.f64))
                 continue
             bad = b.or_(bad, b.or_(self._bad_view(view, m, n),
                                    self._overlap(written, m, n, view, m, n)))
@@ -212,7 +296,7 @@ class ArrayLowering:
 
     # ---------------------------------------------------------------- helpers
     def _accumulating(self, fam, s, y, rest):
-        names, value, partials = _family(ast.literal_eval(fam))
+        names, value, partials = _family(fam)
         m, n = self._int(rest[-2]), self._int(rest[-1])
         yv = self._view(y)
         ops, bad = self._operands(rest[:-2], m, n, yv)
@@ -303,7 +387,7 @@ class ArrayLowering:
         b, t = self.b, self.t
         total = self._local(f"_vg{id(y)}", t.f64)
         b.store(t.f64(0.0), total)
-        want = ast.literal_eval(k)
+        want = k
 
         def body(j, x, _i, _j, d):
             if j == want:
@@ -444,10 +528,9 @@ class ArrayLowering:
     def _vscale(self, op, x, c, m, n, g):
         b, t = self.b, self.t
         xv, m, n, bad = self._in_place(x, m, n)
-        c = self.coerce(self.expr(c), t.f64)
+        c = t.f64(float(c)) if isinstance(c, (int, float)) else self.coerce(c, t.f64)
         self._check(b.or_(bad, b.fcmp_unordered("==", c, t.f64(0.0))))
-        shadows = ast.literal_eval(g) == 1
-        divide = ast.literal_eval(op) == "/"
+        shadows, divide = g == 1, op == "/"
         flag = self.new_flag()
 
         def body(i, j):
@@ -486,7 +569,7 @@ class ArrayLowering:
         cv = self._view(c)
         bad = b.or_(bad, b.or_(self._bad_view(cv, m, n), self._repeats(cv, m, n)))
         self._check(b.or_(bad, self._overlap(av, m, n, cv, m, n)))
-        view = "HG" if ast.literal_eval(g) == 1 else "HI"     # (the bits, as they are)
+        view = "HG" if g == 1 else "HI"     # (the bits, as they are)
 
         def body(i, j):
             p, q = self.cell(view, self._at(av, i, j)), self.cell(view, self._at(cv, i, j))
@@ -499,7 +582,7 @@ class ArrayLowering:
         b = self.b
         xv, m, n, bad = self._in_place(x, m, n)
         self._check(bad)
-        view = "HG" if ast.literal_eval(g) == 1 else "HF"
+        view = "HG" if g == 1 else "HF"
 
         def body(i, j):
             p = self.cell(view, self._at(xv, i, j))

@@ -965,11 +965,13 @@ def _cells(program: Program, fn: Function, code, memo: dict) -> tuple[set, set] 
             into |= {args[p] for p in inner[0]}
             reached |= {args[p] for p in inner[1]}
             continue
-        for a in ins.args:
+        for k, a in enumerate(ins.args):
             if isinstance(a, Mem):
                 reached.add(a.base)
-                if ins.op == "EXCH" or ins.op in isa.ARRAYS:    # (an array instruction:
-                    into.add(a.base)                # as if it wrote every view it names)
+                # an array instruction writes its first view (a swap: both)
+                if ins.op == "EXCH" or (ins.op in isa.ARRAYS and
+                                        (k == 0 or (k == 1 and ins.op == "VSWAP"))):
+                    into.add(a.base)
     return into, reached
 
 

@@ -93,6 +93,7 @@ class Lowering(ArrayLowering):
     """One generated function (an ast.FunctionDef) as an LLVM function."""
 
     loop_over = staticmethod(loop_over)
+    FAULT = FAULT
 
     def __init__(self, ir, t: Types, functions: dict, node: ast.FunctionDef):
         self.ir, self.t, self.functions, self.node = ir, t, functions, node
