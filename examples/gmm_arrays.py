@@ -128,8 +128,8 @@ def gmm_objective(out: float, alphas: Array[float], means: Array[float, 2],
     """out += the GMM objective (the arguments as gmm.gmm_objective's: with whole = 0 only
     the points' part). The whole of it is computed into `total` in one compute block and
     copied into out, so that the gradient pass starts from the copy. The array statements
-    read copies of the arguments (made by copy_in): rvm lets the gradient start from the
-    copy only where the array instructions name no argument."""
+    read copies of the arguments made by copy_in: alphas as one column, the points
+    transposed and read with nograd (their gradient is not asked for)."""
     with ancilla(K=len(alphas), d=means.shape[1], n=x.shape[0]):  # noqa: SIM117
         with ancilla(a=zeros((K, 1)), mu=zeros((K, d)), q=zeros((K, icf.shape[1])),
                      X=zeros((d, n)), W=zeros((K, width)), P=zeros((width, n)),
