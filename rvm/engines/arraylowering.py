@@ -43,6 +43,7 @@ def _family(name: str) -> tuple:
 
 BLAS_GEMM = "rvm_dgemm"        # cblas_dgemm with 64-bit integers (rvm.engines.llvm: blas)
 BLAS_WORK = 1 << 14            # m * k * n from which a product calls BLAS (below: loops)
+BLAS_DEPTH = 8                 # ... and its inner dimension k from which it does
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 
 
@@ -457,6 +458,9 @@ class ArrayLowering:
         okC, tc, ldc = self._layout(C[0], m, n)
         work = b.mul(b.mul(m, k), n)
         big = b.and_(self._some(m, n), b.icmp_signed(">=", work, t.i64(BLAS_WORK)))
+        # (an inner dimension under BLAS_DEPTH, an outer product: BLAS takes its slow
+        # path there, 8 ms for 10^6 x 1 x 1 where the loop takes 1)
+        big = b.and_(big, b.icmp_signed(">=", k, t.i64(BLAS_DEPTH)))
         use = b.and_(b.and_(big, b.and_(okA, okB)),
                      b.and_(okC, b.icmp_signed("==", tc, self.ir.IntType(32)(NO_TRANS))))
         blas, loops, after = (self.fn.append_basic_block() for _ in range(3))
