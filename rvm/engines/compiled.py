@@ -490,7 +490,8 @@ def _hoisted(body, reg, step, at, last_value, invariant, text) -> tuple:
             else:
                 continue
             skip.add(i)
-        for m in (a for a in ins.args if isinstance(a, Mem)) if fixed_top else ():
+        # (a cell's address: an array instruction checks its views itself)
+        for m in (a for a in ins.args if type(a) is Mem) if fixed_top else ():
             base, off = m.base, m.off
             check = templates.address_check(local(base), off, local)
             terms = [base] + ([off] if isinstance(off, Reg) else [])
