@@ -1,18 +1,19 @@
 """The array instructions' run-time helpers (rvm.core.isa, group "array") for the
 interpreter and the python engine, with numpy; native code lowers the same helpers
-(rvm.engines.lowering). Their semantics, element by element, come from the instruction
-table: a family's value and partial derivatives are its scalar templates, evaluated on
-arrays.
+(rvm.engines.arraylowering). Their semantics, element by element, come from the
+instruction table: a family's value and partial derivatives are its scalar templates,
+evaluated on arrays.
 
 A view is (start, row stride, column stride) over the instruction's shape m x n: element
 (i, j) is heap cell start + i * row stride + j * column stride. Every helper checks, before
 it writes anything, that the shape is not negative, that each view lies inside the heap
 (below its top), and that the cells it writes do not overlap the cells it reads (their
 address ranges, lowest to highest cell, are disjoint, or the lattices their cells lie on
-never meet: see apart); a view written in place (scale,
-negate, swap) may not repeat a cell. A target that repeats a cell (a stride of 0) sums
-into it: `y[0 : 0, 0] += x` over n elements is y += sum(x). Sums are numpy's (BLAS's for
-products): they may round differently from a loop of scalar instructions.
+never meet: see apart); a view written in place (scale, negate, swap) may not repeat a
+cell. A target that repeats a cell (a stride of 0) sums into it: `y[0 : 0, 0] += x` over n
+elements is y += sum(x), the sum taken from 0 in the order of the elements and added
+once, as native code does. Elementwise values are numpy's and products numpy's matmul
+(BLAS): they may round differently from a loop of scalar instructions.
 """
 
 from __future__ import annotations
