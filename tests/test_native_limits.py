@@ -601,21 +601,27 @@ done:   CF     exitbr
 """
 
 
-def test_a_register_native_code_read_raw_from_a_minus_zero_cell_is_not_taken_from_its_record():
-    """Where native code may hold a heap cell's -0.0 that the interpreter holds as 0.0,
-    a record holding -0.0 there is not taken as it is: the run is reported with the
-    interpreter's registers, signs of zeros included."""
+def test_a_register_native_code_read_raw_from_a_minus_zero_cell_is_reported_from_its_record(
+        monkeypatch):
+    """Native code may hold a heap cell's -0.0 as it read it (the interpreter holds 0.0 +
+    cell = 0.0): it makes such a register what the interpreter holds before a back edge,
+    so a run out of steps is reported from its record (the interpreter stepping over
+    only the steps past the budget), with the interpreter's registers, signs of zeros
+    included."""
     p = rvm.assemble(RAW_MINUS_ZERO)
     for budget in (100, 101, 102, 103):
         outcomes = []
         for engine in ("interp", "native"):
             m = Machine(p, engine=engine, max_steps=budget)
             m.enter("spinz", 0.0, 1e6, 0)
+            taken = steps_stepped(monkeypatch)
             with pytest.raises(rvm.MachineError) as e:
                 m.run()
+            monkeypatch.undo()
             outcomes.append((str(e.value), e.value.index, m.steps, signed(m.stack[0].R)))
         assert outcomes[0] == outcomes[1], budget
         assert outcomes[1][3][7] == "0.0"       # f2 (and f3 holds -0.0)
+        assert sum(taken) < 20, (budget, taken)     # native: from the record
 
 
 # failures that are not an exhausted budget, after many passes of a loop: a failed

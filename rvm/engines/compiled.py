@@ -194,7 +194,10 @@ class _Known:
         elif acc and self.pending.get(d) == ("-" if acc[0] == "+" else "+", acc[1]):
             action = "cancel"
         # (a comparison does not tell -0.0 from +0.0)
-        read = _mentioned(ins) & self.raw if ins.spec.group != "control" else set()
+        # (a call: every raw register, since a callee out of steps leaves this frame's
+        # registers at the call for the machine: see _Writer.goto)
+        read = set(self.raw) if ins.op in isa.CALLS else \
+            _mentioned(ins) & self.raw if ins.spec.group != "control" else set()
         if action == "cancel":
             read.discard(d)                     # `d = e - e` does not read d
         self.canon = [] if not read or self._raw_ok(ins, acc, gradient) else \
@@ -534,7 +537,6 @@ class _Writer:
         self.defer = False      # finiteness checked after a counted loop, not in it
         self.drop: frozenset = frozenset()  # address checks a counted loop made on entry
         self.known: list | None = None      # per block: what is known on entry (native)
-        self.raw_seen: set = set()          # the registers ever raw (native: see _Known)
         # derivatives: their largest magnitude so far in `_s` (derived_registers)
         self.derived = derived_registers(compiled.program, fn)
         self.scaled = set(self.derived or ()) & set(self.restores)     # (their ancillas)
@@ -606,8 +608,6 @@ class _Writer:
     def canonical(self, depth: int, known: _Known | None, regs=None) -> None:
         """Raw registers made `0.0 + cell` (see _Known): those the instruction just
         stepped through reads in another way, or `regs`."""
-        if known is not None:
-            self.raw_seen |= known.raw
         for r in (known.canon if known is not None else []) if regs is None else regs:
             x = _local(r)[0]
             self.emit(depth, f"{x} = 0.0 + {x}")
@@ -656,9 +656,14 @@ class _Writer:
     def block_of(self, target: int) -> int:
         return self.block.get(target, -1) if target < len(self.fn.code) else -1
 
-    def goto(self, depth: int, k: int, target: int, jumped: bool) -> None:
+    def goto(self, depth: int, k: int, target: int, jumped: bool,
+             known: _Known | None = None) -> None:
         """Transfer control: the comefroms' checks, then the next block (`continue` when a
-        block loops onto itself, inside its own `while True`)."""
+        block loops onto itself, inside its own `while True`). Native code: at a back
+        edge, where a run out of steps leaves its registers for the machine (a record,
+        rvm.engines.lowering), the raw registers (known: see _Known) are first made what
+        the interpreter holds (`0.0 + cell`), so a record never holds a cell's -0.0 the
+        interpreter has as 0.0."""
         path, passed = self.resolve(target, jumped)
         for t, j in path:
             self.arrive(depth, t, j)
@@ -666,6 +671,8 @@ class _Writer:
             self.emit(depth, f"_n -= {passed}")
         b = self.block_of(path[-1][0])
         if 0 <= b <= k:                 # a back edge: the only way to run for ever
+            if known is not None and known.raw:
+                self.canonical(depth, None, sorted(known.raw, key=str))
             self.emit(depth, "if _n < 0 or _fin != 0.0: " + BUDGET_OR_FINITE)
         if b == k and self.inner:
             self.emit(depth, "continue")
@@ -735,13 +742,13 @@ class _Writer:
             if ins.op in isa.BRANCHES:
                 t = fn.labels[ins.args[-1].name]
                 if ins.op == "JMP":
-                    self.goto(depth, k, t, True)
+                    self.goto(depth, k, t, True, known)
                 else:
                     ops = Operands(fn, ins, {}, _local)
                     self.emit(depth, f"if {condition(ops, isa.condition(ins.op))}:")
-                    self.goto(depth + 1, k, t, True)
+                    self.goto(depth + 1, k, t, True, known)
                     self.emit(depth, "else:")
-                    self.goto(depth + 1, k, i + 1, False)
+                    self.goto(depth + 1, k, i + 1, False, known)
             elif ins.op in isa.CALLS:
                 self.call(depth, ins)
             else:
@@ -749,7 +756,7 @@ class _Writer:
             self.track(depth, ins)
         if last is None or last.op not in isa.BRANCHES:
             if len(self.block) > 1:
-                self.goto(depth, k, end, False)
+                self.goto(depth, k, end, False, known)
             else:
                 self.arrive(depth, end, False)
         if len(self.lines) == before:
@@ -1101,7 +1108,6 @@ class Compiled:
                        for fname in self.split_at}
         self._native: dict = {}
         self._bodies: dict[str, str] = {}
-        self._raw: dict[str, set] = {}      # generated function -> its registers ever raw
         self._native_bodies: dict[str, str] = {}
         self._by_id = {v: k for k, v in self.names.items()}     # F3 -> its name
         # output statements, numbered in the program's order (the number is in the
@@ -1186,18 +1192,8 @@ class Compiled:
                 backward, gradient = MODES[mode]
                 writer = _Writer(self, inverse_function(fn) if backward else fn, gradient)
                 self._bodies[name] = writer.source(name)
-                self._raw[name] = writer.raw_seen
             text = self._bodies[name]
         return text
-
-    def ever_raw(self, name: str) -> set | None:
-        """The float registers (`f3`) that native code of the generated function `name` may
-        hold, somewhere, as a heap cell read raw (see _Known), so that a -0.0 there may be
-        the interpreter's +0.0; None if not known."""
-        if name not in self._raw and name not in self._bodies and self.native:
-            self.body(name)
-        raw = self._raw.get(name)
-        return None if raw is None else {_local(r)[0] for r in raw}
 
     @property
     def bodies(self) -> dict[str, str]:

@@ -546,9 +546,10 @@ class Machine(Helpers):
         failing run costs about what a succeeding one does. A frame run backwards is
         native code of the function's inverse (rvm.core.inverse): its blocks and states
         are the inverse's, mapped back onto the function's own. A float register holding
-        -0.0 is taken unless native code may hold it as a heap cell read raw, where the
-        interpreter holds 0.0 + cell = 0.0 (Compiled.ever_raw); a shadow may hold -0.0 (no
-        branch reads one)."""
+        -0.0 is taken as it is: native code makes a heap cell it read raw what the
+        interpreter holds (0.0 + cell) before a back edge or a call, where records are
+        left (rvm.engines.compiled: _Writer.goto); a shadow may hold -0.0 (no branch
+        reads one)."""
         from .lowering import AT_BACK_EDGE, AT_CALL, AT_END, CHECKPOINT, RECORD, name_id
         heap, fr = self.__dict__.get("_native_heap"), self.stack[0]
         if heap is None or heap[0] is not self._buf or len(self.stack) != 1 or \
@@ -575,7 +576,6 @@ class Machine(Helpers):
             generated = self._compiled.name(fn.name, mode)
             if name != name_id(generated):
                 return None
-            raw = None      # (the registers a -0.0 is ambiguous in: made on need)
             R = [0] * fn.n_int + [0.0] * fn.n_float
             G = [0.0] * len(R) if grad else None
             if kind == AT_END:      # the parameters (the locals are zero: checked) and,
@@ -595,13 +595,6 @@ class Machine(Helpers):
                 bits = found.get(name_id(reg))
                 if bits is None:
                     return None
-                if r.cls == isa.FLOAT and bits == -(1 << 63) and kind != AT_END:
-                    # -0.0: the interpreter's too, unless native code read it raw from a
-                    # cell (the registers a function returns are never raw)
-                    if raw is None:
-                        raw = self._compiled.ever_raw(generated)
-                    if raw is None or reg in raw:
-                        return None
                 R[fn.slot(r)] = bits if r.cls == isa.INT else \
                     np.int64(bits).view(np.float64).item()
                 if r.cls == isa.FLOAT and not math.isfinite(R[fn.slot(r)]):
