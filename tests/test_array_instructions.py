@@ -366,3 +366,12 @@ def test_native_code_makes_one_function_per_kind_of_array_instruction(monkeypatc
     helpers = re.findall(r'define internal double @"?(rvm_array_vacc_\w+)', text)
     assert len(helpers) == 2 and text.count(f"@{helpers[0]}(") + \
         text.count(f'@"{helpers[0]}"(') >= 3
+
+
+@pytest.mark.parametrize("text", ["VNEG [r0 : 1e3, 1], 1, 1", "VNEG [r0 : 1, 2.0], 1, 1",
+                                  "EXCH f0, [r0 + 1e3]", "EXCH f0, [r0 - 2.5]"])
+def test_a_float_for_an_offset_or_a_stride_is_a_located_syntax_error(text):
+    # (1e3 was taken as the float 1000.0)
+    with pytest.raises(rvm.AsmError) as e:
+        rvm.assemble(f".func f(r0, f0)\n    {text}\n.end\n")
+    assert e.value.line == 2 and ("offset" in str(e.value) or "stride" in str(e.value))

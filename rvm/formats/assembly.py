@@ -103,15 +103,8 @@ class Assembler:
                            "memory operands look like [r1], [r1 + 3] or [r1 + r2]")
             off = 0
             if line.peek()[1] in "+-" and line.peek()[1]:
-                sign = line.next()[1]
-                t2 = line.next()
-                reg = self.register(line, t2, aliases)
-                if reg is not None and sign == "+":
-                    off = reg
-                elif t2[0] == "num" and "." not in t2[1]:
-                    off = _number(t2[1], sign == "-")
-                else:
-                    line.error(t2[2], f"expected an offset register or integer, found {t2[1]!r}")
+                off = self.part(line, aliases, line.next()[1] == "-",
+                                "an offset register or integer")
             if line.peek()[1] == ":":           # a view: [rB + off : s0, s1]
                 line.next()
                 s0 = self.stride(line, aliases)
@@ -132,18 +125,24 @@ class Assembler:
             return FuncRef(text) if kind == "F" else Label(text)
         line.error(col, f"expected an operand, found {text or 'end of line'!r}")
 
-    def stride(self, line: _Line, aliases: dict):
+    def part(self, line: _Line, aliases: dict, negative: bool, what: str, hint: str = ""):
+        """A memory operand's offset or a view's stride: a register (not negated) or an
+        integer (`1e3` and `2.0` are floats, refused)."""
         tok = line.next()
-        negative = tok[1] == "-" and line.peek()[0] == "num"
-        if negative:
-            tok = line.next()
         reg = None if negative else self.register(line, tok, aliases)
         if reg is not None:
             return reg
-        if tok[0] == "num" and "." not in tok[1] and "e" not in tok[1].lower()[2:3]:
-            return _number(tok[1], negative)
-        line.error(tok[2], f"expected a stride (a register or an integer), found "
-                   f"{tok[1] or 'end of line'!r}", "views look like [r1 + r2 : r3, 1]")
+        value = _number(tok[1], negative) if tok[0] == "num" else None
+        if type(value) is not int:
+            line.error(tok[2], f"expected {what}, found {tok[1] or 'end of line'!r}", hint)
+        return value
+
+    def stride(self, line: _Line, aliases: dict):
+        negative = line.peek()[1] == "-" and line.peek(1)[0] == "num"
+        if negative:
+            line.next()
+        return self.part(line, aliases, negative, "a stride (a register or an integer)",
+                         "views look like [r1 + r2 : r3, 1]")
 
     def statement(self, line: _Line, aliases: dict) -> Instruction:
         kind, mnemonic, col = line.next()
