@@ -68,7 +68,7 @@ _BINARY = {ast.Mult: "mul", ast.Div: "div", ast.Pow: "pow", ast.Mod: "mod"}
 def partials(family: str) -> tuple[ast.expr, ...]:
     """The family's partial derivatives (one per argument) as expressions over its argument
     names, read from the instruction table."""
-    _, _, parts, _ = isa.FAMILIES[family]
+    _, _, parts = isa.family(family)
     out = []
     for p in parts:
         text = p.replace("{", "").replace("}", "")
@@ -545,8 +545,7 @@ def _array_rule(code: _Code, ins: Instruction, derivative: dict, adjoint: bool) 
     inverse = isa.OPS[op].inverse
     if head in ("VADD", "VSUB"):
         sign, ops, shape = (1 if head == "VADD" else -1), range(1, len(a) - 2), a[-2:]
-        names = isa.FAMILIES[fam][0] if fam else ("a",)
-        parts = partials(fam) if fam else (ast.Constant(1.0),)
+        names, parts = isa.family(fam)[0], partials(fam)
         low = _ArrayLowering(code, dict(zip(names, map(value, ops))), shape, line, first)
         emit(inverse if adjoint else op, *map(value, range(len(a) - 2)), *shape)
         for k, part in zip(ops, parts):

@@ -88,6 +88,15 @@ FAMILIES: dict[str, tuple[tuple[str, ...], str, tuple[str, ...], str | None]] = 
     "sign": (("a",), "sign({a})", ("0.0",), None),
     "trunc": (("a",), "float(math.trunc({a}))", ("0.0",), None),
 }
+def family(name: str | None) -> tuple[tuple[str, ...], str, tuple[str, ...]]:
+    """(operand names, float value, partial derivatives) of a function family by name, or
+    of the plain accumulation d += a (no name, or "id": the array instructions' VADD)."""
+    if not name or name == "id":
+        return ("a",), "{a}", ("1.0",)
+    args, value, partials, _ = FAMILIES[name]
+    return args, value, partials
+
+
 FAMILY_DOC = {
     "mul": "a * b", "div": "a / b (floor division on ints)", "mod": "a mod b (fmod on floats)",
     "pow": "a ** b", "exp": "exp(a)", "log": "log(a)", "sin": "sin(a)", "cos": "cos(a)",

@@ -13,7 +13,7 @@ import ast
 import functools
 import hashlib
 
-from ..core.isa import FAMILIES, MAX_FLOAT, MIN_NORMAL
+from ..core.isa import MAX_FLOAT, MIN_NORMAL, family
 from .arrays import LIMIT
 
 # each helper's arguments (after HI, HF, HG, TOP) fixed where it is used: the family, the
@@ -32,13 +32,6 @@ def _tree(text: str, args: tuple) -> ast.expr:
 def _constant(e) -> bool:
     return isinstance(e, ast.Constant) or (isinstance(e, ast.UnaryOp) and
                                            isinstance(e.operand, ast.Constant))
-
-
-def _family(name: str) -> tuple:
-    if name == "id":
-        return ("a",), "{a}", ("1.0",)
-    args, value, partials, _ = FAMILIES[name]
-    return args, value, partials
 
 
 BLAS_GEMM = "rvm_dgemm"        # cblas_dgemm with 64-bit integers (rvm.engines.llvm: blas)
@@ -210,10 +203,7 @@ class ArrayLowering:
     def _gcd(self, x, y):
         """Euclid's gcd of two non-negative int64 values (a loop in the IR)."""
         b, t = self.b, self.t
-        with b.goto_block(self.fn.entry_basic_block):
-            px, py = b.alloca(t.i64), b.alloca(t.i64)
-        b.store(x, px)
-        b.store(y, py)
+        px, py = self._alloca(t.i64, x), self._alloca(t.i64, y)
         head, body, after = (self.fn.append_basic_block() for _ in range(3))
         b.branch(head)
         b.position_at_end(head)
@@ -253,6 +243,13 @@ class ArrayLowering:
         """body(i, j) for every element, row by row."""
         zero, loop = self.t.i64(0), self.loop_over
         loop(self.b, zero, m, lambda i: loop(self.b, zero, n, lambda j: body(i, j)))
+
+    def _alloca(self, ty, first):
+        """A stack slot in the function's entry block, holding `first` from here."""
+        with self.b.goto_block(self.fn.entry_basic_block):
+            ptr = self.b.alloca(ty)
+        self.b.store(first, ptr)
+        return ptr
 
     def _local(self, name: str, ty):
         ptr = self.vars.get(name)
@@ -297,7 +294,7 @@ class ArrayLowering:
 
     # ---------------------------------------------------------------- helpers
     def _accumulating(self, fam, s, y, rest):
-        names, value, partials = _family(fam)
+        names, value, partials = family(fam)
         m, n = self._int(rest[-2]), self._int(rest[-1])
         yv = self._view(y)
         ops, bad = self._operands(rest[:-2], m, n, yv)
@@ -316,8 +313,7 @@ class ArrayLowering:
         one, zero = t.i64(1), t.i64(0)
         z0 = b.or_(b.icmp_signed("<=", m, one), b.icmp_signed("==", view[1], zero))
         z1 = b.or_(b.icmp_signed("<=", n, one), b.icmp_signed("==", view[2], zero))
-        with b.goto_block(self.fn.entry_basic_block):
-            acc = b.alloca(t.f64)
+        acc = self._alloca(t.f64, t.f64(0.0))
 
         def add(i, j, v):
             ptr = self.cell(heap, self._at(view, i, j))
@@ -369,48 +365,32 @@ class ArrayLowering:
         self._into(yv, m, n, element, flag=flag)
         self._check(b.load(flag))
 
-    def _pull(self, fam, s, y, rest, body):
-        """body(k, operand, i, j, contribution) for each element and operand: s * gy *
-        the partial (0 where gy is 0: a zero shadow pulls back nothing)."""
-        names, _, partials, s, yv, ops, m, n = self._accumulating(fam, s, y, rest)
+    def _pullback(self, yv, ops, names, partial, s, i, j):
+        """s * gy * the partial at element (i, j): 0 where gy is 0 (a zero shadow pulls
+        back nothing)."""
         b, t = self.b, self.t
-
-        def each(i, j):
-            values = [self._load(x, i, j) for x in ops]
-            gy = b.load(self.cell("HG", self._at(yv, i, j)))
-            for k, (x, p) in enumerate(zip(ops, partials)):
-                d = b.fmul(gy, self._element(p, names, values))
-                d = b.select(b.fcmp_ordered("!=", gy, t.f64(0.0)), d, t.f64(0.0))
-                body(k, x, i, j, b.fmul(t.f64(s), d))
-        self._each(m, n, each)
+        gy = b.load(self.cell("HG", self._at(yv, i, j)))
+        d = b.fmul(gy, self._element(partial, names, [self._load(x, i, j) for x in ops]))
+        d = b.select(b.fcmp_ordered("!=", gy, t.f64(0.0)), d, t.f64(0.0))
+        return d if s == 1.0 else b.fmul(t.f64(s), d)
 
     def _vgrad(self, fam, s, k, y, *rest):
-        b, t = self.b, self.t
-        total = self._local(f"_vg{id(y)}", t.f64)
-        b.store(t.f64(0.0), total)
-        want = k
-
-        def body(j, x, _i, _j, d):
-            if j == want:
-                b.store(b.fadd(b.load(total), d), total)
-        self._pull(fam, s, y, rest, body)
+        """A scalar operand k's gradient: its pullbacks summed over the elements."""
+        names, _, partials, s, yv, ops, m, n = self._accumulating(fam, s, y, rest)
+        b = self.b
+        total = self._alloca(self.t.f64, self.t.f64(0.0))
+        self._each(m, n, lambda i, j: b.store(b.fadd(b.load(total), self._pullback(
+            yv, ops, names, partials[k], s, i, j)), total))
         return b.load(total)
 
     def _vpull(self, fam, s, y, *rest):
-        """Each view operand's shadow += its contributions (one pass per operand, so that
-        a broadcast operand's repeated cells sum as the interpreter sums them)."""
+        """Each view operand's shadow += its pullbacks (one pass per operand, so that a
+        broadcast operand's repeated cells sum as the interpreter sums them)."""
         names, _, partials, s, yv, ops, m, n = self._accumulating(fam, s, y, rest)
-        b, t = self.b, self.t
-        for k, x in enumerate(ops):
-            if not isinstance(x, tuple):
-                continue
-
-            def contribution(i, j, p=partials[k]):
-                gy = b.load(self.cell("HG", self._at(yv, i, j)))
-                d = b.fmul(gy, self._element(p, names, [self._load(v, i, j) for v in ops]))
-                d = b.select(b.fcmp_ordered("!=", gy, t.f64(0.0)), d, t.f64(0.0))
-                return d if s == 1.0 else b.fmul(t.f64(s), d)
-            self._into(x, m, n, contribution, shadows=True)
+        for x, p in zip(ops, partials):
+            if isinstance(x, tuple):
+                self._into(x, m, n, lambda i, j, p=p: self._pullback(yv, ops, names, p, s,
+                                                                     i, j), shadows=True)
 
     def _product(self, y, a, c, m, k, n):
         b = self.b
@@ -426,9 +406,7 @@ class ArrayLowering:
     def _dot(self, k, term):
         """sum(term(l) for l < k), in order."""
         b, t = self.b, self.t
-        with b.goto_block(self.fn.entry_basic_block):
-            acc = b.alloca(t.f64)
-        b.store(t.f64(0.0), acc)
+        acc = self._alloca(t.f64, t.f64(0.0))
         self.loop_over(b, t.i64(0), k, lambda l_: b.store(b.fadd(b.load(acc), term(l_)), acc))
         return b.load(acc)
 
@@ -557,8 +535,7 @@ class ArrayLowering:
         b, t = self.b, self.t
         xv, m, n, bad = self._in_place(x, m, n)
         self._check(bad)
-        total = self._local(f"_vd{id(x)}", t.f64)
-        b.store(t.f64(0.0), total)
+        total = self._alloca(t.f64, t.f64(0.0))
 
         def body(i, j):
             at = self._at(xv, i, j)

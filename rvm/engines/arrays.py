@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from ..core.isa import FAMILIES, MAX_FLOAT, MIN_NORMAL
+from ..core.isa import FAMILIES, MAX_FLOAT, MIN_NORMAL, family
 from .templates import Fault
 
 LIMIT = 1 << 31         # shapes and strides beyond this are refused (no int64 overflow)
@@ -49,9 +49,7 @@ def _compiled(text: str, args: tuple):
 
 
 def _family(name: str):
-    if name == "id":
-        return ("a",), _compiled("{a}", ("a",)), (_compiled("1.0 + 0.0 * {a}", ("a",)),)
-    args, value, partials, _ = FAMILIES[name]
+    args, value, partials = family(name)
     return args, _compiled(value, args), tuple(_compiled(p, args) for p in partials)
 
 
