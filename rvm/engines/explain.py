@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import re
 
+from ..core import isa
 from ..core.program import Function, Reg
 from ..formats.bytecode import source_line
 
@@ -175,9 +176,6 @@ def _cells_named(fn: Function, line: int, R: list, message: str) -> str | None:
     return None if named == message else f"{named} (line {line})"
 
 
-_HOLDS = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
-
-
 def _requirement(fn: Function, ins, line: int, path: str, R: list) -> str | None:
     """A check the compiler made for a statement that is not an `assert` (an array
     statement's shapes, a slice's bounds), with the source's names: "line 6 (`y += x`)
@@ -195,7 +193,7 @@ def _requirement(fn: Function, ins, line: int, path: str, R: list) -> str | None
             parts.append(repr(getattr(a, "value", a)))
     text = source_line(path, line).strip() if path else ""
     where = f"line {line}" + (f" (`{text}`)" if text else "")
-    return (f"{where} needs {parts[0]} {_HOLDS[ins.op.partition('.')[2]]} {parts[1]}: "
+    return (f"{where} needs {parts[0]} {isa.CONDITIONS[ins.op.partition('.')[2]]} {parts[1]}: "
             f"{', '.join(shown)}")
 
 
