@@ -315,6 +315,17 @@ HALF = 1 << 61
 def _address(code: _Code, mem, line: int) -> tuple[Reg, list[Instruction]]:
     """Emit the computation of 2 * (f's address of mem); (register, its uncompute)."""
     a, a2 = code.int_temps(2)
+    steps = _doubling(mem, a, a2, line)
+    for ins in steps:
+        code.emit(ins.op, *ins.args, line=line)
+    undo = [Instruction(isa.OPS[i.op].inverse, i.args, line) for i in reversed(steps)
+            if not i.op.startswith("ASSERT")]
+    return a2, undo
+
+
+def _doubling(mem, a: Reg, a2: Reg, line: int) -> list[Instruction]:
+    """The instructions that make a = f's address of mem (base + offset, checked to lie
+    in 0 .. 2^62 - 1) and a2 = 2a, from zeroed a and a2."""
     off = mem.off
     steps = []
     if isinstance(off, Reg):
@@ -330,14 +341,9 @@ def _address(code: _Code, mem, line: int) -> tuple[Reg, list[Instruction]]:
                   Instruction("ADD", (a, mem.base), line)]
         if off:
             steps.append(Instruction("ADD", (a, Imm(off)), line))
-    steps += [Instruction("ASSERT.GE", (a, Imm(0)), line),
-              Instruction("ASSERT.LT", (a, Imm(LIMIT)), line),
-              Instruction("ADD.mul", (a2, a, Imm(2)), line)]
-    for ins in steps:
-        code.emit(ins.op, *ins.args, line=line)
-    undo = [Instruction(isa.OPS[i.op].inverse, i.args, line) for i in reversed(steps)
-            if not i.op.startswith("ASSERT")]
-    return a2, undo
+    return steps + [Instruction("ASSERT.GE", (a, Imm(0)), line),
+                    Instruction("ASSERT.LT", (a, Imm(LIMIT)), line),
+                    Instruction("ADD.mul", (a2, a, Imm(2)), line)]
 
 
 def _memory_rule(code: _Code, ins: Instruction, tan: dict) -> None:
@@ -423,19 +429,7 @@ def _doubled(code: _Code, ins: Instruction) -> tuple[dict, list[Instruction], in
     for j, k in enumerate(at):
         v = ins.args[k]
         a, a2, r0, r1 = regs[4 * j:4 * j + 4]
-        if isinstance(v.off, Reg):
-            steps += [Instruction(f"ASSERT.{cc}", (r, Imm(x)), line) for r in (v.base, v.off)
-                      for cc, x in (("GE", -HALF), ("LE", HALF))]
-            steps += [Instruction("ADD", (a, v.base), line), Instruction("ADD", (a, v.off), line)]
-        else:
-            if abs(v.off) > HALF:
-                raise TransformError(f"view offset {v.off} is too large for a derivative "
-                                     "program (at most 2^61)")
-            steps += [Instruction("ADD", (a, v.base), line)]
-            steps += [Instruction("ADD", (a, Imm(v.off)), line)] if v.off else []
-        steps += [Instruction("ASSERT.GE", (a, Imm(0)), line),
-                  Instruction("ASSERT.LT", (a, Imm(LIMIT)), line),
-                  Instruction("ADD.mul", (a2, a, Imm(2)), line)]
+        steps += _doubling(v, a, a2, line)         # the start, as a cell's address
         strides = []
         for stride, r in ((v.s0, r0), (v.s1, r1)):
             if isinstance(stride, Reg):
