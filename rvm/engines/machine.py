@@ -573,8 +573,7 @@ class Machine(Helpers):
         fn, e, owed = fr.fn, fr.dir * direction, 0
         for k, (name, kind, block, arg, found) in enumerate(reversed(records)):
             mode = ("g" if grad else "") + ("fw" if e > 0 else "bw")
-            generated = self._compiled.name(fn.name, mode)
-            if name != name_id(generated):
+            if name != name_id(self._compiled.name(fn.name, mode)):
                 return None
             R = [0] * fn.n_int + [0.0] * fn.n_float
             G = [0.0] * len(R) if grad else None
