@@ -222,3 +222,76 @@ def test_bad_arguments():
         p.call("g")
     with pytest.raises(MachineError, match="int64"):
         p.call("f", 1 << 70, 0.0)
+
+
+def _engines():
+    from rvm.engines import llvm, native
+    return ["interp", "python"] + (["native"] if native.available and llvm.usable() else [])
+
+
+# main (3 registers) calls mid (2), which calls leaf (3) twice: 3 frames and
+# 8 registers at most; leaf allocates r0 heap cells and frees them
+CHAIN = """
+.func leaf(r0, r1)
+    ALLOC  r1, r0
+    ADD    r2, r1
+    SUB    r2, r1
+    FREE   r1, r0
+.end
+.func mid(r0, r1)
+    CALL   leaf, r0, r1
+    CALL   leaf, r0, r1
+.end
+.func main(r0, r1, r2)
+    CALL   mid, r0, r1
+.end
+"""
+
+
+def _outcome(p, engine, *args, **limits):
+    import warnings
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            m = rvm.Machine(p, engine=engine, **limits)
+            return [m.call(list(p.functions)[-1], *args) for _ in range(3)]
+    except MachineError as e:
+        return str(e).splitlines()[0]
+
+
+@pytest.mark.parametrize("engine", _engines())
+def test_frames_count_against_the_limits_on_every_engine_at_their_edges(engine):
+    """Compiled code keeps no frames, yet refuses what the interpreter refuses: a chain of
+    calls past max_depth, registers of the live frames plus heap cells past heap_limit
+    (exactly at the limits each passes)."""
+    p = asm(CHAIN)
+    for limits in ({"max_depth": 3}, {"max_depth": 2}, {"heap_limit": 8},
+                   {"heap_limit": 7}, {"heap_limit": 12}, {"heap_limit": 11}):
+        for n in (0, 4):
+            assert _outcome(p, engine, n, 0, 0, **limits) == \
+                _outcome(p, "interp", n, 0, 0, **limits), (limits, n)
+    assert isinstance(_outcome(p, engine, 4, 0, 0, heap_limit=12), list)
+    assert "memory limit of 11" in _outcome(p, engine, 4, 0, 0, heap_limit=11) or \
+        "heap limit of 11" in _outcome(p, engine, 4, 0, 0, heap_limit=11)
+    assert "call depth limit of 2" in _outcome(p, engine, 0, 0, 0, max_depth=2)
+
+
+@pytest.mark.parametrize("engine", _engines())
+def test_a_recursive_program_counts_its_frames_on_every_engine(engine):
+    p = rvm.load(pathlib.Path(__file__).parents[1] / "asm" / "fact.rasm")
+    for limits in ({"max_depth": 8}, {"max_depth": 12}, {"heap_limit": 30},
+                   {"heap_limit": 36}):
+        assert _outcome(p, engine, 12, 0, **limits) == _outcome(p, "interp", 12, 0, **limits)
+    assert "call depth limit of 8" in _outcome(p, engine, 12, 0, max_depth=8)
+
+
+def test_a_large_frame_past_the_limit_in_a_callee_whose_run_exhausts_its_budget():
+    """A callee's frame the limit refuses, in a run the budget also stops: an rvm error
+    (it was a traceback from reading native code's record of the run)."""
+    text = (pathlib.Path(__file__).parents[1] / "asm" / "iexp.rasm").read_text()
+    p = asm(text.replace("        ADD     f3, f2 ", "        ADD f1540, 0.0\n"
+                         "        SUB f1540, 0.0\n        ADD     f3, f2 "))
+    for engine in _engines():
+        for steps in (30, 5000):
+            with pytest.raises(MachineError, match="memory limit of 1200 cells"):
+                p.call("iexp", 0.0, 0.5, engine=engine, max_steps=steps, heap_limit=1200)

@@ -234,8 +234,9 @@ class _Direct:
             return self.make_arrays(args)
         m = self.runner.forward(args)          # also validates arguments and the loss
         fn = m.stack[0].fn
-        if m.engine == "interp" or len(fn.params) != len(args) or m.said_cells:
-            return None         # (output statements: the machine's runs print them)
+        if m.engine == "interp" or len(fn.params) != len(args) or m.said_cells or \
+                not m.fits():   # (output statements: the machine's runs print them)
+            return None
         b, _ = find_argument(m.bindings, fn, self.loss, "loss")
         comp = compiled(m.program, m.checks, native=m._compiled.native)
         funcs = comp.bind(m)
@@ -313,7 +314,8 @@ class _Direct:
         if m.engine == "auto" and not m._compiled.native:
             return "later"                   # plan again once auto has gone native
         places = m.array_places(args)
-        if m.engine == "interp" or not m._compiled.native or places is None:
+        if m.engine == "interp" or not m._compiled.native or places is None or \
+                not m.fits():
             return None
         b, element = find_argument(bindings, fn, self.loss, "loss")
         comp = compiled(m.program, m.checks, native=True)
@@ -771,7 +773,7 @@ def jacobian_plan(runner: Pass, args: tuple, outputs, wrt) -> tuple | None:
     m = runner.forward(args)              # validates the arguments and names
     fn = m.stack[0].fn
     if m.engine not in ("native", "auto") or not native.available or \
-            len(fn.params) != len(args) or m.said_cells:
+            len(fn.params) != len(args) or m.said_cells or not m.fits():
         return None
     comp = compiled(m.program, m.checks, native=True)
     if comp.uses_heap or any(b.is_array or b.complex for b in m.bindings):

@@ -248,3 +248,21 @@ class Program:
                         order.append(name)
             self.cache["call_order"] = (order, cyclic)
         return self.cache["call_order"]
+
+    def deepest(self, name: str) -> tuple[int, int] | None:
+        """The most frames, and the most registers, that the calls under function `name`
+        (itself included) can hold live at once, taken over every chain of calls it could
+        make; None where the calls can recurse. The compiled engines, which keep no
+        frames of their own, run a function only where these fit the machine's limits."""
+        deepest = self.cache.get("deepest")
+        if deepest is None:
+            order, cyclic = self.call_order()
+            deepest = self.cache["deepest"] = {}
+            if not cyclic:
+                calls = self.calls()
+                for f in order:          # callees first
+                    fn = self.functions[f]
+                    below = [deepest[g] for g in calls[f] if g in deepest]
+                    deepest[f] = (1 + max((d for d, _ in below), default=0),
+                                  fn.n_int + fn.n_float + max((c for _, c in below), default=0))
+        return deepest.get(name)

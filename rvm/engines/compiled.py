@@ -583,7 +583,16 @@ class _Writer:
         if self.derived is not None:
             self.emit(depth, "M.dscale = _s")
         call = f"{target}(M, {', '.join(outs)})"
+        # a recursive program (python engine only) keeps the interpreter's count of live
+        # frames and their registers (a failed test: the interpreter reports it)
+        size = callee.n_int + callee.n_float
+        if self.c.recursive:
+            self.emit(depth, f"if M.live >= M.max_depth or M.frame_cells + {size} + M.top "
+                      "> M.heap_limit: raise Fault('call depth or memory limit')")
+            self.emit(depth, f"M.live += 1; M.frame_cells += {size}")
         self.emit(depth, f"{', '.join(outs)}, = {call}" if outs else call)    # no parameters
+        if self.c.recursive:
+            self.emit(depth, f"M.live -= 1; M.frame_cells -= {size}")
         self.emit(depth, "_n = M.budget")
         if self.derived is not None:
             self.emit(depth, "_s = M.dscale")
@@ -1097,6 +1106,7 @@ class Compiled:
     def __init__(self, program: Program, checks: bool = True, native: bool = False):
         self.program, self.checks, self.native = program, checks, native
         self.names = {name: f"F{k}" for k, name in enumerate(program.functions)}
+        self.recursive = program.call_order()[1]      # (never native code)
         # function -> (where B starts, where its fws stops, registers checked around B)
         self.split_at: dict[str, tuple] = {}
         for fname, fn in program.functions.items():
@@ -1332,6 +1342,9 @@ class Compiled:
         cached[4][0], cached[4][1] = machine.top, machine.max_steps
         if machine.said_cells:
             cached[4][2] = OUT0         # nothing written yet
+        room = machine.heap_room()      # (compiled code keeps its frames' room free)
+        if room < len(cached[1]):
+            return tuple(a[:max(room, 1)] for a in cached[1:4]) + cached[4:]
         return cached[1:]
 
     def run(self, machine, direction: int) -> None:
@@ -1350,6 +1363,7 @@ class Compiled:
         if grad:
             args += [fr.G[k] for k in floats]
         machine.budget = machine.max_steps
+        machine.live, cells = 1, machine.frame_cells     # (see _Writer.call)
         heap = self.heap(machine) if self.native else (machine,)
         if self.native and machine.wants_gradient and mode == "fw":
             funcs.gradient(fn.name)       # this forward run's code comes with the gradient's
@@ -1364,6 +1378,8 @@ class Compiled:
                                fn.name) from None
         except (ArithmeticError, ValueError) as exc:
             raise MachineError(f"arithmetic error: {exc}", fn.name) from None
+        finally:
+            machine.frame_cells = cells
         if self.native:
             machine.top = int(heap[3][0])
             out = [v.item() if hasattr(v, "item") else v for v in out]

@@ -77,6 +77,13 @@ class Machine(Helpers):
         self.program, self.max_steps, self.heap_limit = program, max_steps, heap_limit
         self.budget = max_steps            # steps left in a compiled run (shared by calls)
         self.frame_cells = 0               # registers of the live frames (memory, with the heap)
+        # compiled code keeps no frames: it runs a root function only where every chain of
+        # calls under it fits max_depth, and keeps its heap within heap_limit less the
+        # registers of the largest such chain (reserve: those past the root's), so that
+        # none of the interpreter's frame checks could fail (see fits, Program.deepest);
+        # where they might, the interpreter runs and decides
+        self.reserve, self.too_deep, self.compiling = 0, False, False
+        self.live = 1                      # frames live in a compiled run (recursive programs)
         self.engine = resolve_engine(engine if engine is not None else program.engine)
         self.out = None                    # where output statements print (None: stdout)
         # a compiled run's output, printed when the run succeeds (see run), and native
@@ -108,7 +115,7 @@ class Machine(Helpers):
     def _grow(self, need: int, exact: bool = False) -> None:
         """Room for `need` heap cells: the heap doubled (at least), or (exact) just that
         large (room for a checkpoint: Machine.run)."""
-        if need + self.frame_cells > self.heap_limit:
+        if need + self.frame_cells + self.compiling * self.reserve > self.heap_limit:
             raise Limit(f"heap limit of {self.heap_limit} cells exceeded (asked for {need} "
                         f"heap cells, with {self.frame_cells} registers in live frames); "
                         "raise heap_limit / --heap-limit")
@@ -141,8 +148,9 @@ class Machine(Helpers):
         if n < 0:
             raise Fault(f"ALLOC of a negative number of cells ({n})")
         base = self.top
-        if base + n > self.cap:
-            self._grow(base + n)
+        if base + n > self.cap or base + n + self.frame_cells + \
+                self.compiling * self.reserve > self.heap_limit:
+            self._grow(base + n)        # (which refuses what the limit does not allow)
         self.top = base + n
         return base
 
@@ -160,7 +168,8 @@ class Machine(Helpers):
         self.top = d
 
     def push(self, v) -> None:
-        if self.top >= self.cap:
+        if self.top >= self.cap or self.top + 1 + self.frame_cells + \
+                self.compiling * self.reserve > self.heap_limit:
             self._grow(self.top + 1)
         if type(v) is float:
             self.hf[self.top] = v
@@ -424,7 +433,8 @@ class Machine(Helpers):
         self.entered()
         if self.at_boundary(-direction):    # a whole pass: the derivatives' magnitudes
             self.dscale = 0.0               # are its own (compiled.derived_registers)
-        if self.engine != "interp" and self.at_boundary(-direction) and max_steps is None:
+        if self.engine != "interp" and self.at_boundary(-direction) and max_steps is None \
+                and self.fits():
             engine = self.tier()
             if self._compiled is None or self._compiled.native != (engine == "native"):
                 from .compiled import compiled
@@ -447,7 +457,11 @@ class Machine(Helpers):
             while True:
                 try:
                     self.pending.clear()
-                    self._compiled.run(self, direction)
+                    self.compiling = True
+                    try:
+                        self._compiled.run(self, direction)
+                    finally:
+                        self.compiling = False
                     self.speak()
                     return 0
                 except RvmError as e:
@@ -477,13 +491,12 @@ class Machine(Helpers):
                             self._grow(room, exact=True)
                             continue
                     if "heap capacity exceeded" in str(e) and self.cap < self.heap_limit \
-                            and need + self.frame_cells <= self.heap_limit:
+                            and need <= self.heap_room():
                         # as large as the cells wanted (when the code says how many), and
                         # never past the limit: a refused request is refused before any
                         # cell is allocated for it (the interpreter then reports it)
                         with contextlib.suppress(Limit):    # (out of memory: reported so)
-                            self._grow(min(max(need, 2 * self.cap),
-                                           self.heap_limit - self.frame_cells))
+                            self._grow(min(max(need, 2 * self.cap), self.heap_room()))
                             continue
                     if last >= 0 and ("invertibility check failed" in str(e) or
                                       "step budget exhausted" in str(e)):
@@ -659,7 +672,7 @@ class Machine(Helpers):
             D = direction if left > 0 else -direction
             if self._move(D, abs(left)) != abs(left) or self.at_boundary(direction):
                 raise MachineError("the checkpoint is not reachable")
-        except RvmError:        # (never, if native code and the interpreter agree)
+        except (RvmError, Fault):   # (never, if native code and the interpreter agree)
             self.stack, self.frame_cells, self.steps = [fr], len(fr.R), steps
             fr.R[:], fr.state = saved[0], saved[2]
             if saved[1] is not None:
@@ -733,7 +746,7 @@ class Machine(Helpers):
                    for f in self.program.functions.values())
         top = int(heap[4][0])
         if not 0 <= top <= self.cap or self.cap - top >= room or \
-                top + room + self.frame_cells > self.heap_limit:
+                top + room > self.heap_room():
             return 0
         return top + room
 
@@ -805,9 +818,23 @@ class Machine(Helpers):
         self.stack, self.steps = [fr], 0
         self.dscale = 0.0
         self.frame_cells = len(fr.R)
+        deepest = self.program.deepest(name)      # None: recursive (the python engine
+        self.too_deep = deepest is not None and deepest[0] > self.max_depth  # counts)
+        self.reserve = 0 if deepest is None else deepest[1] - len(fr.R)
         if self.grad:
             fr.G = [0.0] * len(fr.R)
         return fr
+
+    def fits(self) -> bool:
+        """May compiled code run the root function from here? Not where a chain of calls
+        under it could pass max_depth, or its registers and the heap pass heap_limit (the
+        interpreter then runs, and reports it where it happens)."""
+        return not self.too_deep and self.top <= self.heap_room()
+
+    def heap_room(self) -> int:
+        """The heap cells compiled code may use: heap_limit less the registers of the
+        root and of the largest chain of calls under it."""
+        return self.heap_limit - self.frame_cells - self.reserve
 
     def output(self, parts: tuple, R: list) -> None:
         """Run an output statement: its text parts and values (from the frame's registers
@@ -895,7 +922,8 @@ class Machine(Helpers):
         out = self.finish()
         # planned once the call ran natively (engine auto moves there with use): a direct
         # call, or False for none
-        if fast is None and self._compiled is not None and self._compiled.native:
+        if fast is None and self._compiled is not None and self._compiled.native and \
+                self.fits():
             self._fast[key] = self._direct(args, backward) or False
         return out
 
@@ -940,7 +968,7 @@ class Machine(Helpers):
         function = self._compiled_functions[c.name(fn.name, "bw" if backward else "fw")]
         # a private heap: programs that only push and pop scalars (as derivative programs
         # do) run on it; one that needs more, or leaves cells in use, goes the general way
-        cells = min(DIRECT_HEAP, self.heap_limit) if c.uses_heap else 1
+        cells = min(DIRECT_HEAP, self.heap_room()) if c.uses_heap else 1
         hi = np.zeros(cells, np.int64)
         heap = (hi, hi.view(np.float64), np.zeros(cells), np.zeros(2, np.int64))
         kinds = coercers(fn.params, fn.name)      # as bind() converts: same values, errors
@@ -964,7 +992,7 @@ class Machine(Helpers):
         for direct calls with this run's argument arrays where the run placed them: as
         large as the run's heap grew and DIRECT_HEAP cells past the arrays, within the heap
         limit; None if the arrays alone exceed it."""
-        cells = min(max(self.cap, self.entry_top + DIRECT_HEAP), self.heap_limit)
+        cells = min(max(self.cap, self.entry_top + DIRECT_HEAP), self.heap_room())
         if cells < self.entry_top:
             return None
         hi = np.zeros(cells, np.int64)
