@@ -97,15 +97,31 @@ def _getitem(self: Program, name: str) -> FunctionHandle:
 def _call(self: Program, name: str, *args, **options):
     """Run `name` forwards on the arguments; return the parameters' final values.
     Options (engine, checks, max_steps, heap_limit, tol) go to the machine."""
-    args = janus.to_machine(self, name, args)
-    return janus.from_machine(self, name, machine_for(self, **options).call(name, *args))
+    return _janus_run(self, name, args, options, False)
 
 
 @user_facing
 def _uncall(self: Program, name: str, *args, **options):
     """Run `name` backwards on the arguments; return the parameters' final values."""
-    args = janus.to_machine(self, name, args)
-    return janus.from_machine(self, name, machine_for(self, **options).uncall(name, *args))
+    return _janus_run(self, name, args, options, True)
+
+
+def _janus_run(program: Program, name: str, args: tuple, options: dict, backward: bool):
+    """A call or uncall; of a Janus procedure, again with larger stacks where one is full
+    (janus.growing), its stacks given and returned as lists."""
+    def run(p, out):
+        m = machine_for(p, **options)
+        saved, m.out = m.out, out
+        try:
+            go = m.uncall if backward else m.call
+            return go(name, *janus.to_machine(p, name, args))
+        finally:
+            m.out = saved
+    if "janus" not in program.cache:
+        m = machine_for(program, **options)
+        return (m.uncall if backward else m.call)(name, *args)
+    program, results = janus.growing(program, run)
+    return janus.from_machine(program, name, results)
 
 
 Program.__getitem__, Program.call, Program.uncall = _getitem, _call, _uncall

@@ -18,7 +18,6 @@ from .core.errors import MachineError, RvmError, UsageError
 from .core.program import Program
 from .engines.arguments import plural
 from .engines.machine import Machine
-from .engines.templates import Limit
 from .formats.assembly import disassemble
 
 
@@ -264,11 +263,23 @@ def _count(program: Program, entry: str, values: list) -> None:
 
 def cmd_run(args) -> None:
     program, entry, values = _program(args)
+    if "janus" in program.cache and not args.trace:
+        from .lang import janus
+
+        def run(p, out):        # (again with larger stacks where one is full)
+            m = _machine(p, args)
+            m.out = out
+            run = m.uncall if args.backward else m.call
+            return m, run(entry, *janus.to_machine(p, entry, values))
+        program, (m, results) = janus.growing(program, run)
+        if entry == "main" and not args.json:
+            print(janus.show_store(program, results))
+            return
+        results = janus.from_machine(program, entry, results)
+        _print_values([b.name for b in m.bindings], results, args.json)
+        return
     m = _machine(program, args)
-    try:
-        m.enter(entry, *values, backward=args.backward)
-    except Limit as e:          # the arguments alone are past --heap-limit (a Janus stack)
-        raise RvmError(str(e)) from None
+    m.enter(entry, *values, backward=args.backward)
     if args.trace:
         m.engine = "interp"         # a trace steps one instruction at a time
         from .debugger.trace import traced_run
@@ -566,7 +577,8 @@ def parser() -> argparse.ArgumentParser:
                    "-m32 before the file or -m after it")
     r.add_argument("--stack-capacity", type=int, metavar="N",
                    help="Janus: the elements each stack of main's and each local stack "
-                   "holds (default 65536)")
+                   "holds at first (default 65536; a full stack grows: the run starts "
+                   "again with stacks twice as large, up to --heap-limit)")
     r.add_argument("--no-overflow-checks", dest="unchecked", action="store_true",
                    help="Janus: int updates wrap around int64 instead of stopping with an "
                    "overflow error (faster on the interpreter)")
@@ -625,6 +637,9 @@ def parser() -> argparse.ArgumentParser:
 
     b = runner("debug", "step through a function forwards and backwards (gdb-like)")
     b.add_argument("--batch", metavar="FILE", help="run the commands in FILE, one per line")
+    b.add_argument("--stack-capacity", type=int, metavar="N",
+                   help="Janus: the elements each stack holds (default 65536; stacks do not "
+                   "grow in the debugger)")
     _transform(b)
     b.set_defaults(run=cmd_debug)
 

@@ -888,8 +888,9 @@ def test_sized_and_modular_integers_still_wrap(tmp_path):
     assert run_main(modular) == "x = -9223372036854775808\ny = -2147483648"
 
 
-# stacks hold 65536 elements by default (jana's are unbounded; rvm's were full at 1024),
-# --stack-capacity N sets it, and a full stack names itself and the option
+# stacks hold 65536 elements at first (jana's are unbounded; rvm's were full at 1024), and
+# grow: a run that fills one starts again with stacks twice as large (main's and local
+# ones), up to the memory limit, which is a clear error naming the stack
 DEEP_STACK = """\
 procedure fill(stack s, int n)
     local int i = 0
@@ -898,6 +899,9 @@ procedure fill(stack s, int n)
         push(x, s)
         delocal int x = 0
         i += 1
+        if i % 500 = 0 then
+            printf("%d pushed", i)
+        fi i % 500 = 0
     until i = n
     delocal int i = n
 
@@ -912,22 +916,44 @@ procedure main()
         uncall fill(t, n)
     delocal stack t = nil
 """
+PRINTED = "500 pushed\n1000 pushed\n1500 pushed\n"
 
 
-def test_stacks_hold_more_than_1024_elements_and_the_capacity_is_an_option(tmp_path):
+def test_stacks_grow_up_to_the_memory_limit(tmp_path):
     prog, path = janus(tmp_path, DEEP_STACK)
-    out = run_main(prog).splitlines()
-    assert out[1] == "n = 1500" and out[2].startswith("s = <1499, 1498, 1497, ")
-    assert out[2].endswith(", 1, 0]") and out[0] == "m = 1500"
-    small = cli("run", path, "--stack-capacity", "1000")
-    assert small.returncode == 1 and "Traceback" not in small.stderr
-    assert "prog.ja:5: push(x, s): the stack s is full (1000 elements, its capacity" in \
-        small.stderr and "--stack-capacity N" in small.stderr
-    roomy = compile_janus(str(path), stack_capacity=2000)
-    assert run_main(roomy).startswith("m = 1500")
-    huge = cli("run", path, "--stack-capacity", 1 << 25)     # past the heap: a clear error
+    store = run_main(prog).splitlines()
+    assert store[1] == "n = 1500" and store[2].startswith("s = <1499, 1498, 1497, ")
+    assert store[2].endswith(", 1, 0]") and store[0] == "m = 1500"
+    for engine in ("interp", "python", "native"):
+        # main's stack and the local one fill at 100 elements, 200, ... 800: each run
+        # starts again with both twice as large; what a stopped run printed is not
+        # printed again (uncalling fill prints backwards: the lines in reverse)
+        small = cli("run", path, "--stack-capacity", "100", "--engine", engine)
+        assert small.returncode == 0, small.stderr
+        lines = small.stdout.splitlines()
+        assert lines[:9] == PRINTED.splitlines() * 2 + PRINTED.splitlines()[::-1], lines
+        assert lines[9:] == store
+    back = cli("run", path, "--stack-capacity", "100", "--backward", "--engine", "native")
+    assert back.returncode == 1 and "Traceback" not in back.stderr     # (n = 0 backwards)
+    # from Python: a stack given as a list, a procedure's local stack
+    small = compile_janus(str(path), stack_capacity=8)
+    assert small.call("fill", [7, 8], 300)[0] == [7, 8, *range(300)]
+    assert small.uncall("fill", [7, 8, *range(300)], 300)[0] == [7, 8]
+    assert run_main(small).splitlines() == store
+    # past the memory: the full stack, and the limit, named (the old message's option)
+    tight = cli("run", path, "--stack-capacity", "100", "--heap-limit", "2000")
+    assert tight.returncode == 1 and "Traceback" not in tight.stderr
+    assert "prog.ja:5: push(x, s): the stack s is full (800 elements), and stacks twice " \
+        "as large do not fit the machine's memory limit of 2000 cells" in tight.stderr, \
+        tight.stderr
+    huge = cli("run", path, "--stack-capacity", 1 << 25)     # past the heap at once
     assert huge.returncode == 1 and "Traceback" not in huge.stderr
     assert "heap limit of 16777216 cells exceeded" in huge.stderr
+    # the debugger keeps the capacity it starts with, and says how to start larger
+    (tmp_path / "cmds").write_text("continue\nquit\n")
+    dbg = cli("debug", path, "--stack-capacity", "100", "--batch", tmp_path / "cmds")
+    assert "push(x, s): the stack s is full (100 elements, its capacity" in dbg.stdout + \
+        dbg.stderr and "rvm debug --stack-capacity N" in dbg.stdout + dbg.stderr
 
 
 # PyJanus's iterate: i takes a, a + s, ... b (none where a = b + s); the bounds are

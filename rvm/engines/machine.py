@@ -409,6 +409,7 @@ class Machine(Helpers):
         msg = explain(fr.fn, ins, line, self.program.source, fr.R, str(exc)) or detail
         err = kind(msg, fr.fn.name, i, line, self.program.source)
         err.detail = detail            # the register-level account (rvm run --verbose)
+        err.limit = isinstance(exc, Limit)     # (a memory, depth or step limit)
         return err
 
     def entered(self) -> None:
@@ -810,7 +811,12 @@ class Machine(Helpers):
         self._clear(self._buf)
         self._clear(self._gbuf)
         self.top = 0
-        values, self.bindings = bind(self, fn, args, names or list(fn.names) or None)
+        try:
+            values, self.bindings = bind(self, fn, args, names or list(fn.names) or None)
+        except Limit as e:          # the argument arrays alone are past the heap limit
+            err = MachineError(str(e), name)
+            err.limit = True
+            raise err from None
         self.entry_top = self.top          # the argument arrays; the rest must be freed
         fr = Frame(fn, -1 if backward else 1, 2 * len(fn.code) if backward else 0)
         for p, v in zip(fn.params, values):

@@ -1988,9 +1988,7 @@ def explain(fn, ins, line: int, path: str, R: list, message: str) -> str | None:
                 return f"{kind}({x}, {s}): {x} = {values.get(x)}; pop needs {x} = 0"
             if ins.op == "ASSERT.GT":
                 return f"{kind}({x}, {s}): pop from the empty stack {s}"
-            return (f"{kind}({x}, {s}): the stack {s} is full ({value(ins.args[1])} "
-                    "elements, its capacity; jana's stacks are unbounded, rvm's have a "
-                    "fixed capacity: raise it with rvm run --stack-capacity N)")
+            return full_message(kind, x, s, value(ins.args[1]))
         if kind == "size" and ins.op == "ASSERT.EQ":
             return (f"argument {what[1]} of {fn.name} has {value(ins.args[0])} elements; "
                     f"{fn.name} expects an array of size {what[2]} (int {what[1]}[{what[2]}])")
@@ -2288,6 +2286,7 @@ def compile_janus(path: str, text: str | None = None, modular: int | None = None
     program = session.run(path)
     program.cache["janus"] = {
         "main": parser.flat(parser.main), "stack_capacity": capacity,
+        "source": (path, text, modular, checked),   # (compiled again with larger stacks)
         "procedures": {k: parser.flat(v) for k, v in parser.procedures.items()},
         "structs": {d.name: (d, parser.structs[d.struct]) for d in parser.main
                     if d.type == "struct"},
@@ -2342,6 +2341,11 @@ def to_machine(program: Program, name: str, args: tuple) -> tuple:
             buf = np.zeros(max(_capacity(program), 2 * len(a)) + 1, np.int64)
             buf[0], buf[1:len(a) + 1] = len(a), a
             a = buf
+        elif d.type == "stack" and isinstance(a, np.ndarray) and a.ndim == 1 and \
+                a.dtype.kind in "iu" and len(a) <= _capacity(program):
+            buf = np.zeros(_capacity(program) + 1, np.int64)   # (the program's stacks
+            buf[:len(a)] = a                                     # grew: see growing)
+            a = buf
         out.append(a)
     return tuple(out) + tuple(args[len(out):])
 
@@ -2357,6 +2361,94 @@ def from_machine(program: Program, name: str, results: tuple) -> tuple:
 
 def _capacity(program: Program) -> int:
     return program.cache["janus"].get("stack_capacity", STACK_CAPACITY)
+
+
+# ---------------------------------------------------------------------- growing stacks
+
+
+def full_message(kind: str, x: str, s: str, capacity) -> str:
+    return (f"{kind}({x}, {s}): the stack {s} is full ({capacity} elements, its capacity; "
+            "rvm run and calls from Python grow stacks, the debugger does not: start it "
+            "with larger ones, rvm debug --stack-capacity N)")
+
+
+_FULL = re.compile(r"(push|pop)\((\w+), (\w+)\): the stack \3 is full \((\d+) elements")
+
+
+def grown(program: Program) -> Program | None:
+    """The program compiled again with stacks twice as large (main's, and local ones), or
+    None where its source is not at hand (a .rvmb file)."""
+    info = program.cache["janus"]
+    if info.get("source") is None:
+        return None
+    bigger = info.get("grown")
+    if bigger is None:
+        path, text, modular, checked = info["source"]
+        bigger = info["grown"] = compile_janus(path, text, modular, checked,
+                                               2 * _capacity(program))
+    return bigger
+
+
+def growing(program: Program, run, out=None):
+    """run(program, out) -> results, run again from the start on the program with every
+    stack twice as large while a stack it pushes onto is full, up to the machine's
+    memory limit (jana's stacks have no bound; rvm's are blocks of the machine's heap,
+    whose LIFO blocks cannot move while running). Runs are deterministic, so the output a
+    stopped run printed is printed again by the next: the next run's first characters are
+    not printed twice. (program, results) of the run that succeeded."""
+    import sys
+
+    from ..core.errors import RvmError
+    printed, full = 0, None
+    while True:
+        stream = _Skipping(out or sys.stdout, printed)
+        try:
+            return program, run(program, stream)
+        except RvmError as e:
+            if full is not None and getattr(e, "limit", False) and _MEMORY.search(str(e)):
+                raise _outgrown(full, e) from None
+            found = _FULL.search(str(e)) if "janus" in program.cache else None
+            bigger = grown(program) if found else None
+            if bigger is None:
+                raise
+            full = (e, *found.groups())
+            printed, program = stream.seen, bigger
+
+
+_MEMORY = re.compile(r"(?:heap|memory) limit of (\d+) cells")
+
+
+def _outgrown(full: tuple, e: Exception) -> Exception:
+    """The error of a full stack that stacks twice as large do not fit the memory limit."""
+    from ..core.errors import MachineError
+    err, kind, x, s, n = full
+    limit = _MEMORY.search(str(e)).group(1)
+    out = MachineError(f"{kind}({x}, {s}): the stack {s} is full ({n} elements), and "
+                       f"stacks twice as large do not fit the machine's memory limit of "
+                       f"{limit} cells (heap and registers); raise it with --heap-limit N "
+                       "(heap_limit in Python)", err.function, err.index, err.line,
+                       err.file)
+    out.limit = True
+    return out
+
+
+class _Skipping:
+    """An output stream that passes on what is written after its first `skip` characters
+    (printed already by an earlier run) and counts what is written."""
+
+    def __init__(self, out, skip: int):
+        self.out, self.skip, self.seen = out, skip, 0
+        self.encoding = getattr(out, "encoding", None)
+
+    def write(self, text: str) -> int:
+        start = max(self.skip - self.seen, 0)
+        self.seen += len(text)
+        if start < len(text):
+            self.out.write(text[start:])
+        return len(text)
+
+    def flush(self) -> None:
+        self.out.flush()
 
 
 def _decls(program: Program, name: str):
