@@ -295,3 +295,10 @@ def test_a_large_frame_past_the_limit_in_a_callee_whose_run_exhausts_its_budget(
         for steps in (30, 5000):
             with pytest.raises(MachineError, match="memory limit of 1200 cells"):
                 p.call("iexp", 0.0, 0.5, engine=engine, max_steps=steps, heap_limit=1200)
+
+
+def test_argument_arrays_past_the_heap_limit_are_an_rvm_error():
+    import numpy as np
+    p = asm(".func f(r0, r1)\n.end")
+    with pytest.raises(MachineError, match="heap limit of 100 cells exceeded"):
+        p.call("f", np.zeros(1000, np.int64), 0, heap_limit=100)
