@@ -1103,8 +1103,14 @@ class Compiled:
     """The generated functions of one program (all four modes of every function, and for
     a compute-copy-uncompute function the split value and gradient)."""
 
-    def __init__(self, program: Program, checks: bool = True, native: bool = False):
+    def __init__(self, program: Program, checks: bool = True, native: bool = False,
+                 strict: bool = False):
         self.program, self.checks, self.native = program, checks, native
+        # native code that tests every float result before the next back edge, as the
+        # python engine does (native code tests them where they could stop showing:
+        # rvm.engines.lowering, Lowering.finite): run only to find where a value that
+        # was not finite was made (Machine._late)
+        self.strict = strict
         self.names = {name: f"F{k}" for k, name in enumerate(program.functions)}
         self.recursive = program.call_order()[1]      # (never native code)
         # function -> (where B starts, where its fws stops, registers checked around B)
@@ -1227,7 +1233,7 @@ class Compiled:
         """Text that determines the generated functions: the program's functions as they
         print (every field, debug symbols included) and the text of the code that writes
         them, for finding the machine code in the disk cache without writing them."""
-        return f"{_generator_digest()}|{self.checks}|{self.native}|" \
+        return f"{_generator_digest()}|{self.checks}|{self.native}|{self.strict}|" \
             f"{[repr(fn) for fn in self.program.functions.values()]}"
 
     @functools.cached_property
@@ -1303,8 +1309,10 @@ class Compiled:
             seen.add(name)
             text = self._native_bodies.get(name)
             if text is None:
-                text = self._native_bodies[name] = native.defer_checks("\n".join(
+                text = native.defer_checks("\n".join(
                     native.rewrite(line[4:]) for line in self.body(name).split("\n")))
+                text = self._native_bodies[name] = native.strictly(text) if self.strict \
+                    else text
             out.append(text)
             work += _CALLED.findall(text)
         return "\n".join(out) + "\n"
@@ -1393,10 +1401,11 @@ class Compiled:
         fr.state = 2 * len(fn.code) if e > 0 else 0
 
 
-def compiled(program: Program, checks: bool = True, native: bool = False) -> Compiled:
-    key = ("compiled", checks, native)
+def compiled(program: Program, checks: bool = True, native: bool = False,
+             strict: bool = False) -> Compiled:
+    key = ("compiled", checks, native) + (("strict",) if strict else ())
     if key not in program.cache:
         with _COMPILING:        # threads wanting it at once share one (and its native code)
             if key not in program.cache:
-                program.cache[key] = Compiled(program, checks, native)
+                program.cache[key] = Compiled(program, checks, native, strict)
     return program.cache[key]

@@ -501,10 +501,15 @@ class Machine(Helpers):
                             continue
                     if last >= 0 and ("invertibility check failed" in str(e) or
                                       "step budget exhausted" in str(e)):
+                        self._made_before = False
                         taken = self._replay(direction, last)
                         if taken is not None:
                             return taken
                         undo()
+                        if self._made_before:
+                            taken = self._late(direction, undo)
+                            if taken is not None:
+                                return taken
                     break
                 except Exception as exc:    # no native code could be made for it
                     self.pending.clear()
@@ -611,7 +616,8 @@ class Machine(Helpers):
                 R[fn.slot(r)] = bits if r.cls == isa.INT else \
                     np.int64(bits).view(np.float64).item()
                 if r.cls == isa.FLOAT and not math.isfinite(R[fn.slot(r)]):
-                    return None     # (made before: native code tests it only when seen)
+                    self._made_before = True    # (native code tests it only when seen:
+                    return None                 # see _late)
                 if grad and r.cls == isa.FLOAT:
                     bits = found.get(name_id("g" + reg))
                     if bits is None:
@@ -713,6 +719,35 @@ class Machine(Helpers):
         if taken >= rest and not self.at_boundary(direction):
             raise self._out_of_steps(budget, direction)
         return abs(self.steps - start)
+
+    def _late(self, direction: int, undo) -> int | None:
+        """After _replay found a value that is not finite already made at the last back
+        edge before native code saw it: native code that tests every float result at the
+        next back edge (Compiled.strict) runs the pass to fail at the first back edge
+        after the value was made, then _replay (the usual native code, whose values are
+        still finite at the back edge before that one) steps from there. The
+        interpreter's steps, or None (the heap as before) where that cannot be done."""
+        from .compiled import compiled
+        normal = self._compiled, self._compiled_functions
+        self._compiled = compiled(self.program, self.checks, native=True, strict=True)
+        self._compiled_functions = None
+        try:
+            self.compiling = True
+            self._compiled.run(self, direction)
+            return None             # (never: the usual code failed)
+        except RvmError:
+            state = self.__dict__.get("_native_heap")
+            last = int(state[4][1]) if state is not None else -1
+        finally:
+            self.compiling = False
+            self._compiled, self._compiled_functions = normal
+        undo()
+        if last < 0:
+            return None
+        taken = self._replay(direction, last)
+        if taken is None:
+            undo()
+        return taken
 
     def _own_state(self, fn: Function, code, state: int, R: list, G, edge: bool) -> int:
         """A state of fn's inverse (`code`, run forwards) as fn's own state run

@@ -1,0 +1,64 @@
+"""What a failing native run costs against a succeeding run of the same length.
+
+    python tools/bench_failing.py [PASSES]
+
+A loop of PASSES passes counts f0 up by 1 and, in each pass, adds and takes back
+exp(f0 - PASSES) in a register nothing compares, so exp overflows (a value that is not
+finite) about 710 passes before the end: native code sees it only when the function
+returns, and the error must still be the interpreter's, at the pass that made it. The
+succeeding run stops 10 passes short of the overflow. Times are the best of 3 in one
+process (native code compiled before timing).
+"""
+
+import sys
+import time
+
+import rvm
+from rvm.engines import native
+from rvm.engines.machine import Machine
+
+LOOP = """\
+.func spin(f0, f1, r0)
+top:    CF.NE  r0, 0, back
+        ADD    f0, 1.0
+        INC    r0
+        ADD    f3, f0
+        SUB    f3, {k}
+        ADD.exp f2, f3
+        SUB.exp f2, f3
+        SUB    f3, f0
+        ADD    f3, {k}
+exitbr: BR.GE  f0, f1, done
+back:   JMP    top
+done:   CF     exitbr
+.end
+"""
+
+
+def timed(p, engine: str, end: float) -> tuple[float, str]:
+    best, outcome = float("inf"), ""
+    for _ in range(3):
+        m = Machine(p, engine=engine, max_steps=10**10)
+        m.enter("spin", 0.0, end, 0)
+        t = time.perf_counter()
+        try:
+            m.run()
+            outcome = "succeeds"
+        except rvm.RvmError as e:
+            outcome = f"fails at step {m.steps}: {e.message}"
+        best = min(best, time.perf_counter() - t)
+    return best, outcome
+
+
+if __name__ == "__main__":
+    if not native.available:
+        sys.exit("needs the native engine (pip install 'rvm[fast]')")
+    k = int(sys.argv[1]) if len(sys.argv) > 1 else 50_000_000
+    p = rvm.assemble(LOOP.format(k=float(k)), "spin.rasm")
+    timed(p, "native", 10.0)                # compiled before timing
+    ok, _ = timed(p, "native", k + 700.0)
+    bad, what = timed(p, "native", k + 800.0)
+    print(f"{k} passes, best of 3, native engine")
+    print(f"| run | seconds | ratio |\n|---|---|---|\n| succeeding | {ok:.3f} | 1.0 |")
+    print(f"| failing (a value not finite, seen late) | {bad:.3f} | {bad / ok:.1f} |")
+    print(what)
