@@ -226,6 +226,9 @@ def main():
     ap.add_argument("--render", metavar="JSON", help="no runs: the tables of a results.json")
     ap.add_argument("--merge", metavar="JSON", help="keep this earlier results.json's tables "
                     "of the comparisons not run now (--cases)")
+    ap.add_argument("--jobs", type=int, default=1, help="comparison processes run at once "
+                    "(default 1: more disturb each other's timings; tests/test_bench.py "
+                    "runs --quick with 2)")
     args = ap.parse_args()
     if args.render:
         result = json.loads(pathlib.Path(args.render).read_text())
@@ -248,10 +251,16 @@ def main():
     if args.quick:          # tiny inputs: one process per core setting, to start faster
         runs = [(",".join(c for c in args.cases if k == 1 or c in MULTICORE), k)
                 for k in (1, 0)]
-    for case, cores in runs:
-        if not case:
-            continue
-        got = measure(case, size, cores, rounds, budget)
+    runs = [(case, cores) for case, cores in runs if case]
+
+    def one(run):
+        return measure(run[0], size, run[1], rounds, budget)
+    got_all = map(one, runs)        # one at a time, each printed as it ends
+    if args.jobs > 1:
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(args.jobs) as pool:
+            got_all = list(pool.map(one, runs))
+    for (_, cores), got in zip(runs, got_all):
         for t in got:
             print(f"{t['title']} ({'1 core' if cores == 1 else 'default'}): " + ", ".join(
                 f"{r['peer']} {r.get('skip') or fmt_time(r['min_s'])}"
