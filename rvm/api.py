@@ -120,8 +120,10 @@ def _janus_run(program: Program, name: str, args: tuple, options: dict, backward
     if "janus" not in program.cache:
         m = machine_for(program, **options)
         return (m.uncall if backward else m.call)(name, *args)
-    program, results = janus.growing(program, run)
-    return janus.from_machine(program, name, results)
+    info = program.cache["janus"]
+    # (later calls start with the stacks the last one grew to)
+    info["latest"], results = janus.growing(info.get("latest", program), run)
+    return janus.from_machine(info["latest"], name, results)
 
 
 Program.__getitem__, Program.call, Program.uncall = _getitem, _call, _uncall

@@ -231,6 +231,8 @@ def _program(args) -> tuple[Program, str, list]:
         from .lang import janus
         if entry == "main" and not values:        # main's variables, as declared
             values = janus.main_arguments(program)
+        else:
+            values = janus.listed(program, entry, values)
         values = list(janus.to_machine(program, entry, values))
     if getattr(args, "count", True):   # (rvm dap derives its `transform` after loading)
         _count(program, entry, values)

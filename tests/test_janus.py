@@ -953,7 +953,53 @@ def test_stacks_grow_up_to_the_memory_limit(tmp_path):
     (tmp_path / "cmds").write_text("continue\nquit\n")
     dbg = cli("debug", path, "--stack-capacity", "100", "--batch", tmp_path / "cmds")
     assert "push(x, s): the stack s is full (100 elements, its capacity" in dbg.stdout + \
-        dbg.stderr and "rvm debug --stack-capacity N" in dbg.stdout + dbg.stderr
+        dbg.stderr and "the debugger and rvm run --trace do not: start them with larger " \
+        "ones, --stack-capacity N" in dbg.stdout + dbg.stderr
+
+
+def test_only_a_full_stack_grows_and_only_stacks_past_memory_are_blamed_on_it(tmp_path):
+    """An error() whose text reads like a full stack does not grow the stacks; a memory
+    error that is not the stacks' (a local array, after the stacks grew) is reported as
+    it is; a stack array whose size cell does not fit it is refused (it was padded and
+    read as garbage); a stack on the command line is its elements; the program's
+    default engine stays after a growth; later calls start with the grown stacks."""
+    _, path = janus(tmp_path, """\
+procedure main()
+    stack s
+    int t
+    int i
+    from i = 0 loop
+        t += i
+        push(t, s)
+        i += 1
+    until i = 3
+    local int a[500]
+    delocal int a[500]
+""")
+    out = cli("run", path, "--stack-capacity", "2", "--heap-limit", "300")
+    assert out.returncode == 1 and "is full" not in out.stderr
+    assert "prog.ja:10: heap limit of 300 cells exceeded" in out.stderr, out.stderr
+    _, lpath = janus(tmp_path, 'procedure main()\n    int x\n'
+                         '    error("push(x, s): the stack s is full (3 elements")\n',
+                         "lying.ja")
+    out = cli("run", lpath)
+    assert out.returncode == 1 and out.stderr.count("error: push(x, s)") == 1
+    assert "capacity" not in out.stderr and "Traceback" not in out.stderr
+    fill, fpath = janus(tmp_path, DEEP_STACK, "fill.ja")
+    with pytest.raises(rvm.UsageError, match="stack s: an array given for a stack"):
+        fill.call("fill", np.array([5, 6]), 2)
+    assert fill.call("fill", np.array([1, 6, 0]), 2)[0] == [6, 0, 1]
+    out = cli("run", fpath, "--entry", "fill", "--args", "[7,8]", "2", "--json",
+              "--stack-capacity", "1")
+    assert out.returncode == 0 and '"s": [7, 8, 0, 1]' in out.stdout, out.stderr
+    small = compile_janus(str(fpath), stack_capacity=2)
+    import attrs
+    small = attrs.evolve(small, engine="interp")
+    assert small.call("fill", [], 40)[0] == list(range(40))
+    latest = small.cache["janus"]["latest"]
+    assert latest.engine == "interp" and latest.cache["janus"]["stack_capacity"] == 64
+    assert small.call("fill", [], 3)[0] == [0, 1, 2]
+    assert small.cache["janus"]["latest"] is latest
 
 
 # PyJanus's iterate: i takes a, a + s, ... b (none where a = b + s); the bounds are

@@ -267,7 +267,7 @@ def test_frames_count_against_the_limits_on_every_engine_at_their_edges(engine):
     p = asm(CHAIN)
     for limits in ({"max_depth": 3}, {"max_depth": 2}, {"heap_limit": 8},
                    {"heap_limit": 7}, {"heap_limit": 12}, {"heap_limit": 11}):
-        for n in (0, 4):
+        for n in (0, 1, 4):     # (n = 1 at heap_limit = 8: no cell left for it)
             assert _outcome(p, engine, n, 0, 0, **limits) == \
                 _outcome(p, "interp", n, 0, 0, **limits), (limits, n)
     assert isinstance(_outcome(p, engine, 4, 0, 0, heap_limit=12), list)
@@ -302,3 +302,34 @@ def test_argument_arrays_past_the_heap_limit_are_an_rvm_error():
     p = asm(".func f(r0, r1)\n.end")
     with pytest.raises(MachineError, match="heap limit of 100 cells exceeded"):
         p.call("f", np.zeros(1000, np.int64), 0, heap_limit=100)
+
+
+def test_threads_starting_on_a_fresh_program_see_its_whole_call_analysis():
+    """The chains of calls under each function are computed once and published whole: a
+    thread never reads them half made (it took main for recursive, and its compiled code
+    ran past max_depth)."""
+    import sys
+    import threading
+    text = ".func leaf(r0, r1)\n    ADD r1, r0\n.end\n.func mid(r0, r1)\n" \
+        "    CALL leaf, r0, r1\n.end\n" + "".join(
+            f".func pad{i}(r0, r1)\n    ADD r1, r0\n.end\n" for i in range(1000)) + \
+        ".func main(r0, r1)\n    CALL mid, r0, r1\n.end\n"
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        for _ in range(3):
+            p, results = asm(text), []
+
+            def go(p=p, results=results):
+                try:
+                    results.append(p.call("main", 1, 0, engine="python", max_depth=2))
+                except MachineError as e:
+                    results.append(str(e))
+            threads = [threading.Thread(target=go) for _ in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert len(results) == 8 and all("call depth limit of 2" in r for r in results)
+    finally:
+        sys.setswitchinterval(interval)

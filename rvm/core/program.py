@@ -257,7 +257,7 @@ class Program:
         deepest = self.cache.get("deepest")
         if deepest is None:
             order, cyclic = self.call_order()
-            deepest = self.cache["deepest"] = {}
+            deepest = {}        # (filled, then published: threads may ask at once)
             if not cyclic:
                 calls = self.calls()
                 for f in order:          # callees first
@@ -265,4 +265,5 @@ class Program:
                     below = [deepest[g] for g in calls[f] if g in deepest]
                     deepest[f] = (1 + max((d for d, _ in below), default=0),
                                   fn.n_int + fn.n_float + max((c for _, c in below), default=0))
+            self.cache["deepest"] = deepest
         return deepest.get(name)

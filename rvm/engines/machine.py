@@ -870,7 +870,8 @@ class Machine(Helpers):
         """May compiled code run the root function from here? Not where a chain of calls
         under it could pass max_depth, or its registers and the heap pass heap_limit (the
         interpreter then runs, and reports it where it happens)."""
-        return not self.too_deep and self.top <= self.heap_room()
+        room = self.heap_room()     # (native code needs a cell: none left, it may not run)
+        return not self.too_deep and self.top <= room and room >= 1
 
     def heap_room(self) -> int:
         """The heap cells compiled code may use: heap_limit less the registers of the

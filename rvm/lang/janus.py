@@ -23,6 +23,7 @@ import dataclasses
 import re
 from typing import NamedTuple
 
+import attrs
 import numpy as np
 
 from ..core.errors import CompileError
@@ -2266,8 +2267,8 @@ def compile_janus(path: str, text: str | None = None, modular: int | None = None
     if modular is not None and not 1 < modular <= 64:
         raise CompileError(f"-m{modular}: modular integers have 2 to 64 bits", path, 1, 1)
     capacity = STACK_CAPACITY if stack_capacity is None else stack_capacity
-    if not 1 <= capacity <= 1 << 40:
-        raise CompileError(f"a stack capacity of {capacity}: give 1 or more elements",
+    if not 1 <= capacity <= MAX_CAPACITY:
+        raise CompileError(f"a stack capacity of {capacity}: give 1 to 2^40 elements",
                            path, 1, 1)
     parser = Parser(text, path, modular, checked, capacity)
     try:
@@ -2343,11 +2344,25 @@ def to_machine(program: Program, name: str, args: tuple) -> tuple:
             a = buf
         elif d.type == "stack" and isinstance(a, np.ndarray) and a.ndim == 1 and \
                 a.dtype.kind in "iu" and len(a) <= _capacity(program):
+            if len(a) == 0 or not 0 <= a[0] < len(a) or np.any(a[a[0] + 1:]):
+                from ..core.errors import UsageError
+                raise UsageError(
+                    f"stack {d.name}: an array given for a stack holds its size, then its "
+                    f"elements bottom first, then zeros; {[int(v) for v in a[:8]]}"
+                    f"{' ...' if len(a) > 8 else ''} is not one (or give a list)")
             buf = np.zeros(_capacity(program) + 1, np.int64)   # (the program's stacks
             buf[:len(a)] = a                                     # grew: see growing)
             a = buf
         out.append(a)
     return tuple(out) + tuple(args[len(out):])
+
+
+def listed(program: Program, name: str, args: list) -> list:
+    """Arguments from the command line: a stack's given as its elements (`[1, 2]`, bottom
+    first), as lists are from Python."""
+    decls = _decls(program, name) or []
+    return [[int(v) for v in a] if d.type == "stack" and isinstance(a, np.ndarray) else a
+            for d, a in zip(decls, args)] + list(args[len(decls):])
 
 
 def from_machine(program: Program, name: str, results: tuple) -> tuple:
@@ -2368,8 +2383,8 @@ def _capacity(program: Program) -> int:
 
 def full_message(kind: str, x: str, s: str, capacity) -> str:
     return (f"{kind}({x}, {s}): the stack {s} is full ({capacity} elements, its capacity; "
-            "rvm run and calls from Python grow stacks, the debugger does not: start it "
-            "with larger ones, rvm debug --stack-capacity N)")
+            "rvm run and calls from Python grow stacks, the debugger and rvm run --trace "
+            "do not: start them with larger ones, --stack-capacity N)")
 
 
 _FULL = re.compile(r"(push|pop)\((\w+), (\w+)\): the stack \3 is full \((\d+) elements")
@@ -2379,13 +2394,15 @@ def grown(program: Program) -> Program | None:
     """The program compiled again with stacks twice as large (main's, and local ones), or
     None where its source is not at hand (a .rvmb file)."""
     info = program.cache["janus"]
-    if info.get("source") is None:
+    if info.get("source") is None or 2 * _capacity(program) > MAX_CAPACITY:
         return None
     bigger = info.get("grown")
     if bigger is None:
         path, text, modular, checked = info["source"]
-        bigger = info["grown"] = compile_janus(path, text, modular, checked,
-                                               2 * _capacity(program))
+        bigger = compile_janus(path, text, modular, checked, 2 * _capacity(program))
+        if program.engine is not None:      # (rvm.load(path, engine=...))
+            bigger = attrs.evolve(bigger, engine=program.engine)
+        info["grown"] = bigger
     return bigger
 
 
@@ -2405,9 +2422,9 @@ def growing(program: Program, run, out=None):
         try:
             return program, run(program, stream)
         except RvmError as e:
-            if full is not None and getattr(e, "limit", False) and _MEMORY.search(str(e)):
+            if full is not None and _stacks_past_memory(program, e):
                 raise _outgrown(full, e) from None
-            found = _FULL.search(str(e)) if "janus" in program.cache else None
+            found = _FULL.search(str(e)) if _at_push(program, e) else None
             bigger = grown(program) if found else None
             if bigger is None:
                 raise
@@ -2416,6 +2433,34 @@ def growing(program: Program, run, out=None):
 
 
 _MEMORY = re.compile(r"(?:heap|memory) limit of (\d+) cells")
+MAX_CAPACITY = 1 << 40
+
+
+def _instruction(program: Program, e):
+    fn = program.functions.get(getattr(e, "function", "") or "")
+    i = getattr(e, "index", None)
+    return fn.code[i] if fn is not None and i is not None and 0 <= i < len(fn.code) else None
+
+
+def _at_push(program: Program, e) -> bool:
+    """Did the run stop at a push's (or an uncalled pop's) test that its stack is not
+    full (not at a user's error() that says so)?"""
+    ins = _instruction(program, e)
+    return "janus" in program.cache and ins is not None and ins.op == "ASSERT.LT"
+
+
+def _stacks_past_memory(program: Program, e) -> bool:
+    """Is this error the memory limit refusing stacks (main's, given when the run starts,
+    or a local stack's block at its `local`)? Another memory error is reported as it is."""
+    if not (getattr(e, "limit", False) and _MEMORY.search(str(e))):
+        return False
+    ins = _instruction(program, e)
+    if ins is None:                 # main's variables, placed before the first instruction
+        return getattr(e, "index", None) is None
+    text = program.cache["janus"]["source"][1].splitlines()
+    line = getattr(e, "line", 0)
+    return ins.op == "ALLOC" and 0 < line <= len(text) and \
+        re.search(r"\blocal\s+stack\b", text[line - 1]) is not None
 
 
 def _outgrown(full: tuple, e: Exception) -> Exception:
