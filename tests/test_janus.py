@@ -949,6 +949,8 @@ def test_stacks_grow_up_to_the_memory_limit(tmp_path):
     huge = cli("run", path, "--stack-capacity", 1 << 25)     # past the heap at once
     assert huge.returncode == 1 and "Traceback" not in huge.stderr
     assert "heap limit of 16777216 cells exceeded" in huge.stderr
+    huge = cli("run", path, "--stack-capacity", 1 << 38)     # past the computer's memory
+    assert huge.returncode == 1 and "Traceback" not in huge.stderr
     # the debugger keeps the capacity it starts with, and says how to start larger
     (tmp_path / "cmds").write_text("continue\nquit\n")
     dbg = cli("debug", path, "--stack-capacity", "100", "--batch", tmp_path / "cmds")

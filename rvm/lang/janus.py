@@ -2323,7 +2323,13 @@ def main_arguments(program: Program) -> list:
         if d.type == "int":
             out.append(int(d.init or 0))
         elif d.type == "stack":
-            out.append(np.zeros(_capacity(program) + 1, np.int64))
+            try:
+                out.append(np.zeros(_capacity(program) + 1, np.int64))
+            except MemoryError:
+                from ..core.errors import MachineError
+                raise MachineError(f"stack {d.name}: {_capacity(program)} elements do not "
+                                   "fit in this computer's memory; give a smaller "
+                                   "--stack-capacity (stacks grow as they fill)") from None
         else:
             out.append(np.array(d.init, np.int64) if d.init is not None
                        else np.zeros(d.dims, np.int64))
