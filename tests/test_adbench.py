@@ -141,10 +141,16 @@ def test_gmm_matches_jax_where_installed(tmp_path):
     do not mix)."""
     pytest.importorskip("jax")
     path = gmm_file(tmp_path, 3, 4)
-    out = subprocess.run([sys.executable, "-c", JAX_GMM, str(path), str(ROOT / "examples")],
-                         capture_output=True, text=True, check=True)
-    _, got = gmm.gradient(gmm.load(path), engine="python")
-    np.testing.assert_allclose(got, json.loads(out.stdout), rtol=1e-9, atol=1e-9)
+    child = subprocess.Popen([sys.executable, "-c", JAX_GMM, str(path), str(ROOT / "examples")],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:        # rvm's gradient while JAX starts in the child
+        _, got = gmm.gradient(gmm.load(path), engine="python")
+        out, err = child.communicate(timeout=300)
+    finally:
+        child.kill()
+        child.wait()
+    assert child.returncode == 0, err
+    np.testing.assert_allclose(got, json.loads(out), rtol=1e-9, atol=1e-9)
 
 
 def ba_instance(n=3, m=4, p=7, seed=0) -> dict:
