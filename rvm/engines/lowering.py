@@ -576,41 +576,22 @@ class Lowering(ArrayLowering):
         edge goes to and the budget left, < 0; AT_CALL: the block of the call, and crc32
         of the callee's name plus 2^32 times the number of the block's calls of it
         before this one), the number of registers, then (crc32 of its name, its bits)
-        for each register (and, in a gradient mode, each float register's shadow)."""
+        for each register (and, in a gradient mode, each float register's shadow). The
+        site only lists its registers; the module's one `rvm_record` writes them
+        (the walk past a callee's records, the room tests: a few instructions per site,
+        not a loop in every function)."""
         b, t = self.b, self.t
         regs = sorted(n for n in self.vars if FRAME_REGISTER.fullmatch(n))
-        size = RECORD + 2 * len(regs)
         with b.goto_block(self.fn.entry_basic_block):
-            at = b.alloca(t.i64)
-        b.store(b.load(self.slot(0)), at)
-        head, walk, write, done = (self.fn.append_basic_block() for _ in range(4))
-        b.branch(head)
-        b.position_at_end(head)         # past the records already there (a callee's)
-        pos = b.load(at)
-        room = b.sub(self.cap, pos)
-        cell = lambda k: b.gep(self.H, [b.add(b.load(at), t.i64(k))])
-        fits = b.icmp_signed(">=", room, t.i64(RECORD))
-        more = b.function.append_basic_block()
-        b.cbranch(fits, more, done)
-        b.position_at_end(more)
-        b.cbranch(b.icmp_signed("==", b.load(cell(0)), t.i64(CHECKPOINT)), walk, write)
-        b.position_at_end(walk)
-        b.store(b.add(pos, b.add(t.i64(RECORD), b.mul(t.i64(2), b.load(cell(5))))), at)
-        b.branch(head)
-        b.position_at_end(write)
-        store = self.fn.append_basic_block()
-        b.cbranch(b.icmp_signed(">=", room, t.i64(size)), store, done)
-        b.position_at_end(store)
-        for k, v in enumerate([CHECKPOINT, name_id(self.node.name), kind, block]):
-            b.store(t.i64(v), cell(k))
-        b.store(arg, cell(4))
-        b.store(t.i64(len(regs)), cell(5))
+            pairs = b.alloca(t.i64, size=t.i64(max(2 * len(regs), 1)))
         for k, name in enumerate(regs):
             v = b.load(self.vars[name])
-            b.store(t.i64(name_id(name)), cell(RECORD + 2 * k))
-            b.store(b.bitcast(v, t.i64) if v.type == t.f64 else v, cell(RECORD + 1 + 2 * k))
-        b.branch(done)
-        b.position_at_end(done)
+            b.store(t.i64(name_id(name)), b.gep(pairs, [t.i64(2 * k)]))
+            b.store(b.bitcast(v, t.i64) if v.type == t.f64 else v,
+                    b.gep(pairs, [t.i64(2 * k + 1)]))
+        b.call(_record_function(self.ir, t, b.module),
+               [self.H, self.cap, b.load(self.slot(0)), t.i64(name_id(self.node.name)),
+                t.i64(kind), t.i64(block), arg, t.i64(len(regs)), pairs])
 
     def poll(self) -> None:
         """Leave with the INTERRUPT code if the process-wide interrupt cell is set (a SIGINT
@@ -1039,6 +1020,53 @@ def name_id(name: str) -> int:
     """A generated function's or register's name as the number a checkpoint record holds."""
     import zlib
     return zlib.crc32(name.encode())
+
+
+def _record_function(ir, t, module):
+    """The module's writer of checkpoint records (see Lowering.record):
+    rvm_record(cells, capacity, heap top, name, kind, block, arg, count, pairs): past the
+    records already above the top (a callee's), the record, if it fits."""
+    f = module.globals.get("rvm_record")
+    if f is not None:
+        return f
+    i64, ptr = t.i64, t.ptr
+    f = ir.Function(module, ir.FunctionType(ir.VoidType(), [ptr, i64, i64, i64, i64, i64,
+                                                            i64, i64, ptr]), "rvm_record")
+    f.linkage = "internal"
+    f.attributes.add("noinline")
+    f.attributes.add("cold")
+    H, cap, top, name, kind, block, arg, count, pairs = f.args
+    b = ir.IRBuilder(f.append_basic_block("entry"))
+    at = b.alloca(i64)
+    b.store(top, at)
+    head, walk, write, store, done = (f.append_basic_block() for _ in range(5))
+    b.branch(head)
+    b.position_at_end(head)             # past the records already there (a callee's)
+    pos = b.load(at)
+    room = b.sub(cap, pos)
+    cell = lambda k: b.gep(H, [b.add(b.load(at), i64(k))])
+    more = f.append_basic_block()
+    b.cbranch(b.icmp_signed(">=", room, i64(RECORD)), more, done)
+    b.position_at_end(more)
+    b.cbranch(b.icmp_signed("==", b.load(cell(0)), i64(CHECKPOINT)), walk, write)
+    b.position_at_end(walk)
+    b.store(b.add(pos, b.add(i64(RECORD), b.mul(i64(2), b.load(cell(5))))), at)
+    b.branch(head)
+    b.position_at_end(write)
+    size = b.add(i64(RECORD), b.mul(i64(2), count))
+    b.cbranch(b.icmp_signed(">=", room, size), store, done)
+    b.position_at_end(store)
+    for k, v in enumerate([i64(CHECKPOINT), name, kind, block, arg, count]):
+        b.store(v, cell(k))
+
+    def copy(j):
+        b.store(b.load(b.gep(pairs, [j])), cell_at(b.add(i64(RECORD), j)))
+    cell_at = lambda j: b.gep(H, [b.add(b.load(at), j)])
+    loop_over(b, i64(0), b.mul(i64(2), count), copy)
+    b.branch(done)
+    b.position_at_end(done)
+    b.ret_void()
+    return f
 
 
 def _raises_budget(stmts) -> bool:
