@@ -84,6 +84,7 @@ class Machine(Helpers):
         # where they might, the interpreter runs and decides
         self.reserve, self.too_deep, self.compiling = 0, False, False
         self.live = 1                      # frames live in a compiled run (recursive programs)
+        self._made_before = False          # a record held a value not finite (see _late)
         self.engine = resolve_engine(engine if engine is not None else program.engine)
         self.out = None                    # where output statements print (None: stdout)
         # a compiled run's output, printed when the run succeeds (see run), and native
