@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import hashlib
 import re
 
 from ..core.isa import MIN_NORMAL
@@ -120,6 +121,7 @@ class Lowering(ArrayLowering):
         # the budget left at the last budget test this frame passed (-1: none yet), left in
         # the state array's budget cell where a run fails (Machine._replay)
         self.last = None
+        self.record_slots = None    # (names, values, count) of its records (see record)
         if type(self) is Lowering:
             with self.b.goto_block(self.fn.entry_basic_block):
                 self.last = self.b.alloca(t.i64, name="last")
@@ -582,16 +584,20 @@ class Lowering(ArrayLowering):
         not a loop in every function)."""
         b, t = self.b, self.t
         regs = sorted(n for n in self.vars if FRAME_REGISTER.fullmatch(n))
-        with b.goto_block(self.fn.entry_basic_block):
-            pairs = b.alloca(t.i64, size=t.i64(max(2 * len(regs), 1)))
+        if self.record_slots is None:   # the function's: its registers' names (a constant
+            with b.goto_block(self.fn.entry_basic_block):    # of the module), their values
+                values = b.alloca(t.i64, size=t.i64(max(len(regs), 1)))
+            self.record_slots = (_names(self.ir, t, b.module, regs), values, len(regs))
+        names, values, count = self.record_slots
+        if count != len(regs):          # (never: a function's registers are all known
+            raise Unsupported("registers added after a record")     # when it starts)
         for k, name in enumerate(regs):
             v = b.load(self.vars[name])
-            b.store(t.i64(name_id(name)), b.gep(pairs, [t.i64(2 * k)]))
-            b.store(b.bitcast(v, t.i64) if v.type == t.f64 else v,
-                    b.gep(pairs, [t.i64(2 * k + 1)]))
+            b.store(b.bitcast(v, t.i64) if v.type == t.f64 else v, b.gep(values, [t.i64(k)]))
         b.call(_record_function(self.ir, t, b.module),
                [self.H, self.cap, b.load(self.slot(0)), t.i64(name_id(self.node.name)),
-                t.i64(kind), t.i64(block), arg, t.i64(len(regs)), pairs])
+                t.i64(kind), t.i64(block), arg, t.i64(count), b.bitcast(names, t.ptr),
+                values])
 
     def poll(self) -> None:
         """Leave with the INTERRUPT code if the process-wide interrupt cell is set (a SIGINT
@@ -1022,20 +1028,32 @@ def name_id(name: str) -> int:
     return zlib.crc32(name.encode())
 
 
+def _names(ir, t, module, regs: list):
+    """A constant of the module: the crc32 of each of these registers' names."""
+    ids = [name_id(n) for n in regs] or [0]
+    key = "rvm_names_" + hashlib.sha256(repr(ids).encode()).hexdigest()[:16]
+    g = module.globals.get(key)
+    if g is None:
+        ty = ir.LiteralStructType([t.i64] * len(ids))
+        g = ir.GlobalVariable(module, ty, key)
+        g.initializer, g.global_constant, g.linkage = ir.Constant(ty, ids), True, "internal"
+    return g
+
+
 def _record_function(ir, t, module):
     """The module's writer of checkpoint records (see Lowering.record):
-    rvm_record(cells, capacity, heap top, name, kind, block, arg, count, pairs): past the
-    records already above the top (a callee's), the record, if it fits."""
+    rvm_record(cells, capacity, heap top, name, kind, block, arg, count, names, values):
+    past the records already above the top (a callee's), the record, if it fits."""
     f = module.globals.get("rvm_record")
     if f is not None:
         return f
     i64, ptr = t.i64, t.ptr
     f = ir.Function(module, ir.FunctionType(ir.VoidType(), [ptr, i64, i64, i64, i64, i64,
-                                                            i64, i64, ptr]), "rvm_record")
+                                                            i64, i64, ptr, ptr]), "rvm_record")
     f.linkage = "internal"
     f.attributes.add("noinline")
     f.attributes.add("cold")
-    H, cap, top, name, kind, block, arg, count, pairs = f.args
+    H, cap, top, name, kind, block, arg, count, names, values = f.args
     b = ir.IRBuilder(f.append_basic_block("entry"))
     at = b.alloca(i64)
     b.store(top, at)
@@ -1060,9 +1078,10 @@ def _record_function(ir, t, module):
         b.store(v, cell(k))
 
     def copy(j):
-        b.store(b.load(b.gep(pairs, [j])), cell_at(b.add(i64(RECORD), j)))
-    cell_at = lambda j: b.gep(H, [b.add(b.load(at), j)])
-    loop_over(b, i64(0), b.mul(i64(2), count), copy)
+        at2 = b.add(b.load(at), b.add(i64(RECORD), b.mul(i64(2), j)))
+        b.store(b.load(b.gep(names, [j])), b.gep(H, [at2]))
+        b.store(b.load(b.gep(values, [j])), b.gep(H, [b.add(at2, i64(1))]))
+    loop_over(b, i64(0), count, copy)
     b.branch(done)
     b.position_at_end(done)
     b.ret_void()
