@@ -268,11 +268,12 @@ def cmd_run(args) -> None:
     if "janus" in program.cache and not args.trace:
         from .lang import janus
 
-        def run(p, out):        # (again with larger stacks where one is full)
+        def run(p, out):        # (again with other stacks where one is full, or too large)
             m = _machine(p, args)
             m.out = out
             run = m.uncall if args.backward else m.call
-            return m, run(entry, *janus.to_machine(p, entry, values))
+            given = janus.main_arguments(p) if entry == "main" and not args.args else values
+            return m, run(entry, *janus.to_machine(p, entry, given))
         program, (m, results) = janus.growing(program, run)
         if entry == "main" and not args.json:
             print(janus.show_store(program, results))
@@ -580,7 +581,8 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--stack-capacity", type=int, metavar="N",
                    help="Janus: the elements each stack of main's and each local stack "
                    "holds at first (default 65536; a full stack grows: the run starts "
-                   "again with stacks twice as large, up to --heap-limit)")
+                   "again with stacks twice as large, up to --heap-limit; stacks that do "
+                   "not fit it start smaller)")
     r.add_argument("--no-overflow-checks", dest="unchecked", action="store_true",
                    help="Janus: int updates wrap around int64 instead of stopping with an "
                    "overflow error (faster on the interpreter)")

@@ -946,9 +946,12 @@ def test_stacks_grow_up_to_the_memory_limit(tmp_path):
     assert "prog.ja:5: push(x, s): the stack s is full (800 elements), and stacks twice " \
         "as large do not fit the machine's memory limit of 2000 cells" in tight.stderr, \
         tight.stderr
-    huge = cli("run", path, "--stack-capacity", 1 << 25)     # past the heap at once
-    assert huge.returncode == 1 and "Traceback" not in huge.stderr
-    assert "heap limit of 16777216 cells exceeded" in huge.stderr
+    # a memory limit the starting stacks do not fit: they start smaller, and grow
+    roomy = cli("run", path, "--heap-limit", "20000")
+    assert roomy.returncode == 0 and roomy.stdout.splitlines()[-3:] == store, roomy.stderr
+    assert roomy.stdout.splitlines()[:3] == PRINTED.splitlines()
+    huge = cli("run", path, "--stack-capacity", 1 << 25)     # past the heap: smaller
+    assert huge.returncode == 0 and huge.stdout.splitlines()[-3:] == store, huge.stderr
     huge = cli("run", path, "--stack-capacity", 1 << 38)     # past the computer's memory
     assert huge.returncode == 1 and "Traceback" not in huge.stderr
     # the debugger keeps the capacity it starts with, and says how to start larger

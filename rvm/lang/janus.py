@@ -2396,20 +2396,22 @@ def full_message(kind: str, x: str, s: str, capacity) -> str:
 _FULL = re.compile(r"(push|pop)\((\w+), (\w+)\): the stack \3 is full \((\d+) elements")
 
 
-def grown(program: Program) -> Program | None:
-    """The program compiled again with stacks twice as large (main's, and local ones), or
-    None where its source is not at hand (a .rvmb file)."""
+def grown(program: Program, factor: float = 2) -> Program | None:
+    """The program compiled again with stacks `factor` times as large (main's, and local
+    ones), or None where its source is not at hand (a .rvmb file) or no other size is
+    left."""
     info = program.cache["janus"]
-    if info.get("source") is None or 2 * _capacity(program) > MAX_CAPACITY:
+    capacity = max(1, min(int(_capacity(program) * factor), MAX_CAPACITY))
+    if info.get("source") is None or capacity == _capacity(program):
         return None
-    bigger = info.get("grown")
-    if bigger is None:
+    sized = info.setdefault("sized", {})
+    if capacity not in sized:
         path, text, modular, checked = info["source"]
-        bigger = compile_janus(path, text, modular, checked, 2 * _capacity(program))
+        other = compile_janus(path, text, modular, checked, capacity)
         if program.engine is not None:      # (rvm.load(path, engine=...))
-            bigger = attrs.evolve(bigger, engine=program.engine)
-        info["grown"] = bigger
-    return bigger
+            other = attrs.evolve(other, engine=program.engine)
+        sized[capacity] = other
+    return sized[capacity]
 
 
 def growing(program: Program, run, out=None):
@@ -2430,12 +2432,19 @@ def growing(program: Program, run, out=None):
         except RvmError as e:
             if full is not None and _stacks_past_memory(program, e):
                 raise _outgrown(full, e) from None
+            if full is None and _stacks_past_memory(program, e):
+                # the starting stacks do not fit the memory limit: start smaller
+                smaller = grown(program, 1 / 8)
+                if smaller is None:
+                    raise
+                printed, program = max(printed, stream.seen), smaller
+                continue
             found = _FULL.search(str(e)) if _at_push(program, e) else None
             bigger = grown(program) if found else None
             if bigger is None:
                 raise
             full = (e, *found.groups())
-            printed, program = stream.seen, bigger
+            printed, program = max(printed, stream.seen), bigger
 
 
 _MEMORY = re.compile(r"(?:heap|memory) limit of (\d+) cells")
