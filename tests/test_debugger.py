@@ -311,8 +311,8 @@ def test_terminal_history_completion_ctrl_c_and_redraw(tmp_path):
         keys("C-c")
         wait_for("interrupted backwards at step", "(rvm)")
         keys("q", "Enter")
-        for _ in range(100):
-            if history.exists():
+        for _ in range(200):    # (written as the shell ends: the file may exist first)
+            if history.exists() and "p r0 + 1" in history.read_text():
                 break
             time.sleep(0.05)
         assert "p r0 + 1" in history.read_text()
