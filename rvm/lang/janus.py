@@ -2418,9 +2418,10 @@ def growing(program: Program, run, out=None):
     """run(program, out) -> results, run again from the start on the program with every
     stack twice as large while a stack it pushes onto is full, up to the machine's
     memory limit (jana's stacks have no bound; rvm's are blocks of the machine's heap,
-    whose LIFO blocks cannot move while running). Runs are deterministic, so the output a
-    stopped run printed is printed again by the next: the next run's first characters are
-    not printed twice. (program, results) of the run that succeeded."""
+    whose LIFO blocks cannot move while running); starting stacks that do not fit the
+    limit start an eighth as large (and so on) first. Runs are deterministic, so the
+    output a stopped run printed is printed again by the next: the next run's first
+    characters are not printed twice. (program, results) of the run that succeeded."""
     import sys
 
     from ..core.errors import RvmError
@@ -2472,7 +2473,10 @@ def _stacks_past_memory(program: Program, e) -> bool:
     ins = _instruction(program, e)
     if ins is None:                 # main's variables, placed before the first instruction
         return getattr(e, "index", None) is None
-    text = program.cache["janus"]["source"][1].splitlines()
+    source = program.cache["janus"].get("source")
+    if source is None:
+        return False
+    text = source[1].splitlines()
     line = getattr(e, "line", 0)
     return ins.op == "ALLOC" and 0 < line <= len(text) and \
         re.search(r"\blocal\s+stack\b", text[line - 1]) is not None
