@@ -724,3 +724,53 @@ def test_a_batch_loop_whose_compile_was_interrupted_is_compiled_again(monkeypatc
         v(xs, np.full(n, 10.0), zs)
     assert list(v(xs, np.full(n, 10.0), zs)[2]) == [10] * n
     assert len(hits) == 2 and hits[0] == hits[1]        # the same loop, compiled again
+
+
+# a counted loop (r3 up to r0) whose exp overflows (f2 = inf at pass ~709,800): native
+# code tests a counted loop's floats after its last pass; with `head`, a loop with back
+# edges runs first (10 passes), so a replay from its last back edge is millions of steps
+# from the failure
+COUNTED_EXP = """\
+.func cnt(r0, f0, f1)
+{head}
+top:    CF.NE  r3, 0, back
+        ADD    f0, 0.001
+        ADD.exp f2, f0
+        INC    r3
+exitbr: BR.EQ  r3, r0, done
+back:   JMP    top
+done:   CF     exitbr
+        SUB    r3, r0
+.end
+"""
+HEAD = """\
+h:      CF.NE  r4, 0, hb
+        ADD    f1, 1.0
+        INC    r4
+hx:     BR.GE  f1, 10.0, hd
+hb:     JMP    h
+hd:     CF     hx
+        SUB    f1, 10.0
+        SUB    r4, 10"""
+
+
+@pytest.mark.parametrize("head", ["", HEAD], ids=["alone", "after-a-loop"])
+def test_a_failure_deep_in_a_counted_loop_is_replayed_near_it(head, monkeypatch):
+    """Native code tests a counted loop's checks after its last pass, and has no back edge
+    inside it to stop at: native code built without counted loops (Compiled.strict) runs
+    the pass to the back edge after the failure, and the interpreter steps from the one
+    before it (it stepped through the whole loop: millions of steps)."""
+    p = rvm.assemble(COUNTED_EXP.format(head=head))
+    outcomes = []
+    for engine in ("interp", "native"):
+        taken = steps_stepped(monkeypatch)
+        m = Machine(p, engine=engine, max_steps=10**9)
+        m.enter("cnt", 2_000_000, 0.0, 0.0)
+        with pytest.raises(rvm.RvmError) as e:
+            m.run()
+        monkeypatch.undo()
+        outcomes.append((type(e.value).__name__, str(e.value), e.value.index, m.steps,
+                         [(f.fn.name, f.state, f.R) for f in m.stack]))
+    assert outcomes[0] == outcomes[1] and outcomes[1][3] > 3_000_000
+    # (after a loop: at most machine.FAR steps from its last back edge, then native code)
+    assert sum(taken) < 100_000, taken

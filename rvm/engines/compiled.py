@@ -362,8 +362,8 @@ def counted(w: _Writer, k: int, start: int, end: int) -> Counted | None:
     it), so one finiteness test after the loop sees what a test per pass would."""
     fn, code = w.fn, w.fn.code
     last = code[end - 1]
-    if last.op not in isa.BRANCHES or last.op == "JMP":
-        return None
+    if last.op not in isa.BRANCHES or last.op == "JMP" or w.c.strict:
+        return None     # (the strict build tests the budget at every pass: see Compiled)
     taken, _ = w.resolve(fn.labels[last.args[-1].name], True)
     fall, _ = w.resolve(end, False)
     loops = w.block_of(taken[-1][0]) == k
@@ -877,6 +877,7 @@ class _Writer:
                 if k in self.targets(start, end):     # the block loops onto itself
                     loop_info = counted(self, k, start, end)
                     if loop_info is not None:
+                        self.c.counted = True
                         self.counted_loop(depth, k, start, end, loop_info)
                         self.emit(depth, "else:")
                         depth += 1
@@ -1108,9 +1109,11 @@ class Compiled:
         self.program, self.checks, self.native = program, checks, native
         # native code that tests every float result before the next back edge, as the
         # python engine does (native code tests them where they could stop showing:
-        # rvm.engines.lowering, Lowering.finite): run only to find where a value that
-        # was not finite was made (Machine._late)
+        # rvm.engines.lowering, Lowering.finite), and runs no loop as a counted loop
+        # (whose checks are made after its last pass, and which has no back edge to stop
+        # at): run only to find where a run failed (Machine._late)
         self.strict = strict
+        self.counted = False    # a loop of its generated code runs as a counted loop
         self.names = {name: f"F{k}" for k, name in enumerate(program.functions)}
         self.recursive = program.call_order()[1]      # (never native code)
         # function -> (where B starts, where its fws stops, registers checked around B)

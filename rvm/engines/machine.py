@@ -443,6 +443,9 @@ class Machine(Helpers):
                 self._compiled = compiled(self.program, self.checks,
                                           native=engine == "native")
                 self._compiled_functions = None
+            root = self.stack[0]        # (as the pass starts: see _far)
+            entry = (list(root.R), None if root.G is None else list(root.G), root.state,
+                     self.steps)
             top, cells = self.top, bytes(self._buf[:8 * self.top])
             shadows = bytes(self._gbuf[:8 * self.top]) if self.grad else b""
             dscale = self.dscale
@@ -500,17 +503,23 @@ class Machine(Helpers):
                         with contextlib.suppress(Limit):    # (out of memory: reported so)
                             self._grow(min(max(need, 2 * self.cap), self.heap_room()))
                             continue
-                    if last >= 0 and ("invertibility check failed" in str(e) or
-                                      "step budget exhausted" in str(e)):
-                        self._made_before = False
-                        taken = self._replay(direction, last)
-                        if taken is not None:
-                            return taken
-                        undo()
-                        if self._made_before:
+                    if "invertibility check failed" in str(e) or \
+                            "step budget exhausted" in str(e):
+                        self._made_before, taken = False, None
+                        if last >= 0:
+                            taken = self._replay(direction, last, FAR)
+                            if taken is not None and taken != -1:
+                                return taken
+                            if taken == -1:     # the failure is far from that back edge
+                                self._far(entry)
+                            undo()
+                        # (no back edge passed before it: a counted loop's, if any)
+                        if self._made_before or taken == -1 or \
+                                (last < 0 and self._compiled.counted):
                             taken = self._late(direction, undo)
                             if taken is not None:
                                 return taken
+                            self._far(entry)
                     break
                 except Exception as exc:    # no native code could be made for it
                     self.pending.clear()
@@ -688,7 +697,7 @@ class Machine(Helpers):
             return None
         return self._out_of_steps(self.max_steps, direction)
 
-    def _replay(self, direction: int, left: int) -> int | None:
+    def _replay(self, direction: int, left: int, far: int | None = None) -> int | None:
         """After a native run of the root function failed where the interpreter must say
         how (a failed check, a value not finite, an exhausted budget its record could not
         tell): native code left the budget left at the last budget test (a back edge) the
@@ -716,39 +725,60 @@ class Machine(Helpers):
             self.pending.clear()
         # the machine stands `stop` steps in, as the interpreter's run would
         rest = budget - stop
+        if far is not None and rest > far:      # (a counted loop's failure can be far)
+            if self._move(direction, far) >= far and not self.at_boundary(direction):
+                return -1       # (the caller puts the machine back: see _far)
+            rest -= far
         taken = self._move(direction, rest)
         if taken >= rest and not self.at_boundary(direction):
             raise self._out_of_steps(budget, direction)
         return abs(self.steps - start)
 
+    def _far(self, entry: tuple) -> None:
+        """The root frame as the pass started (after a replay left it elsewhere)."""
+        fr = self.stack[0]
+        R, G, state, steps = entry
+        self.stack, self.frame_cells, self.steps = [fr], len(fr.R), steps
+        fr.R[:], fr.state = R, state
+        if G is not None:
+            fr.G[:] = G
+
     def _late(self, direction: int, undo) -> int | None:
         """After _replay found a value that is not finite already made at the last back
-        edge before native code saw it: native code that tests every float result at the
-        next back edge (Compiled.strict) runs the pass to fail at the first back edge
-        after the value was made, then _replay (the usual native code, whose values are
-        still finite at the back edge before that one) steps from there. The
-        interpreter's steps, or None (the heap as before) where that cannot be done."""
+        edge before native code saw it, or found the failure far from it (after a
+        counted loop, whose checks come after its last pass): native code that tests
+        every float result at the next back edge and runs no loop as a counted loop
+        (Compiled.strict) runs the pass to fail at the first back edge after the failure,
+        then _replay (with the usual code, which stops at the same back edges, unless it
+        has counted loops) steps from the one before it. The interpreter's steps, or None
+        (the heap as before) where that cannot be done."""
         from .compiled import compiled
         normal = self._compiled, self._compiled_functions
         self._compiled = compiled(self.program, self.checks, native=True, strict=True)
         self._compiled_functions = None
         try:
             self.compiling = True
-            self._compiled.run(self, direction)
-            return None             # (never: the usual code failed)
-        except RvmError:
-            state = self.__dict__.get("_native_heap")
-            last = int(state[4][1]) if state is not None else -1
-        finally:
-            self.compiling = False
-            self._compiled, self._compiled_functions = normal
-        undo()
-        if last < 0:
-            return None
-        taken = self._replay(direction, last)
-        if taken is None:
+            try:
+                self._compiled.run(self, direction)
+                return None         # (never: the usual code failed)
+            except RvmError:
+                state = self.__dict__.get("_native_heap")
+                last = int(state[4][1]) if state is not None else -1
+            except Exception:       # (no strict build could be made: the interpreter)
+                return None
+            finally:
+                self.compiling = False
             undo()
-        return taken
+            if last < 0:
+                return None
+            if not normal[0].counted:   # the usual code stops at the same back edges,
+                self._compiled, self._compiled_functions = normal     # and runs faster
+            taken = self._replay(direction, last)
+            if taken is None:
+                undo()
+            return taken
+        finally:
+            self._compiled, self._compiled_functions = normal
 
     def _own_state(self, fn: Function, code, state: int, R: list, G, edge: bool) -> int:
         """A state of fn's inverse (`code`, run forwards) as fn's own state run
@@ -1111,6 +1141,7 @@ DIRECT_HEAP = 4096            # cells of the private heap of a direct native cal
 # runs the pass, printing as it goes)
 SAID_CELLS, SAID_LIMIT = 1 << 12, 1 << 24
 PROGRESS_CHUNK = 200_000      # steps between progress reports of a stepped run
+FAR = 1 << 16   # interpreter steps from a replay's back edge before the strict build runs
 
 
 def _leaders(code) -> list[int]:
