@@ -688,17 +688,25 @@ def test_a_value_not_finite_native_code_sees_passes_later_is_reported_as_the_int
     one before it, not over the whole run."""
     p = rvm.assemble(SPIN.replace("        INC    r0", "        INC    r0\n"
                                   "        ADD.exp f2, f0\n        SUB.exp f2, f0"))
+    outcomes, taken = reports(p, "spin", (0.0, 800.0, 0), monkeypatch)
+    assert outcomes[0] == outcomes[1] and outcomes[1][3] == 7 * 709 + 3
+    assert sum(taken) < 100, taken
+
+
+def reports(p, name: str, args: tuple, monkeypatch) -> tuple[list, list]:
+    """A failing run's report (error, message, instruction, steps, every frame) on the
+    interpreter and on native code, and the steps the interpreter took for the latter."""
     outcomes = []
     for engine in ("interp", "native"):
         taken = steps_stepped(monkeypatch)
-        m = Machine(p, engine=engine, max_steps=10**8)
-        m.enter("spin", 0.0, 800.0, 0)
+        m = Machine(p, engine=engine, max_steps=10**9)
+        m.enter(name, *args)
         with pytest.raises(rvm.RvmError) as e:
             m.run()
         monkeypatch.undo()
-        outcomes.append((str(e.value), e.value.index, m.steps, m.stack[0].R))
-    assert outcomes[0] == outcomes[1] and outcomes[1][2] == 7 * 709 + 3
-    assert sum(taken) < 100, taken
+        outcomes.append((type(e.value).__name__, str(e.value), e.value.index, m.steps,
+                         [(f.fn.name, f.state, f.R) for f in m.stack]))
+    return outcomes, taken
 
 
 def test_a_batch_loop_whose_compile_was_interrupted_is_compiled_again(monkeypatch):
@@ -730,19 +738,10 @@ def test_a_batch_loop_whose_compile_was_interrupted_is_compiled_again(monkeypatc
 # code tests a counted loop's floats after its last pass; with `head`, a loop with back
 # edges runs first (10 passes), so a replay from its last back edge is millions of steps
 # from the failure
-COUNTED_EXP = """\
-.func cnt(r0, f0, f1)
-{head}
-top:    CF.NE  r3, 0, back
-        ADD    f0, 0.001
-        ADD.exp f2, f0
-        INC    r3
-exitbr: BR.EQ  r3, r0, done
-back:   JMP    top
-done:   CF     exitbr
-        SUB    r3, r0
-.end
-"""
+COUNTED_EXP = FIB.replace(".func fib(r0, r1, r2)\n        ADD    r2, 1\n",
+                          ".func cnt(r0, f0, f1)\n{head}\n").replace(
+    "        ADD    r1, r2\n        SWAP   r1, r2\n",
+    "        ADD    f0, 0.001\n        ADD.exp f2, f0\n")
 HEAD = """\
 h:      CF.NE  r4, 0, hb
         ADD    f1, 1.0
@@ -761,16 +760,7 @@ def test_a_failure_deep_in_a_counted_loop_is_replayed_near_it(head, monkeypatch)
     the pass to the back edge after the failure, and the interpreter steps from the one
     before it (it stepped through the whole loop: millions of steps)."""
     p = rvm.assemble(COUNTED_EXP.format(head=head))
-    outcomes = []
-    for engine in ("interp", "native"):
-        taken = steps_stepped(monkeypatch)
-        m = Machine(p, engine=engine, max_steps=10**9)
-        m.enter("cnt", 2_000_000, 0.0, 0.0)
-        with pytest.raises(rvm.RvmError) as e:
-            m.run()
-        monkeypatch.undo()
-        outcomes.append((type(e.value).__name__, str(e.value), e.value.index, m.steps,
-                         [(f.fn.name, f.state, f.R) for f in m.stack]))
+    outcomes, taken = reports(p, "cnt", (2_000_000, 0.0, 0.0), monkeypatch)
     assert outcomes[0] == outcomes[1] and outcomes[1][3] > 3_000_000
     # (after a loop: at most machine.FAR steps from its last back edge, then native code)
     assert sum(taken) < 100_000, taken
