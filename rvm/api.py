@@ -97,18 +97,22 @@ def _getitem(self: Program, name: str) -> FunctionHandle:
 def _call(self: Program, name: str, *args, **options):
     """Run `name` forwards on the arguments; return the parameters' final values.
     Options (engine, checks, max_steps, heap_limit, tol) go to the machine."""
-    return _janus_run(self, name, args, options, False)
+    return _run(self, name, args, options, False)
 
 
 @user_facing
 def _uncall(self: Program, name: str, *args, **options):
     """Run `name` backwards on the arguments; return the parameters' final values."""
-    return _janus_run(self, name, args, options, True)
+    return _run(self, name, args, options, True)
 
 
-def _janus_run(program: Program, name: str, args: tuple, options: dict, backward: bool):
-    """A call or uncall; of a Janus procedure, again with larger stacks where one is full
-    (janus.growing), its stacks given and returned as lists."""
+def _run(program: Program, name: str, args: tuple, options: dict, backward: bool):
+    """A call or uncall; of a Janus procedure, run again with other stacks where they are
+    full or do not fit (janus.growing), its stacks given and returned as lists."""
+    if "janus" not in program.cache:
+        m = machine_for(program, **options)
+        return (m.uncall if backward else m.call)(name, *args)
+
     def run(p, out):
         m = machine_for(p, **options)
         saved, m.out = m.out, out
@@ -117,9 +121,6 @@ def _janus_run(program: Program, name: str, args: tuple, options: dict, backward
             return go(name, *janus.to_machine(p, name, args))
         finally:
             m.out = saved
-    if "janus" not in program.cache:
-        m = machine_for(program, **options)
-        return (m.uncall if backward else m.call)(name, *args)
     info = program.cache["janus"]
     # (later calls start with the stacks the last one grew to)
     info["latest"], results = janus.growing(info.get("latest", program), run)

@@ -271,9 +271,9 @@ def cmd_run(args) -> None:
         def run(p, out):        # (again with other stacks where one is full, or too large)
             m = _machine(p, args)
             m.out = out
-            run = m.uncall if args.backward else m.call
+            go = m.uncall if args.backward else m.call
             given = janus.main_arguments(p) if entry == "main" and not args.args else values
-            return m, run(entry, *janus.to_machine(p, entry, given))
+            return m, go(entry, *janus.to_machine(p, entry, given))
         program, (m, results) = janus.growing(program, run)
         if entry == "main" and not args.json:
             print(janus.show_store(program, results))

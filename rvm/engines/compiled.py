@@ -587,12 +587,10 @@ class _Writer:
         # frames and their registers (a failed test: the interpreter reports it)
         size = callee.n_int + callee.n_float
         if self.c.recursive:
-            self.emit(depth, f"if M.live >= M.max_depth or M.frame_cells + {size} + M.top "
-                      "> M.heap_limit: raise Fault('call depth or memory limit')")
-            self.emit(depth, f"M.live += 1; M.frame_cells += {size}")
+            self.emit(depth, f"M.framed({size}, {callee.name!r})")
         self.emit(depth, f"{', '.join(outs)}, = {call}" if outs else call)    # no parameters
         if self.c.recursive:
-            self.emit(depth, f"M.live -= 1; M.frame_cells -= {size}")
+            self.emit(depth, f"M.unframed({size})")
         self.emit(depth, "_n = M.budget")
         if self.derived is not None:
             self.emit(depth, "_s = M.dscale")

@@ -116,7 +116,7 @@ class Machine(Helpers):
     def _grow(self, need: int, exact: bool = False) -> None:
         """Room for `need` heap cells: the heap doubled (at least), or (exact) just that
         large (room for a checkpoint: Machine.run)."""
-        if need + self.frame_cells + self.compiling * self.reserve > self.heap_limit:
+        if need > self.heap_room(self.compiling):
             raise Limit(f"heap limit of {self.heap_limit} cells exceeded (asked for {need} "
                         f"heap cells, with {self.frame_cells} registers in live frames); "
                         "raise heap_limit / --heap-limit")
@@ -149,6 +149,7 @@ class Machine(Helpers):
         if n < 0:
             raise Fault(f"ALLOC of a negative number of cells ({n})")
         base = self.top
+        # (heap_room(self.compiling), written out: PUSH and ALLOC are hot paths)
         if base + n > self.cap or base + n + self.frame_cells + \
                 self.compiling * self.reserve > self.heap_limit:
             self._grow(base + n)        # (which refuses what the limit does not allow)
@@ -170,7 +171,7 @@ class Machine(Helpers):
 
     def push(self, v) -> None:
         if self.top >= self.cap or self.top + 1 + self.frame_cells + \
-                self.compiling * self.reserve > self.heap_limit:
+                self.compiling * self.reserve > self.heap_limit:       # (as ALLOC's)
             self._grow(self.top + 1)
         if type(v) is float:
             self.hf[self.top] = v
@@ -284,15 +285,32 @@ class Machine(Helpers):
         return abs(v) <= self.tol
 
     # ------------------------------------------------------------------ frames
-    def _new_frame(self, fn: Function, dir: int, D: int) -> Frame:
-        if len(self.stack) >= self.max_depth:
+    def _frame_limits(self, live: int, size: int, name: str) -> None:
+        """Refuse a frame of `size` registers (of function `name`) on `live` frames past
+        max_depth, or its registers and the heap past heap_limit."""
+        if live >= self.max_depth:
             raise Limit(f"call depth limit of {self.max_depth} frames exceeded "
                         "(unbounded recursion?)")
-        size = fn.n_int + fn.n_float
         if self.frame_cells + size + self.top > self.heap_limit:
             raise Limit(f"memory limit of {self.heap_limit} cells (heap and registers) "
-                        f"exceeded by a frame of {fn.name} ({size} registers, "
-                        f"{len(self.stack)} frames live); raise heap_limit / --heap-limit")
+                        f"exceeded by a frame of {name} ({size} registers, "
+                        f"{live} frames live); raise heap_limit / --heap-limit")
+
+    def framed(self, size: int, name: str) -> None:
+        """A call in a compiled run of a recursive program (the python engine: compiled
+        code keeps no frames): the interpreter's frame limits, then the frame counted
+        (`unframed` when it returns; a failure is reported by the interpreter's run)."""
+        self._frame_limits(self.live, size, name)
+        self.live += 1
+        self.frame_cells += size
+
+    def unframed(self, size: int) -> None:
+        self.live -= 1
+        self.frame_cells -= size
+
+    def _new_frame(self, fn: Function, dir: int, D: int) -> Frame:
+        size = fn.n_int + fn.n_float
+        self._frame_limits(len(self.stack), size, fn.name)
         fr = Frame(fn, dir, 0 if dir * D > 0 else 2 * len(fn.code))
         self.frame_cells += size
         if self.grad:
@@ -443,9 +461,6 @@ class Machine(Helpers):
                 self._compiled = compiled(self.program, self.checks,
                                           native=engine == "native")
                 self._compiled_functions = None
-            root = self.stack[0]        # (as the pass starts: see _far)
-            entry = (list(root.R), None if root.G is None else list(root.G), root.state,
-                     self.steps)
             top, cells = self.top, bytes(self._buf[:8 * self.top])
             shadows = bytes(self._gbuf[:8 * self.top]) if self.grad else b""
             dscale = self.dscale
@@ -505,13 +520,15 @@ class Machine(Helpers):
                             continue
                     if "invertibility check failed" in str(e) or \
                             "step budget exhausted" in str(e):
-                        self._made_before, taken = False, None
+                        # (a failed compiled run leaves the root frame as the pass began)
+                        entry, taken = self._root_state(), None
+                        self._made_before = False
                         if last >= 0:
                             taken = self._replay(direction, last, FAR)
                             if taken is not None and taken != -1:
                                 return taken
                             if taken == -1:     # the failure is far from that back edge
-                                self._far(entry)
+                                self._restore(entry)
                             undo()
                         # (no back edge passed before it: a counted loop's, if any)
                         if self._made_before or taken == -1 or \
@@ -519,7 +536,7 @@ class Machine(Helpers):
                             taken = self._late(direction, undo)
                             if taken is not None:
                                 return taken
-                            self._far(entry)
+                            self._restore(entry)
                     break
                 except Exception as exc:    # no native code could be made for it
                     self.pending.clear()
@@ -672,8 +689,7 @@ class Machine(Helpers):
             if kind == AT_CALL:
                 fn, e = inner, inner_e
         left += owed            # steps the interpreter's run takes from that state
-        saved = (list(fr.R), None if fr.G is None else list(fr.G), fr.state)
-        steps = self.steps
+        saved, steps = self._root_state(), self.steps
         hi[t:pos] = 0
         self.top = t
         try:
@@ -690,10 +706,7 @@ class Machine(Helpers):
             if self._move(D, abs(left)) != abs(left) or self.at_boundary(direction):
                 raise MachineError("the checkpoint is not reachable")
         except (RvmError, Fault):   # (never, if native code and the interpreter agree)
-            self.stack, self.frame_cells, self.steps = [fr], len(fr.R), steps
-            fr.R[:], fr.state = saved[0], saved[2]
-            if saved[1] is not None:
-                fr.G[:] = saved[1]
+            self._restore(saved)
             return None
         return self._out_of_steps(self.max_steps, direction)
 
@@ -727,17 +740,22 @@ class Machine(Helpers):
         rest = budget - stop
         if far is not None and rest > far:      # (a counted loop's failure can be far)
             if self._move(direction, far) >= far and not self.at_boundary(direction):
-                return -1       # (the caller puts the machine back: see _far)
+                return -1       # (the caller puts the machine back: see _restore)
             rest -= far
         taken = self._move(direction, rest)
         if taken >= rest and not self.at_boundary(direction):
             raise self._out_of_steps(budget, direction)
         return abs(self.steps - start)
 
-    def _far(self, entry: tuple) -> None:
-        """The root frame as the pass started (after a replay left it elsewhere)."""
+    def _root_state(self) -> tuple:
+        """The root frame's registers, shadows and state, and the step count (_restore)."""
         fr = self.stack[0]
-        R, G, state, steps = entry
+        return list(fr.R), None if fr.G is None else list(fr.G), fr.state, self.steps
+
+    def _restore(self, saved: tuple) -> None:
+        """The machine back at the root frame as _root_state took it."""
+        fr = self.stack[0]
+        R, G, state, steps = saved
         self.stack, self.frame_cells, self.steps = [fr], len(fr.R), steps
         fr.R[:], fr.state = R, state
         if G is not None:
@@ -760,6 +778,7 @@ class Machine(Helpers):
             self.compiling = True
             try:
                 self._compiled.run(self, direction)
+                undo()
                 return None         # (never: the usual code failed)
             except RvmError:
                 state = self.__dict__.get("_native_heap")
@@ -904,10 +923,10 @@ class Machine(Helpers):
         room = self.heap_room()     # (native code needs a cell: none left, it may not run)
         return not self.too_deep and self.top <= room and room >= 1
 
-    def heap_room(self) -> int:
-        """The heap cells compiled code may use: heap_limit less the registers of the
-        root and of the largest chain of calls under it."""
-        return self.heap_limit - self.frame_cells - self.reserve
+    def heap_room(self, compiled: bool = True) -> int:
+        """The heap cells the live frames leave under heap_limit; for compiled code (which
+        keeps no frames), those the root's and the largest chain of calls under it leave."""
+        return self.heap_limit - self.frame_cells - (self.reserve if compiled else 0)
 
     def output(self, parts: tuple, R: list) -> None:
         """Run an output statement: its text parts and values (from the frame's registers

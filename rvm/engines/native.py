@@ -53,7 +53,7 @@ _REWRITES = [
 ]
 
 
-_FIN = re.compile(r"^(\s*)_fin \+= (.*)$")
+_FIN = re.compile(r"^(\s*)_fin \+= (.*)$", re.M)
 
 
 def strictly(text: str) -> str:
@@ -61,7 +61,7 @@ def strictly(text: str) -> str:
     wrote (`_fin += x - x`, which rvm.engines.lowering otherwise drops), so that the
     budget's test at the next back edge (`_fin != 0.0`) stops the run there
     (rvm.engines.compiled.Compiled.strict)."""
-    return "\n".join(_FIN.sub(r"\1_fin = _fin + (\2)", line) for line in text.split("\n"))
+    return _FIN.sub(r"\1_fin = _fin + (\2)", text)
 
 
 def rewrite(line: str) -> str:

@@ -2431,9 +2431,9 @@ def growing(program: Program, run, out=None):
         try:
             return program, run(program, stream)
         except RvmError as e:
-            if full is not None and _stacks_past_memory(program, e):
-                raise _outgrown(full, e) from None
-            if full is None and _stacks_past_memory(program, e):
+            if _stacks_past_memory(program, e):
+                if full is not None:        # (grown stacks that do not fit)
+                    raise _outgrown(full, e) from None
                 # the starting stacks do not fit the memory limit: start smaller
                 smaller = grown(program, 1 / 8)
                 if smaller is None:
