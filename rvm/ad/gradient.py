@@ -31,6 +31,7 @@ from ..engines.arguments import (
 from ..engines.compiled import DERIVED
 from ..engines.machine import NATIVE_AFTER, Machine, PerThread, Transient, machine_for
 from ..engines.native import on_threads
+from ..engines.templates import STATE
 
 Loss = int | str | tuple
 
@@ -247,7 +248,7 @@ class _Direct:
         self.batches[tuple(map(type, args))] = None
         if comp.native and not comp.uses_heap:      # one native call, scalars only
             both = funcs[comp.name(fn.name, "vgs")]
-            heap = (np.zeros(2, np.int64), np.zeros(1), m.max_steps)   # under the GIL
+            heap = (np.zeros(STATE, np.int64), np.zeros(1), m.max_steps)   # under the GIL
             self.batches[tuple(map(type, args))] = ((funcs, comp.name(fn.name, "vgsb")),
                                                     m.max_steps, fn, floats, seed)
         elif comp.native:       # forwards and gradient pass in one native call

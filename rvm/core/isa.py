@@ -323,6 +323,10 @@ CALLS = frozenset({"CALL", "UNCALL"})
 READS = frozenset({"ADDM", "SUBM", "ADDK", "SUBK"})  # heap reads in place: d (+|-)= [m]
 CONSTANT_READS = frozenset({"ADDK", "SUBK"})   # ... that pass no gradient to the cell
 ARRAYS = frozenset(n for n, s in OPS.items() if s.group == "array")
+# float instructions whose inverse gives every bit back (moves and a sign): the machine
+# may step back over them to take a state native code stopped a few steps past; float
+# arithmetic rounds, so x + y - y need not be x (rvm.engines.machine: Machine._exhausted)
+MOVES = frozenset({"NOP", "NEG", "SWAP", "EXCH", "PUSH"})
 
 
 def condition(mnemonic: str) -> str | None:

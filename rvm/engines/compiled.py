@@ -33,7 +33,19 @@ from ..core.inverse import inverse_function
 from ..core.program import INT64_MAX, INT64_MIN, Function, Imm, Label, Mem, Program, Reg
 from ..core.program import Instruction as _Instruction
 from . import affine, templates
-from .templates import Fault, Limit, Operands, condition, esc, fault, render, show_value, shows
+from .templates import (
+    LAST,
+    STATE,
+    Fault,
+    Limit,
+    Operands,
+    condition,
+    esc,
+    fault,
+    render,
+    show_value,
+    shows,
+)
 
 _COMPILING = threading.RLock()      # one native compile at a time (Compiled.bind)
 
@@ -1068,8 +1080,8 @@ def split_point(program: Program, fn: Function) -> int | None:
 
 _CALLED = re.compile(r"\b(F\d+_[a-z]+)\(")      # a generated function called
 # the output buffer of native code: the state array's cells from OUT0 on (its cell 2 is
-# where the next record goes, cell 3 the array's length)
-OUT0 = 4
+# where the next record goes, cell 3 the array's length; see templates.STATE)
+OUT0 = STATE
 SHOWN_ARRAYS = frozenset({"floats", "ints", "janus", "stack", "chars"})   # kinds showing cells
 
 
@@ -1105,11 +1117,9 @@ class Compiled:
     def __init__(self, program: Program, checks: bool = True, native: bool = False,
                  strict: bool = False):
         self.program, self.checks, self.native = program, checks, native
-        # native code that tests every float result before the next back edge, as the
-        # python engine does (native code tests them where they could stop showing:
-        # rvm.engines.lowering, Lowering.finite), and runs no loop as a counted loop
-        # (whose checks are made after its last pass, and which has no back edge to stop
-        # at): run only to find where a run failed (Machine._late)
+        # native code that runs no loop as a counted loop (whose checks are made after
+        # its last pass, and which has no back edge to stop at): run only to find where
+        # a run failed (Machine._late)
         self.strict = strict
         self.counted = False    # a loop of its generated code runs as a counted loop
         self.names = {name: f"F{k}" for k, name in enumerate(program.functions)}
@@ -1312,8 +1322,7 @@ class Compiled:
             if text is None:
                 text = native.defer_checks("\n".join(
                     native.rewrite(line[4:]) for line in self.body(name).split("\n")))
-                text = self._native_bodies[name] = native.strictly(text) if self.strict \
-                    else text
+                self._native_bodies[name] = text
             out.append(text)
             work += _CALLED.findall(text)
         return "\n".join(out) + "\n"
@@ -1340,7 +1349,8 @@ class Compiled:
                                    "")
             hi = np.frombuffer(machine._buf, dtype=np.int64)
             cached = (machine._buf, hi, hi.view(np.float64),
-                      np.frombuffer(machine._gbuf, dtype=np.float64), np.zeros(2, np.int64))
+                      np.frombuffer(machine._gbuf, dtype=np.float64),
+                      np.zeros(STATE, np.int64))
             machine._native_heap = cached
         if machine.said_cells and len(cached[4]) != OUT0 + machine.said_cells:
             # a program with output statements: its output buffer after the state
@@ -1348,7 +1358,7 @@ class Compiled:
             state = np.zeros(OUT0 + machine.said_cells, np.int64)
             state[3] = len(state)
             cached = machine._native_heap = cached[:4] + (state,)
-        cached[4][0], cached[4][1] = machine.top, machine.max_steps
+        cached[4][0], cached[4][1], cached[4][LAST] = machine.top, machine.max_steps, -1
         if machine.said_cells:
             cached[4][2] = OUT0         # nothing written yet
         room = machine.heap_room()      # (compiled code keeps its frames' room free)

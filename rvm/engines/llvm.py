@@ -57,7 +57,7 @@ from .lowering import (
     returns_of,
     running_out,
 )
-from .templates import Fault
+from .templates import STATE, Fault
 
 available = importlib.util.find_spec("llvmlite") is not None
 
@@ -467,7 +467,7 @@ def _batch_entry(ir, t: Types, module, name: str, mode: str, fw, gbw, split: int
     with b.goto_block(fn.entry_basic_block):     # fixed stack slots: with a dynamic
         # alloca, LLVM sets up each call's frame below it and can lose the alignment that
         # vectors passed in memory need (the lane functions': rvm.engines.lanes)
-        S, flag, code = b.alloca(t.i64, t.i64(2)), b.alloca(t.i64), b.alloca(t.i64)
+        S, flag, code = b.alloca(t.i64, t.i64(STATE)), b.alloca(t.i64), b.alloca(t.i64)
     b.store(t.i64(0), code)
     saved = b.call(api("PyEval_SaveThread"), [])
     done = fn.append_basic_block()
@@ -584,7 +584,7 @@ def _groups(b, t: Types, lanes: tuple, mode: str, columns: tuple, seed, split: i
     ptypes = list(fw.function_type.args[6:])      # vectors
     k = len(ptypes)
     with b.goto_block(b.function.entry_basic_block):   # fixed stack slots
-        S, flag = b.alloca(vt.i64, t.i64(2)), b.alloca(t.i64)
+        S, flag = b.alloca(vt.i64, t.i64(STATE)), b.alloca(t.i64)
     budgets = splat(b, vt, budget)
     nf = sum(ty == vt.f64 for ty in ptypes)            # float parameters
     seeds = [splat(b, vt, s) for s in seed] if mode == "vgsb" else []

@@ -13,6 +13,7 @@ import re
 from ..core.isa import MIN_NORMAL
 from .arraylowering import HELPERS as ARRAY_HELPERS
 from .arraylowering import ArrayLowering
+from .templates import LAST
 
 # a local's type follows from its name
 _INT_NAMES = re.compile(r"g?r\d+|_n|_b|_a|T0|t0|b0")
@@ -357,7 +358,7 @@ class Lowering(ArrayLowering):
             self.guard(self.b.not_(self.truth(self.expr(s.value))), self.fault_block)
             self.checking = False
         elif isinstance(s, ast.AugAssign) and _named(s.target, "_fin"):
-            pass                        # finiteness: see finite()
+            self.fin(s.value)           # finiteness: see finite()
         elif isinstance(s, ast.AugAssign):
             self.store(s.target, self.binop(s.op, self.expr(s.target), self.expr(s.value)))
         elif isinstance(s, ast.If) and is_exact(s.test):
@@ -422,6 +423,8 @@ class Lowering(ArrayLowering):
             self.finite(*(b.load(self.vars[name]) for name in sorted(self.vars)
                           if _REGISTER.fullmatch(name)))
             self.leaving()
+            if self.last is not None:
+                b.store(b.load(self.last), self.slot(LAST))
             elts = s.value.elts if isinstance(s.value, ast.Tuple) else [s.value]
             out = ir.Constant(self.fn.return_value.type, None)
             # after the results, a gradient function's float locals' shadows (end_shadows)
@@ -615,22 +618,46 @@ class Lowering(ArrayLowering):
         here, the last of them the finiteness of the registers returned)."""
 
     def finite(self, *values) -> None:
-        """Fault unless every value is finite. The Python code tests each float result
-        (`_fin += x - x`, once per straight run); here only where a non-finite value could
-        stop showing: in a comparison (it would steer control flow), on its way to the
-        heap, and in every float register when the function returns. Elsewhere a
-        register's value only changes by arithmetic that keeps inf and nan (d += ...,
-        x *= y, x /= y, rotations, swaps), so a value that stops being finite is still
-        caught before it is seen, and a failed run goes to the interpreter, which reports
-        where it happened. Shadows are not tested here: a shadow may overflow where the
-        loss does not depend on it (a constant's), and a test per store of a shadow keeps
-        LLVM from vectorising gradient loops; the gradients a pass returns are tested
-        (rvm.ad.gradient.finite)."""
+        """Fault unless every value is finite. The generated code tests each float
+        result (`_fin += x - x`, once per straight run; see fin) at the next back edge;
+        here at once where a non-finite value could stop showing: in a comparison (it
+        would steer control flow), on its way to the heap, and in every float register
+        when the function returns. Elsewhere a register's value only changes by
+        arithmetic that keeps inf and nan (d += ..., x *= y, x /= y, rotations, swaps), so
+        a value that stops being finite is still caught before it is seen, and a failed
+        run goes to the interpreter, which reports where it happened (from the back edge
+        before it: rvm.engines.machine, Machine._replay). Shadows are not tested here: a
+        shadow may overflow where the loss does not depend on it (a constant's), and a
+        test per store of a shadow keeps LLVM from vectorising gradient loops; the
+        gradients a pass returns are tested (rvm.ad.gradient.finite)."""
         bad = self.non_finite(values)
         if bad is not None and self.later is not None:     # tested after the loop
             self.raise_flag(self.later, bad)
         elif bad is not None:
             self.guard(bad, self.fault_block)
+
+    def fin(self, e) -> None:
+        """`_fin += (x - x) + ...` (once per straight run, over the float registers it
+        wrote): `_fin` becomes 1.0 once some x is not finite, a flag per value and one
+        select (no chain of additions through every write), so that the budget's test at
+        the next back edge (`_fin != 0.0`) stops the run there (see finite). Rows in
+        lockstep leave it out (a test of every row at each back edge costs their loops a
+        quarter; their failed rows are run again one by one)."""
+        if type(self) is not Lowering:
+            return
+        terms, work = [], [e]
+        while work:
+            x = work.pop()
+            if isinstance(x, ast.BinOp) and isinstance(x.op, ast.Add):
+                work += [x.left, x.right]
+            else:
+                terms.append(x.left if isinstance(x, ast.BinOp) and
+                             isinstance(x.op, ast.Sub) else x)
+        bad = self.non_finite([self.expr(x) for x in terms])
+        if bad is not None:
+            old = self.b.load(self.vars["_fin"])
+            self.b.store(self.b.select(bad, self.ir.Constant(self.t.f64, 1.0), old),
+                         self.vars["_fin"])
 
     def non_finite(self, values):
         """A flag: some value is inf or nan (x - x is nan then, 0 otherwise); None when

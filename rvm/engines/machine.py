@@ -36,7 +36,7 @@ from .arguments import (
 from .arrays import Helpers
 from .closures import END
 from .explain import explain, explain_locals
-from .templates import Fault, Limit, show_value
+from .templates import LAST, STATE, Fault, Limit, show_value
 
 MIN_NORMAL = 2.2250738585072014e-308
 
@@ -505,6 +505,10 @@ class Machine(Helpers):
                     room = self._record_room()
                     state = self.__dict__.get("_native_heap")
                     last = int(state[4][1]) if self._compiled.native and state else -1
+                    if last < 0 and self._compiled.native and state:
+                        # (past the budget after the root's last back edge: its last
+                        # budget test, handed back on return; or a returned callee's)
+                        last = int(state[4][LAST])
                     undo()
                     if room:        # no room for the checkpoint: make it, run again
                         with contextlib.suppress(Limit):
@@ -702,8 +706,20 @@ class Machine(Helpers):
                 if G is not None:
                     top.G[:] = G
             self.steps = steps + direction * (self.max_steps - left)
-            D = direction if left > 0 else -direction
-            if self._move(D, abs(left)) != abs(left) or self.at_boundary(direction):
+            if left > 0:
+                moved = self._move(direction, left)
+            else:           # back over the steps past the budget, where that is exact
+                for moved in range(-left):     # noqa: B007 (moved: how far it got)
+                    top = self.stack[-1]
+                    i = top.index(-top.dir * direction)
+                    if not 0 <= i < len(top.fn.code) or \
+                            not _undone_exactly(top.fn.code[i], grad):
+                        raise MachineError("not exactly")   # (then _replay, forwards)
+                    if self._move(-direction, 1) != 1:
+                        break
+                else:
+                    moved = -left
+            if moved != abs(left) or self.at_boundary(direction):
                 raise MachineError("the checkpoint is not reachable")
         except (RvmError, Fault):   # (never, if native code and the interpreter agree)
             self._restore(saved)
@@ -763,9 +779,9 @@ class Machine(Helpers):
 
     def _late(self, direction: int, undo) -> int | None:
         """After _replay found a value that is not finite already made at the last back
-        edge before native code saw it, or found the failure far from it (after a
-        counted loop, whose checks come after its last pass): native code that tests
-        every float result at the next back edge and runs no loop as a counted loop
+        edge before native code saw it (a counted loop's, tested after its last pass, or
+        a parameter's), or found the failure far from it (after a counted loop, which
+        has no back edge inside): native code that runs no loop as a counted loop
         (Compiled.strict) runs the pass to fail at the first back edge after the failure,
         then _replay (with the usual code, which stops at the same back edges, unless it
         has counted loops) steps from the one before it. The interpreter's steps, or None
@@ -1062,7 +1078,7 @@ class Machine(Helpers):
         # do) run on it; one that needs more, or leaves cells in use, goes the general way
         cells = min(DIRECT_HEAP, self.heap_room()) if c.uses_heap else 1
         hi = np.zeros(cells, np.int64)
-        heap = (hi, hi.view(np.float64), np.zeros(cells), np.zeros(2, np.int64))
+        heap = (hi, hi.view(np.float64), np.zeros(cells), np.zeros(STATE, np.int64))
         kinds = coercers(fn.params, fn.name)      # as bind() converts: same values, errors
         budget = self.max_steps
 
@@ -1088,7 +1104,7 @@ class Machine(Helpers):
         if cells < self.entry_top:
             return None
         hi = np.zeros(cells, np.int64)
-        return hi, hi.view(np.float64), np.zeros(cells), np.zeros(2, np.int64)
+        return hi, hi.view(np.float64), np.zeros(cells), np.zeros(STATE, np.int64)
 
     def array_places(self, args: tuple) -> list | None:
         """(argument index, first cell, end cell, shape, float?) of each array argument
@@ -1160,6 +1176,21 @@ DIRECT_HEAP = 4096            # cells of the private heap of a direct native cal
 # runs the pass, printing as it goes)
 SAID_CELLS, SAID_LIMIT = 1 << 12, 1 << 24
 PROGRESS_CHUNK = 200_000      # steps between progress reports of a stepped run
+def _undone_exactly(ins, grad: bool) -> bool:
+    """Stepping back over `ins` (its inverse) gives every register, cell and shadow back
+    bit for bit: control, integer instructions and float moves (isa.MOVES); not float
+    arithmetic, which rounds, nor in a gradient pass anything that drops shadows (a
+    freed cell's, a returned callee's locals')."""
+    op = ins.op
+    if op in isa.BRANCHES or op in isa.COMEFROMS:
+        return True
+    if grad and (op in isa.CALLS or ins.spec.group in ("memory", "array")):
+        return False
+    if op in isa.CALLS or (ins.cls == isa.INT and ins.spec.group != "array"):
+        return True
+    return op in isa.MOVES and not grad
+
+
 FAR = 1 << 16   # interpreter steps from a replay's back edge before the strict build runs
 
 

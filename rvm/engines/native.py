@@ -53,17 +53,6 @@ _REWRITES = [
 ]
 
 
-_FIN = re.compile(r"^(\s*)_fin \+= (.*)$", re.M)
-
-
-def strictly(text: str) -> str:
-    """Native code that keeps the finiteness sum of the float registers each straight run
-    wrote (`_fin += x - x`, which rvm.engines.lowering otherwise drops), so that the
-    budget's test at the next back edge (`_fin != 0.0`) stops the run there
-    (rvm.engines.compiled.Compiled.strict)."""
-    return _FIN.sub(r"\1_fin = _fin + (\2)", text)
-
-
 def rewrite(line: str) -> str:
     for pattern, repl in _REWRITES:
         line = pattern.sub(repl, line)

@@ -26,6 +26,13 @@ def fault(text: str) -> str:
     return f"raise Fault(f{text!r})"
 
 
+# native code's state array S: the heap top, the step budget left, the output buffer's next
+# record and its length (rvm.engines.compiled: OUT0), and the budget left at the last budget
+# test of the function that returned last (LAST: where Machine._replay starts when a run
+# went past its budget after its last back edge); every S holds at least STATE cells
+LAST, STATE = 4, 5
+
+
 class Fault(Exception):
     """Raised by generated code when a reversibility check fails (wrapped by the machine)."""
 
