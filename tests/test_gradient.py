@@ -361,3 +361,43 @@ def test_vmap_of_a_jacobian_runs_natively_and_matches_rows_and_finite_difference
     on_python = rvm.jacobian(p["f"], outputs=[2, 3], wrt=[1, 0], engine="python")
     assert on_python.batch(cols) is None
     assert np.allclose(rvm.vmap(on_python)(*cols), J, rtol=1e-14, atol=0)
+
+
+# a scalar program whose uncall of a helper means its forward run's native code (fw, and
+# the helper's bw) is not what the fused gradient call runs
+SCALARS = """\
+.func sq(f0, f1)
+        ADD.mul f1, f0, f0
+.end
+.func f(f0, f1, f2)
+        CALL    sq, f0, f2
+        ADD.exp f1, f2
+        UNCALL  sq, f0, f2
+.end
+"""
+
+
+def test_the_first_native_gradient_of_scalars_compiles_only_its_fused_call(monkeypatch):
+    """Scalars only: the gradient is one native call forwards and back, so its first call
+    compiles that alone, not the forward run's code too (a third of the Bessel gradient's
+    LLVM IR); a call that fails still goes the general way, which reports it as the
+    interpreter does."""
+    from rvm.engines import llvm
+    asked, real = [], llvm.functions
+
+    def functions(text, fused, batches, tol, runs=(), **kw):
+        asked.append((tuple(runs), sorted(fused)))
+        return real(text, fused, batches, tol, runs=runs, **kw)
+    monkeypatch.setattr(llvm, "functions", functions)
+    p = rvm.assemble(SCALARS)
+    g = rvm.grad(p["f"], loss="f1", engine="native")
+    want = rvm.grad(p["f"], loss="f1", engine="interp")
+    assert g(1.5, 0.0, 0.0) == want(1.5, 0.0, 0.0)
+    assert g(1.5, 0.0, 0.0)[0] == pytest.approx(2 * 1.5 * math.exp(1.5 ** 2))
+    assert asked == [((), ["F1_vgs"])], asked
+    errors = []
+    for grad in (g, want):      # exp(40^2) overflows: the general path reports it
+        with pytest.raises(rvm.RvmError) as e:
+            grad(40.0, 0.0, 0.0)
+        errors.append((type(e.value), str(e.value)))
+    assert errors[0] == errors[1]

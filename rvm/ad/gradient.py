@@ -141,10 +141,15 @@ class Pass:
         self.fn, self.options = fn, machine_options
         self.name = getattr(fn, "name", "fn")
 
-    def forward(self, args) -> Machine:
+    def entered(self, args) -> Machine:
+        """The machine with the function entered (its arguments checked), not run."""
         program, name, names = target(self.fn, args)
         m = machine_for(program, **self.options)
         m.enter(name, *args, names=names)
+        return m
+
+    def forward(self, args) -> Machine:
+        m = self.entered(args)
         m.wants_gradient = True
         try:
             m.run(1)
@@ -229,17 +234,30 @@ class _Direct:
             spread[k] = g
         return tuple(outs), tuple(spread)
 
+    @staticmethod
+    def fused(m: Machine) -> bool:
+        """Will the plan for m's program be one native call forwards and back (scalars,
+        no heap, no output), so that its first call needs no forward run on the machine?"""
+        from ..engines.compiled import compiled
+        if m.engine != "native" or not m.fits() or m.tier() != "native":
+            return False
+        comp = compiled(m.program, m.checks, native=True)
+        return not comp.uses_heap and not comp.statements
+
     def make(self, args):
         from ..engines.compiled import compiled
         if any(isinstance(a, np.ndarray) for a in args):
             return self.make_arrays(args)
-        m = self.runner.forward(args)          # also validates arguments and the loss
+        m = self.runner.entered(args)          # also validates the arguments
+        fused = self.fused(m)   # (one native call forwards and back: no forward run first,
+        if not fused:                           # whose native code it would compile)
+            m = self.runner.forward(args)
         fn = m.stack[0].fn
         if m.engine == "interp" or len(fn.params) != len(args) or m.said_cells or \
                 not m.fits():   # (output statements: the machine's runs print them)
             return None
         b, _ = find_argument(m.bindings, fn, self.loss, "loss")
-        comp = compiled(m.program, m.checks, native=m._compiled.native)
+        comp = compiled(m.program, m.checks, native=fused or m._compiled.native)
         funcs = comp.bind(m)
         heap = comp.heap(m) if comp.native else (m,)
         floats = [k for k, p in enumerate(fn.params) if p.cls == isa.FLOAT]

@@ -266,17 +266,18 @@ class Functions(dict):
             self.update(llvm.functions(comp.native_text, fused, batches, self.tol,
                                        runs=runs, key=comp.key, kinds=comp.param_kinds()))
 
-    def gradient(self, fname: str) -> None:
+    def gradient(self, fname: str, forward: bool = True) -> None:
         """Compile function fname's gradient group, if not made yet: what a gradient's
         direct calls run, with the forward run the gradient's first, general call makes
-        on the machine. Scalars only: one fused call forwards and back (vgs). With the
-        heap (or output statements): the passes the direct calls with arrays make
-        (forwards, or to the copy of a compute-copy-uncompute function, then the gradient
-        pass from there), and both in one fused call (vg). Anything else is compiled when
-        asked for."""
+        on the machine (`forward`: a forward run asks; the plan of scalars only makes
+        none, rvm.ad.gradient: _Direct.fused). Scalars only: one fused call forwards and
+        back (vgs). With the heap (or output statements): the passes the direct calls
+        with arrays make (forwards, or to the copy of a compute-copy-uncompute function,
+        then the gradient pass from there), and both in one fused call (vg). Anything
+        else is compiled when asked for."""
         comp = self.compiled
         if comp.name(fname, "vgs") in self.fused:     # (see __init__: which programs)
-            modes, fused = ("fw",), {comp.name(fname, "vgs")}
+            modes, fused = ("fw",) if forward else (), {comp.name(fname, "vgs")}
         else:
             modes = ("fw", "fws", "gbws") if fname in comp.splits else ("fw", "gbw")
             fused = {comp.name(fname, "vg")}
@@ -298,7 +299,7 @@ class Functions(dict):
                     self.llvm((name,), {}, {})
                 elif fname is not None and (mode in ("fws", "gbws") or name in self.fused
                                             or (mode == "gbw" and fname not in comp.splits)):
-                    self.gradient(fname)
+                    self.gradient(fname, forward=False)
                     if name not in self:        # not among the gradient group's
                         self.llvm(() if name in self.fused else (name,),
                                   {name: self.fused[name]} if name in self.fused else {},
