@@ -35,6 +35,8 @@ MESSAGES = {FAULT: "invertibility check failed", FULL: "heap capacity exceeded",
 # the process-wide cell a SIGINT sets (rvm.engines.llvm: interrupts): native loops poll it
 INTERRUPT_CELL = "rvm_interrupt"
 POLL_EVERY = 1 << 16    # passes of a counted loop between two polls of the interrupt cell
+# steps between two tests of every float register at a back edge (see Lowering.clean)
+CLEAN_EVERY = 1 << 8
 
 
 class Types:
@@ -119,14 +121,18 @@ class Lowering(ArrayLowering):
         self.counting = 0           # lowering a counted loop's passes
         self.case = 0               # the block lowered (a function of one block: 0)
         self.sites: dict = {}       # (block, callee) -> its calls lowered with a record
-        # the budget left at the last budget test this frame passed (-1: none yet), left in
-        # the state array's budget cell where a run fails (Machine._replay)
-        self.last = None
+        # the budget left at the last back edge this frame passed where every float
+        # register was finite (-1: none yet; see clean), left in the state array's budget
+        # cell where a run fails (Machine._replay), and the budget at the next such test
+        self.last = self.mark = None
         self.record_slots = None    # (names, values, count) of its records (see record)
         if type(self) is Lowering:
             with self.b.goto_block(self.fn.entry_basic_block):
                 self.last = self.b.alloca(t.i64, name="last")
+                self.mark = self.b.alloca(t.i64, name="mark")
             self.b.store(t.i64(-1), self.last)
+            self.b.store(self.b.sub(self.b.load(self.slot(1)), t.i64(CLEAN_EVERY)),
+                         self.mark)
         self.fault_block, self.full_block = self.exit(FAULT), self.exit(FULL)
         self.budget_block, self.interrupt_block = self.exit(BUDGET), self.exit(INTERRUPT)
         self.passed = self.exit(None)          # a callee's fault: return, its code kept
@@ -358,7 +364,7 @@ class Lowering(ArrayLowering):
             self.guard(self.b.not_(self.truth(self.expr(s.value))), self.fault_block)
             self.checking = False
         elif isinstance(s, ast.AugAssign) and _named(s.target, "_fin"):
-            self.fin(s.value)           # finiteness: see finite()
+            pass                        # finiteness: see finite() and clean()
         elif isinstance(s, ast.AugAssign):
             self.store(s.target, self.binop(s.op, self.expr(s.target), self.expr(s.value)))
         elif isinstance(s, ast.If) and is_exact(s.test):
@@ -383,8 +389,7 @@ class Lowering(ArrayLowering):
                 self.checking = False
                 if budget:          # a back edge (or the end): stop here if interrupted
                     self.poll()
-                    if self.last is not None:       # (passed: see Machine._replay)
-                        b.store(b.load(self.vars["_n"]), self.last)
+                    self.clean()
                 return
             then, other = (self.fn.append_basic_block() for _ in range(2))
             b.cbranch(self.truth(self.expr(s.test)), then, other)
@@ -618,11 +623,12 @@ class Lowering(ArrayLowering):
         here, the last of them the finiteness of the registers returned)."""
 
     def finite(self, *values) -> None:
-        """Fault unless every value is finite. The generated code tests each float
-        result (`_fin += x - x`, once per straight run; see fin) at the next back edge;
-        here at once where a non-finite value could stop showing: in a comparison (it
-        would steer control flow), on its way to the heap, and in every float register
-        when the function returns. Elsewhere a register's value only changes by
+        """Fault unless every value is finite. The python engine tests each float
+        result (`_fin += x - x`, once per straight run) at the next back edge; native
+        code every float register at back edges now and then (see clean), and at once
+        where a non-finite value could stop showing: in a comparison (it would steer
+        control flow), on its way to the heap, and in every float register when the
+        function returns. Elsewhere a register's value only changes by
         arithmetic that keeps inf and nan (d += ..., x *= y, x /= y, rotations, swaps), so
         a value that stops being finite is still caught before it is seen, and a failed
         run goes to the interpreter, which reports where it happened (from the back edge
@@ -636,28 +642,31 @@ class Lowering(ArrayLowering):
         elif bad is not None:
             self.guard(bad, self.fault_block)
 
-    def fin(self, e) -> None:
-        """`_fin += (x - x) + ...` (once per straight run, over the float registers it
-        wrote): `_fin` becomes 1.0 once some x is not finite, a flag per value and one
-        select (no chain of additions through every write), so that the budget's test at
-        the next back edge (`_fin != 0.0`) stops the run there (see finite). Rows in
-        lockstep leave it out (a test of every row at each back edge costs their loops a
-        quarter; their failed rows are run again one by one)."""
-        if type(self) is not Lowering:
+    def clean(self) -> None:
+        """At a back edge, once CLEAN_EVERY steps have gone since the last time: fault
+        unless every float register is finite, else note the budget left here (`last`,
+        where Machine._replay starts again). A value that stops being finite stays so in
+        its register until it is compared, stored or returned (tested at once: see
+        finite), so a run that made one stops within CLEAN_EVERY steps and a pass of it,
+        and the replay starts before it; a test of each result (as the python engine
+        makes) cost tight float loops a fifth of their time. Rows in lockstep have no
+        replay (a batch with a failing row runs again row by row)."""
+        if self.last is None:
             return
-        terms, work = [], [e]
-        while work:
-            x = work.pop()
-            if isinstance(x, ast.BinOp) and isinstance(x.op, ast.Add):
-                work += [x.left, x.right]
-            else:
-                terms.append(x.left if isinstance(x, ast.BinOp) and
-                             isinstance(x.op, ast.Sub) else x)
-        bad = self.non_finite([self.expr(x) for x in terms])
+        b, t = self.b, self.t
+        n = b.load(self.vars["_n"])
+        due = b.icmp_signed("<=", n, b.load(self.mark))
+        test, after = self.fn.append_basic_block(), self.fn.append_basic_block()
+        b.cbranch(due, test, after)
+        b.position_at_end(test)
+        floats = sorted(name for name in self.vars if _REGISTER.fullmatch(name))
+        bad = self.non_finite([b.load(self.vars[name]) for name in floats])
         if bad is not None:
-            old = self.b.load(self.vars["_fin"])
-            self.b.store(self.b.select(bad, self.ir.Constant(self.t.f64, 1.0), old),
-                         self.vars["_fin"])
+            self.guard(bad, self.fault_block)
+        b.store(n, self.last)
+        b.store(b.sub(n, t.i64(CLEAN_EVERY)), self.mark)
+        b.branch(after)
+        b.position_at_end(after)
 
     def non_finite(self, values):
         """A flag: some value is inf or nan (x - x is nan then, 0 otherwise); None when

@@ -456,6 +456,14 @@ class Machine(Helpers):
         if self.engine != "interp" and self.at_boundary(-direction) and max_steps is None \
                 and self.fits():
             engine = self.tier()
+            root = self.stack[0]
+            if engine == "native" and \
+                    not all(map(math.isfinite, root.R[root.fn.n_int:])):
+                # native code refuses a value that is not finite where it is compared or
+                # returned (it cannot tell one the program made, which the interpreter
+                # refuses where it is made, from one it was given); the python engine
+                # tests what the program makes, as the interpreter does
+                engine = "python"
             if self._compiled is None or self._compiled.native != (engine == "native"):
                 from .compiled import compiled
                 self._compiled = compiled(self.program, self.checks,
@@ -503,12 +511,7 @@ class Machine(Helpers):
                         if err is not None:
                             raise err from None
                     room = self._record_room()
-                    state = self.__dict__.get("_native_heap")
-                    last = int(state[4][1]) if self._compiled.native and state else -1
-                    if last < 0 and self._compiled.native and state:
-                        # (past the budget after the root's last back edge: its last
-                        # budget test, handed back on return; or a returned callee's)
-                        last = int(state[4][LAST])
+                    last = self._last_clean() if self._compiled.native else -1
                     undo()
                     if room:        # no room for the checkpoint: make it, run again
                         with contextlib.suppress(Limit):
@@ -726,6 +729,18 @@ class Machine(Helpers):
             return None
         return self._out_of_steps(self.max_steps, direction)
 
+    def _last_clean(self) -> int:
+        """The budget left at the last back edge a failed native run passed where it found
+        every float register finite (rvm.engines.lowering: Lowering.clean), or -1: the
+        failing frame's, or a caller's if it passed none, or, where the run went past its
+        budget after its last back edge, the one the root (or a callee that returned last)
+        handed back on return."""
+        state = self.__dict__.get("_native_heap")
+        if not state:
+            return -1
+        last = int(state[4][1])
+        return last if last >= 0 else int(state[4][LAST])
+
     def _replay(self, direction: int, left: int, far: int | None = None) -> int | None:
         """After a native run of the root function failed where the interpreter must say
         how (a failed check, a value not finite, an exhausted budget its record could not
@@ -797,8 +812,7 @@ class Machine(Helpers):
                 undo()
                 return None         # (never: the usual code failed)
             except RvmError:
-                state = self.__dict__.get("_native_heap")
-                last = int(state[4][1]) if state is not None else -1
+                last = self._last_clean()
             except Exception:       # (no strict build could be made: the interpreter)
                 return None
             finally:
