@@ -131,8 +131,7 @@ class Lowering(ArrayLowering):
                 self.last = self.b.alloca(t.i64, name="last")
                 self.mark = self.b.alloca(t.i64, name="mark")
             self.b.store(t.i64(-1), self.last)
-            self.b.store(self.b.sub(self.b.load(self.slot(1)), t.i64(CLEAN_EVERY)),
-                         self.mark)
+            self.b.store(self.next_look(self.b.load(self.slot(1))), self.mark)
         self.fault_block, self.full_block = self.exit(FAULT), self.exit(FULL)
         self.budget_block, self.interrupt_block = self.exit(BUDGET), self.exit(INTERRUPT)
         self.passed = self.exit(None)          # a callee's fault: return, its code kept
@@ -383,13 +382,16 @@ class Lowering(ArrayLowering):
                     # from the caller's next back edge: see checkpoint) or, for an entry,
                     # tests it after the call (rvm.engines.llvm)
                     return
+                if budget and self.last is not None:
+                    self.clean()        # the budget's test, and now and then a look
+                    self.poll()
+                    return
                 self.checking = True
                 self.guard(self.truth(self.expr(s.test)),
                            self.checkpoint() if budget else self.fault_block)
                 self.checking = False
                 if budget:          # a back edge (or the end): stop here if interrupted
                     self.poll()
-                    self.clean()
                 return
             then, other = (self.fn.append_basic_block() for _ in range(2))
             b.cbranch(self.truth(self.expr(s.test)), then, other)
@@ -643,30 +645,40 @@ class Lowering(ArrayLowering):
             self.guard(bad, self.fault_block)
 
     def clean(self) -> None:
-        """At a back edge, once CLEAN_EVERY steps have gone since the last time: fault
-        unless every float register is finite, else note the budget left here (`last`,
-        where Machine._replay starts again). A value that stops being finite stays so in
-        its register until it is compared, stored or returned (tested at once: see
-        finite), so a run that made one stops within CLEAN_EVERY steps and a pass of it,
-        and the replay starts before it; a test of each result (as the python engine
-        makes) cost tight float loops a fifth of their time. Rows in lockstep have no
-        replay (a batch with a failing row runs again row by row)."""
-        if self.last is None:
-            return
+        """A back edge's test of the step budget (`_n < 0`: to the checkpoint) and, once
+        CLEAN_EVERY steps have gone since the last time, a look at every float register:
+        fault unless each is finite, else note the budget left here (`last`, where
+        Machine._replay starts again). One comparison a pass (`_n <= mark`, mark never
+        below -1) makes both. A value that stops being finite stays so in its register
+        until it is compared, stored or returned (tested at once: see finite), so a run
+        that made one stops within CLEAN_EVERY steps and a pass of it, and the replay
+        starts before it; a test of each result (as the python engine makes) cost tight
+        float loops a fifth of their time. Rows in lockstep have no replay (a batch with
+        a failing row runs again row by row)."""
         b, t = self.b, self.t
         n = b.load(self.vars["_n"])
+        slow, after = self.fn.append_basic_block(), self.fn.append_basic_block()
         due = b.icmp_signed("<=", n, b.load(self.mark))
-        test, after = self.fn.append_basic_block(), self.fn.append_basic_block()
-        b.cbranch(due, test, after)
-        b.position_at_end(test)
+        expect = b.module.declare_intrinsic("llvm.expect", [t.i1],
+                                            self.ir.FunctionType(t.i1, [t.i1, t.i1]))
+        b.cbranch(b.call(expect, [due, t.i1(0)]), slow, after)     # (rarely)
+        b.position_at_end(slow)
+        self.guard(b.icmp_signed("<", n, t.i64(0)), self.checkpoint())
         floats = sorted(name for name in self.vars if _REGISTER.fullmatch(name))
         bad = self.non_finite([b.load(self.vars[name]) for name in floats])
         if bad is not None:
             self.guard(bad, self.fault_block)
         b.store(n, self.last)
-        b.store(b.sub(n, t.i64(CLEAN_EVERY)), self.mark)
+        b.store(self.next_look(n), self.mark)
         b.branch(after)
         b.position_at_end(after)
+
+    def next_look(self, n):
+        """The budget left at the next look (see clean), never below -1 (the budget's own
+        test)."""
+        b, t = self.b, self.t
+        at = b.sub(n, t.i64(CLEAN_EVERY))
+        return b.select(b.icmp_signed("<", at, t.i64(-1)), t.i64(-1), at)
 
     def non_finite(self, values):
         """A flag: some value is inf or nan (x - x is nan then, 0 otherwise); None when
