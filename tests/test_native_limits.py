@@ -896,3 +896,48 @@ def test_a_budget_that_runs_out_after_a_counted_loop_past_rounding_steps_is_repl
                                          for v in f.R]) for f in m.stack]))
         assert outcomes[0] == outcomes[1], budget
         assert "step budget" in outcomes[1][0] and sum(taken) < 100_000, (budget, taken)
+
+
+# an array argument (the heap just large enough for it, before) and a sum of exp that
+# overflows in a later pass
+ARRAY_EXP = """\
+.func k(r0, r1, r2, f0, f2, f3)
+top:    CF.NE  r3, 0, back
+        ADD    f1, f0
+        SUB    f1, 2000.0
+        ADD.exp f2, f1
+        SUB    f1, f0
+        ADD    f1, 2000.0
+        ADD    f0, 1.0
+        ADDM   r2, [r0 + r3]
+        INC    r3
+exitbr: BR.GE  f0, f3, done
+back:   JMP    top
+done:   CF     exitbr
+.end
+"""
+
+
+def test_a_failing_run_with_array_arguments_is_two_native_runs(monkeypatch):
+    """The heap grows a little past the cells asked for, so native code's checkpoint
+    records fit above a call's arrays: a run that fails is run natively once more, to
+    the back edge before the failure (it was twice more, the first to make room)."""
+    from rvm.engines.compiled import Compiled
+    p = rvm.assemble(ARRAY_EXP)
+    a = np.arange(5000, dtype=np.int64)
+    runs, real = [], Compiled.run
+
+    def run(self, machine, direction):
+        runs.append(self.strict)
+        return real(self, machine, direction)
+    outcomes = []
+    for engine in ("interp", "native"):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(Compiled, "run", run)
+            m = Machine(p, engine=engine, max_steps=10**8)
+            m.enter("k", a, 0, 0.0, 0.0, 3000.0)
+            with pytest.raises(rvm.RvmError) as e:
+                m.run()
+        outcomes.append((str(e.value), e.value.index, m.steps))
+    assert outcomes[0] == outcomes[1] and "math range error" in outcomes[1][0]
+    assert runs == [False, False], runs

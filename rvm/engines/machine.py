@@ -120,7 +120,10 @@ class Machine(Helpers):
             raise Limit(f"heap limit of {self.heap_limit} cells exceeded (asked for {need} "
                         f"heap cells, with {self.frame_cells} registers in live frames); "
                         "raise heap_limit / --heap-limit")
-        cap = need if exact else min(max(need, 2 * self.cap, 64), self.heap_limit)
+        # (a little past the cells asked for: native code's checkpoint records go above
+        # the top, and a heap just large enough for a call's arrays had no room for them,
+        # so a run that failed was run once more: Machine._record_room)
+        cap = need if exact else min(max(need + SLACK, 2 * self.cap, 64), self.heap_limit)
         try:
             buf, gbuf = bytearray(cap * 8), bytearray(cap * 8)
         except MemoryError:
@@ -1205,6 +1208,7 @@ def _undone_exactly(ins, grad: bool) -> bool:
     return op in isa.MOVES and not grad
 
 
+SLACK = 1 << 12  # heap cells past those asked for when the heap grows (Machine._grow)
 FAR = 1 << 16   # interpreter steps from a replay's back edge before the strict build runs
 
 
