@@ -653,7 +653,7 @@ class Lowering(ArrayLowering):
         until it is compared, stored or returned (tested at once: see finite), so a run
         that made one stops within CLEAN_EVERY steps and a pass of it, and the replay
         starts before it; a test of each result (as the python engine makes) cost tight
-        float loops a fifth of their time. Rows in lockstep have no replay (a batch with
+        float loops 20-50% of their time. Rows in lockstep have no replay (a batch with
         a failing row runs again row by row)."""
         b, t = self.b, self.t
         n = b.load(self.vars["_n"])
