@@ -263,6 +263,30 @@ def test_runtime_invertibility_error_names_the_python_line():
     assert "comefrom" in err.value.detail
 
 
+@pytest.mark.parametrize("engine", ["interp", "python", "native"])
+def test_a_math_error_names_the_python_statement_and_the_value(engine):
+    """exp that overflows and log of a negative number (Python's math errors, raised by
+    the family's value) are told with the statement's source and the value given to the
+    function, not the registers (`ADD.exp f1, f0`), on every engine."""
+    @rvm.reversible
+    def grow(x: float, total: float):
+        total += math.exp(x)
+
+    @rvm.reversible
+    def shrink(x: float, total: float):
+        total -= math.log(x - 2.0)
+    for fn, args, said in [
+            (grow, (1000.0, 0.0), "`total += math.exp(x)` at line {}: exp(1000.0) overflows "
+                                  "(math range error)"),
+            (shrink, (1.0, 0.0), "`total -= math.log(x - 2.0)` at line {}: log(-1.0) is "
+                                 "undefined (math domain error)")]:
+        with pytest.raises(rvm.MachineError) as err:
+            fn(*args, engine=engine)
+        line = fn.pyfunc.__code__.co_firstlineno + 2
+        assert said.format(line) in str(err.value), str(err.value)
+        assert "ADD." in err.value.detail or "SUB." in err.value.detail
+
+
 def test_argument_type_errors():
     with pytest.raises(rvm.MachineError, match="declared Array"):
         matvec(np.zeros(3), np.zeros(3), np.zeros(3))

@@ -74,6 +74,25 @@ def _values(expr: ast.expr, values: dict[str, object]) -> str:
 
 _NOT_FINITE = re.compile(r"([rf]\d+) would become (.*): not finite$")
 
+# Python's math module's errors, raised by a function family's value (ADD.exp, SUB.log, ...)
+_MATH_ERRORS = {"math range error": "overflows", "math domain error": "is undefined"}
+
+
+def _family_error(fn: Function, ins, line: int, path: str, R: list, message: str) -> str:
+    """`total += math.exp(x)` at line 5: exp(1000.0) overflows (math range error)."""
+    op, family = ins.op.split(".", 1)
+    names = names_at(fn, line)
+    dest, *args = ins.args
+    text = source_line(path, line).strip() if path else ""
+    if not text:
+        said = lambda a: names.get(a) or str(a)
+        text = f"{said(dest)} {'+' if op == 'ADD' else '-'}= " \
+            f"{family}({', '.join(map(said, args))})"
+    shown = [repr(R[fn.slot(a)]) if isinstance(a, Reg) else str(a) for a in args]
+    return (f"`{text}` at line {line}: {family}({', '.join(shown)}) "
+            f"{_MATH_ERRORS[message]} ({message})")
+
+
 # other frontends' explainers by file suffix (the Janus frontend adds ".ja" when loaded)
 EXPLAINERS: dict = {}
 
@@ -97,6 +116,8 @@ def explain(fn: Function, ins, line: int, path: str, R: list, message: str) -> s
         return _cells_named(fn, line, R, message)
     names = names_at(fn, line)
     values = {name: R[fn.slot(r)] for r, name in names.items()}
+    if message in _MATH_ERRORS and ins.spec.group == "family":
+        return _family_error(fn, ins, line, path, R, message)
     nonfinite = _NOT_FINITE.match(message)
     if nonfinite:
         reg = nonfinite.group(1)
