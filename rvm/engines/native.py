@@ -64,7 +64,8 @@ _FAULT = re.compile(r"^(\s*)if (not \((.*)\)|(.*)): raise Fault\('invertibility 
 _LEAVES = ("if ", "while ", "_b = ", "break", "return", "TOP[1] = ", "said(")
 # a call that is passed the heap top may move it (ALLOC, FREE, PUSH, POP, a call): the
 # top of the heap, read by every address check, is kept in the local T0 and read again
-# only after those (an array store could alias TOP, so numba would reload it every time)
+# only after those (a store to a heap cell could alias TOP, so LLVM would load it again
+# after every store)
 _MOVES_TOP = re.compile(r"\w\(.*\bTOP[,)]")
 
 
@@ -104,9 +105,9 @@ def defer_checks(source: str) -> str:
     and writes cell 0 instead (the address is multiplied by the check), so nothing
     outside the heap is touched. A failed check only ever ends the run in an error,
     which the machine answers by re-running the pass on the interpreter from the saved
-    state, so the checks may be late. numba's analyses are quadratic in a function's
-    basic blocks, and every check was two of them: this makes large programs compile
-    several times faster.
+    state, so the checks may be late. Every check as a branch was two basic blocks, and
+    a compiler's analyses grow faster than a function's blocks: folded, large programs
+    compiled several times faster.
     """
     out: list[str] = []
     lines = straighten(source.split("\n"))
