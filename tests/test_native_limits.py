@@ -941,3 +941,63 @@ def test_a_failing_run_with_array_arguments_is_two_native_runs(monkeypatch):
         outcomes.append((str(e.value), e.value.index, m.steps))
     assert outcomes[0] == outcomes[1] and "math range error" in outcomes[1][0]
     assert runs == [False, False], runs
+
+
+# each pass of a general loop runs a counted loop of 10,000 passes (40,000 steps, more
+# than the replay's FAR), then adds exp(100 (f0 - 10)) to f2, which overflows in pass 18
+INNER_COUNTED = """\
+.func k(r1, r2, f0, f2, f3)
+top:    CF.NE  r3, 0, back
+        ADD    f0, 1.0
+in:     CF.NE  r4, 0, inb
+        ADD    r2, r4
+        INC    r4
+inx:    BR.EQ  r4, r1, ind
+inb:    JMP    in
+ind:    CF     inx
+        SUB    r4, r1
+        ADD    f1, f0
+        SUB    f1, 10.0
+        ADD.mul f5, f1, 100.0
+        ADD.exp f2, f5
+        SUB.mul f5, f1, 100.0
+        ADD    f1, 10.0
+        SUB    f1, f0
+        INC    r3
+exitbr: BR.GE  f0, f3, done
+back:   JMP    top
+done:   CF     exitbr
+.end
+"""
+
+
+def test_a_failure_a_counted_loop_away_from_the_last_look_is_two_native_runs(monkeypatch):
+    """The last look at the float registers before the failure is a whole counted loop
+    (40,000 steps) back: native code runs again with a budget that ends just before the
+    failure, so that the counted loop, short of budget, runs as the general loop and
+    stops there, and the interpreter steps the rest: two native runs, no second build
+    (it was the interpreter over 65,536 steps, then the build without counted loops
+    twice)."""
+    from rvm.engines.compiled import Compiled
+    from rvm.engines.machine import GENERAL
+    p = rvm.assemble(INNER_COUNTED)
+    runs, real = [], Compiled.run
+
+    def run(self, machine, direction):
+        runs.append(self.strict)
+        return real(self, machine, direction)
+    outcomes, taken = [], []
+    for engine in ("interp", "native"):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(Compiled, "run", run)
+            taken = steps_stepped(mp)
+            m = Machine(p, engine=engine, max_steps=10**8)
+            m.enter("k", 10_000, 0, 0.0, 0.0, 100.0)
+            with pytest.raises(rvm.RvmError) as e:
+                m.run()
+        outcomes.append((str(e.value), e.value.index, m.steps,
+                         [(f.state, list(f.R)) for f in m.stack]))
+    assert outcomes[0] == outcomes[1] and "math range error" in outcomes[1][0]
+    assert outcomes[1][2] > 17 * 40_000
+    assert runs == [False, False], runs
+    assert sum(taken) < GENERAL + 100, taken

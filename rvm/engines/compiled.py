@@ -35,6 +35,7 @@ from ..core.program import Instruction as _Instruction
 from . import affine, templates
 from .templates import (
     LAST,
+    NOW,
     STATE,
     Fault,
     Limit,
@@ -1359,6 +1360,7 @@ class Compiled:
             state[3] = len(state)
             cached = machine._native_heap = cached[:4] + (state,)
         cached[4][0], cached[4][1], cached[4][LAST] = machine.top, machine.max_steps, -1
+        cached[4][NOW] = -1
         if machine.said_cells:
             cached[4][2] = OUT0         # nothing written yet
         room = machine.heap_room()      # (compiled code keeps its frames' room free)

@@ -13,7 +13,7 @@ import re
 from ..core.isa import MIN_NORMAL
 from .arraylowering import HELPERS as ARRAY_HELPERS
 from .arraylowering import ArrayLowering
-from .templates import LAST
+from .templates import LAST, NOW
 
 # a local's type follows from its name
 _INT_NAMES = re.compile(r"g?r\d+|_n|_b|_a|T0|t0|b0")
@@ -159,6 +159,8 @@ class Lowering(ArrayLowering):
                                                             self.t.i64(0)),
                                          last, self.b.load(self.slot(1)))
                 self.b.store(last, self.slot(1))
+            if self.last is not None and code == FAULT:     # (see Machine._general)
+                self.b.store(self.b.load(self.vars["_n"]), self.slot(NOW))
             self.b.ret(self.ir.Constant(self.fn.return_value.type, None))
         return block
 

@@ -36,7 +36,7 @@ from .arguments import (
 from .arrays import Helpers
 from .closures import END
 from .explain import explain, explain_locals
-from .templates import LAST, STATE, Fault, Limit, show_value
+from .templates import LAST, NOW, STATE, Fault, Limit, show_value
 
 MIN_NORMAL = 2.2250738585072014e-308
 
@@ -515,6 +515,7 @@ class Machine(Helpers):
                             raise err from None
                     room = self._record_room()
                     last = self._last_clean() if self._compiled.native else -1
+                    now = self._failed_at()
                     undo()
                     if room:        # no room for the checkpoint: make it, run again
                         with contextlib.suppress(Limit):
@@ -533,7 +534,10 @@ class Machine(Helpers):
                         # (a failed compiled run leaves the root frame as the pass began)
                         entry, taken = self._root_state(), None
                         self._made_before = False
-                        if last >= 0:
+                        # (a check that failed more than FAR steps past the last look:
+                        # after, or in, a counted loop; see _general)
+                        far = 0 <= now < last - FAR and self._compiled.counted
+                        if last >= 0 and not far:
                             taken = self._replay(direction, last, FAR)
                             if taken is not None and taken != -1:
                                 return taken
@@ -541,8 +545,12 @@ class Machine(Helpers):
                                 self._restore(entry)
                             undo()
                         # (no back edge passed before it: a counted loop's, if any)
-                        if self._made_before or taken == -1 or \
+                        if self._made_before or taken == -1 or far or \
                                 (last < 0 and self._compiled.counted):
+                            if far and not self._made_before:
+                                taken = self._general(direction, now, undo, entry)
+                                if taken is not None:
+                                    return taken
                             taken = self._late(direction, undo)
                             if taken is not None:
                                 return taken
@@ -743,6 +751,37 @@ class Machine(Helpers):
             return -1
         last = int(state[4][1])
         return last if last >= 0 else int(state[4][LAST])
+
+    def _failed_at(self) -> int:
+        """The budget left where a failed native run's check failed (-1: not known)."""
+        state = self.__dict__.get("_native_heap")
+        return int(state[4][NOW]) if state and self._compiled.native else -1
+
+    def _general(self, direction: int, now: int, undo, entry: tuple) -> int | None:
+        """After a native run failed inside (or soon after) a counted loop, far from the
+        last back edge before it: native code again with a budget that ends GENERAL steps
+        before the failure, so that the loop, short of budget for all its passes, runs as
+        the general loop (rvm.engines.compiled: counted), whose back edges look at the
+        float registers and stop at the budget; then either the interpreter steps from
+        that stop to the failure, or the general loop failed first, and native code runs
+        a third time to its last look before the failure (the loop again short of
+        budget), where the interpreter takes over. Three native runs, no second build.
+        The interpreter's steps, or None (the machine as before, the heap to be undone).
+        """
+        taken = self._replay(direction, now + GENERAL, FAR)
+        if taken is not None and taken != -1:
+            return taken
+        last = self._last_clean() if taken is None else -1
+        self._restore(entry)
+        undo()
+        if last < 0 or self._made_before:
+            return None
+        taken = self._replay(direction, last, FAR)
+        if taken is not None and taken != -1:
+            return taken
+        self._restore(entry)
+        undo()
+        return None
 
     def _replay(self, direction: int, left: int, far: int | None = None) -> int | None:
         """After a native run of the root function failed where the interpreter must say
@@ -1208,8 +1247,9 @@ def _undone_exactly(ins, grad: bool) -> bool:
     return op in isa.MOVES and not grad
 
 
+GENERAL = 1 << 10  # steps before a failure where Machine._general's native run stops
 SLACK = 1 << 12  # heap cells past those asked for when the heap grows (Machine._grow)
-FAR = 1 << 16   # interpreter steps from a replay's back edge before the strict build runs
+FAR = 1 << 13   # interpreter steps from a replay's back edge before another way is tried
 
 
 def _leaders(code) -> list[int]:
