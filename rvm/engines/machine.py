@@ -1152,7 +1152,7 @@ class Machine(Helpers):
         return direct
 
     def private_heap(self) -> tuple | None:
-        """A fresh native heap (int64 cells, their float64 view, shadows, [top, budget])
+        """A fresh native heap (int64 cells, their float64 view, shadows, the state array)
         for direct calls with this run's argument arrays where the run placed them: as
         large as the run's heap grew and DIRECT_HEAP cells past the arrays, within the heap
         limit; None if the arrays alone exceed it."""

@@ -3,8 +3,9 @@ for native code, and the host side of running them (an optional extra:
 pip install 'rvm[fast]', which brings llvmlite).
 
 The source is the compiled engine's, rewritten for native code: the heap becomes numpy
-arrays (int64 and float64 views of one buffer, gradient shadows, and a two-element array
-holding the top of the heap and the run's remaining step budget); int64 arithmetic wraps
+arrays (int64 and float64 views of one buffer, gradient shadows, and the state array
+holding the top of the heap, the run's remaining step budget and where a run failed:
+rvm.engines.templates.STATE); int64 arithmetic wraps
 natively; checks are folded into one flag (defer_checks); failed checks raise a constant
 message, and the machine then re-runs the pass on the interpreter to report the exact
 instruction (as for the compiled engine). rvm.engines.llvm lowers that source to LLVM IR
