@@ -1359,8 +1359,8 @@ class Compiled:
             state = np.zeros(OUT0 + machine.said_cells, np.int64)
             state[3] = len(state)
             cached = machine._native_heap = cached[:4] + (state,)
-        cached[4][0], cached[4][1], cached[4][LAST] = machine.top, machine.max_steps, -1
-        cached[4][NOW] = -1
+        cached[4][0], cached[4][1] = machine.top, machine.max_steps
+        cached[4][LAST] = cached[4][NOW] = -1      # (a run's own: see templates.STATE)
         if machine.said_cells:
             cached[4][2] = OUT0         # nothing written yet
         room = machine.heap_room()      # (compiled code keeps its frames' room free)

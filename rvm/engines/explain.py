@@ -78,10 +78,10 @@ _NOT_FINITE = re.compile(r"([rf]\d+) would become (.*): not finite$")
 _MATH_ERRORS = {"math range error": "overflows", "math domain error": "is undefined"}
 
 
-def _family_error(fn: Function, ins, line: int, path: str, R: list, message: str) -> str:
+def _family_error(fn: Function, ins, line: int, path: str, R: list, message: str,
+                  names: dict) -> str:
     """`total += math.exp(x)` at line 5: exp(1000.0) overflows (math range error)."""
     op, family = ins.op.split(".", 1)
-    names = names_at(fn, line)
     dest, *args = ins.args
     text = source_line(path, line).strip() if path else ""
     if not text:
@@ -117,7 +117,7 @@ def explain(fn: Function, ins, line: int, path: str, R: list, message: str) -> s
     names = names_at(fn, line)
     values = {name: R[fn.slot(r)] for r, name in names.items()}
     if message in _MATH_ERRORS and ins.spec.group == "family":
-        return _family_error(fn, ins, line, path, R, message)
+        return _family_error(fn, ins, line, path, R, message, names)
     nonfinite = _NOT_FINITE.match(message)
     if nonfinite:
         reg = nonfinite.group(1)

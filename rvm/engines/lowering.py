@@ -632,11 +632,11 @@ class Lowering(ArrayLowering):
         code every float register at back edges now and then (see clean), and at once
         where a non-finite value could stop showing: in a comparison (it would steer
         control flow), on its way to the heap, and in every float register when the
-        function returns. Elsewhere a register's value only changes by
-        arithmetic that keeps inf and nan (d += ..., x *= y, x /= y, rotations, swaps), so
-        a value that stops being finite is still caught before it is seen, and a failed
-        run goes to the interpreter, which reports where it happened (from the back edge
-        before it: rvm.engines.machine, Machine._replay). Shadows are not tested here: a
+        function returns. Elsewhere a register's value only changes by arithmetic that
+        keeps inf and nan (d += ..., x *= y, x /= y, rotations, swaps), so a value that
+        stops being finite is still caught before it is seen, and a failed run goes to
+        the interpreter, which reports where it happened (from the back edge before it:
+        rvm.engines.machine, Machine._replay). Shadows are not tested here: a
         shadow may overflow where the loss does not depend on it (a constant's), and a
         test per store of a shadow keeps LLVM from vectorising gradient loops; the
         gradients a pass returns are tested (rvm.ad.gradient.finite)."""

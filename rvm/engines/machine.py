@@ -514,8 +514,7 @@ class Machine(Helpers):
                         if err is not None:
                             raise err from None
                     room = self._record_room()
-                    last = self._last_clean() if self._compiled.native else -1
-                    now = self._failed_at()
+                    last, now = self._last_clean(), self._failed_at()
                     undo()
                     if room:        # no room for the checkpoint: make it, run again
                         with contextlib.suppress(Limit):
@@ -720,19 +719,16 @@ class Machine(Helpers):
                 if G is not None:
                     top.G[:] = G
             self.steps = steps + direction * (self.max_steps - left)
-            if left > 0:
-                moved = self._move(direction, left)
-            else:           # back over the steps past the budget, where that is exact
-                for moved in range(-left):     # noqa: B007 (moved: how far it got)
-                    top = self.stack[-1]
-                    i = top.index(-top.dir * direction)
-                    if not 0 <= i < len(top.fn.code) or \
-                            not _undone_exactly(top.fn.code[i], grad):
-                        raise MachineError("not exactly")   # (then _replay, forwards)
-                    if self._move(-direction, 1) != 1:
-                        break
-                else:
-                    moved = -left
+            moved = self._move(direction, left) if left > 0 else 0
+            while moved < -left:    # back over the steps past the budget, where exact
+                top = self.stack[-1]
+                i = top.index(-top.dir * direction)
+                if not 0 <= i < len(top.fn.code) or \
+                        not _undone_exactly(top.fn.code[i], grad):
+                    raise MachineError("not exactly")   # (then _replay, forwards)
+                if self._move(-direction, 1) != 1:
+                    break
+                moved += 1
             if moved != abs(left) or self.at_boundary(direction):
                 raise MachineError("the checkpoint is not reachable")
         except (RvmError, Fault):   # (never, if native code and the interpreter agree)
@@ -746,16 +742,20 @@ class Machine(Helpers):
         failing frame's, or a caller's if it passed none, or, where the run went past its
         budget after its last back edge, the one the root (or a callee that returned last)
         handed back on return."""
-        state = self.__dict__.get("_native_heap")
-        if not state:
+        state = self._native_state()
+        if state is None:
             return -1
-        last = int(state[4][1])
-        return last if last >= 0 else int(state[4][LAST])
+        return int(state[1]) if state[1] >= 0 else int(state[LAST])
 
     def _failed_at(self) -> int:
         """The budget left where a failed native run's check failed (-1: not known)."""
-        state = self.__dict__.get("_native_heap")
-        return int(state[4][NOW]) if state and self._compiled.native else -1
+        state = self._native_state()
+        return -1 if state is None else int(state[NOW])
+
+    def _native_state(self):
+        """The state array a native run left (templates.STATE), or None."""
+        heap = self.__dict__.get("_native_heap")
+        return heap[4] if heap and self._compiled.native else None
 
     def _general(self, direction: int, now: int, undo, entry: tuple) -> int | None:
         """After a native run failed inside (or soon after) a counted loop, far from the
@@ -1232,6 +1232,8 @@ DIRECT_HEAP = 4096            # cells of the private heap of a direct native cal
 # runs the pass, printing as it goes)
 SAID_CELLS, SAID_LIMIT = 1 << 12, 1 << 24
 PROGRESS_CHUNK = 200_000      # steps between progress reports of a stepped run
+
+
 def _undone_exactly(ins, grad: bool) -> bool:
     """Stepping back over `ins` (its inverse) gives every register, cell and shadow back
     bit for bit: control, integer instructions and float moves (isa.MOVES); not float
