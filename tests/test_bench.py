@@ -14,6 +14,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RUN = ROOT / "tools" / "bench" / "run.py"
 # which library each peer needs, by the start of its name
+SLOW = bool(os.environ.get("RVM_SLOW"))
 LIBRARIES = {"JAX": "jax", "PyTorch": "torch", "torch.compile": "torch", "numba": "numba"}
 
 
@@ -23,9 +24,11 @@ def quick(tmp_path_factory):
         pytest.skip("rvm's native engine needs numba's llvmlite: pip install '.[test]'")
     out = tmp_path_factory.mktemp("bench")
     # --jobs 2: the one-core and the default-cores processes at once (most of each is
-    # compiling, not timing: 35-45 s where one after the other took 58-63 s)
-    r = subprocess.run([sys.executable, str(RUN), "--quick", "--compile", "--jobs", "2",
-                        "--out", str(out)], capture_output=True, text=True, timeout=600)
+    # compiling, not timing: 35-45 s where one after the other took 58-63 s); torch.compile
+    # (about 15 s more) with RVM_SLOW=1
+    r = subprocess.run([sys.executable, str(RUN), "--quick", *(["--compile"] if SLOW else []),
+                        "--jobs", "2", "--out", str(out)],
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:] + r.stdout[-2000:]
     return json.loads((out / "results.json").read_text()), (out / "results.md").read_text()
 
@@ -80,7 +83,7 @@ def test_every_peer_agrees_with_rvm(quick, lib):
                        for r in t["rows"]), t["title"]
         compiled = {t["case"] for t in result["tables"] for r in t["rows"]
                     if r["peer"].startswith("torch.compile") and "skip" not in r}
-        assert {"gmm", "bessel-batch"} <= compiled, compiled
+        assert {"gmm", "bessel-batch"} <= compiled or not SLOW, compiled
     if lib == "jax":        # one-input problems meet JAX's forward mode too
         for t in result["tables"]:
             if t["case"] in ("bessel-call", "leapfrog"):

@@ -808,7 +808,7 @@ done:   CF     exit
     scale, sign = source.split("def F1_fw")[0], source.split("def F1_fw")[1]
     sign = sign.split("def ")[0]
     assert "_finite_after(range(" in scale and "_finite_after(" not in sign
-    assert "for _ in range(" in sign
+    assert "for _ in _passes(range(" in sign
     out = engines_agree(p, "scale", (8, 1e200, 0.0))[0]
     assert out[0] == "InvertibilityError" and "not finite" in out[1], out
     assert engines_agree(p, "scale", (8, 2.0, 0.0), loss="f1")[0] == (8, 2.0, 4.0)

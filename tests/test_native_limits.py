@@ -822,15 +822,54 @@ hd:     CF     hx
 
 @pytest.mark.parametrize("head", ["", HEAD], ids=["alone", "after-a-loop"])
 def test_a_failure_deep_in_a_counted_loop_is_replayed_near_it(head, monkeypatch):
-    """Native code tests a counted loop's checks after its last pass, and has no back edge
-    inside it to stop at: native code built without counted loops (Compiled.strict) runs
-    the pass to the back edge after the failure, and the interpreter steps from the one
-    before it (it stepped through the whole loop: millions of steps)."""
+    """Native code runs a counted loop's passes in chunks of about 4,096 steps and looks
+    at its floats after each: a value made not finite in the pass is found within a chunk
+    of it, native code runs again to the look before it (the loop, short of budget for
+    all its passes, runs as the general loop), and the interpreter steps from there: two
+    native runs (it was the interpreter through the whole loop, millions of steps; then
+    a build without counted loops, Compiled.strict; or, with no look before the loop,
+    still that build)."""
+    from rvm.engines.compiled import Compiled
+    from rvm.engines.lowering import LOOK_EVERY
     p = rvm.assemble(COUNTED_EXP.format(head=head))
-    outcomes, taken = reports(p, "cnt", (2_000_000, 0.0, 0.0), monkeypatch)
+    runs, real = [], Compiled.run
+
+    def run(self, machine, direction):
+        runs.append(self.strict)
+        return real(self, machine, direction)
+    with pytest.MonkeyPatch.context() as mp:    # (reports undoes monkeypatch's)
+        mp.setattr(Compiled, "run", run)
+        outcomes, taken = reports(p, "cnt", (2_000_000, 0.0, 0.0), monkeypatch)
     assert outcomes[0] == outcomes[1] and outcomes[1][3] > 3_000_000
-    # (after a loop: at most machine.FAR steps from its last back edge, then native code)
-    assert sum(taken) < 100_000, taken
+    assert runs == [False, False], runs
+    assert sum(taken) < 2 * LOOK_EVERY, taken
+
+
+def test_a_far_failure_whose_general_run_fails_first_is_three_native_runs(
+        monkeypatch, tmp_path):
+    """Looks at a counted loop's floats far apart (about 390,000 steps here): the failure
+    is far from the last look, native code runs again with a budget that ends just
+    before it, the loop runs as the general loop and finds the value at its own look
+    first, and native code runs a third time, to that look (whose budget left, counted
+    from the second run's shorter budget, is the whole run's plus what was cut off: it
+    was taken as the whole run's, and a build without counted loops ran instead)."""
+    from rvm.engines import lowering
+    from rvm.engines.compiled import Compiled
+    # (a program of its own: no other test's code for it, on disk or in this process)
+    p = rvm.assemble(COUNTED_EXP.format(head=HEAD.replace("10", "11")))
+    runs, real = [], Compiled.run
+
+    def run(self, machine, direction):
+        runs.append(self.strict)
+        return real(self, machine, direction)
+    with pytest.MonkeyPatch.context() as mp:    # (reports undoes monkeypatch's)
+        mp.setenv("RVM_CACHE_DIR", str(tmp_path))
+        mp.setattr(lowering, "LOOK_EVERY", 1 << 62)
+        mp.setattr(Compiled, "run", run)
+        outcomes, taken = reports(p, "cnt", (2_000_000, 0.0, 0.0), monkeypatch)
+    assert outcomes[0] == outcomes[1] and outcomes[1][3] > 3_000_000
+    assert runs == [False, False, False], runs
+    assert sum(taken) < 2 * lowering.CLEAN_EVERY, taken
 
 
 @pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])

@@ -37,6 +37,8 @@ INTERRUPT_CELL = "rvm_interrupt"
 POLL_EVERY = 1 << 16    # passes of a counted loop between two polls of the interrupt cell
 # steps between two tests of every float register at a back edge (see Lowering.clean)
 CLEAN_EVERY = 1 << 8
+# steps of a counted loop's passes between two looks at its floats (see Lowering.look)
+LOOK_EVERY = 1 << 12
 
 
 class Types:
@@ -527,10 +529,10 @@ class Lowering(ArrayLowering):
         a branch, and a run that made one still fails (later, with the same error, found
         by the interpreter's run)."""
         b, t = self.b, self.t
-        call = s.iter
+        call, charge = s.iter, None
         later = isinstance(call, ast.Call) and _named(call.func, "_finite_after")
-        if later:
-            call = call.args[0]
+        if later or isinstance(call, ast.Call) and _named(call.func, "_passes"):
+            call, charge = call.args[0], [a.value for a in call.args[1:]]
         if not (isinstance(call, ast.Call) and _named(call.func, "range") and
                 1 <= len(call.args) <= 3 and not s.orelse and
                 isinstance(s.target, ast.Name)):
@@ -550,17 +552,51 @@ class Lowering(ArrayLowering):
             self.body(s.body)
             self.counting -= 1
         first, end = (t.i64(0), b.sub(lo, hi)) if down else (lo, hi)
+        looks = charge is not None and self.last is not None
+        every = min(POLL_EVERY, max(1, LOOK_EVERY // charge[0])) if looks else POLL_EVERY
+        left = b.load(self.vars["_n"])      # (charged for every pass already)
 
-        def chunk(c):           # POLL_EVERY passes, then a poll of the interrupt cell
-            start = b.add(first, b.mul(c, t.i64(POLL_EVERY)))
-            stop = b.add(start, t.i64(POLL_EVERY))
-            loop_over(b, start, b.select(b.icmp_signed("<", stop, end), stop, end), pass_)
+        def chunk(c):           # `every` passes, then a poll of the interrupt cell
+            start = b.add(first, b.mul(c, t.i64(every)))
+            stop = b.add(start, t.i64(every))
+            stop = b.select(b.icmp_signed("<", stop, end), stop, end)
+            loop_over(b, start, stop, pass_)
+            if looks:
+                self.look(stop, end, left, *charge)
             self.poll()
-        chunks = b.sdiv(b.add(b.sub(end, first), t.i64(POLL_EVERY - 1)), t.i64(POLL_EVERY))
+        chunks = b.sdiv(b.add(b.sub(end, first), t.i64(every - 1)), t.i64(every))
         loop_over(b, t.i64(0), chunks, chunk)
         if later:
             flag, self.later = self.later, None
             self.guard(b.load(flag), self.fault_block)
+
+    def look(self, stop, end, left, charge: int, passed: int) -> None:
+        """After a chunk of a counted loop's passes that is not its last: fault unless
+        every float register (and every float the chunk stored) is finite, else note the
+        budget the general loop would have left at the back edge after this pass (`last`,
+        see clean): the loop charged `left` + (passes to go) x `charge` - `passed` less on
+        entry. A value made not finite in the loop is then found within a chunk (LOOK_EVERY
+        steps) of it, and the replay stops at the chunk before (not the whole loop run,
+        then a build without counted loops)."""
+        b, t = self.b, self.t
+        body, after = self.fn.append_basic_block(), self.fn.append_basic_block()
+        b.cbranch(b.icmp_signed("<", stop, end), body, after)
+        b.position_at_end(body)
+        here = b.sub(b.add(left, b.mul(b.sub(end, stop), t.i64(charge))), t.i64(passed))
+        floats = sorted(name for name in self.vars if _REGISTER.fullmatch(name))
+        bad = self.non_finite([b.load(self.vars[name]) for name in floats])
+        if self.later is not None:
+            flag = b.load(self.later)
+            bad = flag if bad is None else b.or_(bad, flag)
+        if bad is not None:
+            failed = self.fn.append_basic_block()
+            with b.goto_block(failed):      # (the budget where it was seen: NOW)
+                b.store(here, self.vars["_n"])
+                b.branch(self.fault_block)
+            self.guard(bad, failed)
+        b.store(here, self.last)
+        b.branch(after)
+        b.position_at_end(after)
 
     def checkpoint(self):
         """The exit for the step budget's test at a back edge: it leaves the registers,

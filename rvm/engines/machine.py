@@ -533,9 +533,11 @@ class Machine(Helpers):
                         # (a failed compiled run leaves the root frame as the pass began)
                         entry, taken = self._root_state(), None
                         self._made_before = False
-                        # (a check that failed more than FAR steps past the last look:
-                        # after, or in, a counted loop; see _general)
-                        far = 0 <= now < last - FAR and self._compiled.counted
+                        # (a check that failed more than FAR steps past the last look,
+                        # or past the start where no look was made (every float was
+                        # finite there): after, or in, a counted loop; see _general)
+                        seen = last if last >= 0 else self.max_steps
+                        far = 0 <= now < seen - FAR and self._compiled.counted
                         if last >= 0 and not far:
                             taken = self._replay(direction, last, FAR)
                             if taken is not None and taken != -1:
@@ -545,7 +547,7 @@ class Machine(Helpers):
                             undo()
                         # (no back edge passed before it: a counted loop's, if any)
                         if self._made_before or taken == -1 or far or \
-                                (last < 0 and self._compiled.counted):
+                                (last < 0 and now < 0 and self._compiled.counted):
                             if far and not self._made_before:
                                 taken = self._general(direction, now, undo, entry)
                                 if taken is not None:
@@ -771,7 +773,11 @@ class Machine(Helpers):
         taken = self._replay(direction, now + GENERAL, FAR)
         if taken is not None and taken != -1:
             return taken
+        # (that run's budget was the steps to its stop: its last look, as budget left
+        # of the whole run's, is that many steps more)
         last = self._last_clean() if taken is None else -1
+        if last >= 0:
+            last += now + GENERAL + 1
         self._restore(entry)
         undo()
         if last < 0 or self._made_before:
