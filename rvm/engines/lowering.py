@@ -531,7 +531,7 @@ class Lowering(ArrayLowering):
         b, t = self.b, self.t
         call, charge = s.iter, None
         later = isinstance(call, ast.Call) and _named(call.func, "_finite_after")
-        if later or isinstance(call, ast.Call) and _named(call.func, "_passes"):
+        if later or (isinstance(call, ast.Call) and _named(call.func, "_passes")):
             call, charge = call.args[0], [a.value for a in call.args[1:]]
         if not (isinstance(call, ast.Call) and _named(call.func, "range") and
                 1 <= len(call.args) <= 3 and not s.orelse and
