@@ -348,6 +348,42 @@ def test_the_stand_in_gemm_matches_numpy():
     assert np.allclose(C, want)
 
 
+def test_the_stand_in_ddot_matches_numpy():
+    import ctypes
+
+    from rvm.engines import llvm
+    x, y = rng.normal(size=12), rng.normal(size=12)
+    ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)
+    assert llvm._FALLBACK_DOT(4, ptr(x), 3, ptr(y), 2) == pytest.approx(x[::3] @ y[:8:2])
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("steps", [(1, 1), (2, 3)])
+def test_a_long_dot_product_goes_through_blas_and_agrees(steps, engine, monkeypatch):
+    """s += x @ y (a 1 x k by k x 1 product, k past the size from which native code
+    calls BLAS): its value, its inverse and its gradient, with its elements next to
+    each other or a few cells apart; native code calls ddot for it (dgemm takes 2.3x as
+    long), once forwards and once in the gradient pass's undoing."""
+    from rvm.engines import llvm
+    calls, real = [], llvm.compile_ir
+    monkeypatch.setattr(llvm, "compile_ir", lambda text: (calls.append(text), real(text))[1])
+    k, (sx, sy) = 20_000, steps
+    x, y = rng.normal(size=k * sx), rng.normal(size=k * sy)
+    p = rvm.assemble(f".func d(r0, r1, r2, r3, r4, r5)\n"
+                     f"  VMADD [r0 : 0, 0], [r2 : 0, {sx}], [r4 : {sy}, 0], 1, {k}, 1\n.end\n")
+    want = 0.25 + x[::sx] @ y[::sy]
+    m = rvm.Machine(p, engine=engine)
+    out = m.call("d", np.array([0.25]), x, y)
+    assert out[0][0] == pytest.approx(want, rel=1e-12)
+    assert m.uncall("d", *out)[0][0] == pytest.approx(0.25, rel=1e-9)
+    g = rvm.grad(p["d"], loss=(0, 0), engine=engine)(np.array([0.25]), x, y)
+    gx, gy = np.zeros_like(x), np.zeros_like(y)
+    gx[::sx], gy[::sy] = y[::sy], x[::sx]
+    assert np.array_equal(g[1], gx) and np.array_equal(g[2], gy)
+    if engine == "native":
+        assert any(f"@\"{llvm.BLAS_DOT}\"(" in text for text in calls)
+
+
 def test_native_code_makes_one_function_per_kind_of_array_instruction(monkeypatch):
     # each array instruction is a call of a function made once per (helper, family,
     # sign, constants): three alike use one, so the IR does not grow by a loop nest per use

@@ -33,7 +33,7 @@ import threading
 
 import numpy as np
 
-from .arraylowering import BLAS_GEMM
+from .arraylowering import BLAS_DOT, BLAS_GEMM
 from .lowering import (
     AT_END,
     BUDGET,
@@ -97,6 +97,7 @@ def _llvm():
     # native loops poll this cell (rvm.engines.lowering: poll); SIGINT sets it (interrupts)
     ll.add_symbol(INTERRUPT_CELL, ctypes.addressof(_INTERRUPTED))
     ll.add_symbol(BLAS_GEMM, blas_gemm())       # the array instructions' products
+    ll.add_symbol(BLAS_DOT, blas_dot())
     return ll, ir, _target_machine()
 
 
@@ -106,11 +107,10 @@ _GEMM = ctypes.CFUNCTYPE(None, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32, c
                          ctypes.c_void_p, ctypes.c_int64)
 
 
-@functools.cache
-def blas_gemm() -> int:
-    """The address of a cblas_dgemm taking 64-bit integers: the one in the OpenBLAS that
-    numpy's wheels ship (scipy-openblas, ILP64), else a stand-in with numpy's matmul
-    (the same results; native code then pays a Python call per large product)."""
+def _blas(routine: str, fallback) -> int:
+    """The address of cblas_<routine> taking 64-bit integers: the one in the OpenBLAS that
+    numpy's wheels ship (scipy-openblas, ILP64), else a stand-in with numpy (the same
+    results; native code then pays a Python call per large product)."""
     import glob
     import os
 
@@ -122,10 +122,22 @@ def blas_gemm() -> int:
             lib = ctypes.CDLL(path)
         except OSError:
             continue
-        for name in ("scipy_cblas_dgemm64_", "cblas_dgemm64_"):
+        for name in (f"scipy_cblas_{routine}64_", f"cblas_{routine}64_"):
             if hasattr(lib, name):
                 return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
-    return ctypes.cast(_FALLBACK_GEMM, ctypes.c_void_p).value
+    return ctypes.cast(fallback, ctypes.c_void_p).value
+
+
+@functools.cache
+def blas_gemm() -> int:
+    """cblas_dgemm (see _blas)."""
+    return _blas("dgemm", _FALLBACK_GEMM)
+
+
+@functools.cache
+def blas_dot() -> int:
+    """cblas_ddot (see _blas)."""
+    return _blas("ddot", _FALLBACK_DOT)
 
 
 @_GEMM
@@ -140,6 +152,18 @@ def _FALLBACK_GEMM(layout, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
         return out.T if transposed else out
     out = matrix(c, m, n, ldc, False)
     out += alpha * (matrix(a, m, k, lda, ta == 112) @ matrix(b, k, n, ldb, tb == 112))
+
+
+@ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
+                  ctypes.c_void_p, ctypes.c_int64)
+def _FALLBACK_DOT(n, x, incx, y, incy):
+    """cblas_ddot with numpy, where no BLAS symbol was found."""
+    import numpy as np
+
+    def vector(address, inc):
+        buf = (ctypes.c_double * ((n - 1) * inc + 1)).from_address(address)
+        return np.frombuffer(buf)[::inc]
+    return float(vector(x, incx) @ vector(y, incy))
 
 
 _INTERRUPTED = ctypes.c_int64(0)        # set by the SIGINT handler below; cleared by entries
