@@ -822,7 +822,7 @@ hd:     CF     hx
 
 @pytest.mark.parametrize("head", ["", HEAD], ids=["alone", "after-a-loop"])
 def test_a_failure_deep_in_a_counted_loop_is_replayed_near_it(head, monkeypatch):
-    """Native code runs a counted loop's passes in chunks of about 4,096 steps and looks
+    """Native code runs a counted loop's passes in chunks of about 1,024 steps and looks
     at its floats after each: a value made not finite in the pass is found within a chunk
     of it, native code runs again to the look before it (the loop, short of budget for
     all its passes, runs as the general loop), and the interpreter steps from there: two
@@ -870,6 +870,84 @@ def test_a_far_failure_whose_general_run_fails_first_is_three_native_runs(
     assert outcomes[0] == outcomes[1] and outcomes[1][3] > 3_000_000
     assert runs == [False, False, False], runs
     assert sum(taken) < 2 * lowering.CLEAN_EVERY, taken
+
+
+# counted loops that call a function without loops (which charges its own steps as it
+# runs), or fail a check midway: {body} is the loop's, {callee} the function's
+LOOP_CALLS = """\
+.func g(f0, f1, r1)
+{callee}
+.end
+.func cnt(r0, r3, f0, f1, f2)
+top:    CF.NE  r3, 0, back
+        ADD    f0, 0.001
+{body}
+        INC    r3
+exitbr: BR.EQ  r3, r0, done
+back:   JMP    top
+done:   CF     exitbr
+        SUB    r3, r0
+.end
+"""
+CALLS_CASES = {      # (loop body, callee, the budget or None, where the run fails)
+    "nan made beside a call": ("        ADD.exp f2, f0\n        SUB.exp f2, f0\n"
+                               "        CALL   g, f1, f2, r4", "        INC r1\n        DEC r1",
+                               None, "math range error"),
+    "exp overflows in the callee": ("        CALL   g, f0, f1, r4",
+                                    "        ADD.exp f1, f0\n        SUB.exp f1, f0",
+                                    None, "math range error"),
+    "a check fails midway": ("        ASSERT.lt f0, 1000.0\n        ADD.sin f2, f0", "",
+                             None, "assertion"),
+    "the budget runs out in a callee": ("        ADD.sin f2, f0\n        CALL   g, f1, f2, r4",
+                                        "        INC r1\n        DEC r1", 19_950_000,
+                                        "step budget"),
+}
+
+
+@pytest.mark.parametrize("case", CALLS_CASES)
+def test_counted_loops_with_calls_or_checks_fail_in_two_native_runs(case, monkeypatch):
+    """A counted loop charges its own steps for every pass on entry, its callees charge
+    theirs as they run: the look after a chunk of passes, and a failure's place in a
+    chunk (in the loop or in a callee), are counted as the general loop counts them, and
+    a budget too short for every pass and its callees' most steps runs the general loop.
+    Each failure is then two native runs (they were the whole pass on the interpreter,
+    the build without counted loops, or three runs), and the report is the
+    interpreter's."""
+    from rvm.engines.compiled import Compiled
+    from rvm.engines.lowering import LOOK_EVERY
+    body, callee, budget, message = CALLS_CASES[case]
+    p = rvm.assemble(LOOP_CALLS.format(body=body, callee=callee))
+    runs, real = [], Compiled.run
+
+    def run(self, machine, direction):
+        runs.append(self.strict)
+        return real(self, machine, direction)
+    outcomes, taken = [], []
+    for engine in ("interp", "native"):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(Compiled, "run", run)
+            taken = steps_stepped(mp)
+            m = Machine(p, engine=engine, max_steps=budget or 10**12)
+            m.enter("cnt", 2_000_000, 0, 0.0, 0.0, 0.0)
+            with pytest.raises(rvm.RvmError) as e:
+                m.run()
+        outcomes.append((str(e.value), e.value.index, m.steps,
+                         [(f.fn.name, f.state, list(f.R)) for f in m.stack]))
+    assert outcomes[0] == outcomes[1] and message in outcomes[1][0]
+    assert outcomes[1][2] > 1_000_000
+    assert runs == [False, False], runs
+    assert sum(taken) < 4 * LOOK_EVERY, taken
+
+
+def test_whether_native_code_has_counted_loops_is_known_without_writing_it():
+    """The machine's way back to a failure depends on it; it was set while the code was
+    written, so code found in the disk cache (a user's second process) had none."""
+    from rvm.engines.compiled import compiled
+    body, callee = CALLS_CASES["a check fails midway"][:2]
+    c = compiled(rvm.assemble(LOOP_CALLS.format(body=body, callee=callee)), True,
+                 native=True)
+    assert c.counted and not c._bodies
+    assert not compiled(rvm.assemble(SPIN), True, native=True).counted
 
 
 @pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])

@@ -8,7 +8,7 @@ about 710 passes before the end: no check sees it in the pass that made it, and 
 error must still be the interpreter's, at the pass that made it. The succeeding run stops
 10 passes short of the overflow. The same loop counted by an integer (a counted loop,
 which native code runs without a budget test per pass and looks at the floats of after
-chunks of about 4,096 steps) is the second row. Times are the best of 3 in one process
+chunks of about 1,024 steps) is the second row. Times are the best of 3 in one process
 (native code compiled before timing).
 """
 

@@ -793,8 +793,13 @@ class _Writer:
         # a short loop runs faster without the entry test: measured, from 3 passes on in
         # Python code, 8 in native code (where a check per pass costs little)
         up, down = (" - 7", " + 7") if self.c.native else (" - 2", " + 2")
+        # (the budget for every pass, its callees' steps included: they charge their own
+        # as they go, so a short budget runs the general loop, which stops where it ends)
+        calls = [self.c.most_steps(code[i].args[0].name) for i in range(start, end - 1)
+                 if code[i].op in isa.CALLS]
+        callees = 0 if None in calls else sum(calls)
         guards = [f"{rv} < {c.end}{up}" if c.step > 0 else f"{c.end}{down} < {rv}",
-                  *c.bounds, f"{trips} * {cost + c.passed} <= _n"]
+                  *c.bounds, f"{trips} * {cost + c.passed + callees} <= _n"]
         guards += [check.format(lo=first, hi=last) for check in c.checks] + list(c.hoisted)
         # native code: the sums of products the block only accumulates into cannot hold
         # -0.0 in any pass if they do not on entry (see _Known)
@@ -893,7 +898,6 @@ class _Writer:
                 if k in self.targets(start, end):     # the block loops onto itself
                     loop_info = counted(self, k, start, end)
                     if loop_info is not None:
-                        self.c.counted = True
                         self.counted_loop(depth, k, start, end, loop_info)
                         self.emit(depth, "else:")
                         depth += 1
@@ -1127,7 +1131,6 @@ class Compiled:
         # its last pass, and which has no back edge to stop at): run only to find where
         # a run failed (Machine._late)
         self.strict = strict
-        self.counted = False    # a loop of its generated code runs as a counted loop
         self.names = {name: f"F{k}" for k, name in enumerate(program.functions)}
         self.recursive = program.call_order()[1]      # (never native code)
         # function -> (where B starts, where its fws stops, registers checked around B)
@@ -1244,6 +1247,36 @@ class Compiled:
         return {self.name(f, mode): ["float64" if p.cls == isa.FLOAT else "int64"
                                      for p in fn.params]
                 for f, fn in self.program.functions.items() for mode in ("fw", "bw", "fws")}
+
+    def most_steps(self, fname: str) -> int | None:
+        """The most steps a call of fname can take (the interpreter's count, its callees'
+        included), or None where it can loop (a branch back, a call of such, recursion)."""
+        most = self.__dict__.get("_most_steps")
+        if most is None:        # every function's, callees first (no Python recursion)
+            order, cyclic = self.program.call_order()
+            most = self._most_steps = {}
+            for name in order:
+                fn, total = self.program.functions[name], 0
+                for i, ins in enumerate(fn.code):
+                    inner = most.get(ins.args[0].name) if ins.op in isa.CALLS else -1
+                    if inner is None or cyclic or (ins.op in isa.BRANCHES and
+                                                   fn.labels[ins.args[-1].name] <= i):
+                        total = None
+                        break
+                    total += 1 if inner < 0 else 2 + inner
+                most[name] = total
+        return most.get(fname)
+
+    @functools.cached_property
+    def counted(self) -> bool:
+        """May a loop of its native code run as a counted loop (see counted: a loop that
+        ends in a branch on two integers)? Known from the program alone, so the same
+        whether the code was made or found in the disk cache (it was set while writing
+        it: False for code from the cache)."""
+        return self.native and not self.strict and any(
+            ins.op in isa.BRANCHES and ins.op != "JMP" and
+            all(x.cls == isa.INT for x in ins.args[:2])
+            for fn in self.program.functions.values() for ins in fn.code)
 
     @functools.cached_property
     def key(self) -> str:

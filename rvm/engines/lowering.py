@@ -38,7 +38,7 @@ POLL_EVERY = 1 << 16    # passes of a counted loop between two polls of the inte
 # steps between two tests of every float register at a back edge (see Lowering.clean)
 CLEAN_EVERY = 1 << 8
 # steps of a counted loop's passes between two looks at its floats (see Lowering.look)
-LOOK_EVERY = 1 << 12
+LOOK_EVERY = 1 << 10
 
 
 class Types:
@@ -126,13 +126,17 @@ class Lowering(ArrayLowering):
         # the budget left at the last back edge this frame passed where every float
         # register was finite (-1: none yet; see clean), left in the state array's budget
         # cell where a run fails (Machine._replay), and the budget at the next such test
-        self.last = self.mark = None
+        # (and, in a counted loop's chunk, the budget the general loop would have left at
+        # its end: a failure's, where it fails in the chunk; -1 elsewhere: see for_)
+        self.last = self.mark = self.chunk_end = None
         self.record_slots = None    # (names, values, count) of its records (see record)
         if type(self) is Lowering:
             with self.b.goto_block(self.fn.entry_basic_block):
                 self.last = self.b.alloca(t.i64, name="last")
                 self.mark = self.b.alloca(t.i64, name="mark")
+                self.chunk_end = self.b.alloca(t.i64, name="chunk_end")
             self.b.store(t.i64(-1), self.last)
+            self.b.store(t.i64(-1), self.chunk_end)
             self.b.store(self.next_look(self.b.load(self.slot(1))), self.mark)
         self.fault_block, self.full_block = self.exit(FAULT), self.exit(FULL)
         self.budget_block, self.interrupt_block = self.exit(BUDGET), self.exit(INTERRUPT)
@@ -161,8 +165,14 @@ class Lowering(ArrayLowering):
                                                             self.t.i64(0)),
                                          last, self.b.load(self.slot(1)))
                 self.b.store(last, self.slot(1))
-            if self.last is not None and code == FAULT:     # (see Machine._general)
-                self.b.store(self.b.load(self.vars["_n"]), self.slot(NOW))
+            if self.last is not None and code in (FAULT, None):     # (Machine._general)
+                # where it failed: the budget left here, or in a counted loop's chunk (a
+                # callee's too: it counts from the budget left after the loop's charge
+                # for every pass) the budget the general loop would leave at its end
+                end = self.b.load(self.chunk_end)
+                n = self.b.load(self.vars["_n"] if code == FAULT else self.slot(NOW))
+                self.b.store(self.b.select(self.b.icmp_signed("<", end, self.t.i64(0)), n, end),
+                             self.slot(NOW))
             self.b.ret(self.ir.Constant(self.fn.return_value.type, None))
         return block
 
@@ -554,35 +564,39 @@ class Lowering(ArrayLowering):
         first, end = (t.i64(0), b.sub(lo, hi)) if down else (lo, hi)
         looks = charge is not None and self.last is not None
         every = min(POLL_EVERY, max(1, LOOK_EVERY // charge[0])) if looks else POLL_EVERY
-        left = b.load(self.vars["_n"])      # (charged for every pass already)
 
         def chunk(c):           # `every` passes, then a poll of the interrupt cell
             start = b.add(first, b.mul(c, t.i64(every)))
             stop = b.add(start, t.i64(every))
             stop = b.select(b.icmp_signed("<", stop, end), stop, end)
+            if looks:           # (a check that fails in the chunk fails this far in)
+                b.store(self.budget_at(stop, end, *charge), self.chunk_end)
             loop_over(b, start, stop, pass_)
             if looks:
-                self.look(stop, end, left, *charge)
+                self.look(stop, end, *charge)
             self.poll()
         chunks = b.sdiv(b.add(b.sub(end, first), t.i64(every - 1)), t.i64(every))
         loop_over(b, t.i64(0), chunks, chunk)
+        if looks:
+            b.store(t.i64(-1), self.chunk_end)
         if later:
             flag, self.later = self.later, None
             self.guard(b.load(flag), self.fault_block)
 
-    def look(self, stop, end, left, charge: int, passed: int) -> None:
+    def look(self, stop, end, charge: int, passed: int) -> None:
         """After a chunk of a counted loop's passes that is not its last: fault unless
         every float register (and every float the chunk stored) is finite, else note the
         budget the general loop would have left at the back edge after this pass (`last`,
-        see clean): the loop charged `left` + (passes to go) x `charge` - `passed` less on
-        entry. A value made not finite in the loop is then found within a chunk (LOOK_EVERY
-        steps) of it, and the replay stops at the chunk before (not the whole loop run,
-        then a build without counted loops)."""
-        b, t = self.b, self.t
+        see clean): the loop charged its own steps for every pass on entry, (passes to go)
+        x `charge` - `passed` more than it has used, and its callees charge theirs as
+        they run (the budget left now). A value made not finite in the loop is then found
+        within a chunk (LOOK_EVERY steps of the loop's own) of it, and the replay stops at
+        the chunk before (not the whole loop run, then a build without counted loops)."""
+        b = self.b
         body, after = self.fn.append_basic_block(), self.fn.append_basic_block()
         b.cbranch(b.icmp_signed("<", stop, end), body, after)
         b.position_at_end(body)
-        here = b.sub(b.add(left, b.mul(b.sub(end, stop), t.i64(charge))), t.i64(passed))
+        here = self.budget_at(stop, end, charge, passed)
         floats = sorted(name for name in self.vars if _REGISTER.fullmatch(name))
         bad = self.non_finite([b.load(self.vars[name]) for name in floats])
         if self.later is not None:
@@ -597,6 +611,13 @@ class Lowering(ArrayLowering):
         b.store(here, self.last)
         b.branch(after)
         b.position_at_end(after)
+
+    def budget_at(self, stop, end, charge: int, passed: int):
+        """The budget the general loop would have left at the back edge after pass `stop`
+        of a counted loop that ends at `end` (see look), from the budget left now."""
+        b, t = self.b, self.t
+        return b.sub(b.add(b.load(self.vars["_n"]), b.mul(b.sub(end, stop), t.i64(charge))),
+                     t.i64(passed))
 
     def checkpoint(self):
         """The exit for the step budget's test at a back edge: it leaves the registers,
