@@ -744,16 +744,10 @@ def test_a_value_not_finite_native_code_sees_passes_later_is_reported_as_the_int
     next back edge, so the run stops at the back edge after the value was made, native
     code runs again to the one before it, and the interpreter steps from there: two native
     runs (no third build), not the whole run on the interpreter."""
-    from rvm.engines.compiled import Compiled
     p = rvm.assemble(SPIN.replace("        INC    r0", "        INC    r0\n"
                                   "        ADD.exp f2, f0\n        SUB.exp f2, f0"))
-    runs, real = [], Compiled.run
-
-    def run(self, machine, direction):
-        runs.append(self.strict)
-        return real(self, machine, direction)
     with pytest.MonkeyPatch.context() as mp:    # (reports undoes monkeypatch's)
-        mp.setattr(Compiled, "run", run)
+        runs = builds_run(mp)
         outcomes, taken = reports(p, "spin", (0.0, 800.0, 0), monkeypatch)
     assert outcomes[0] == outcomes[1] and outcomes[1][3] == 7 * 709 + 3
     assert sum(taken) < REPLAY, taken
@@ -774,6 +768,37 @@ def reports(p, name: str, args: tuple, monkeypatch) -> tuple[list, list]:
         outcomes.append((type(e.value).__name__, str(e.value), e.value.index, m.steps,
                          [(f.fn.name, f.state, f.R) for f in m.stack]))
     return outcomes, taken
+
+
+def builds_run(mp) -> list:
+    """Records, for each native run, whether it was the build without counted loops
+    (Compiled.strict), through the monkeypatch context mp."""
+    from rvm.engines.compiled import Compiled
+    runs, real = [], Compiled.run
+
+    def run(self, machine, direction):
+        runs.append(self.strict)
+        return real(self, machine, direction)
+    mp.setattr(Compiled, "run", run)
+    return runs
+
+
+def native_runs(p, name: str, args: tuple, max_steps: int) -> tuple[list, list, list]:
+    """A failing run's report (message, instruction, steps, every frame's state and
+    registers) on the interpreter and on native code, which native builds ran for the
+    latter (True: the build without counted loops), and the steps the interpreter took."""
+    runs, outcomes, taken = [], [], []
+    for engine in ("interp", "native"):
+        with pytest.MonkeyPatch.context() as mp:
+            runs = builds_run(mp)
+            taken = steps_stepped(mp)
+            m = Machine(p, engine=engine, max_steps=max_steps)
+            m.enter(name, *args)
+            with pytest.raises(rvm.RvmError) as e:
+                m.run()
+        outcomes.append((str(e.value), e.value.index, m.steps,
+                         [(f.fn.name, f.state, list(f.R)) for f in m.stack]))
+    return outcomes, runs, taken
 
 
 def test_a_batch_loop_whose_compile_was_interrupted_is_compiled_again(monkeypatch):
@@ -829,16 +854,10 @@ def test_a_failure_deep_in_a_counted_loop_is_replayed_near_it(head, monkeypatch)
     native runs (it was the interpreter through the whole loop, millions of steps; then
     a build without counted loops, Compiled.strict; or, with no look before the loop,
     still that build)."""
-    from rvm.engines.compiled import Compiled
     from rvm.engines.lowering import LOOK_EVERY
     p = rvm.assemble(COUNTED_EXP.format(head=head))
-    runs, real = [], Compiled.run
-
-    def run(self, machine, direction):
-        runs.append(self.strict)
-        return real(self, machine, direction)
     with pytest.MonkeyPatch.context() as mp:    # (reports undoes monkeypatch's)
-        mp.setattr(Compiled, "run", run)
+        runs = builds_run(mp)
         outcomes, taken = reports(p, "cnt", (2_000_000, 0.0, 0.0), monkeypatch)
     assert outcomes[0] == outcomes[1] and outcomes[1][3] > 3_000_000
     assert runs == [False, False], runs
@@ -854,18 +873,12 @@ def test_a_far_failure_whose_general_run_fails_first_is_three_native_runs(
     from the second run's shorter budget, is the whole run's plus what was cut off: it
     was taken as the whole run's, and a build without counted loops ran instead)."""
     from rvm.engines import lowering
-    from rvm.engines.compiled import Compiled
     # (a program of its own: no other test's code for it, on disk or in this process)
     p = rvm.assemble(COUNTED_EXP.format(head=HEAD.replace("10", "11")))
-    runs, real = [], Compiled.run
-
-    def run(self, machine, direction):
-        runs.append(self.strict)
-        return real(self, machine, direction)
     with pytest.MonkeyPatch.context() as mp:    # (reports undoes monkeypatch's)
         mp.setenv("RVM_CACHE_DIR", str(tmp_path))
         mp.setattr(lowering, "LOOK_EVERY", 1 << 62)
-        mp.setattr(Compiled, "run", run)
+        runs = builds_run(mp)
         outcomes, taken = reports(p, "cnt", (2_000_000, 0.0, 0.0), monkeypatch)
     assert outcomes[0] == outcomes[1] and outcomes[1][3] > 3_000_000
     assert runs == [False, False, False], runs
@@ -874,21 +887,9 @@ def test_a_far_failure_whose_general_run_fails_first_is_three_native_runs(
 
 # counted loops that call a function without loops (which charges its own steps as it
 # runs), or fail a check midway: {body} is the loop's, {callee} the function's
-LOOP_CALLS = """\
-.func g(f0, f1, r1)
-{callee}
-.end
-.func cnt(r0, r3, f0, f1, f2)
-top:    CF.NE  r3, 0, back
-        ADD    f0, 0.001
-{body}
-        INC    r3
-exitbr: BR.EQ  r3, r0, done
-back:   JMP    top
-done:   CF     exitbr
-        SUB    r3, r0
-.end
-"""
+LOOP_CALLS = ".func g(f0, f1, r1)\n{callee}\n.end\n" + FIB.replace(
+    ".func fib(r0, r1, r2)\n        ADD    r2, 1\n", ".func cnt(r0, r3, f0, f1, f2)\n").replace(
+    "        ADD    r1, r2\n        SWAP   r1, r2\n", "        ADD    f0, 0.001\n{body}\n")
 CALLS_CASES = {      # (loop body, callee, the budget or None, where the run fails)
     "nan made beside a call": ("        ADD.exp f2, f0\n        SUB.exp f2, f0\n"
                                "        CALL   g, f1, f2, r4", "        INC r1\n        DEC r1",
@@ -913,26 +914,11 @@ def test_counted_loops_with_calls_or_checks_fail_in_two_native_runs(case, monkey
     Each failure is then two native runs (they were the whole pass on the interpreter,
     the build without counted loops, or three runs), and the report is the
     interpreter's."""
-    from rvm.engines.compiled import Compiled
     from rvm.engines.lowering import LOOK_EVERY
     body, callee, budget, message = CALLS_CASES[case]
     p = rvm.assemble(LOOP_CALLS.format(body=body, callee=callee))
-    runs, real = [], Compiled.run
-
-    def run(self, machine, direction):
-        runs.append(self.strict)
-        return real(self, machine, direction)
-    outcomes, taken = [], []
-    for engine in ("interp", "native"):
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(Compiled, "run", run)
-            taken = steps_stepped(mp)
-            m = Machine(p, engine=engine, max_steps=budget or 10**12)
-            m.enter("cnt", 2_000_000, 0, 0.0, 0.0, 0.0)
-            with pytest.raises(rvm.RvmError) as e:
-                m.run()
-        outcomes.append((str(e.value), e.value.index, m.steps,
-                         [(f.fn.name, f.state, list(f.R)) for f in m.stack]))
+    outcomes, runs, taken = native_runs(p, "cnt", (2_000_000, 0, 0.0, 0.0, 0.0),
+                                        budget or 10**12)
     assert outcomes[0] == outcomes[1] and message in outcomes[1][0]
     assert outcomes[1][2] > 1_000_000
     assert runs == [False, False], runs
@@ -1039,18 +1025,12 @@ def test_a_failing_run_with_array_arguments_is_two_native_runs(monkeypatch):
     """The heap grows a little past the cells asked for, so native code's checkpoint
     records fit above a call's arrays: a run that fails is run natively once more, to
     the back edge before the failure (it was twice more, the first to make room)."""
-    from rvm.engines.compiled import Compiled
     p = rvm.assemble(ARRAY_EXP)
     a = np.arange(5000, dtype=np.int64)
-    runs, real = [], Compiled.run
-
-    def run(self, machine, direction):
-        runs.append(self.strict)
-        return real(self, machine, direction)
-    outcomes = []
+    outcomes, runs = [], []
     for engine in ("interp", "native"):
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(Compiled, "run", run)
+            runs = builds_run(mp)
             m = Machine(p, engine=engine, max_steps=10**8)
             m.enter("k", a, 0, 0.0, 0.0, 3000.0)
             with pytest.raises(rvm.RvmError) as e:
@@ -1095,25 +1075,9 @@ def test_a_failure_a_counted_loop_away_from_the_last_look_is_two_native_runs(mon
     stops there, and the interpreter steps the rest: two native runs, no second build
     (it was the interpreter over 65,536 steps, then the build without counted loops
     twice)."""
-    from rvm.engines.compiled import Compiled
     from rvm.engines.machine import GENERAL
-    p = rvm.assemble(INNER_COUNTED)
-    runs, real = [], Compiled.run
-
-    def run(self, machine, direction):
-        runs.append(self.strict)
-        return real(self, machine, direction)
-    outcomes, taken = [], []
-    for engine in ("interp", "native"):
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(Compiled, "run", run)
-            taken = steps_stepped(mp)
-            m = Machine(p, engine=engine, max_steps=10**8)
-            m.enter("k", 10_000, 0, 0.0, 0.0, 100.0)
-            with pytest.raises(rvm.RvmError) as e:
-                m.run()
-        outcomes.append((str(e.value), e.value.index, m.steps,
-                         [(f.state, list(f.R)) for f in m.stack]))
+    outcomes, runs, taken = native_runs(rvm.assemble(INNER_COUNTED), "k",
+                                        (10_000, 0, 0.0, 0.0, 100.0), 10**8)
     assert outcomes[0] == outcomes[1] and "math range error" in outcomes[1][0]
     assert outcomes[1][2] > 17 * 40_000
     assert runs == [False, False], runs
