@@ -899,6 +899,8 @@ CALLS_CASES = {      # (loop body, callee, the budget or None, where the run fai
                                     None, "math range error"),
     "a check fails midway": ("        ASSERT.lt f0, 500.0\n        ADD.sin f2, f0", "",
                              None, "assertion"),
+    "a check fails in a long callee": ("        CALL   g, f0, f1, r4", "\n".join(
+        ["        ADD    f1, 1.0\n        ASSERT.lt f1, 300000.0"] * 64), None, "assertion"),
     "the budget runs out in a callee": ("        ADD.sin f2, f0\n        CALL   g, f1, f2, r4",
                                         "        INC r1\n        DEC r1", 600_000,
                                         "step budget"),

@@ -815,13 +815,13 @@ class _Writer:
         self.emit(depth, f"_n -= {trips} * {cost + c.passed} - {c.passed}")
         read = any(c.reg in _mentioned(code[i]) for i in range(start, end - 1)
                    if i != c.at and i not in c.skip and code[i].op not in isa.COMEFROMS)
-        # (native code: `_finite_after(range(...), K, P)` or `_passes(...)`: the steps a
-        # pass charges and the comefrom steps of the back edge, for its looks at the
-        # floats; see rvm.engines.lowering.for_)
+        # (native code: `_finite_after(range(...), K, P, C)` or `_passes(...)`: the steps a
+        # pass charges, the comefrom steps of the back edge and its callees' most steps,
+        # for its looks at the floats; see rvm.engines.lowering.for_)
         passes = "range({})"
         if self.c.native:
             passes = ("_finite_after" if c.later else "_passes") + \
-                f"(range({{}}), {cost + c.passed}, {c.passed})"
+                f"(range({{}}), {cost + c.passed}, {c.passed}, {callees})"
         if c.counter and read:
             self.emit(depth, f"for {rv} in " + passes.format(
                 f"{rv} {'+' if c.step > 0 else '-'} 1, {c.end} {'+' if c.step > 0 else '-'} "

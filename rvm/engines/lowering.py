@@ -563,17 +563,20 @@ class Lowering(ArrayLowering):
             self.counting -= 1
         first, end = (t.i64(0), b.sub(lo, hi)) if down else (lo, hi)
         looks = charge is not None and self.last is not None
-        every = min(POLL_EVERY, max(1, LOOK_EVERY // charge[0])) if looks else POLL_EVERY
+        # (chunks of LOOK_EVERY steps, callees' included: a failure in a chunk is placed
+        # at its end, at most that far off)
+        every = min(POLL_EVERY, max(1, LOOK_EVERY // (charge[0] + charge[2]))) if looks \
+            else POLL_EVERY
 
         def chunk(c):           # `every` passes, then a poll of the interrupt cell
             start = b.add(first, b.mul(c, t.i64(every)))
             stop = b.add(start, t.i64(every))
             stop = b.select(b.icmp_signed("<", stop, end), stop, end)
             if looks:           # (a check that fails in the chunk fails this far in)
-                b.store(self.budget_at(stop, end, *charge), self.chunk_end)
+                b.store(self.budget_at(stop, end, *charge[:2]), self.chunk_end)
             loop_over(b, start, stop, pass_)
             if looks:
-                self.look(stop, end, *charge)
+                self.look(stop, end, *charge[:2])
             self.poll()
         chunks = b.sdiv(b.add(b.sub(end, first), t.i64(every - 1)), t.i64(every))
         loop_over(b, t.i64(0), chunks, chunk)
