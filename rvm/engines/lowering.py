@@ -593,24 +593,20 @@ class Lowering(ArrayLowering):
         see clean): the loop charged its own steps for every pass on entry, (passes to go)
         x `charge` - `passed` more than it has used, and its callees charge theirs as
         they run (the budget left now). A value made not finite in the loop is then found
-        within a chunk (LOOK_EVERY steps of the loop's own) of it, and the replay stops at
-        the chunk before (not the whole loop run, then a build without counted loops)."""
+        within a chunk (about LOOK_EVERY steps, its callees' included) of it, and the
+        replay stops at the chunk before (not the whole loop run, then a build without
+        counted loops)."""
         b = self.b
         body, after = self.fn.append_basic_block(), self.fn.append_basic_block()
         b.cbranch(b.icmp_signed("<", stop, end), body, after)
         b.position_at_end(body)
         here = self.budget_at(stop, end, charge, passed)
-        floats = sorted(name for name in self.vars if _REGISTER.fullmatch(name))
-        bad = self.non_finite([b.load(self.vars[name]) for name in floats])
+        bad = self.registers_not_finite()
         if self.later is not None:
             flag = b.load(self.later)
             bad = flag if bad is None else b.or_(bad, flag)
-        if bad is not None:
-            failed = self.fn.append_basic_block()
-            with b.goto_block(failed):      # (the budget where it was seen: NOW)
-                b.store(here, self.vars["_n"])
-                b.branch(self.fault_block)
-            self.guard(bad, failed)
+        if bad is not None:     # (the fault's place: the chunk's end, see exit)
+            self.guard(bad, self.fault_block)
         b.store(here, self.last)
         b.branch(after)
         b.position_at_end(after)
@@ -726,14 +722,18 @@ class Lowering(ArrayLowering):
         b.cbranch(b.call(expect, [due, t.i1(0)]), slow, after)     # (rarely)
         b.position_at_end(slow)
         self.guard(b.icmp_signed("<", n, t.i64(0)), self.checkpoint())
-        floats = sorted(name for name in self.vars if _REGISTER.fullmatch(name))
-        bad = self.non_finite([b.load(self.vars[name]) for name in floats])
+        bad = self.registers_not_finite()
         if bad is not None:
             self.guard(bad, self.fault_block)
         b.store(n, self.last)
         b.store(self.next_look(n), self.mark)
         b.branch(after)
         b.position_at_end(after)
+
+    def registers_not_finite(self):
+        """A flag: some float register holds inf or nan (None: it has none)."""
+        return self.non_finite([self.b.load(self.vars[name]) for name in sorted(self.vars)
+                                if _REGISTER.fullmatch(name)])
 
     def next_look(self, n):
         """The budget left at the next look (see clean), never below -1 (the budget's own
