@@ -1085,3 +1085,129 @@ def test_a_failure_a_counted_loop_away_from_the_last_look_is_two_native_runs(mon
     assert outcomes[1][2] > 17 * 40_000
     assert runs == [False, False], runs
     assert sum(taken) < GENERAL + 100, taken
+
+
+def call_tree(depth: int, loop: str = "") -> str:
+    """t{depth} calls t{depth-1} twice ... down to t0, which adds and subtracts sin(f0):
+    about 3 * 2^depth steps and no loop; `top` calls t{depth} when r0 == 7 (a branch);
+    `loop` (if given: "general" or "counted") adds a function `many` that calls top r1
+    times in such a loop."""
+    text = ".func t0(f0, f1)\n        ADD.sin  f1, f0\n        SUB.sin  f1, f0\n.end\n"
+    for k in range(1, depth + 1):
+        text += f".func t{k}(f0, f1)\n" + f"        CALL     t{k - 1}, f0, f1\n" * 2 + ".end\n"
+    text += textwrap.dedent(f"""\
+        .func top(r0, f0, f1)
+        if:     BR.NE    r0, 7, else
+                CALL     t{depth}, f0, f1
+                ADD      f1, f0
+        then:   JMP      fi
+        else:   CF       if
+        fi:     CF.EQ    r0, 7, then
+        .end
+        """)
+    if loop == "counted":
+        text += textwrap.dedent("""\
+            .func many(r0, r1, f0, f1)
+                    ADD      r2, r1
+            for:    BR.GE    0, r2, skip
+            top:    CF.NE    r3, 0, again
+                    CALL     top, r0, f0, f1
+                    ADD      r3, 1
+            again:  BR.LT    r3, r2, top
+                    SUB      r3, r2
+            skip:   CF.GE    0, r2, for
+                    SUB      r2, r1
+            .end
+            """)
+    elif loop == "general":       # (f2 counts the passes: a float, not a counted loop)
+        text += textwrap.dedent("""\
+            .func many(r0, r1, f0, f1)
+                    ADD      f3, r1
+            top:    CF.NE    f2, 0.0, again
+                    CALL     top, r0, f0, f1
+                    ADD      f2, 1.0
+            again:  BR.LT    f2, f3, top
+                    SUB      f2, f3
+                    SUB      f3, r1
+            .end
+            """)
+    return text
+
+
+TREE_RUNS = {       # (depth, loop, entry, arguments)
+    "alone": (16, "", "top", (7, 0.3, 0.2)),
+    "in a loop": (11, "general", "many", (7, 12, 0.3, 0.2)),
+    "in a counted loop": (11, "counted", "many", (7, 12, 0.3, 0.2)),
+}
+
+
+@pytest.mark.parametrize("case", TREE_RUNS)
+def test_a_tree_of_calls_without_loops_stops_where_its_budget_runs_out(case, monkeypatch):
+    """A function without loops tests nothing but the step budget at its end, which
+    native code leaves to its caller: a tree of such calls ran whole before its budget
+    was looked at (2^40 steps: a hang), and a failure went to the interpreter from the
+    start. Native code now tests the budget before its calls, stops a few steps before
+    the budget ends and leaves its frames there: one native run, the interpreter's steps
+    from that stop, the interpreter's report (and a budget that holds, however close,
+    runs to the end)."""
+    from rvm.engines.compiled import TESTED_ABOVE
+    depth, loop, entry, args = TREE_RUNS[case]
+    p = rvm.assemble(call_tree(depth, loop))
+    total = Machine(p, engine="interp", max_steps=10**9)
+    total.enter(entry, *args)
+    length = total.run()
+    for budget in (1, 2, 3, 5, 100, 1_000, 4_097, 12_345, 50_001, length // 2 + 1,
+                   length - 2, length - 1):
+        outcomes, runs, taken = native_runs(p, entry, args, budget)
+        assert outcomes[0] == outcomes[1], (budget, outcomes)
+        assert runs == [False] and sum(taken) < 2 * TESTED_ABOVE, (budget, runs, taken)
+    for budget in (length, length + 1, length + 7):
+        assert p.call(entry, *args, engine="native", max_steps=budget) == \
+            p.call(entry, *args, engine="interp", max_steps=budget)
+
+
+@pytest.mark.parametrize("how", ["back", "grad"])
+def test_a_tree_of_calls_without_loops_stops_at_its_budget_backwards(how, monkeypatch):
+    """The same, run backwards after a forward run, plainly and in a gradient pass: the
+    frames, registers and shadows the interpreter stops with, the interpreter stepping
+    only from native code's stop."""
+    from rvm.engines.compiled import TESTED_ABOVE
+    p = rvm.assemble(call_tree(14))
+    states = []
+    for engine in ("interp", "native"):
+        taken = steps_stepped(monkeypatch)
+        for budget in (3, 777, 4_097, 30_001):
+            m = Machine(p, engine=engine, max_steps=10**9)
+            m.enter("top", 7, 0.3, 0.2)
+            m.run()
+            m.engine, m.max_steps = engine, budget
+            if how == "grad":
+                m.set_grad(True)
+                m.clear_shadows()
+                m.stack[0].G[2] = 1.0
+            with pytest.raises(rvm.MachineError, match="step budget") as e:
+                m.run(-1)
+            states.append((budget, str(e.value), [(f.fn.name, f.state, f.R, f.G)
+                                                  for f in m.stack]))
+        monkeypatch.undo()
+    assert states[:4] == states[4:]
+    assert sum(taken) < 4 * TESTED_ABOVE, taken
+
+
+def test_a_tree_of_calls_of_2_to_the_60_steps_stops_at_its_budget():
+    """The run that hung: a budget of a million steps in a tree of 2^61 calls stops
+    (each engine, the CLI's exit code 1 and its message)."""
+    code = textwrap.dedent(f"""\
+        import sys, rvm
+        p = rvm.assemble({call_tree(60)!r})
+        for engine in ("native", "interp"):
+            try:
+                p.call("top", 7, 0.3, 0.2, engine=engine, max_steps=10**6)
+            except rvm.MachineError as e:
+                print(engine, e.function, e.index, "step budget" in str(e))
+        """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.split("\n")
+    assert lines[0].split()[1:] == lines[1].split()[1:] and lines[0].endswith("True"), lines

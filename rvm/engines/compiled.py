@@ -112,6 +112,32 @@ def _cost(code) -> int:
     return sum(2 if ins.op in isa.CALLS else 1 for ins in code)
 
 
+# native code of a function without loops that can take more steps than this (its calls'
+# included) tests the step budget before each of its calls (see Compiled.tested)
+TESTED_ABOVE = 1 << 10
+
+
+def _reach(fn: Function, tested, most) -> list[int]:
+    """For each instruction i of fn (and its end, len(fn.code)): the most steps the
+    interpreter counts from before i to the next place where native code tests the step
+    budget: a call that tested(i) says is tested, or a back edge; from the end, the
+    caller's step out of the call (1). most(name): a callee's most steps (None: it
+    loops, and tests the budget at its own back edges)."""
+    code = fn.code
+    reach = [0] * len(code) + [1]
+    for i in reversed(range(len(code))):
+        ins = code[i]
+        if ins.op in isa.CALLS and tested(i):
+            continue
+        after = [] if ins.op == "JMP" else [reach[i + 1]]
+        if ins.op in isa.BRANCHES:
+            t = fn.labels[ins.args[-1].name]
+            after.append(reach[t] if t > i else 0)
+        reach[i] = max(after) + (2 + (most(ins.args[0].name) or 0)
+                                 if ins.op in isa.CALLS else 1)
+    return reach
+
+
 def _written(ins) -> set:
     """The registers ins may change (a call: all it passes, by reference)."""
     return set(ins.args[1:] if ins.op in isa.CALLS else ins.written)
@@ -583,7 +609,10 @@ class _Writer:
                 f"{self.fn.name}: comefrom at {label}: entered by fall-through, but "
                 f"{shows(ops, cc)} holds"))
 
-    def call(self, depth: int, ins) -> None:
+    def call(self, depth: int, ins, site: tuple | None = None) -> None:
+        """A call; in native code at `site` (i, the end of its block), with the budget
+        tests that Compiled.tested asks for (none in a counted loop's passes, whose
+        entry test counts its callees' most steps)."""
         callee = self.c.program.functions[ins.args[0].name]
         regs = list(ins.args[1:])
         forward = ins.op == "CALL"
@@ -592,6 +621,21 @@ class _Writer:
         if self.gradient:
             outs += [_local(r)[1] for r, p in zip(regs, callee.params) if p.cls == isa.FLOAT]
         target = self.c.name(callee.name, mode)
+        tests = self.c.native and site is not None and (
+            self.c.tested(callee.name) or
+            self.fn.name in self.c.program.functions and self.c.tested(self.fn.name))
+        if tests:           # (the budget before instruction k: _n + the block's steps
+            i, end = site   # from k on, charged when the block began)
+            code, reach = self.fn.code, self.__dict__.get("_reach")
+            if reach is None:
+                reach = self._reach = self.c.reach(self.fn)
+            # short of the steps to the next test: a callee that tests nothing, run
+            # whole, and the steps after it; a tested one, its steps to its first test
+            need = 1 + self.c.entry_reach(callee.name, forward) \
+                if self.c.tested(callee.name) else \
+                2 + self.c.most_steps(callee.name) + reach[i + 1]
+            left = f"_n + {_cost(code[i:end])}"
+            self.emit(depth, f"if {left} < {min(need, INT64_MAX)}: _stop_at({i}, {left})")
         self.emit(depth, "M.budget = _n")
         if self.derived is not None:
             self.emit(depth, "M.dscale = _s")
@@ -605,6 +649,9 @@ class _Writer:
         if self.c.recursive:
             self.emit(depth, f"M.unframed({size})")
         self.emit(depth, "_n = M.budget")
+        if tests and self.c.tested(callee.name):     # (after: the steps to the next test)
+            left = f"_n + {_cost(code[i + 1:end])}"
+            self.emit(depth, f"if {left} < {reach[i + 1]}: _stop_at({i + 1}, {left})")
         if self.derived is not None:
             self.emit(depth, "_s = M.dscale")
 
@@ -770,7 +817,7 @@ class _Writer:
                     self.emit(depth, "else:")
                     self.goto(depth + 1, k, i + 1, False, known)
             elif ins.op in isa.CALLS:
-                self.call(depth, ins)
+                self.call(depth, ins, (i, end))
             else:
                 self.instruction(depth, ins, template)
             self.track(depth, ins)
@@ -1266,6 +1313,35 @@ class Compiled:
                     total += 1 if inner < 0 else 2 + inner
                 most[name] = total
         return most.get(fname)
+
+    def tested(self, fname: str) -> bool:
+        """Does fname's native code test the step budget before each of its calls (and
+        its callers after each call of it)? A function without loops that calls others
+        and can take more than TESTED_ABOVE steps does: with no back edge it would test
+        nothing, and a tree of such calls can take 2^40 steps. Where a test finds the
+        budget short of the steps to the next test, the run stops there, before the call
+        (or after it), the registers and the budget left in its record
+        (rvm.engines.lowering: AT_SITE), and the interpreter takes those few steps and
+        reports where the budget ran out (Machine._exhausted)."""
+        most = self.most_steps(fname)
+        return most is not None and most > TESTED_ABOVE and \
+            any(ins.op in isa.CALLS for ins in self.program.functions[fname].code)
+
+    def reach(self, fn: Function) -> list[int]:
+        """_reach for fn (a function's code run either way, or a part of it): the steps
+        to its next budget test from each instruction."""
+        tested = fn.name in self.program.functions and self.tested(fn.name)
+        return _reach(fn, lambda i: tested or self.tested(fn.code[i].args[0].name),
+                      self.most_steps)
+
+    def entry_reach(self, fname: str, forward: bool) -> int:
+        """The steps from the start of fname (run forwards or backwards) to its first
+        budget test (see reach)."""
+        cache = self.__dict__.setdefault("_entry_reach", {})
+        if (fname, forward) not in cache:
+            fn = self.program.functions[fname]
+            cache[fname, forward] = self.reach(fn if forward else inverse_function(fn))[0]
+        return cache[fname, forward]
 
     @functools.cached_property
     def counted(self) -> bool:

@@ -382,6 +382,8 @@ class Lowering(ArrayLowering):
             self.store(s.target, self.binop(s.op, self.expr(s.target), self.expr(s.value)))
         elif isinstance(s, ast.If) and is_exact(s.test):
             self.counted(s)
+        elif isinstance(s, ast.If) and stops(s):
+            self.stop_at(s)
         elif isinstance(s, ast.If):
             if is_raise(s.body) and isinstance(s.test, ast.UnaryOp) and \
                     _named(s.test.operand, "_ok"):
@@ -618,6 +620,20 @@ class Lowering(ArrayLowering):
         return b.sub(b.add(b.load(self.vars["_n"]), b.mul(b.sub(end, stop), t.i64(charge))),
                      t.i64(passed))
 
+    def stop_at(self, s: ast.If) -> None:
+        """`if <budget> < <need>: _stop_at(k, <budget>)`, a budget test at a call
+        (rvm.engines.compiled: Compiled.tested): short of the steps to the next test,
+        the run stops before instruction k, leaving its registers and the budget left
+        there in a record (AT_SITE). Rows in lockstep test at each function's end."""
+        if type(self) is not Lowering:
+            return
+        site = self.fn.append_basic_block()
+        self.guard(self.truth(self.expr(s.test)), site)
+        call = s.body[0].value
+        with self.b.goto_block(site):
+            self.record(AT_SITE, call.args[0].value, self.expr(call.args[1]))
+            self.b.branch(self.budget_block)
+
     def checkpoint(self):
         """The exit for the step budget's test at a back edge: it leaves the registers,
         and the block the edge goes to, in the heap cells above the top (when they fit),
@@ -645,7 +661,8 @@ class Lowering(ArrayLowering):
         CHECKPOINT, crc32 of the function's name, the kind (AT_BACK_EDGE: the block the
         edge goes to and the budget left, < 0; AT_CALL: the block of the call, and crc32
         of the callee's name plus 2^32 times the number of the block's calls of it
-        before this one), the number of registers, then (crc32 of its name, its bits)
+        before this one; AT_SITE: the instruction before which a budget test at a call
+        stopped the run, and the budget left there), the number of registers, then (crc32 of its name, its bits)
         for each register (and, in a gradient mode, each float register's shadow). The
         site only lists its registers; the module's one `rvm_record` writes them
         (the walk past a callee's records, the room tests: a few instructions per site,
@@ -1126,7 +1143,7 @@ def is_exact(test) -> bool:
 
 
 CHECKPOINT = 0x52564D434B505431     # "RVMCKPT1": the first cell of a checkpoint record
-AT_BACK_EDGE, AT_END, AT_CALL = 0, 1, 2    # its kinds
+AT_BACK_EDGE, AT_END, AT_CALL, AT_SITE = 0, 1, 2, 3    # its kinds
 RECORD = 6                          # its cells before the registers
 FRAME_REGISTER = re.compile(r"(?:[rf]|gf)\d+")    # what a record keeps: registers, shadows
 GRAD_REGISTER = re.compile(r"gf\d+")              # a float register's shadow
@@ -1238,8 +1255,14 @@ def returns_of(node: ast.FunctionDef) -> list[str]:
 
 def budget_test(s: ast.If) -> bool:
     """Is this `if` a step-budget test (a generated function makes one at its end, more
-    at back edges)?"""
-    return is_raise(s.body) and _raises_budget(s.body)
+    at back edges and, without loops, at calls: see stops)?"""
+    return is_raise(s.body) and _raises_budget(s.body) or stops(s)
+
+
+def stops(s: ast.If) -> bool:
+    """Is this `if` a budget test at a call (`if ...: _stop_at(k, budget)`)?"""
+    return len(s.body) == 1 and isinstance(s.body[0], ast.Expr) and \
+        isinstance(s.body[0].value, ast.Call) and _named(s.body[0].value.func, "_stop_at")
 
 
 def callees(calls: dict, roots) -> set:

@@ -511,8 +511,10 @@ class Machine(Helpers):
                     need = self._wanted()
                     if "step budget exhausted" in str(e):
                         err = self._exhausted(direction)
-                        if err is not None:
+                        if isinstance(err, MachineError):
                             raise err from None
+                        if err is not None:     # (the interpreter ended the pass)
+                            return err
                     room = self._record_room()
                     last, now = self._last_clean(), self._failed_at()
                     undo()
@@ -598,16 +600,19 @@ class Machine(Helpers):
                             "raise max_steps / --max-steps", top.fn.name,
                             top.index(top.dir * direction))
 
-    def _exhausted(self, direction: int) -> MachineError | None:
+    def _exhausted(self, direction: int) -> MachineError | int | None:
         """After a native run of the root function ran out of steps (forwards or
         backwards, plain or in gradient mode): the machine put where the interpreter's
         run would have stopped, and the error it reports, or None (nothing changed) where
-        that cannot be told so (then the interpreter runs the pass again). Native code
+        that cannot be told so (then the interpreter runs the pass again), or 0 where the
+        interpreter, taking over, ended the pass within the budget. Native code
         tests the budget at back edges, and leaves there, in the heap cells above the
         top, its registers (and their shadows) and the block the edge goes to, and each
         caller its registers and the block of its call (rvm.engines.lowering:
         Lowering.record), a few steps past the end of the budget: the machine takes that
-        state and steps back over those few steps (the inverse instructions), so a
+        state and steps back over those few steps (the inverse instructions); a function
+        without loops tests it at its calls, a few steps before the end of the budget
+        (rvm.engines.compiled: Compiled.tested), and the machine steps on from there; so a
         failing run costs about what a succeeding one does. A frame run backwards is
         native code of the function's inverse (rvm.core.inverse): its blocks and states
         are the inverse's, mapped back onto the function's own. A float register holding
@@ -615,7 +620,7 @@ class Machine(Helpers):
         interpreter holds (0.0 + cell) before a back edge or a call, where records are
         left (rvm.engines.compiled: _Writer.goto); a shadow may hold -0.0 (no branch
         reads one)."""
-        from .lowering import AT_BACK_EDGE, AT_CALL, AT_END, CHECKPOINT, RECORD, name_id
+        from .lowering import AT_BACK_EDGE, AT_CALL, AT_END, AT_SITE, CHECKPOINT, RECORD, name_id
         heap, fr = self.__dict__.get("_native_heap"), self.stack[0]
         if heap is None or heap[0] is not self._buf or len(self.stack) != 1 or \
                 self.said_cells:    # (output: the interpreter's run prints it)
@@ -631,7 +636,8 @@ class Machine(Helpers):
             pairs = hi[pos + RECORD:end].reshape(-1, 2)
             records.append((name, kind, block, arg, {int(k): int(v) for k, v in pairs}))
             pos = end
-        if not records or records[0][1] == AT_CALL or records[0][3] >= 0 or \
+        if not records or records[0][1] == AT_CALL or \
+                records[0][1] != AT_SITE and records[0][3] >= 0 or \
                 any(r[1] != AT_CALL for r in records[1:]):
             return None     # (budget left at the test: a value not finite, see _replay)
         frames = []         # (machine state, registers, shadows), the root's first
@@ -675,6 +681,10 @@ class Machine(Helpers):
             leaders = _leaders(code)
             if kind == AT_END:
                 state = 2 * n
+            elif kind == AT_SITE:   # before instruction `block` (n: the end)
+                if not 0 <= block <= n:
+                    return None
+                state = 2 * block
             elif not 0 <= block < len(leaders):
                 return None
             elif kind == AT_CALL:   # the block's nth call of the callee named
@@ -722,6 +732,9 @@ class Machine(Helpers):
                     top.G[:] = G
             self.steps = steps + direction * (self.max_steps - left)
             moved = self._move(direction, left) if left > 0 else 0
+            if left >= 0 and self.at_boundary(direction):
+                return 0    # a budget test at a call stopped early (it counts a caller's
+                # steps after the call as taken): the budget held, the pass is done
             while moved < -left:    # back over the steps past the budget, where exact
                 top = self.stack[-1]
                 i = top.index(-top.dir * direction)
