@@ -35,8 +35,10 @@ from ..core.program import Instruction as _Instruction
 from . import affine, templates
 from .templates import (
     LAST,
+    NO_STOP,
     NOW,
     STATE,
+    STOP,
     Fault,
     Limit,
     Operands,
@@ -114,7 +116,7 @@ def _cost(code) -> int:
 
 # native code of a function without loops that can take more steps than this (its calls'
 # included) tests the step budget before each of its calls (see Compiled.tested)
-TESTED_ABOVE = 1 << 10
+TESTED_ABOVE = 1 << 12
 
 
 def _reach(fn: Function, tested, most) -> list[int]:
@@ -635,7 +637,7 @@ class _Writer:
                 if self.c.tested(callee.name) else \
                 2 + self.c.most_steps(callee.name) + reach[i + 1]
             left = f"_n + {_cost(code[i:end])}"
-            self.emit(depth, f"if {left} < {min(need, INT64_MAX)}: _stop_at({i}, {left})")
+            self.emit(depth, f"if {left} < {min(need, INT64_MAX)}: _stop_before({left})")
         self.emit(depth, "M.budget = _n")
         if self.derived is not None:
             self.emit(depth, "M.dscale = _s")
@@ -649,7 +651,10 @@ class _Writer:
         if self.c.recursive:
             self.emit(depth, f"M.unframed({size})")
         self.emit(depth, "_n = M.budget")
-        if tests and self.c.tested(callee.name):     # (after: the steps to the next test)
+        if tests and self.c.tested(callee.name) and reach[i + 1] > _cost(code[i + 1:end]) + 1:
+            # after a tested callee (which leaves at least a step for the return, and
+            # the budget this block charged on entry): the steps to the next test, where
+            # they go past this block
             left = f"_n + {_cost(code[i + 1:end])}"
             self.emit(depth, f"if {left} < {reach[i + 1]}: _stop_at({i + 1}, {left})")
         if self.derived is not None:
@@ -1475,6 +1480,7 @@ class Compiled:
             cached = machine._native_heap = cached[:4] + (state,)
         cached[4][0], cached[4][1] = machine.top, machine.max_steps
         cached[4][LAST] = cached[4][NOW] = -1      # (a run's own: see templates.STATE)
+        cached[4][STOP] = NO_STOP
         if machine.said_cells:
             cached[4][2] = OUT0         # nothing written yet
         room = machine.heap_room()      # (compiled code keeps its frames' room free)

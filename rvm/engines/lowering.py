@@ -13,7 +13,7 @@ import re
 from ..core.isa import MIN_NORMAL
 from .arraylowering import HELPERS as ARRAY_HELPERS
 from .arraylowering import ArrayLowering
-from .templates import LAST, NOW
+from .templates import LAST, NOW, STOP
 
 # a local's type follows from its name
 _INT_NAMES = re.compile(r"g?r\d+|_n|_b|_a|T0|t0|b0")
@@ -130,6 +130,8 @@ class Lowering(ArrayLowering):
         # its end: a failure's, where it fails in the chunk; -1 elsewhere: see for_)
         self.last = self.mark = self.chunk_end = None
         self.record_slots = None    # (names, values, count) of its records (see record)
+        self.stop = None            # (block, cells) of its budget tests' record (stop_at)
+        self.before = None          # the budget test before the next call (stop_at)
         if type(self) is Lowering:
             with self.b.goto_block(self.fn.entry_basic_block):
                 self.last = self.b.alloca(t.i64, name="last")
@@ -621,18 +623,34 @@ class Lowering(ArrayLowering):
                      t.i64(passed))
 
     def stop_at(self, s: ast.If) -> None:
-        """`if <budget> < <need>: _stop_at(k, <budget>)`, a budget test at a call
+        """`if <budget> < <need>: _stop_at(k, <budget>)`, a budget test after a call
         (rvm.engines.compiled: Compiled.tested): short of the steps to the next test,
         the run stops before instruction k, leaving its registers and the budget left
-        there in a record (AT_SITE). Rows in lockstep test at each function's end."""
+        there in a record (AT_SITE); or `_stop_before(<budget>)`, the test before a
+        call, made with the call (see call). Rows in lockstep test at each function's
+        end."""
         if type(self) is not Lowering:
             return
+        if _named(s.body[0].value.func, "_stop_before"):
+            self.before = s
+            return
+        b, t = self.b, self.t
+        if self.stop is None:       # one record for the function's tests: where, and
+            with b.goto_block(self.fn.entry_basic_block):   # the budget left there
+                at, left = b.alloca(t.i64, name="stop_at"), b.alloca(t.i64, name="stop_n")
+            block = self.fn.append_basic_block("stop")
+            with b.goto_block(block):
+                self.record(AT_SITE, b.load(at), b.load(left))
+                b.branch(self.budget_block)
+            self.stop = (block, at, left)
+        block, at, left = self.stop
         site = self.fn.append_basic_block()
         self.guard(self.truth(self.expr(s.test)), site)
         call = s.body[0].value
-        with self.b.goto_block(site):
-            self.record(AT_SITE, call.args[0].value, self.expr(call.args[1]))
-            self.b.branch(self.budget_block)
+        with b.goto_block(site):
+            b.store(t.i64(call.args[0].value), at)
+            b.store(self.expr(call.args[1]), left)
+            b.branch(block)
 
     def checkpoint(self):
         """The exit for the step budget's test at a back edge: it leaves the registers,
@@ -656,7 +674,7 @@ class Lowering(ArrayLowering):
             self.b.branch(self.budget_block)
         return site
 
-    def record(self, kind: int, block: int, arg) -> None:
+    def record(self, kind: int, block, arg) -> None:
         """Append a checkpoint record to the chain above the heap top (when it fits):
         CHECKPOINT, crc32 of the function's name, the kind (AT_BACK_EDGE: the block the
         edge goes to and the budget left, < 0; AT_CALL: the block of the call, and crc32
@@ -681,7 +699,7 @@ class Lowering(ArrayLowering):
             b.store(b.bitcast(v, t.i64) if v.type == t.f64 else v, b.gep(values, [t.i64(k)]))
         b.call(_record_function(self.ir, t, b.module),
                [self.H, self.cap, b.load(self.slot(0)), t.i64(name_id(self.node.name)),
-                t.i64(kind), t.i64(block), arg, t.i64(count), b.bitcast(names, t.ptr),
+                t.i64(kind), t.i64(block) if isinstance(block, int) else block, arg, t.i64(count), b.bitcast(names, t.ptr),
                 values])
 
     def poll(self) -> None:
@@ -815,13 +833,23 @@ class Lowering(ArrayLowering):
         args = [self.S, self.flag, self.H, self.G, self.cap] + [
             self.coerce(self.expr(a), ty)
             for a, ty in zip(value.args[4:], callee.function_type.args[5:])]
-        out = self.b.call(callee, args)
-        failed = self.b.icmp_signed("!=", self.b.load(self.flag), self.t.i64(0))
+        before, self.before = self.before, None
         if type(self) is Lowering and not self.counting:
             # the callee ran out of steps: this frame, at the call, joins its checkpoint
-            # (the registers still hold what they held before the call)
+            # (the registers still hold what they held before the call); so does a
+            # budget test before the call that stops the run there (see stop_at), with
+            # the budget left in the state array (STOP)
             b, t = self.b, self.t
             site, other = self.fn.append_basic_block(), self.fn.append_basic_block()
+            if before is not None:
+                stop = self.fn.append_basic_block()
+                self.guard(self.truth(self.expr(before.test)), stop)
+                with b.goto_block(stop):
+                    b.store(self.expr(before.body[0].value.args[0]), self.slot(STOP))
+                    b.store(t.s64(BUDGET), self.flag)
+                    b.branch(site)
+            out = b.call(callee, args)
+            failed = b.icmp_signed("!=", b.load(self.flag), t.i64(0))
             self.guard(failed, other)
             with b.goto_block(other):
                 budget = b.icmp_signed("==", b.load(self.flag), t.i64(BUDGET))
@@ -835,7 +863,9 @@ class Lowering(ArrayLowering):
                 self.record(AT_CALL, self.case, t.i64(name_id(value.func.id) | nth << 32))
                 b.branch(self.passed)
         else:
-            self.guard(failed, self.passed)
+            out = self.b.call(callee, args)
+            self.guard(self.b.icmp_signed("!=", self.b.load(self.flag), self.t.i64(0)),
+                       self.passed)
         for k, t_ in enumerate(target.elts):
             self.store(t_, self.b.extract_value(out, k))
 
@@ -1260,9 +1290,11 @@ def budget_test(s: ast.If) -> bool:
 
 
 def stops(s: ast.If) -> bool:
-    """Is this `if` a budget test at a call (`if ...: _stop_at(k, budget)`)?"""
+    """Is this `if` a budget test at a call (`if ...: _stop_at(k, budget)` or
+    `_stop_before(budget)`)?"""
     return len(s.body) == 1 and isinstance(s.body[0], ast.Expr) and \
-        isinstance(s.body[0].value, ast.Call) and _named(s.body[0].value.func, "_stop_at")
+        isinstance(s.body[0].value, ast.Call) and \
+        (_named(s.body[0].value.func, "_stop_at") or _named(s.body[0].value.func, "_stop_before"))
 
 
 def callees(calls: dict, roots) -> set:
@@ -1282,5 +1314,14 @@ def running_out(tests: dict, calls: dict) -> frozenset:
     test at a back edge (beside the one at their end; tests: {function: budget_tests}),
     and their callers."""
     looping = {name for name, n in tests.items() if n > 1}
-    return frozenset(name for name in tests if callees(calls, calls[name]) & looping) | \
-        looping
+    callers: dict = {}          # (one walk back from them over the calls, not one walk
+    for name in tests:          # down from each function: a chain of n is n steps)
+        for callee in calls[name]:
+            callers.setdefault(callee, []).append(name)
+    seen, work = set(looping), list(looping)
+    while work:
+        for caller in callers.get(work.pop(), ()):
+            if caller not in seen:
+                seen.add(caller)
+                work.append(caller)
+    return frozenset(seen)

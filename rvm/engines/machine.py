@@ -36,7 +36,7 @@ from .arguments import (
 from .arrays import Helpers
 from .closures import END
 from .explain import explain, explain_locals
-from .templates import LAST, NOW, STATE, Fault, Limit, show_value
+from .templates import LAST, NO_STOP, NOW, STATE, STOP, Fault, Limit, show_value
 
 MIN_NORMAL = 2.2250738585072014e-308
 
@@ -636,8 +636,9 @@ class Machine(Helpers):
             pairs = hi[pos + RECORD:end].reshape(-1, 2)
             records.append((name, kind, block, arg, {int(k): int(v) for k, v in pairs}))
             pos = end
-        if not records or records[0][1] == AT_CALL or \
-                records[0][1] != AT_SITE and records[0][3] >= 0 or \
+        stop = int(heap[4][STOP])   # (a budget test before a call stopped the run)
+        if not records or records[0][1] == AT_CALL and stop == NO_STOP or \
+                records[0][1] not in (AT_SITE, AT_CALL) and records[0][3] >= 0 or \
                 any(r[1] != AT_CALL for r in records[1:]):
             return None     # (budget left at the test: a value not finite, see _replay)
         frames = []         # (machine state, registers, shadows), the root's first
@@ -688,9 +689,9 @@ class Machine(Helpers):
             elif not 0 <= block < len(leaders):
                 return None
             elif kind == AT_CALL:   # the block's nth call of the callee named
-                stop = leaders[block + 1] if block + 1 < len(leaders) else n
+                end_of_block = leaders[block + 1] if block + 1 < len(leaders) else n
                 sites = []
-                for i in range(leaders[block], stop):
+                for i in range(leaders[block], end_of_block):
                     if code[i].op not in isa.CALLS:
                         continue
                     callee = self.program.functions[code[i].args[0].name]
@@ -702,8 +703,10 @@ class Machine(Helpers):
                     return None
                 site, inner, inner_e = sites[arg >> 32]
                 # the block's steps were charged on entry to it: those after the call,
-                # and the call's return, are not taken yet
-                owed += closures_cost(code[site + 1:stop]) + 1
+                # and the call's return, are not taken yet (before the innermost: the
+                # budget left before it, STOP)
+                if k + 1 < len(records):
+                    owed += closures_cost(code[site + 1:end_of_block]) + 1
                 state = 2 * site
             else:                   # AT_BACK_EDGE
                 state = 2 * leaders[block]
@@ -714,7 +717,7 @@ class Machine(Helpers):
                     self._code(fn, 1)[state + 1](list(R), None if G is None else list(G))
                     state += 1
             frames.append((state, R, G))
-            left = arg
+            left = stop if k + 1 == len(records) and kind == AT_CALL else arg
             if kind == AT_CALL:
                 fn, e = inner, inner_e
         left += owed            # steps the interpreter's run takes from that state

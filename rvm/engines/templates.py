@@ -29,9 +29,12 @@ def fault(text: str) -> str:
 # native code's state array S: the heap top, the step budget left, the output buffer's next
 # record and its length (rvm.engines.compiled: OUT0), the budget left at the last budget
 # test of the function that returned last (LAST: where Machine._replay starts when a run
-# went past its budget after its last back edge), and the budget left where a check failed
-# (NOW: Machine._general); every S holds at least STATE cells
-LAST, NOW, STATE = 4, 5, 6
+# went past its budget after its last back edge), the budget left where a check failed
+# (NOW: Machine._general), and the budget left where a budget test before a call stopped
+# the run (STOP, NO_STOP if none: rvm.engines.lowering, Lowering.call); every S holds at
+# least STATE cells
+LAST, NOW, STOP, STATE = 4, 5, 6, 7
+NO_STOP = -(1 << 63)
 
 
 class Fault(Exception):
