@@ -625,7 +625,7 @@ class _Writer:
         target = self.c.name(callee.name, mode)
         tests = self.c.native and site is not None and (
             self.c.tested(callee.name) or
-            self.fn.name in self.c.program.functions and self.c.tested(self.fn.name))
+            (self.fn.name in self.c.program.functions and self.c.tested(self.fn.name)))
         if tests:           # (the budget before instruction k: _n + the block's steps
             i, end = site   # from k on, charged when the block began)
             code, reach = self.fn.code, self.__dict__.get("_reach")

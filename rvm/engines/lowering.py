@@ -680,11 +680,11 @@ class Lowering(ArrayLowering):
         edge goes to and the budget left, < 0; AT_CALL: the block of the call, and crc32
         of the callee's name plus 2^32 times the number of the block's calls of it
         before this one; AT_SITE: the instruction before which a budget test at a call
-        stopped the run, and the budget left there), the number of registers, then (crc32 of its name, its bits)
-        for each register (and, in a gradient mode, each float register's shadow). The
-        site only lists its registers; the module's one `rvm_record` writes them
-        (the walk past a callee's records, the room tests: a few instructions per site,
-        not a loop in every function)."""
+        stopped the run, and the budget left there), the number of registers, then
+        (crc32 of its name, its bits) for each register (and, in a gradient mode, each
+        float register's shadow). The site only lists its registers; the module's one
+        `rvm_record` writes them (the walk past a callee's records, the room tests: a few
+        instructions per site, not a loop in every function)."""
         b, t = self.b, self.t
         regs = sorted(n for n in self.vars if FRAME_REGISTER.fullmatch(n))
         if self.record_slots is None:   # the function's: its registers' names (a constant
@@ -699,7 +699,8 @@ class Lowering(ArrayLowering):
             b.store(b.bitcast(v, t.i64) if v.type == t.f64 else v, b.gep(values, [t.i64(k)]))
         b.call(_record_function(self.ir, t, b.module),
                [self.H, self.cap, b.load(self.slot(0)), t.i64(name_id(self.node.name)),
-                t.i64(kind), t.i64(block) if isinstance(block, int) else block, arg, t.i64(count), b.bitcast(names, t.ptr),
+                t.i64(kind), t.i64(block) if isinstance(block, int) else block, arg,
+                t.i64(count), b.bitcast(names, t.ptr),
                 values])
 
     def poll(self) -> None:
@@ -1286,7 +1287,7 @@ def returns_of(node: ast.FunctionDef) -> list[str]:
 def budget_test(s: ast.If) -> bool:
     """Is this `if` a step-budget test (a generated function makes one at its end, more
     at back edges and, without loops, at calls: see stops)?"""
-    return is_raise(s.body) and _raises_budget(s.body) or stops(s)
+    return (is_raise(s.body) and _raises_budget(s.body)) or stops(s)
 
 
 def stops(s: ast.If) -> bool:

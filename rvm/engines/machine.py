@@ -637,8 +637,8 @@ class Machine(Helpers):
             records.append((name, kind, block, arg, {int(k): int(v) for k, v in pairs}))
             pos = end
         stop = int(heap[4][STOP])   # (a budget test before a call stopped the run)
-        if not records or records[0][1] == AT_CALL and stop == NO_STOP or \
-                records[0][1] not in (AT_SITE, AT_CALL) and records[0][3] >= 0 or \
+        if not records or (records[0][1] == AT_CALL and stop == NO_STOP) or \
+                (records[0][1] not in (AT_SITE, AT_CALL) and records[0][3] >= 0) or \
                 any(r[1] != AT_CALL for r in records[1:]):
             return None     # (budget left at the test: a value not finite, see _replay)
         frames = []         # (machine state, registers, shadows), the root's first
