@@ -1211,3 +1211,53 @@ def test_a_tree_of_calls_of_2_to_the_60_steps_stops_at_its_budget():
     assert out.returncode == 0, out.stderr
     lines = out.stdout.split("\n")
     assert lines[0].split()[1:] == lines[1].split()[1:] and lines[0].endswith("True"), lines
+
+
+OVERFLOWING_GRADIENT = '''
+from rvm import reversible
+
+@reversible
+def f(x: float, c: float, n: int, out: float):
+    out += x * c
+    out += x * c
+    for i in range(n):
+        out += x * 0.5
+'''
+
+
+def test_a_gradient_that_overflows_late_in_a_long_pass_is_found_without_the_interpreter(
+        tmp_path, monkeypatch):
+    """Native code does not test shadows inside a gradient pass; where the gradients it
+    returns are not finite, the place a shadow stopped being finite was found by the
+    interpreter stepping the whole pass again (13 s for a pass native code runs in
+    1 ms). Native runs with budgets a bisection asks for find it to within a thousand
+    steps: the same error, and the interpreter steps only those."""
+    from rvm.ad.gradient import SEARCHED
+    (tmp_path / "f.py").write_text(OVERFLOWING_GRADIENT)
+    f = rvm.load(tmp_path / "f.py")["f"]
+    errors = []
+    for engine in ("interp", "native"):
+        g = rvm.grad(f, loss="out", engine=engine)
+        assert g(1e-300, 1.0, 10, 0.0)[0] == 7.0
+        taken = steps_stepped(monkeypatch)
+        back = []
+        monkeypatch.setattr(Machine, "back", lambda m, real=Machine.back: back.append(1)
+                            or real(m))
+        with pytest.raises(rvm.InvertibilityError) as e:
+            g(1e-300, 1e308, 50_000, 0.0)
+        monkeypatch.undo()
+        errors.append((str(e.value), e.value.function, e.value.index))
+    assert errors[0] == errors[1] and "`x` is inf: not finite" in errors[1][0]
+    assert "stopped being finite in the gradient of `x` at ADD.mul" in errors[1][0]
+    assert len(back) < 2 * SEARCHED and sum(taken) < 2 * SEARCHED, (len(back), sum(taken))
+
+
+def test_the_failing_runs_benchmark_runs(tmp_path):
+    """tools/bench_failing.py, on a short loop: every row, each failing run the error."""
+    out = subprocess.run([sys.executable, "tools/bench_failing.py", "200000"],
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "RVM_CACHE_DIR": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    rows = [line for line in out.stdout.splitlines() if "failing" in line]
+    assert [r.split("|")[1].strip() for r in rows] == ["general", "counted", "gradient"]
+    assert out.stdout.count("math range error") == 2 and "`x` is inf: not finite" in out.stdout

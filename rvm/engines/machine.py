@@ -472,16 +472,11 @@ class Machine(Helpers):
                 self._compiled = compiled(self.program, self.checks,
                                           native=engine == "native")
                 self._compiled_functions = None
-            top, cells = self.top, bytes(self._buf[:8 * self.top])
-            shadows = bytes(self._gbuf[:8 * self.top]) if self.grad else b""
-            dscale = self.dscale
+            heap = self._heap_state()
 
             def undo():
                 """The heap as before the run (the cells above the top zero)."""
-                self.top, self.dscale = top, dscale
-                for buf, saved in ((self._buf, cells), (self._gbuf, shadows)):
-                    np.frombuffer(buf, np.uint8)[:] = 0
-                    buf[:len(saved)] = saved
+                self._restore_heap(heap)
             if self._compiled.native:
                 from .llvm import interrupts
                 interrupts()            # Ctrl-C stops native code (KeyboardInterrupt)
@@ -841,6 +836,29 @@ class Machine(Helpers):
         if taken >= rest and not self.at_boundary(direction):
             raise self._out_of_steps(budget, direction)
         return abs(self.steps - start)
+
+    def saved(self) -> tuple:
+        """The machine between passes (at the root frame's start or end), its heap and
+        shadows included, for restore: a search that runs a pass again and again from
+        one state (rvm.ad.gradient.not_finite)."""
+        return self._root_state(), self._heap_state()
+
+    def restore(self, saved: tuple) -> None:
+        """The machine back as saved() took it."""
+        self._restore(saved[0])
+        self._restore_heap(saved[1])
+
+    def _heap_state(self) -> tuple:
+        """The heap's top, cells, shadows (in gradient mode) and dscale (_restore_heap)."""
+        return (self.top, bytes(self._buf[:8 * self.top]),
+                bytes(self._gbuf[:8 * self.top]) if self.grad else b"", self.dscale)
+
+    def _restore_heap(self, saved: tuple) -> None:
+        """The heap as _heap_state took it (the cells above the top zero)."""
+        self.top, cells, shadows, self.dscale = saved
+        for buf, data in ((self._buf, cells), (self._gbuf, shadows)):
+            np.frombuffer(buf, np.uint8)[:] = 0
+            buf[:len(data)] = data
 
     def _root_state(self) -> tuple:
         """The root frame's registers, shadows and state, and the step count (_restore)."""
