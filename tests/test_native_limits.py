@@ -1261,3 +1261,19 @@ def test_the_failing_runs_benchmark_runs(tmp_path):
     rows = [line for line in out.stdout.splitlines() if "failing" in line]
     assert [r.split("|")[1].strip() for r in rows] == ["general", "counted", "gradient"]
     assert out.stdout.count("math range error") == 2 and "`x` is inf: not finite" in out.stdout
+
+
+@pytest.mark.parametrize("case", CALLS_CASES)
+def test_a_failure_in_a_runs_first_steps_builds_no_second_program(case):
+    """A budget of a few steps, or a check failing in the first pass, on a program with
+    counted loops: no back edge was passed, so the machine took the build without
+    counted loops (a second compile, 0.15 s, for a failure the interpreter reaches in a
+    few steps); with a budget of at most a few thousand steps the interpreter runs the
+    pass."""
+    body, callee = CALLS_CASES[case][:2]
+    p = rvm.assemble(LOOP_CALLS.format(body=body, callee=callee))
+    for n, budget in ((1, 1), (2, 2), (3, 5), (2, 9)):
+        args = (n, 0, 600.0 if "check" in case else 0.0, 0.0, 0.0)
+        outcomes, runs, taken = native_runs(p, "cnt", args, budget)
+        assert outcomes[0] == outcomes[1] and runs == [False], (n, budget, runs)
+        assert sum(taken) <= budget + 20, (n, budget, taken)

@@ -542,9 +542,12 @@ class Machine(Helpers):
                             if taken == -1:     # the failure is far from that back edge
                                 self._restore(entry)
                             undo()
-                        # (no back edge passed before it: a counted loop's, if any)
+                        # (no back edge passed before it: a counted loop's, if any,
+                        # unless the budget is short: then the interpreter's run of
+                        # the pass is short too)
                         if self._made_before or taken == -1 or far or \
-                                (last < 0 and now < 0 and self._compiled.counted):
+                                (last < 0 and now < 0 and self._compiled.counted and
+                                 self.max_steps > FAR):
                             if far and not self._made_before:
                                 taken = self._general(direction, now, undo, entry)
                                 if taken is not None:
