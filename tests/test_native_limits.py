@@ -1217,39 +1217,46 @@ OVERFLOWING_GRADIENT = '''
 from rvm import reversible
 
 @reversible
-def f(x: float, c: float, n: int, out: float):
+def f(x: float, c: float, d: float, n: int, out: float):
     out += x * c
     out += x * c
     for i in range(n):
-        out += x * 0.5
+        out += x * d
 '''
 
 
+@pytest.mark.parametrize("c,d", [(1e308, 0.5), (1.0, 1e304)], ids=["after", "in-the-loop"])
 def test_a_gradient_that_overflows_late_in_a_long_pass_is_found_without_the_interpreter(
-        tmp_path, monkeypatch):
+        c, d, tmp_path, monkeypatch):
     """Native code does not test shadows inside a gradient pass; where the gradients it
     returns are not finite, the place a shadow stopped being finite was found by the
     interpreter stepping the whole pass again (13 s for a pass native code runs in
-    1 ms). Native runs with budgets a bisection asks for find it to within a thousand
-    steps: the same error, and the interpreter steps only those."""
+    1 ms). Native code notes its last look at a loop's shadows before one found them
+    not finite, and a native run to that look puts the machine there: the same error,
+    and the interpreter steps only from there."""
     from rvm.ad.gradient import SEARCHED
     (tmp_path / "f.py").write_text(OVERFLOWING_GRADIENT)
     f = rvm.load(tmp_path / "f.py")["f"]
     errors = []
     for engine in ("interp", "native"):
         g = rvm.grad(f, loss="out", engine=engine)
-        assert g(1e-300, 1.0, 10, 0.0)[0] == 7.0
+        assert g(1e-300, 1.0, 0.5, 10, 0.0)[0] == 7.0
         taken = steps_stepped(monkeypatch)
+        runs = builds_run(monkeypatch)
         back: list = []
         monkeypatch.setattr(Machine, "back", lambda m, real=Machine.back, seen=back:
                             seen.append(1) or real(m))
         with pytest.raises(rvm.InvertibilityError) as e:
-            g(1e-300, 1e308, 50_000, 0.0)
+            g(1e-300, c, d, 50_000, 0.0)
         monkeypatch.undo()
         errors.append((str(e.value), e.value.function, e.value.index))
     assert errors[0] == errors[1] and "`x` is inf: not finite" in errors[1][0]
     assert "stopped being finite in the gradient of `x` at ADD.mul" in errors[1][0]
+    assert (errors[1][2] == 0) == (c > 1.0)     # (the first product, or in the loop)
     assert len(back) < 2 * SEARCHED and sum(taken) < 2 * SEARCHED, (len(back), sum(taken))
+    # the forward run, the gradient pass whole (where its last look at the shadows before
+    # they stopped being finite was), and the pass to that look: no bisection
+    assert len(runs) <= 3, runs
 
 
 def test_the_failing_runs_benchmark_runs(tmp_path):

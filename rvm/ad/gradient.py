@@ -29,9 +29,9 @@ from ..engines.arguments import (
     scalar,
 )
 from ..engines.compiled import DERIVED
-from ..engines.machine import NATIVE_AFTER, Machine, PerThread, Transient, machine_for
+from ..engines.machine import FAR, NATIVE_AFTER, Machine, PerThread, Transient, machine_for
 from ..engines.native import on_threads
-from ..engines.templates import STATE
+from ..engines.templates import SHADOWS, SHADOWS_BAD, STATE
 
 Loss = int | str | tuple
 
@@ -599,10 +599,11 @@ def not_finite(runner: Pass, args, loss: Loss, grads) -> MachineError:
     the gradient pass a shadow first stopped being finite (a shadow that overflows where
     nothing reads it, a constant's, is not an error). Native code does not test shadows
     inside the pass, so the place is found by running the pass again with step budgets
-    that end where a bisection asks (each run stops exactly where the interpreter would:
-    Machine._exhausted), to within SEARCHED steps, from where the interpreter steps
-    one instruction at a time: a few dozen native passes, not the whole pass on the
-    interpreter (it took 13 s for a pass native code runs in 1 ms)."""
+    that end where a search asks (each run stops exactly where the interpreter would:
+    Machine._exhausted), starting at the last look native code made at a loop's shadows
+    before one that found them not finite, to within SEARCHED steps, from where the
+    interpreter steps one instruction at a time: a few native passes, not the whole
+    pass on the interpreter (it took 13 s for a pass native code runs in 1 ms)."""
     from ..engines.explain import names_at
     program, name, names = target(runner.fn, args)
     m = Machine(program, **runner.options)
@@ -626,11 +627,13 @@ def not_finite(runner: Pass, args, loss: Loss, grads) -> MachineError:
         return small_heap and not np.isfinite(np.asarray(m.hg[:m.top])).all()
 
     start, budget = m.saved(), m.max_steps
+    at = [0]            # the steps the machine stands at, in the pass
 
     def bad_after(k: int) -> bool:
-        """The pass run k steps from its start (fewer where it ends): is a shadow not
-        finite (any frame's, or a cell's)?"""
+        """The pass run k steps from its start: is a shadow not finite there (any
+        frame's, or a cell's), or did the pass end before?"""
         m.restore(start)
+        at[0] = k
         if k:
             m.max_steps = k
             try:
@@ -640,34 +643,56 @@ def not_finite(runner: Pass, args, loss: Loss, grads) -> MachineError:
                     raise
             finally:
                 m.max_steps = budget
-        return heap_bad() or any(
+        return m.at_start or heap_bad() or any(
             f.G is not None and not finite(f.G[f.fn.n_int:]) for f in m.stack)
 
-    lo, hi = 0, SEARCHED
-    if m._compiled is None or not m._compiled.native:
-        hi = 0          # (a pass again would be the interpreter's: it steps once instead)
-    while 0 < hi < budget and not bad_after(hi) and not m.at_start:
-        lo, hi = hi, 4 * hi
+    def walk(limit: int) -> MachineError | None:
+        """The interpreter's steps from where the machine stands, up to limit: the
+        error at the first where a shadow of the frame that took it (or a cell's) is
+        not finite, or None."""
+        for _ in range(limit):
+            fr = m.stack[-1]
+            i = fr.index(-fr.dir)
+            if not m.back():
+                break
+            bad = [r for r in fr.fn.registers if r.cls == isa.FLOAT and
+                   fr.G[fr.fn.slot(r)] - fr.G[fr.fn.slot(r)] != 0.0] \
+                if fr.G is not None else []
+            if bad or heap_bad():
+                ins = fr.fn.code[i]
+                label = names_at(fr.fn, ins.line).get(bad[0]) if bad else None
+                whose = f"`{label}`" if label else f"{bad[0]}" if bad else "a heap cell"
+                return InvertibilityError(
+                    f"{what}; it stopped being finite in the gradient of {whose} at "
+                    f"{ins} (a partial derivative overflowed, or was inf or nan)",
+                    fr.fn.name, i, ins.line, program.source)
+        return None
+
+    lo, hi = 0, 0       # (not native: a pass again would be the interpreter's)
+    if m._compiled is not None and m._compiled.native:
+        # the pass natively, whole: the last look at a loop's (or a returning frame's)
+        # shadows before one found them not finite (rvm.engines.lowering: note_shadows);
+        # as a rule the place is soon after it. (A budget that ends a step before the
+        # look's back edge stops natively there, in one run.)
+        m.run(-1)
+        state = m._native_state()
+        look = budget - int(state[SHADOWS]) - 1 if state[SHADOWS_BAD] and \
+            state[SHADOWS] >= 0 else 0
+        if look > 0 and not bad_after(look):
+            found = walk(FAR)
+            if found is not None:
+                return found
+            lo = look
+        hi, step = lo + SEARCHED, SEARCHED
+        while hi < budget and not bad_after(hi):
+            lo, step = hi, 4 * step
+            hi = lo + step
     while hi - lo > SEARCHED:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if bad_after(mid) else (mid, hi)
-    bad_after(lo)
-    for _ in range(budget):
-        fr = m.stack[-1]
-        i = fr.index(-fr.dir)
-        if not m.back():
-            break
-        bad = [r for r in fr.fn.registers if r.cls == isa.FLOAT and
-               fr.G[fr.fn.slot(r)] - fr.G[fr.fn.slot(r)] != 0.0] if fr.G is not None else []
-        if bad or heap_bad():
-            ins = fr.fn.code[i]
-            label = names_at(fr.fn, ins.line).get(bad[0]) if bad else None
-            whose = f"`{label}`" if label else f"{bad[0]}" if bad else "a heap cell"
-            return InvertibilityError(
-                f"{what}; it stopped being finite in the gradient of {whose} at "
-                f"{ins} (a partial derivative overflowed, or was inf or nan)",
-                fr.fn.name, i, ins.line, program.source)
-    return InvertibilityError(what, name)
+    if at[0] != lo:
+        bad_after(lo)
+    return walk(budget) or InvertibilityError(what, name)
 
 
 SEARCHED = 1 << 10      # steps of the gradient pass not_finite steps through on the

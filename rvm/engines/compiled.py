@@ -37,6 +37,8 @@ from .templates import (
     LAST,
     NO_STOP,
     NOW,
+    SHADOWS,
+    SHADOWS_BAD,
     STATE,
     STOP,
     Fault,
@@ -1481,6 +1483,7 @@ class Compiled:
         cached[4][0], cached[4][1] = machine.top, machine.max_steps
         cached[4][LAST] = cached[4][NOW] = -1      # (a run's own: see templates.STATE)
         cached[4][STOP] = NO_STOP
+        cached[4][SHADOWS], cached[4][SHADOWS_BAD] = -1, 0
         if machine.said_cells:
             cached[4][2] = OUT0         # nothing written yet
         room = machine.heap_room()      # (compiled code keeps its frames' room free)

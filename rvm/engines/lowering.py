@@ -13,7 +13,7 @@ import re
 from ..core.isa import MIN_NORMAL
 from .arraylowering import HELPERS as ARRAY_HELPERS
 from .arraylowering import ArrayLowering
-from .templates import LAST, NOW, STOP
+from .templates import LAST, NOW, SHADOWS, SHADOWS_BAD, STOP
 
 # a local's type follows from its name
 _INT_NAMES = re.compile(r"g?r\d+|_n|_b|_a|T0|t0|b0")
@@ -450,6 +450,7 @@ class Lowering(ArrayLowering):
             self.leaving()
             if self.last is not None:
                 b.store(b.load(self.last), self.slot(LAST))
+                self.note_shadows(b.load(self.vars["_n"]))  # (a look on leaving too)
             elts = s.value.elts if isinstance(s.value, ast.Tuple) else [s.value]
             out = ir.Constant(self.fn.return_value.type, None)
             # after the results, a gradient function's float locals' shadows (end_shadows)
@@ -612,6 +613,7 @@ class Lowering(ArrayLowering):
         if bad is not None:     # (the fault's place: the chunk's end, see exit)
             self.guard(bad, self.fault_block)
         b.store(here, self.last)
+        self.note_shadows(here)
         b.branch(after)
         b.position_at_end(after)
 
@@ -762,9 +764,28 @@ class Lowering(ArrayLowering):
         if bad is not None:
             self.guard(bad, self.fault_block)
         b.store(n, self.last)
+        self.note_shadows(n)
         b.store(self.next_look(n), self.mark)
         b.branch(after)
         b.position_at_end(after)
+
+    def note_shadows(self, n) -> None:
+        """At a look in a gradient pass: until a look finds a float register's shadow
+        that is not finite, the budget left here (n) in the state array (SHADOWS; and
+        SHADOWS_BAD once one did). Shadows are not tested as they are made (a shadow
+        that overflows where the loss does not depend on it is no error, and a test per
+        store of a shadow cost 20% of a GMM gradient); when the gradients a pass
+        returns are not finite, this is where the search for the first shadow that
+        stopped being finite starts (rvm.ad.gradient.not_finite)."""
+        bad = self.non_finite([self.b.load(self.vars[name]) for name in sorted(self.vars)
+                               if GRAD_REGISTER.fullmatch(name)])
+        if bad is None:
+            return
+        b, t = self.b, self.t
+        seen = b.icmp_signed("!=", b.load(self.slot(SHADOWS_BAD)), t.i64(0))
+        fine = b.not_(b.or_(seen, bad))
+        b.store(b.select(fine, n, b.load(self.slot(SHADOWS))), self.slot(SHADOWS))
+        b.store(b.zext(b.or_(seen, bad), t.i64), self.slot(SHADOWS_BAD))
 
     def registers_not_finite(self):
         """A flag: some float register holds inf or nan (None: it has none)."""

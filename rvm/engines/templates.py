@@ -31,9 +31,11 @@ def fault(text: str) -> str:
 # test of the function that returned last (LAST: where Machine._replay starts when a run
 # went past its budget after its last back edge), the budget left where a check failed
 # (NOW: Machine._general), and the budget left where a budget test before a call stopped
-# the run (STOP, NO_STOP if none: rvm.engines.lowering, Lowering.call); every S holds at
-# least STATE cells
-LAST, NOW, STOP, STATE = 4, 5, 6, 7
+# the run (STOP, NO_STOP if none: rvm.engines.lowering, Lowering.call), and in a gradient
+# pass the budget left at the last look (Lowering.clean) before the first that found a
+# float register's shadow not finite (SHADOWS, -1 if none), and whether one did
+# (SHADOWS_BAD: rvm.ad.gradient.not_finite); every S holds at least STATE cells
+LAST, NOW, STOP, SHADOWS, SHADOWS_BAD, STATE = 4, 5, 6, 7, 8, 9
 NO_STOP = -(1 << 63)
 
 
