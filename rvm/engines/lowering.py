@@ -132,6 +132,7 @@ class Lowering(ArrayLowering):
         self.record_slots = None    # (names, values, count) of its records (see record)
         self.stop = None            # (block, cells) of its budget tests' record (stop_at)
         self.before = None          # the budget test before the next call (stop_at)
+        self.looked = False         # a look at its float registers made (note_shadows)
         if type(self) is Lowering:
             with self.b.goto_block(self.fn.entry_basic_block):
                 self.last = self.b.alloca(t.i64, name="last")
@@ -450,7 +451,8 @@ class Lowering(ArrayLowering):
             self.leaving()
             if self.last is not None:
                 b.store(b.load(self.last), self.slot(LAST))
-                self.note_shadows(b.load(self.vars["_n"]))  # (a look on leaving too)
+                if self.looked:     # (a look on leaving a function that looks)
+                    self.note_shadows(b.load(self.vars["_n"]))
             elts = s.value.elts if isinstance(s.value, ast.Tuple) else [s.value]
             out = ir.Constant(self.fn.return_value.type, None)
             # after the results, a gradient function's float locals' shadows (end_shadows)
@@ -779,6 +781,7 @@ class Lowering(ArrayLowering):
         stopped being finite starts (rvm.ad.gradient.not_finite)."""
         bad = self.non_finite([self.b.load(self.vars[name]) for name in sorted(self.vars)
                                if GRAD_REGISTER.fullmatch(name)])
+        self.looked = True
         if bad is None:
             return
         b, t = self.b, self.t
