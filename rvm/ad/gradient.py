@@ -264,9 +264,11 @@ class _Direct:
         seed = tuple(1.0 if k == b.params[0] else 0.0 for k in floats)
         kinds = [int if p.cls == isa.INT else float for p in fn.params]
         self.batches[tuple(map(type, args))] = None
+        state = heap[-1] if comp.native else None   # (native code's state array)
         if comp.native and not comp.uses_heap:      # one native call, scalars only
             both = funcs[comp.name(fn.name, "vgs")]
             heap = (np.zeros(STATE, np.int64), np.zeros(1), m.max_steps)   # under the GIL
+            state = heap[0]
             self.batches[tuple(map(type, args))] = ((funcs, comp.name(fn.name, "vgsb")),
                                                     m.max_steps, fn, floats, seed)
         elif comp.native:       # forwards and gradient pass in one native call
@@ -316,7 +318,17 @@ class _Direct:
         from ..engines import native
         upgrade = [NATIVE_AFTER + 1, m.program] if m.engine == "auto" and \
             not comp.native and native.available else None
-        return both, heap, (exact, convert), seed, scatter, upgrade
+        return both, heap, (exact, convert), seed, scatter, upgrade, state
+
+    def looked(self, args) -> int | None:
+        """After this thread's direct call with these arguments returned gradients that
+        are not finite: the budget left at the last look of its native gradient pass at
+        a loop's shadows before one found them not finite (see not_finite), or None."""
+        plan = self.plans.get(call_kind(args))
+        state = plan[-1] if isinstance(plan, tuple) else None
+        if state is None or not state[SHADOWS_BAD] or state[SHADOWS] < 0:
+            return None
+        return int(state[SHADOWS])
 
     def make_arrays(self, args):
         """Arguments with arrays, on native code: the forward and the gradient functions
@@ -423,7 +435,7 @@ class _Direct:
             return None
         if not isinstance(plan, tuple):      # arguments with arrays
             return plan(args)
-        both, heap, convert, seed, scatter, upgrade = plan
+        both, heap, convert, seed, scatter, upgrade, _ = plan
         if upgrade is not None:
             upgrade[0] -= 1
             if upgrade[0] <= 0:          # these calls count as runs of the program
@@ -570,7 +582,7 @@ def _value_and_grad(fn, loss: Loss, machine_options: dict,
             target = find_argument(m.bindings, m.stack[0].fn, loss, "loss")
             fast = m.results(), runner.backward(m, target)
         if not finite(fast[1]):
-            raise not_finite(runner, args, loss, fast[1])
+            raise not_finite(runner, args, loss, fast[1], direct.looked(args))
         return fast
 
     def batch(columns: list):
@@ -594,7 +606,8 @@ def finite(grads) -> bool:
     return True
 
 
-def not_finite(runner: Pass, args, loss: Loss, grads) -> MachineError:
+def not_finite(runner: Pass, args, loss: Loss, grads,
+               looked: int | None = None) -> MachineError:
     """The error for gradients that came out inf or nan: which argument's, and where in
     the gradient pass a shadow first stopped being finite (a shadow that overflows where
     nothing reads it, a constant's, is not an error). Native code does not test shadows
@@ -674,10 +687,12 @@ def not_finite(runner: Pass, args, loss: Loss, grads) -> MachineError:
         # shadows before one found them not finite (rvm.engines.lowering: note_shadows);
         # as a rule the place is soon after it. (A budget that ends a step before the
         # look's back edge stops natively there, in one run.)
-        m.run(-1)
-        state = m._native_state()
-        look = budget - int(state[SHADOWS]) - 1 if state[SHADOWS_BAD] and \
-            state[SHADOWS] >= 0 else 0
+        if looked is None:      # (not known from the call that found them)
+            m.run(-1)
+            state = m._native_state()
+            if state[SHADOWS_BAD] and state[SHADOWS] >= 0:
+                looked = int(state[SHADOWS])
+        look = budget - looked - 1 if looked is not None else 0
         if look > 0 and not bad_after(look):
             found = walk(FAR)
             if found is not None:

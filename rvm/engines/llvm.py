@@ -57,7 +57,7 @@ from .lowering import (
     returns_of,
     running_out,
 )
-from .templates import STATE, Fault
+from .templates import SHADOWS, SHADOWS_BAD, STATE, Fault
 
 available = importlib.util.find_spec("llvmlite") is not None
 
@@ -388,6 +388,8 @@ def _entry(ir, t: Types, module, name: str, inner, returns: list[str], fused=Non
         b.store(budget, state(1))
         values = [b.extract_value(forward, k) for k in range(split or nparams)] + \
             rest[nparams:] + _local_shadows(t, inner, split, extra)
+        b.store(t.i64(-1), state(SHADOWS))      # (the gradient pass's own looks)
+        b.store(t.i64(0), state(SHADOWS_BAD))
         back = run(inner, values)
         if split:
             left_allocated()
