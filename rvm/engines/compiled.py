@@ -119,27 +119,35 @@ def _cost(code) -> int:
 # native code of a function without loops that can take more steps than this (its calls'
 # included) tests the step budget before each of its calls (see Compiled.tested)
 TESTED_ABOVE = 1 << 12
+SPAN = 1 << 10      # and then at calls at most this many steps apart (see _reach)
 
 
-def _reach(fn: Function, tested, most) -> list[int]:
-    """For each instruction i of fn (and its end, len(fn.code)): the most steps the
-    interpreter counts from before i to the next place where native code tests the step
-    budget: a call that tested(i) says is tested, or a back edge; from the end, the
-    caller's step out of the call (1). most(name): a callee's most steps (None: it
-    loops, and tests the budget at its own back edges)."""
+def _reach(fn: Function, tested, most, every: bool) -> tuple[list[int], set[int]]:
+    """Where fn's native code tests the step budget at a call, and for each instruction i
+    of fn (and its end, len(fn.code)) the most steps the interpreter counts from before i
+    to the next such test or back edge (from the end: the caller's step out of the call,
+    1). The calls tested: those of a function that tested(name) says tests its own; with
+    `every` (fn itself tests: Compiled.tested), also a call from which the steps to the
+    next test would pass SPAN (a call of a few steps in a run of thousands is not). most:
+    a callee's most steps (None: it loops, and tests the budget at its own back
+    edges)."""
     code = fn.code
-    reach = [0] * len(code) + [1]
+    reach, calls = [0] * len(code) + [1], set()
     for i in reversed(range(len(code))):
         ins = code[i]
-        if ins.op in isa.CALLS and tested(i):
-            continue
         after = [] if ins.op == "JMP" else [reach[i + 1]]
         if ins.op in isa.BRANCHES:
             t = fn.labels[ins.args[-1].name]
             after.append(reach[t] if t > i else 0)
-        reach[i] = max(after) + (2 + (most(ins.args[0].name) or 0)
-                                 if ins.op in isa.CALLS else 1)
-    return reach
+        step = 1
+        if ins.op in isa.CALLS:
+            name = ins.args[0].name
+            step = 2 + (most(name) or 0)
+            if tested(name) or (every and step + max(after) > SPAN):
+                calls.add(i)
+                continue
+        reach[i] = max(after) + step
+    return reach, calls
 
 
 def _written(ins) -> set:
@@ -583,6 +591,7 @@ class _Writer:
         # derivatives: their largest magnitude so far in `_s` (derived_registers)
         self.derived = derived_registers(compiled.program, fn)
         self.scaled = set(self.derived or ()) & set(self.restores)     # (their ancillas)
+        self.tests = self.costs = None      # its budget tests at calls (see call)
 
     def emit(self, depth: int, text: str) -> None:
         self.lines.append("    " * depth + text)
@@ -625,20 +634,25 @@ class _Writer:
         if self.gradient:
             outs += [_local(r)[1] for r, p in zip(regs, callee.params) if p.cls == isa.FLOAT]
         target = self.c.name(callee.name, mode)
-        tests = self.c.native and site is not None and (
-            self.c.tested(callee.name) or
-            (self.fn.name in self.c.program.functions and self.c.tested(self.fn.name)))
-        if tests:           # (the budget before instruction k: _n + the block's steps
-            i, end = site   # from k on, charged when the block began)
-            code, reach = self.fn.code, self.__dict__.get("_reach")
-            if reach is None:
-                reach = self._reach = self.c.reach(self.fn)
+        tests = False
+        if self.c.native and site is not None:
+            if self.tests is None:      # (the function's: see _reach; the steps from
+                code = self.fn.code     # each instruction to its end, for its block's)
+                self.tests = self.c.reach(self.fn)
+                self.costs = [_cost(code[i:i + 1]) for i in range(len(code))] + [0]
+                for i in reversed(range(len(code))):
+                    self.costs[i] += self.costs[i + 1]
+            (reach, calls), costs = self.tests, self.costs
+            i, end = site
+            tests = i in calls
+        if tests:           # (the budget before instruction i: _n + the block's steps
+            code = self.fn.code     # from i on, charged when the block began)
             # short of the steps to the next test: a callee that tests nothing, run
             # whole, and the steps after it; a tested one, its steps to its first test
             need = 1 + self.c.entry_reach(callee.name, forward) \
                 if self.c.tested(callee.name) else \
                 2 + self.c.most_steps(callee.name) + reach[i + 1]
-            left = f"_n + {_cost(code[i:end])}"
+            left = f"_n + {costs[i] - costs[end]}"
             self.emit(depth, f"if {left} < {min(need, INT64_MAX)}: _stop_before({left})")
         self.emit(depth, "M.budget = _n")
         if self.derived is not None:
@@ -653,11 +667,11 @@ class _Writer:
         if self.c.recursive:
             self.emit(depth, f"M.unframed({size})")
         self.emit(depth, "_n = M.budget")
-        if tests and self.c.tested(callee.name) and reach[i + 1] > _cost(code[i + 1:end]) + 1:
+        if tests and self.c.tested(callee.name) and reach[i + 1] > costs[i + 1] - costs[end] + 1:
             # after a tested callee (which leaves at least a step for the return, and
             # the budget this block charged on entry): the steps to the next test, where
             # they go past this block
-            left = f"_n + {_cost(code[i + 1:end])}"
+            left = f"_n + {costs[i + 1] - costs[end]}"
             self.emit(depth, f"if {left} < {reach[i + 1]}: _stop_at({i + 1}, {left})")
         if self.derived is not None:
             self.emit(depth, "_s = M.dscale")
@@ -1322,10 +1336,11 @@ class Compiled:
         return most.get(fname)
 
     def tested(self, fname: str) -> bool:
-        """Does fname's native code test the step budget before each of its calls (and
-        its callers after each call of it)? A function without loops that calls others
-        and can take more than TESTED_ABOVE steps does: with no back edge it would test
-        nothing, and a tree of such calls can take 2^40 steps. Where a test finds the
+        """Does fname's native code test the step budget before its calls (at most SPAN
+        steps apart: see _reach; its callers before and after each call of it)? A
+        function without loops that calls others and can take more than TESTED_ABOVE
+        steps does: with no back edge it would test nothing, and a tree of such calls
+        can take 2^40 steps. Where a test finds the
         budget short of the steps to the next test, the run stops there, before the call
         (or after it), the registers and the budget left in its record
         (rvm.engines.lowering: AT_SITE), and the interpreter takes those few steps and
@@ -1334,12 +1349,11 @@ class Compiled:
         return most is not None and most > TESTED_ABOVE and \
             any(ins.op in isa.CALLS for ins in self.program.functions[fname].code)
 
-    def reach(self, fn: Function) -> list[int]:
-        """_reach for fn (a function's code run either way, or a part of it): the steps
-        to its next budget test from each instruction."""
-        tested = fn.name in self.program.functions and self.tested(fn.name)
-        return _reach(fn, lambda i: tested or self.tested(fn.code[i].args[0].name),
-                      self.most_steps)
+    def reach(self, fn: Function) -> tuple[list[int], set[int]]:
+        """_reach for fn (a function's code run either way, or a part of it): its calls
+        with a budget test, and the steps to the next test from each instruction."""
+        return _reach(fn, self.tested, self.most_steps,
+                      fn.name in self.program.functions and self.tested(fn.name))
 
     def entry_reach(self, fname: str, forward: bool) -> int:
         """The steps from the start of fname (run forwards or backwards) to its first
@@ -1347,7 +1361,7 @@ class Compiled:
         cache = self.__dict__.setdefault("_entry_reach", {})
         if (fname, forward) not in cache:
             fn = self.program.functions[fname]
-            cache[fname, forward] = self.reach(fn if forward else inverse_function(fn))[0]
+            cache[fname, forward] = self.reach(fn if forward else inverse_function(fn))[0][0]
         return cache[fname, forward]
 
     @functools.cached_property

@@ -348,8 +348,7 @@ class Machine(Helpers):
         derived = self._derivatives(fn)
         for r, k in fn.local_slots:
             v = R[k]
-            if v != 0 and not (type(v) is float and abs(v) <= self.tol) and \
-                    not (k in derived and abs(v) <= self.tol * self.dscale):
+            if v != 0 and not self._residue(fn, k, v, derived):
                 bad[str(r)] = v
         if bad:
             at_end = fr.state != 0
@@ -366,6 +365,14 @@ class Machine(Helpers):
             R[k] = 0 if r.cls == isa.INT else 0.0
             if G is not None:
                 G[k] = 0.0                # a local's gradient is dropped with it
+
+    def _residue(self, fn: Function, k: int, v, derived=None) -> bool:
+        """Is v, in fn's register slot k, a float's residue a local may be left with
+        (within tol, or for a derivative within tol times the largest one)?"""
+        if type(v) is not float:
+            return False
+        derived = self._derivatives(fn) if derived is None else derived
+        return abs(v) <= self.tol or (k in derived and abs(v) <= self.tol * self.dscale)
 
     def _pop(self, e: int) -> None:
         """Leave the top frame, which reached its end (e > 0) or start (e < 0)."""
@@ -452,7 +459,19 @@ class Machine(Helpers):
 
     def run(self, direction: int = 1, max_steps: int | None = None) -> int:
         """Run to the end (direction +1) or back to the start (-1); return steps taken
-        (0 when the compiled engine ran the whole pass: it does not count steps)."""
+        (0 when the compiled engine ran the whole pass: it does not count steps). At
+        the end (or start) the root frame's float locals hold zero: a residue within
+        `tol` is cleared, as when a callee's frame is left (compiled code starts every
+        pass with its locals at zero, so the next pass is the same on every engine)."""
+        taken = self._run(direction, max_steps)
+        if self.at_boundary(direction):
+            fr = self.stack[0]
+            for r, k in fr.fn.local_slots:
+                if fr.R[k] != 0 and self._residue(fr.fn, k, fr.R[k]):
+                    fr.R[k] = 0.0
+        return taken
+
+    def _run(self, direction: int, max_steps: int | None) -> int:
         self.entered()
         if self.at_boundary(-direction):    # a whole pass: the derivatives' magnitudes
             self.dscale = 0.0               # are its own (compiled.derived_registers)
