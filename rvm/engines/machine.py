@@ -466,7 +466,7 @@ class Machine(Helpers):
         taken = self._run(direction, max_steps)
         if self.at_boundary(direction):
             fr = self.stack[0]
-            for r, k in fr.fn.local_slots:
+            for _, k in fr.fn.local_slots:
                 if fr.R[k] != 0 and self._residue(fr.fn, k, fr.R[k]):
                     fr.R[k] = 0.0
         return taken
