@@ -1337,3 +1337,59 @@ def test_a_function_of_many_small_calls_tests_its_budget_every_thousand_steps():
         outcomes, runs, taken = native_runs(p, "big", (0.5, 0.0), budget)
         assert outcomes[0] == outcomes[1] and runs == [False], budget
         assert sum(taken) <= SPAN + 10, (budget, taken)
+
+
+def test_a_loop_whose_pass_is_long_calls_stops_at_the_call_where_its_budget_runs_out():
+    """A general loop whose pass calls a function of 1,500 straight steps 20 times tested
+    its budget only at its back edge, 30,000 steps on: a budget ending midway went to
+    the interpreter for much of a pass (190,000 steps in a reviewer's case). Calls of a
+    function without loops that many steps apart are budget tests in a loop too."""
+    from rvm.engines.compiled import SPAN
+    ops = ["ADD.mul f1, f0, f0", "SUB.sin f1, f0", "ADD f1, 0.25"]
+    text = ".func C(f0, f1)\n" + "".join(f"        {ops[k % 3]}\n" for k in range(1500))
+    text += ".end\n.func many(f0, f1, f2)\n        ADD f3, f2\ntop:    CF.NE f4, 0.0, again\n"
+    text += "        CALL C, f0, f1\n" * 20 + "        ADD f4, 1.0\n"
+    text += "again:  BR.LT f4, f3, top\n        SUB f4, f3\n        SUB f3, f2\n.end\n"
+    p = rvm.assemble(text)
+    for budget in (45_678, 150_001, 200_000):
+        outcomes, runs, taken = native_runs(p, "many", (0.5, 0.0, 10.0), budget)
+        assert outcomes[0] == outcomes[1] and runs == [False], (budget, runs)
+        assert sum(taken) < 1_500 + SPAN + 10, (budget, taken)
+
+
+ARRAY_GRADIENT = OVERFLOWING_GRADIENT.replace("from rvm import reversible",
+                                              "from rvm import Array, reversible").replace(
+    "x: float", "x: Array[float]").replace("x * ", "x[0] * ")
+
+
+def test_a_gradient_of_an_array_program_that_overflows_in_a_loop_is_the_interpreters(
+        tmp_path):
+    """Midway through a gradient pass, native code's shadow of a register that read a
+    heap cell may stand apart from the interpreter's (it accumulates into the cell's
+    shadow at once): a search on native states named another instruction (a reviewer's
+    case). Programs with a heap are searched by the interpreter."""
+    (tmp_path / "f.py").write_text(ARRAY_GRADIENT)
+    f = rvm.load(tmp_path / "f.py")["f"]
+    errors = []
+    for engine in ("interp", "native", "python"):
+        with pytest.raises(rvm.InvertibilityError) as e:
+            rvm.grad(f, loss="out", engine=engine)(np.array([1e-300, 1e-300]), 1.0,
+                                                   1.797693e308 / 900, 1000, 0.0)
+        errors.append((str(e.value), e.value.function, e.value.index))
+    assert errors[0] == errors[1] == errors[2], errors
+    assert "at ADD.mul" in errors[0][0]
+
+
+def test_stepping_to_the_end_clears_the_roots_residue_as_running_does():
+    p = rvm.assemble(RESIDUE_ROOT)
+    ends = []
+    for how in ("run", "step"):
+        m = Machine(p, engine="interp", max_steps=10**9)
+        m.enter("root", 7, 0.3, 0.2)
+        if how == "run":
+            m.run()
+        else:
+            while m.step():
+                pass
+        ends.append(list(m.stack[0].R))
+    assert ends[0] == ends[1] and ends[0][m.stack[0].fn.n_int + 3] == 0.0

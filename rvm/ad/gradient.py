@@ -681,8 +681,14 @@ def not_finite(runner: Pass, args, loss: Loss, grads,
                     fr.fn.name, i, ins.line, program.source)
         return None
 
-    lo, hi = 0, 0       # (not native: a pass again would be the interpreter's)
-    if m._compiled is not None and m._compiled.native:
+    # (not native: a pass again would be the interpreter's; a program with a heap:
+    # native code's shadows of registers that read cells may stand apart from the
+    # interpreter's midway, where it accumulates a product's into the cell's shadow at
+    # once: a search on them can find another place)
+    lo, hi = 0, 0
+    heap = any(ins.spec.group in ("memory", "array") for f in program.functions.values()
+               for ins in f.code)
+    if m._compiled is not None and m._compiled.native and not heap:
         # the pass natively, whole: the last look at a loop's (or a returning frame's)
         # shadows before one found them not finite (rvm.engines.lowering: note_shadows);
         # as a rule the place is soon after it. (A budget that ends a step before the

@@ -127,10 +127,11 @@ def _reach(fn: Function, tested, most, every: bool) -> tuple[list[int], set[int]
     of fn (and its end, len(fn.code)) the most steps the interpreter counts from before i
     to the next such test or back edge (from the end: the caller's step out of the call,
     1). The calls tested: those of a function that tested(name) says tests its own; with
-    `every` (fn itself tests: Compiled.tested), also a call from which the steps to the
-    next test would pass SPAN (a call of a few steps in a run of thousands is not). most:
-    a callee's most steps (None: it loops, and tests the budget at its own back
-    edges)."""
+    `every` (fn itself tests: Compiled.tested, or it loops), also a call of a function
+    without loops from which the steps to the next test would pass SPAN (a call of a
+    few steps in a run of thousands is not: a loop's pass of a hundred calls of 3,000
+    steps each is). most: a callee's most steps (None: it loops, and tests the budget
+    at its own back edges)."""
     code = fn.code
     reach, calls = [0] * len(code) + [1], set()
     for i in reversed(range(len(code))):
@@ -143,7 +144,8 @@ def _reach(fn: Function, tested, most, every: bool) -> tuple[list[int], set[int]
         if ins.op in isa.CALLS:
             name = ins.args[0].name
             step = 2 + (most(name) or 0)
-            if tested(name) or (every and step + max(after) > SPAN):
+            if tested(name) or (every and most(name) is not None and
+                                step + max(after) > SPAN):
                 calls.add(i)
                 continue
         reach[i] = max(after) + step
@@ -1352,8 +1354,9 @@ class Compiled:
     def reach(self, fn: Function) -> tuple[list[int], set[int]]:
         """_reach for fn (a function's code run either way, or a part of it): its calls
         with a budget test, and the steps to the next test from each instruction."""
-        return _reach(fn, self.tested, self.most_steps,
-                      fn.name in self.program.functions and self.tested(fn.name))
+        own = fn.name in self.program.functions
+        return _reach(fn, self.tested, self.most_steps, own and (
+            self.tested(fn.name) or self.most_steps(fn.name) is None))
 
     def entry_reach(self, fname: str, forward: bool) -> int:
         """The steps from the start of fname (run forwards or backwards) to its first

@@ -425,6 +425,8 @@ class Machine(Helpers):
             raise self._located(exc, D, MachineError, "arithmetic error: ") from None
         finally:
             self.steps += D * taken
+        if len(stack) == 1 and self.at_boundary(D):
+            self._settle()      # (stepped there one instruction at a time, or run)
         return taken
 
     def _located(self, exc: Exception, D: int, kind, prefix: str = "") -> MachineError:
@@ -465,11 +467,16 @@ class Machine(Helpers):
         pass with its locals at zero, so the next pass is the same on every engine)."""
         taken = self._run(direction, max_steps)
         if self.at_boundary(direction):
-            fr = self.stack[0]
-            for _, k in fr.fn.local_slots:
-                if fr.R[k] != 0 and self._residue(fr.fn, k, fr.R[k]):
-                    fr.R[k] = 0.0
+            self._settle()
         return taken
+
+    def _settle(self) -> None:
+        """The root frame at its end or start: its float locals' residues (within tol)
+        cleared, as leaving a frame clears them (see run)."""
+        fr = self.stack[0]
+        for _, k in fr.fn.local_slots:
+            if fr.R[k] != 0 and self._residue(fr.fn, k, fr.R[k]):
+                fr.R[k] = 0.0
 
     def _run(self, direction: int, max_steps: int | None) -> int:
         self.entered()
