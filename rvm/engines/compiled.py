@@ -117,9 +117,9 @@ def _cost(code) -> int:
 
 
 # native code of a function without loops that can take more steps than this (its calls'
-# included) tests the step budget before each of its calls (see Compiled.tested)
-TESTED_ABOVE = 1 << 12
-SPAN = 1 << 10      # and then at calls at most this many steps apart (see _reach)
+# included) tests the step budget before its calls (see Compiled.tested), those at most
+# SPAN steps apart (see _reach)
+TESTED_ABOVE, SPAN = 1 << 12, 1 << 10
 
 
 def _reach(fn: Function, tested, most, every: bool) -> tuple[list[int], set[int]]:
@@ -1342,11 +1342,12 @@ class Compiled:
         steps apart: see _reach; its callers before and after each call of it)? A
         function without loops that calls others and can take more than TESTED_ABOVE
         steps does: with no back edge it would test nothing, and a tree of such calls
-        can take 2^40 steps. Where a test finds the
-        budget short of the steps to the next test, the run stops there, before the call
-        (or after it), the registers and the budget left in its record
-        (rvm.engines.lowering: AT_SITE), and the interpreter takes those few steps and
-        reports where the budget ran out (Machine._exhausted)."""
+        can take 2^40 steps. Where a test finds the budget short of the steps to the
+        next test, the run stops there, before the call (the call's checkpoint record,
+        the budget left in the state array's STOP cell) or after it (a record of its
+        own, AT_SITE: rvm.engines.lowering, Lowering.stop_at), and the interpreter
+        takes the few steps from there to where the budget runs out
+        (Machine._exhausted)."""
         most = self.most_steps(fname)
         return most is not None and most > TESTED_ABOVE and \
             any(ins.op in isa.CALLS for ins in self.program.functions[fname].code)
