@@ -663,15 +663,18 @@ def not_finite(runner: Pass, args, loss: Loss, grads,
         """The interpreter's steps from where the machine stands, up to limit: the
         error at the first where a shadow of the frame that took it (or a cell's) is
         not finite, or None."""
+        floats: dict = {}       # id(function) -> its float registers and their slots
         for _ in range(limit):
             fr = m.stack[-1]
             i = fr.index(-fr.dir)
             if not m.back():
                 break
-            bad = [r for r in fr.fn.registers if r.cls == isa.FLOAT and
-                   fr.G[fr.fn.slot(r)] - fr.G[fr.fn.slot(r)] != 0.0] \
-                if fr.G is not None else []
-            if bad or heap_bad():
+            G, regs = fr.G, floats.get(id(fr.fn))
+            if regs is None:
+                regs = floats[id(fr.fn)] = [(r, fr.fn.slot(r)) for r in fr.fn.registers
+                                        if r.cls == isa.FLOAT]
+            bad = [r for r, k in regs if G[k] - G[k] != 0.0] if G is not None else []
+            if bad or (m.top and heap_bad()):
                 ins = fr.fn.code[i]
                 label = names_at(fr.fn, ins.line).get(bad[0]) if bad else None
                 whose = f"`{label}`" if label else f"{bad[0]}" if bad else "a heap cell"
