@@ -639,6 +639,9 @@ def not_finite(runner: Pass, args, loss: Loss, grads,
     def heap_bad() -> bool:
         return small_heap and not np.isfinite(np.asarray(m.hg[:m.top])).all()
 
+    def shadows_finite(fr) -> bool:     # (a frame's float registers' shadows)
+        return fr.G is None or finite(fr.G[fr.fn.n_int:])
+
     start, budget = m.saved(), m.max_steps
     at = [0]            # the steps the machine stands at, in the pass
 
@@ -656,24 +659,19 @@ def not_finite(runner: Pass, args, loss: Loss, grads,
                     raise
             finally:
                 m.max_steps = budget
-        return m.at_start or heap_bad() or any(
-            f.G is not None and not finite(f.G[f.fn.n_int:]) for f in m.stack)
+        return m.at_start or heap_bad() or not all(map(shadows_finite, m.stack))
 
     def walk(limit: int) -> MachineError | None:
         """The interpreter's steps from where the machine stands, up to limit: the
         error at the first where a shadow of the frame that took it (or a cell's) is
         not finite, or None."""
-        floats: dict = {}       # id(function) -> its float registers and their slots
         for _ in range(limit):
             fr = m.stack[-1]
             i = fr.index(-fr.dir)
             if not m.back():
                 break
-            G, regs = fr.G, floats.get(id(fr.fn))
-            if regs is None:
-                regs = floats[id(fr.fn)] = [(r, fr.fn.slot(r)) for r in fr.fn.registers
-                                        if r.cls == isa.FLOAT]
-            bad = [r for r, k in regs if G[k] - G[k] != 0.0] if G is not None else []
+            bad = [r for r in fr.fn.registers if r.cls == isa.FLOAT and
+                   not finite([fr.G[fr.fn.slot(r)]])] if not shadows_finite(fr) else []
             if bad or (m.top and heap_bad()):
                 ins = fr.fn.code[i]
                 label = names_at(fr.fn, ins.line).get(bad[0]) if bad else None

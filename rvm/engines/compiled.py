@@ -1348,9 +1348,15 @@ class Compiled:
         own, AT_SITE: rvm.engines.lowering, Lowering.stop_at), and the interpreter
         takes the few steps from there to where the budget runs out
         (Machine._exhausted)."""
-        most = self.most_steps(fname)
-        return most is not None and most > TESTED_ABOVE and \
-            any(ins.op in isa.CALLS for ins in self.program.functions[fname].code)
+        return fname in self._tested
+
+    @functools.cached_property
+    def _tested(self) -> frozenset:
+        """The functions that test the budget at their calls (see tested)."""
+        return frozenset(
+            name for name, fn in self.program.functions.items()
+            if (self.most_steps(name) or 0) > TESTED_ABOVE and
+            any(ins.op in isa.CALLS for ins in fn.code))
 
     def reach(self, fn: Function) -> tuple[list[int], set[int]]:
         """_reach for fn (a function's code run either way, or a part of it): its calls

@@ -779,8 +779,7 @@ class Lowering(ArrayLowering):
         store of a shadow cost 20% of a GMM gradient); when the gradients a pass
         returns are not finite, this is where the search for the first shadow that
         stopped being finite starts (rvm.ad.gradient.not_finite)."""
-        bad = self.non_finite([self.b.load(self.vars[name]) for name in sorted(self.vars)
-                               if GRAD_REGISTER.fullmatch(name)])
+        bad = self.registers_not_finite(GRAD_REGISTER)
         self.looked = True
         if bad is None:
             return
@@ -790,10 +789,11 @@ class Lowering(ArrayLowering):
         b.store(b.select(fine, n, b.load(self.slot(SHADOWS))), self.slot(SHADOWS))
         b.store(b.zext(b.or_(seen, bad), t.i64), self.slot(SHADOWS_BAD))
 
-    def registers_not_finite(self):
-        """A flag: some float register holds inf or nan (None: it has none)."""
+    def registers_not_finite(self, names=_REGISTER):
+        """A flag: some float register (or, names=GRAD_REGISTER, some float register's
+        shadow) holds inf or nan (None: it has none)."""
         return self.non_finite([self.b.load(self.vars[name]) for name in sorted(self.vars)
-                                if _REGISTER.fullmatch(name)])
+                                if names.fullmatch(name)])
 
     def next_look(self, n):
         """The budget left at the next look (see clean), never below -1 (the budget's own
@@ -1339,14 +1339,9 @@ def running_out(tests: dict, calls: dict) -> frozenset:
     test at a back edge (beside the one at their end; tests: {function: budget_tests}),
     and their callers."""
     looping = {name for name, n in tests.items() if n > 1}
-    callers: dict = {}          # (one walk back from them over the calls, not one walk
-    for name in tests:          # down from each function: a chain of n is n steps)
-        for callee in calls[name]:
-            callers.setdefault(callee, []).append(name)
-    seen, work = set(looping), list(looping)
-    while work:
-        for caller in callers.get(work.pop(), ()):
-            if caller not in seen:
-                seen.add(caller)
-                work.append(caller)
-    return frozenset(seen)
+    callers: dict = {name: [] for name in tests}    # (one walk back from them over the
+    for name in tests:          # calls, not one walk down from each function: a chain of
+        for callee in calls[name]:                  # n is n steps)
+            if callee in callers:
+                callers[callee].append(name)
+    return frozenset(callees(callers, looping))

@@ -426,7 +426,7 @@ class Machine(Helpers):
         finally:
             self.steps += D * taken
         if len(stack) == 1 and self.at_boundary(D):
-            self._settle()      # (stepped there one instruction at a time, or run)
+            self._settle()
         return taken
 
     def _located(self, exc: Exception, D: int, kind, prefix: str = "") -> MachineError:
@@ -459,26 +459,20 @@ class Machine(Helpers):
         self.entered()
         return self._move(-1, 1) == 1
 
-    def run(self, direction: int = 1, max_steps: int | None = None) -> int:
-        """Run to the end (direction +1) or back to the start (-1); return steps taken
-        (0 when the compiled engine ran the whole pass: it does not count steps). At
-        the end (or start) the root frame's float locals hold zero: a residue within
-        `tol` is cleared, as when a callee's frame is left (compiled code starts every
-        pass with its locals at zero, so the next pass is the same on every engine)."""
-        taken = self._run(direction, max_steps)
-        if self.at_boundary(direction):
-            self._settle()
-        return taken
-
     def _settle(self) -> None:
-        """The root frame at its end or start: its float locals' residues (within tol)
-        cleared, as leaving a frame clears them (see run)."""
+        """The root frame, stepped to its end or start: its float locals' residues
+        (within tol) cleared, as leaving a frame clears them. Compiled code starts every
+        pass with its locals at zero and leaves them so, and the next pass (a run back,
+        a gradient pass) is then the same on every engine."""
         fr = self.stack[0]
+        derived = self._derivatives(fr.fn)
         for _, k in fr.fn.local_slots:
-            if fr.R[k] != 0 and self._residue(fr.fn, k, fr.R[k]):
+            if fr.R[k] != 0 and self._residue(fr.fn, k, fr.R[k], derived):
                 fr.R[k] = 0.0
 
-    def _run(self, direction: int, max_steps: int | None) -> int:
+    def run(self, direction: int = 1, max_steps: int | None = None) -> int:
+        """Run to the end (direction +1) or back to the start (-1); return steps taken
+        (0 when the compiled engine ran the whole pass: it does not count steps)."""
         self.entered()
         if self.at_boundary(-direction):    # a whole pass: the derivatives' magnitudes
             self.dscale = 0.0               # are its own (compiled.derived_registers)
