@@ -391,17 +391,20 @@ def test_native_code_makes_one_function_per_kind_of_array_instruction(monkeypatc
     texts = []
     real = llvm.compile_ir
     monkeypatch.setattr(llvm, "compile_ir", lambda text: (texts.append(text), real(text))[1])
+    # (+= and -= share one: the sign is a value it is given, as is a constant scalar)
     p = program("VADD.mul [r0 : r2, 1], f0, [r3 : r5, 1], r1, r2\n"
                 "VADD.mul [r0 : r2, 1], f0, [r6 : r8, 1], r1, r2\n"
                 "VADD.mul [r6 : r8, 1], f0, [r3 : r5, 1], r1, r2\n"
+                "VSUB.mul [r0 : r2, 1], 2.0, [r3 : r5, 1], r1, r2\n"
                 "VADD.exp [r0 : r2, 1], [r3 : r5, 1], r1, r2")
     Y, A, B = data()
     out = run(p, "native", Y, A, B, 0.5)
-    assert np.allclose(out[0], Y + 0.5 * A + 0.5 * B + np.exp(A))
+    assert np.allclose(out[0], Y + 0.5 * A + 0.5 * B - 2.0 * A + np.exp(A))
     text = "".join(texts)
     helpers = re.findall(r'define internal double @"?(rvm_array_vacc_\w+)', text)
     assert len(helpers) == 2 and text.count(f"@{helpers[0]}(") + \
-        text.count(f'@"{helpers[0]}"(') >= 3
+        text.count(f'@"{helpers[0]}"(') >= 4
+    assert np.allclose(run(p, "native", *out[:3], 0.5, backward=True)[0], Y)
 
 
 @pytest.mark.parametrize("text", ["VNEG [r0 : 1e3, 1], 1, 1", "VNEG [r0 : 1, 2.0], 1, 1",

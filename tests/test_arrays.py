@@ -464,3 +464,46 @@ def test_a_gradient_starts_from_the_copy_when_array_statements_read_the_argument
     assert name in compiled(p, native=True).splits
     g = rvm.grad(f, loss="out")(0.0, x)[1]
     assert np.allclose(g, np.exp(x) * (1 + x))
+
+
+def test_a_statements_integers_are_computed_once_each():
+    # the view T[c * K:(c + 1) * K, c] and its bounds' checks read c * K and (c + 1) * K:
+    # each is computed once before the statement's instruction and taken back after it
+    f = rvm.reversible.source(
+        "def f(T: Array[float, 2], q: Array[float, 2], K: int, c: int):\n"
+        "    T[c * K:(c + 1) * K, c] += np.exp(q[:, c])\n", {"Array": Array, "np": np})
+    T, q = rng.normal(size=(6, 3)), rng.normal(size=(2, 3))
+    p, name, _ = f.specialize((T, q, 2, 1))
+    code = [str(ins) for ins in p.functions[name].code]
+    # c * K, c + 1 and (c + 1) * K once each, the view's offset, its length (c + 1) * K -
+    # c * K, the checks and their undoing: 24 instructions (64 when each check computed
+    # its own operands)
+    assert len(code) <= 24 and code.count(code[0]) == 1, code
+    for engine in ("interp", "python", "native"):
+        if engine == "native":
+            pytest.importorskip("llvmlite")
+        out = f(T, q, 2, 1, engine=engine)
+        want = T.copy()
+        want[2:4, 1] += np.exp(q[:, 1])
+        np.testing.assert_allclose(out[0], want, rtol=1e-15)
+        back = (~f)(*out, engine=engine)
+        np.testing.assert_allclose(back[0], T, rtol=1e-15, atol=1e-15)
+    g = rvm.grad(f, loss=(0, 2 * 3 + 1))(T, q, 2, 1)     # T[2, 1]
+    want = np.zeros_like(q)
+    want[0, 1] = np.exp(q[0, 1])
+    np.testing.assert_allclose(g[1], want, rtol=1e-14)
+
+
+def test_a_loop_around_an_array_instruction_is_not_a_counted_loop():
+    # a pass costs the instruction's call and checks; a counted twin of the loop (its entry
+    # test over every check it hoists) would be most of the function's code
+    from rvm.engines.compiled import compiled
+    f = rvm.reversible.source(
+        "def f(C: Array[float, 2], x: Array[float]):\n"
+        "    for i in range(C.shape[0]):\n"
+        "        C[i, :] += np.exp(x)\n", {"Array": Array, "np": np})
+    C, x = rng.normal(size=(3, 4)), rng.normal(size=4)
+    p, name, _ = f.specialize((C, x))
+    assert "_exact(" not in compiled(p, True, native=True).native_bodies
+    pytest.importorskip("llvmlite")
+    np.testing.assert_allclose(f(C, x, engine="native")[0], C + np.exp(x), rtol=1e-15)

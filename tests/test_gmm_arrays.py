@@ -129,3 +129,28 @@ def test_points_split_across_threads_as_gmm_py(tmp_path):
     np.testing.assert_allclose(g, grad, rtol=1e-12, atol=1e-12)
     assert gmm_arrays.objective(data, engine="interp", threads=2) == pytest.approx(value,
                                                                                    rel=1e-13)
+
+
+def test_heap_block_bases_are_written_by_alloc_and_free_alone(tmp_path):
+    """A register holding an ancilla array's base (or a statement's temporary array's) is
+    never lent out as another temporary, so native code sees the block as the function's
+    own: what lets the gradient start from the copy (a base register reused as a loop's
+    bound made `weights` look as if it stored through a register it did not own)."""
+    args = gmm.arguments(gmm.load(gmm_file(tmp_path, 3, 4, 12)))
+    for module, f in ((gmm_arrays, gmm_arrays.gmm_objective), (gmm, gmm.gmm_objective)):
+        program, _, _ = f.specialize(args if module is gmm_arrays else
+                                     gmm.arguments(gmm.load(gmm_file(tmp_path, 3, 4, 12))))
+        for fn in program.functions.values():
+            bases = {ins.args[0] for ins in fn.code if ins.op in ("ALLOC", "FREE")}
+            for ins in fn.code:
+                if ins.op not in ("ALLOC", "FREE"):
+                    assert not set(ins.written) & bases, (fn.name, str(ins))
+
+
+def test_array_statements_compute_their_integers_once(tmp_path):
+    """weights' slices (`T[c * K:(c + 1) * K, c]`) need the same few integers for their
+    views and their bounds' checks: each is computed once per statement (the function
+    took 858 instructions when each check computed its own)."""
+    args = gmm.arguments(gmm.load(gmm_file(tmp_path, 3, 4, 12)))
+    program, _, _ = gmm_arrays.gmm_objective.specialize(args)
+    assert len(program.functions["weights"].code) < 450

@@ -578,3 +578,23 @@ def test_an_entry_keeps_its_code_and_method_table_alive():
     del call
     gc.collect()
     assert library() is None
+
+
+def test_a_function_writes_its_records_in_one_place():
+    """Every call that can run out of steps, and every back edge's budget test, leaves the
+    frame's registers in a record (rvm.engines.lowering.Lowering.record): one block per
+    function writes them, which the sites branch to with what differs (the kind, the
+    block, the budget left), not a store of every register at every site."""
+    import re
+    calls = "\n".join("    CALL     g, r0, f0" for _ in range(12))
+    p = rvm.assemble(".func g(r0, f0)\n    ADD f0, 1.0\n.end\n"
+                     f".func f(r0, f0)\n{calls}\n"
+                     "top: CF.NE r0, 0, again\n    ADD f0, 0.5\n    ADD r0, 1\n"
+                     "again: BR.LT r0, 100, top\n    SUB r0, 100\n.end\n")
+    text = llvm.ir_module(compiled(p, True, native=True).native_bodies, 1e-9, {}, {})
+    body = re.search(r'define [^\n]*@"F1_fw_"\(.*?\n}', text, re.S).group(0)
+    assert body.count("CALL") == 0 and len(re.findall(r'@"?F0_fw_"?\(', body)) == 12
+    assert 1 <= len(re.findall(r'call [^\n]*@"?rvm_record"?\(', body)) <= 2
+    assert p.call("f", 0, 0.0, engine="native") == (0, 62.0)
+    with pytest.raises(rvm.MachineError, match="step budget"):
+        p.call("f", 0, 0.0, engine="native", max_steps=40)

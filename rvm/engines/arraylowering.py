@@ -21,6 +21,9 @@ from .arrays import LIMIT
 STATIC = {"vacc": (0, 1), "vgrad": (0, 1, 2), "vpull": (0, 1), "vmm": (0,),
           "vmm_pull": (0,), "vscale": (0, 5), "vdotg": (), "vswap": (4,), "vneg": (3,)}
 HELPERS = frozenset(STATIC)
+# helpers whose sign (their second argument) is a value, not fixed in the function: one
+# function serves += and -= (a multiply by -1.0 is exact: a - b == a + -1.0 * b)
+SIGNED = frozenset({"vacc", "vgrad", "vpull"})
 
 
 @functools.cache
@@ -56,17 +59,19 @@ class ArrayLowering:
         b, t = self.b, self.t
         parts, kinds, values = [], [], []
 
-        def given(e):               # a constant is fixed in the function (a shape of 1, a
-            if _constant(e):        # unit stride: loops LLVM can simplify and vectorise)
-                kinds.append(repr(ast.literal_eval(e)))
-                return ast.literal_eval(e)
+        def given(e):               # an int constant is fixed in the function (a shape of
+            if _constant(e) and isinstance(ast.literal_eval(e), int):   # 1, a unit stride:
+                kinds.append(repr(ast.literal_eval(e)))     # loops LLVM can simplify and
+                return ast.literal_eval(e)                  # vectorise); a float is a value
             v = self.expr(e)
             v = v if v.type in (t.i64, t.f64) else self.coerce(v, t.i64)
             kinds.append("f" if v.type == t.f64 else "i")
             values.append(v)
             return ("value", len(values) - 1)
         for k, e in enumerate(args[4:]):            # (after HI, HF, HG, TOP)
-            if k in STATIC[name]:
+            if k == 1 and name in SIGNED:
+                parts.append(given(ast.Constant(float(ast.literal_eval(e)))))
+            elif k in STATIC[name]:
                 parts.append(ast.literal_eval(e))
                 kinds.append(repr(parts[-1]))
             elif isinstance(e, ast.Tuple):
@@ -270,8 +275,14 @@ class ArrayLowering:
         finally:
             self.adjoint = outer
 
-    def _sign(self, e) -> float:
-        return float(e)
+    def _sign(self, e):
+        return float(e) if isinstance(e, (int, float)) else e
+
+    def _signed(self, s, v):
+        """s * v (s a constant or a value; v itself where s is the constant 1)."""
+        if isinstance(s, float):
+            return v if s == 1.0 else self.b.fmul(self.t.f64(s), v)
+        return self.b.fmul(s, v)
 
     def _operands(self, ops, m, n, written):
         """The operands as views (checked) or scalar values; the flag of any bad one."""
@@ -358,12 +369,12 @@ class ArrayLowering:
 
     def _vacc(self, fam, s, y, *rest):
         names, value, _, s, yv, ops, m, n = self._accumulating(fam, s, y, rest)
-        b, t = self.b, self.t
+        b = self.b
         flag = self.new_flag()
 
         def element(i, j):
             v = self._element(value, names, [self._load(x, i, j) for x in ops])
-            return v if s == 1.0 else b.fmul(t.f64(s), v)
+            return self._signed(s, v)
         self._into(yv, m, n, element, flag=flag)
         self._check(b.load(flag))
 
@@ -374,7 +385,7 @@ class ArrayLowering:
         gy = b.load(self.cell("HG", self._at(yv, i, j)))
         d = b.fmul(gy, self._element(partial, names, [self._load(x, i, j) for x in ops]))
         d = b.select(b.fcmp_ordered("!=", gy, t.f64(0.0)), d, t.f64(0.0))
-        return d if s == 1.0 else b.fmul(t.f64(s), d)
+        return self._signed(s, d)
 
     def _vgrad(self, fam, s, k, y, *rest):
         """A scalar operand k's gradient: its pullbacks summed over the elements."""

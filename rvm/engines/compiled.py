@@ -427,6 +427,8 @@ def counted(w: _Writer, k: int, start: int, end: int) -> Counted | None:
     out = (fall if loops else taken)[0]
     cc = isa.condition(last.op) if loops else isa.NEGATED[isa.condition(last.op)]
     body = [(i, code[i]) for i in range(start, end - 1) if code[i].op not in isa.COMEFROMS]
+    if any(ins.op in isa.ARRAYS for _, ins in body):
+        return None
     written = set().union(set(), *(_written(ins) for _, ins in body))
 
     def invariant(x) -> bool:

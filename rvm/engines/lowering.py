@@ -131,6 +131,7 @@ class Lowering(ArrayLowering):
         self.last = self.mark = self.chunk_end = None
         self.record_slots = None    # (names, values, count) of its records (see record)
         self.stop = None            # (block, cells) of its budget tests' record (stop_at)
+        self.records: dict = {}     # where a record goes next -> its shared block (shared)
         self.before = None          # the budget test before the next call (stop_at)
         self.looked = False         # a look at its float registers made (note_shadows)
         if type(self) is Lowering:
@@ -674,9 +675,29 @@ class Lowering(ArrayLowering):
             return self.budget_block
         site = self.fn.append_basic_block()
         with self.b.goto_block(site):
-            self.record(AT_BACK_EDGE, block, self.b.load(self.vars["_n"]))
-            self.b.branch(self.budget_block)
+            self.shared(AT_BACK_EDGE, block, self.b.load(self.vars["_n"]), self.budget_block)
         return site
+
+    def shared(self, kind: int, block, arg, then) -> None:
+        """Branch to the function's one block that writes a record (see record) and goes
+        on to `then`, with the record's kind, block and argument in three cells: the
+        registers are written once per function, not at every site (a function with many
+        calls and back edges made most of its code of record writes)."""
+        b, t = self.b, self.t
+        if not self.records:
+            with b.goto_block(self.fn.entry_basic_block):
+                self.record_cells = tuple(b.alloca(t.i64, name=f"record_{x}")
+                                          for x in ("kind", "block", "arg"))
+        cells = self.record_cells
+        target = self.records.get(then)
+        if target is None:
+            target = self.records[then] = self.fn.append_basic_block("record")
+            with b.goto_block(target):
+                self.record(*(b.load(c) for c in cells))
+                b.branch(then)
+        for cell, v in zip(cells, (kind, block, arg)):
+            b.store(t.i64(v) if isinstance(v, int) else v, cell)
+        b.branch(target)
 
     def record(self, kind: int, block, arg) -> None:
         """Append a checkpoint record to the chain above the heap top (when it fits):
@@ -703,7 +724,8 @@ class Lowering(ArrayLowering):
             b.store(b.bitcast(v, t.i64) if v.type == t.f64 else v, b.gep(values, [t.i64(k)]))
         b.call(_record_function(self.ir, t, b.module),
                [self.H, self.cap, b.load(self.slot(0)), t.i64(name_id(self.node.name)),
-                t.i64(kind), t.i64(block) if isinstance(block, int) else block, arg,
+                t.i64(kind) if isinstance(kind, int) else kind,
+                t.i64(block) if isinstance(block, int) else block, arg,
                 t.i64(count), b.bitcast(names, t.ptr),
                 values])
 
@@ -885,8 +907,8 @@ class Lowering(ArrayLowering):
             nth = self.sites.get((self.case, value.func.id), 0)
             self.sites[self.case, value.func.id] = nth + 1
             with b.goto_block(site):
-                self.record(AT_CALL, self.case, t.i64(name_id(value.func.id) | nth << 32))
-                b.branch(self.passed)
+                self.shared(AT_CALL, self.case, t.i64(name_id(value.func.id) | nth << 32),
+                            self.passed)
         else:
             out = self.b.call(callee, args)
             self.guard(self.b.icmp_signed("!=", self.b.load(self.flag), self.t.i64(0)),

@@ -30,7 +30,7 @@ from collections.abc import Callable
 import attrs
 
 from ..core.inverse import invert
-from ..core.isa import FLOAT, INT
+from ..core.isa import FLOAT
 from ..core.program import Imm, Mem, Reg
 from ..core.program import View as ViewOperand
 from .expressions import FUNCS
@@ -958,7 +958,7 @@ class Instructions:
         self.c.no_self_reference(target, value, s)
 
         def action(r: Reg):
-            base = self.c.reg(INT)
+            base = self.c.base_reg()
             self.c.emit("ALLOC", base, Imm(1))
             self.c.emit("EXCH", r, Mem(base, 0))
             self.cell = Part(base, 0, 0, 0)
@@ -1121,7 +1121,7 @@ class Instructions:
         """A zero ancilla array of m x n cells (row-major) for use(part), then freed (it
         is zero again: use uncomputes what it put there)."""
         m, n = mn
-        base = self.c.reg(INT)
+        base = self.c.base_reg()
 
         def size():
             if isinstance(m, Imm) and isinstance(n, Imm):
@@ -1165,7 +1165,12 @@ class Instructions:
 
 
 def statement(c, s) -> None:
-    """Compile the array statement s (Arrays.handles(s)) with the function compiler c."""
+    """Compile the array statement s (Arrays.handles(s)) with the function compiler c,
+    its integer operands computed once each (see Lowering.sharing)."""
+    c.sharing(s, lambda: _statement(c, s))
+
+
+def _statement(c, s) -> None:
     an = Arrays(c)
     forms = an.statement(s)
     em = Emitter(c, an, s)

@@ -550,7 +550,7 @@ class FunctionCompiler(Complexes, Lowering):
             if len(dims) != 1:
                 raise self.error(call, "complex arrays are 1-D: zeros(n, complex)")
             dims.append(ast.copy_location(ast.Constant(2), call))
-        base = self.reg(INT)
+        base = self.base_reg()
         regs = [self.reg(INT) for _ in dims]
         dim_code, _ = self.capture(lambda: [self.accumulate(r, 1, d, d)
                                             for r, d in zip(regs, dims)])

@@ -83,6 +83,8 @@ class Lowering:
         self.scopes: list[dict[str, Var]] = [{}]
         self.count = {INT: 0, FLOAT: 0}
         self.free: dict[str, list[int]] = {INT: [], FLOAT: []}
+        self.bases: set[Reg] = set()        # heap blocks' bases (see base_reg)
+        self.free_bases: list[Reg] = []
         self.labels = 0
         self.routines: dict[str, Code] = {}
         self.in_range: dict[Reg, Reg] = {}  # loop counter -> an array dimension it stays below
@@ -95,6 +97,13 @@ class Lowering:
         self.address_temps: list[Reg] = []
         self.symbols: list[Symbol] = []
         self.line = node.lineno
+        # while an array statement is compiled: its integer operands computed once each
+        # (expression -> register; see sharing), the code computing them, the variables
+        # they may read; registers that held them, zero again, for the next statement's
+        self.shared: dict[str, Reg] | None = None
+        self.shared_code: Code = []
+        self.shared_vars: dict[str, Var] = {}
+        self.shared_pool: list[Reg] = []
 
     # ------------------------------------------------------------------ basics
     def error(self, node, message: str, hint: str = "") -> CompileError:
@@ -133,9 +142,24 @@ class Lowering:
         self.count[cls] += 1
         return Reg(cls, self.count[cls] - 1)
 
+    def base_reg(self) -> Reg:
+        """A register for a heap block's base. Such registers are written by ALLOC and
+        FREE only, never lent out as temporaries, so that native code sees the block as the
+        function's own (rvm.engines.compiled._own_blocks: what lets a compute-copy-uncompute
+        function's gradient start from the copy)."""
+        if self.free_bases:
+            return self.free_bases.pop()
+        r = Reg(INT, self.count[INT])
+        self.count[INT] += 1
+        self.bases.add(r)
+        return r
+
     def release(self, *regs: Reg) -> None:
         for r in regs:
-            self.free[r.cls].append(r.n)
+            if r in self.bases:
+                self.free_bases.append(r)
+            else:
+                self.free[r.cls].append(r.n)
 
     def addresses_done(self, mark: int) -> None:
         """Release the address temporaries made since `mark` (a length of
@@ -335,6 +359,8 @@ class Lowering:
         """Did operand(e) compute e into a fresh temporary?"""
         if isinstance(e, ast.Name) or self.constant_or_none(e) is not None:
             return False
+        if self.shared is not None and ast.dump(e) in self.shared:
+            return False                # (computed once for the statement: see sharing)
         if isinstance(e, ast.Call) and self.callee_name(e.func) == "len":
             return False
         return not (isinstance(e, ast.Subscript) and isinstance(e.value, ast.Attribute)
@@ -362,6 +388,8 @@ class Lowering:
             x = self.reg(var.dtype)
             self.emit("ADD" + read, x, mem)     # taken back out by the caller's uncompute
             return x
+        if self.shareable(e):
+            return self.share(e)
         t = self.reg(INT if self.typeof(e) == "int" else FLOAT)
         if self.integer_valued(e, t):
             return t
@@ -370,6 +398,65 @@ class Lowering:
             raise self.error(e, f"{type(e).__name__} is not supported in expressions")
         self.accumulate(t, 1, e, e)
         return t
+
+    def sharing(self, s, body: Callable[[], None]) -> None:
+        """Compile one array statement (body) with its integer operands shared: each
+        compound integer expression of variables the statement does not change (a slice's
+        bounds, a view's offset or stride, a shape) is computed once, before the statement's
+        code, and uncomputed after it, however many of its checks and instructions read it
+        (computed at each use, GMM's weights took 858 instructions; see tests/test_arrays.py).
+        The registers come from a pool only shared operands use, so each is zero wherever
+        the statement's code starts."""
+        start = len(self.code)
+        changed = self.written([s])
+        self.shared_vars = {name: var for scope in self.scopes for name, var in scope.items()
+                            if name not in changed}
+        self.shared, self.shared_code = {}, []
+        try:
+            body()
+            code, regs = self.shared_code, list(self.shared.values())
+        finally:
+            self.shared, self.shared_code, self.shared_vars = None, [], {}
+        self.code[start:start] = code
+        self.code += invert(code, self.fresh)
+        self.shared_pool += reversed(regs)
+
+    def shareable(self, e) -> bool:
+        """May operand(e) be shared (see sharing): a compound integer expression of the
+        statement's unchanged variables, constants, len(A) and A.shape[k]?"""
+        if self.shared is None or not isinstance(e, (ast.BinOp, ast.UnaryOp)) or \
+                self.typeof(e) != "int":
+            return False
+        for n in ast.walk(e):
+            if isinstance(n, ast.Name):
+                if self.lookup(n.id) is not self.shared_vars.get(n.id):
+                    return False        # declared in the statement (a loop's counter)
+            elif isinstance(n, ast.Subscript):
+                if not (isinstance(n.value, ast.Attribute) and n.value.attr == "shape"):
+                    return False        # an element: read where it is used
+            elif isinstance(n, ast.Call):
+                if self.callee_name(n.func) != "len":
+                    return False
+            elif not isinstance(n, (ast.BinOp, ast.UnaryOp, ast.Constant, ast.Attribute,
+                                    ast.operator, ast.unaryop, ast.expr_context)):
+                return False
+        return True
+
+    def share(self, e) -> Reg:
+        """The register holding e for the statement being compiled (see sharing)."""
+        key = ast.dump(e)
+        r = self.shared.get(key)
+        if r is None:
+            if self.shared_pool:
+                r = self.shared_pool.pop()
+            else:
+                r = Reg(INT, self.count[INT])
+                self.count[INT] += 1
+            code, _ = self.capture(lambda: self.integer_valued(e, r) or
+                                   self.accumulate(r, 1, e, e))
+            self.shared_code += code
+            self.shared[key] = r
+        return r
 
     def integer_valued(self, e, t: Reg) -> bool:
         """Compute a comparison, and/or/not, or a bit operation into the zeroed integer
