@@ -503,7 +503,40 @@ def test_a_loop_around_an_array_instruction_is_not_a_counted_loop():
         "    for i in range(C.shape[0]):\n"
         "        C[i, :] += np.exp(x)\n", {"Array": Array, "np": np})
     C, x = rng.normal(size=(3, 4)), rng.normal(size=4)
-    p, name, _ = f.specialize((C, x))
+    p, _, _ = f.specialize((C, x))
     assert "_exact(" not in compiled(p, True, native=True).native_bodies
     pytest.importorskip("llvmlite")
     np.testing.assert_allclose(f(C, x, engine="native")[0], C + np.exp(x), rtol=1e-15)
+
+
+@pytest.mark.parametrize("engine", ["interp", "python", "native"])
+def test_an_integer_that_may_fail_is_worked_out_where_it_is_used(engine):
+    # k // d is not computed before the statement's checks, nor where its loop makes no
+    # pass: with n = 0 nothing happens; with n past the end the bounds check speaks first
+    if engine == "native":
+        pytest.importorskip("llvmlite")
+    f = rvm.reversible.source(
+        "def f(I: Array[int], J: Array[int], k: int, d: int, n: int):\n"
+        "    I[0:n] += J[0:n] * (k // d)\n", {"Array": Array})
+    out = f(np.arange(4), np.arange(4), 7, 0, 0, engine=engine)
+    assert np.array_equal(out[0], np.arange(4))
+    with pytest.raises(MachineError, match=r"needs n <= len\(I\): n = 9"):
+        f(np.arange(4), np.arange(4), 7, 0, 9, engine=engine)
+    assert np.array_equal(f(np.arange(4), np.arange(4), 7, 2, 4, engine=engine)[0],
+                          np.arange(4) * 4)
+
+
+@pytest.mark.parametrize("engine", ["interp", "python", "native"])
+def test_an_element_added_to_once_keeps_the_sign_of_zero(engine):
+    # -0.0 - 0.0 is -0.0 (IEEE): a view that names no cell twice adds each value into its
+    # own cell, on native code too (a sum from +0.0 is for a cell named twice)
+    if engine == "native":
+        pytest.importorskip("llvmlite")
+    f = rvm.reversible.source(
+        "def f(y: Array[float], x: Array[float], C: Array[float, 2]):\n"
+        "    y -= x\n"
+        "    y -= 4.0 * x\n"
+        "    C[:, 0] -= x[0:2]\n", {"Array": Array})
+    y, C = np.array([-0.0, -0.0, -0.0]), np.full((2, 2), -0.0)
+    out = f(y, np.zeros(3), C, engine=engine)
+    assert np.signbit(out[0]).all() and np.signbit(out[2]).all(), out

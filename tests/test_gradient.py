@@ -401,3 +401,43 @@ def test_the_first_native_gradient_of_scalars_compiles_only_its_fused_call(monke
             grad(40.0, 0.0, 0.0)
         errors.append((type(e.value), str(e.value)))
     assert errors[0] == errors[1]
+
+
+def test_the_first_native_gradient_of_arrays_compiles_only_the_gradients_code(monkeypatch):
+    """Arguments with arrays: the first call is made by the plan of direct native calls
+    itself (the arguments placed on a private heap, not run on the machine first), so it
+    compiles the gradient's group alone: to the copy and back of a compute-copy-uncompute
+    function, not its whole forward run, whose uncompute also needs every callee's inverse
+    (a third of the GMM example's code). The private heap grows to what the call needs
+    (here an ancilla array far larger than the arguments); a call that fails goes the
+    general way and reports what the interpreter reports."""
+    from rvm.engines import llvm
+    asked, real = [], llvm.functions
+
+    def functions(text, fused, batches, tol, runs=(), **kw):
+        asked.append(tuple(runs))
+        return real(text, fused, batches, tol, runs=runs, **kw)
+    monkeypatch.setattr(llvm, "functions", functions)
+    _, f = rvm.reversible.source(
+        "def sq(t: Array[float], x: Array[float], k: int):\n"
+        "    for i in range(len(t)):\n"
+        "        t[i] += x[i % k] * x[i % k]\n"
+        "def f(out: float, x: Array[float]):\n"
+        "    with ancilla(t=zeros(50_000), k=len(x)):\n"
+        "        with compute() as c:\n"
+        "            sq(t, x, k)\n"
+        "        out += t[k + 1]\n"
+        "        ~c\n", {"Array": rvm.Array, "ancilla": rvm.ancilla, "zeros": rvm.zeros,
+                        "compute": rvm.compute})
+    x = np.array([0.5, -1.5, 2.0])
+    g = rvm.grad(f, loss="out", engine="native")
+    assert np.array_equal(g(0.0, x)[1], [0.0, -3.0, 0.0])
+    assert asked and all(not any(r.endswith(("_fw", "_bw")) and r.startswith("F0")
+                                 for r in runs) for runs in asked), asked
+    assert not any(r.endswith("_bw") for runs in asked for r in runs), asked
+    errors = []
+    for grad in (g, rvm.grad(f, loss="out", engine="interp")):
+        with pytest.raises(rvm.RvmError) as e:
+            grad(0.0, np.array([1e200, 0.0, 0.0]))
+        errors.append((type(e.value), str(e.value)))
+    assert errors[0] == errors[1]

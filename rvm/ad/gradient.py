@@ -29,7 +29,15 @@ from ..engines.arguments import (
     scalar,
 )
 from ..engines.compiled import DERIVED
-from ..engines.machine import FAR, NATIVE_AFTER, Machine, PerThread, Transient, machine_for
+from ..engines.machine import (
+    DIRECT_HEAP,
+    FAR,
+    NATIVE_AFTER,
+    Machine,
+    PerThread,
+    Transient,
+    machine_for,
+)
 from ..engines.native import on_threads
 from ..engines.templates import SHADOWS, SHADOWS_BAD, STATE
 
@@ -334,19 +342,27 @@ class _Direct:
         """Arguments with arrays, on native code: the forward and the gradient functions
         called directly on a private numpy heap holding the arrays at fixed places (as a
         general run places them), their values copied out between the two calls and
-        their gradients from the heap's shadows after."""
+        their gradients from the heap's shadows after. On the native engine the plan is
+        made from the machine with the arguments placed, not run: the first call is the
+        plan's own (a forward run on the machine would compile the function's whole
+        forward run, its uncompute's inverses of the callees included: a third of the
+        GMM example's code); a call that fails goes the general way."""
         from ..engines.compiled import compiled
         if any(type(a) is np.ndarray and a.dtype.kind == "c" for a in args):
             return None
-        m = self.runner.forward(args)          # also validates arguments and the loss
+        m = self.runner.entered(args)          # also validates arguments and the loss
+        native = m.engine == "native" and m.fits() and m.tier() == "native" and \
+            not compiled(m.program, m.checks, native=True).statements
+        if not native:
+            m = self.runner.forward(args)
+            native = m._compiled is not None and m._compiled.native
         fn, bindings = m.stack[0].fn, m.bindings
         if m.said_cells:        # output statements: the machine's runs print them
             return None
-        if m.engine == "auto" and not m._compiled.native:
+        if m.engine == "auto" and not native:
             return "later"                   # plan again once auto has gone native
         places = m.array_places(args)
-        if m.engine == "interp" or not m._compiled.native or places is None or \
-                not m.fits():
+        if m.engine == "interp" or not native or places is None or not m.fits():
             return None
         b, element = find_argument(bindings, fn, self.loss, "loss")
         comp = compiled(m.program, m.checks, native=True)
@@ -354,12 +370,15 @@ class _Direct:
         floats = [k for k, p in enumerate(fn.params) if p.cls == isa.FLOAT]
         # a compute-copy-uncompute function: forwards to the copy, the gradient pass from there
         split = fn.name in comp.splits
-        fw, gbw = split_passes(comp, funcs, fn, len(floats)) if split else \
-            (funcs[comp.name(fn.name, "fw")], funcs[comp.name(fn.name, "gbw")])
+        if split:
+            fw, gbw = split_passes(comp, funcs, fn, len(floats))
+        else:           # (the gradient pass first: its group has the forward run too)
+            gbw = funcs[comp.name(fn.name, "gbw")]
+            fw = funcs[comp.name(fn.name, "fw")]
         # gradients only, of a scalar loss: forwards and back in one native call
         fused = None if self.values or element is not None else \
             funcs[comp.name(fn.name, "vg")]
-        total, heap = m.entry_top, m.private_heap()
+        total, heap, room = m.entry_top, m.private_heap(), m.heap_room()
         if heap is None:
             return None
         regs: list = [None] * len(fn.params)
@@ -370,8 +389,11 @@ class _Direct:
         if element is None:
             seed[floats.index(b.params[0])] = 1.0
         seed_cell = None if element is None else b.base + element
-        arrays = [(k, lo, hi_, shape, heap[1] if is_float else heap[0], is_float)
-                  for k, lo, hi_, shape, is_float in places]
+
+        def placed(heap):
+            return heap, [(k, lo, hi_, shape, heap[1] if is_float else heap[0], is_float)
+                          for k, lo, hi_, shape, is_float in places]
+        now = [placed(heap)]        # the private heap and the arrays' places on it
         budget, n = m.max_steps, len(fn.params)
         convert = coercers(fn.params, fn.name)
         scalars = [(j, a.params[0], convert[a.params[0]])
@@ -380,7 +402,10 @@ class _Direct:
                        if a.cls == isa.FLOAT and not a.is_array]
         want_values = self.values
 
-        def run(values):
+        def attempt(values):
+            """The call on the private heap: its results, or the cells it wanted where
+            the heap was too small, or None where it failed otherwise."""
+            heap, arrays = now[0]
             for k, lo, hi_, _, view, _ in arrays:
                 view[lo:hi_] = values[k].ravel()
             r = list(regs)
@@ -406,10 +431,12 @@ class _Direct:
                     back = gbw(*heap, *out, *seed)
                 if top[0] != total:
                     raise MachineError("heap block left allocated")
-            except Exception:        # the general path reports it exactly
+            except Exception as exc:        # the general path reports it exactly
+                from ..engines.lowering import FULL
+                wanted = int(top[0]) if getattr(exc, "code", None) == FULL else 0
                 heap[0][:] = 0
                 heap[2][:] = 0
-                return None
+                return wanted if len(heap[0]) < wanted <= room else None
             grads: list = [None] * len(bindings)
             for j, k in float_grads:
                 grads[j] = back[k]
@@ -420,6 +447,16 @@ class _Direct:
                     grads[k] = heap[2][lo:hi_].reshape(shape).copy()
                 heap[2][lo:hi_] = 0
             return None if finals is None else tuple(finals), tuple(grads)
+
+        def run(values):
+            out = attempt(values)
+            while type(out) is int:     # the heap grown (at least doubled) until the call
+                cells = min(max(out + DIRECT_HEAP, 2 * len(now[0][0][0])), room)  # fits:
+                hi = np.zeros(cells, np.int64)      # the plan was made before any run
+                now[0] = placed((hi, hi.view(np.float64), np.zeros(cells),
+                                 np.zeros(STATE, np.int64)))
+                out = attempt(values)
+            return out
         return run      # (this call too: the gradient needs no more native code than the
         # direct calls' group, which the forward run made; rvm.engines.native.Functions)
 

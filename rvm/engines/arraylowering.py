@@ -343,9 +343,12 @@ class ArrayLowering:
                 add(*at(o, zero), b.load(acc))
             self.loop_over(b, zero, outer, each)
         after = self.fn.append_basic_block()
-        cases = [self.fn.append_basic_block() for _ in range(4)]
+        cases = [self.fn.append_basic_block() for _ in range(5)]
         one_cell, rows = b.and_(z0, z1), b.and_(z1, b.not_(z0))
-        b.cbranch(one_cell, cases[0], cases[1])
+        direct = self.fn.append_basic_block()
+        b.cbranch(self._repeats(view, m, n), cases[4], direct)   # (no cell named twice:
+        b.position_at_end(cases[4])             # each added to its own, as the interpreter
+        b.cbranch(one_cell, cases[0], cases[1])     # does; -0.0 + -0.0 stays -0.0)
         b.position_at_end(cases[1])
         b.cbranch(rows, cases[2], cases[3])
         b.position_at_end(cases[0])         # one cell: a sum over all, row by row
@@ -357,7 +360,7 @@ class ArrayLowering:
         summed(m, n, lambda i, j: (i, j))
         b.branch(after)
         b.position_at_end(cases[3])
-        columns, direct = self.fn.append_basic_block(), self.fn.append_basic_block()
+        columns = self.fn.append_basic_block()
         b.cbranch(z0, columns, direct)
         b.position_at_end(columns)          # a cell per column
         summed(n, m, lambda j, i: (i, j))

@@ -896,7 +896,9 @@ def _check(out):
 def _fault(code: int):
     if code == INTERRUPT:      # (Python's handler has mostly raised it already)
         raise KeyboardInterrupt
-    raise Fault(MESSAGES[code])
+    fault = Fault(MESSAGES[code])
+    fault.code = code               # (FULL: the cells wanted are in the state's heap top)
+    raise fault
 
 
 class Run(_Call):

@@ -281,7 +281,8 @@ class Functions(dict):
         if comp.name(fname, "vgs") in self.fused:     # (see __init__: which programs)
             modes, fused = ("fw",) if forward else (), {comp.name(fname, "vgs")}
         else:
-            modes = ("fw", "fws", "gbws") if fname in comp.splits else ("fw", "gbw")
+            modes = (("fw",) if forward else ()) + ("fws", "gbws") \
+                if fname in comp.splits else ("fw", "gbw")
             fused = {comp.name(fname, "vg")}
         with self.lock:
             if not all(n in self for n in fused):

@@ -423,7 +423,9 @@ class Lowering:
 
     def shareable(self, e) -> bool:
         """May operand(e) be shared (see sharing): a compound integer expression of the
-        statement's unchanged variables, constants, len(A) and A.shape[k]?"""
+        statement's unchanged variables, constants, len(A) and A.shape[k] that cannot
+        fail (no // or %, whose divisor may be zero): computed earlier than its use, and
+        even where a loop of the statement makes no pass, it changes nothing but steps."""
         if self.shared is None or not isinstance(e, (ast.BinOp, ast.UnaryOp)) or \
                 self.typeof(e) != "int":
             return False
@@ -437,6 +439,8 @@ class Lowering:
             elif isinstance(n, ast.Call):
                 if self.callee_name(n.func) != "len":
                     return False
+            elif isinstance(n, (ast.FloorDiv, ast.Mod)):
+                return False            # (may fail: only where and when it is used)
             elif not isinstance(n, (ast.BinOp, ast.UnaryOp, ast.Constant, ast.Attribute,
                                     ast.operator, ast.unaryop, ast.expr_context)):
                 return False
