@@ -509,15 +509,19 @@ def test_a_loop_around_an_array_instruction_is_not_a_counted_loop():
     np.testing.assert_allclose(f(C, x, engine="native")[0], C + np.exp(x), rtol=1e-15)
 
 
+def on(engine: str, text: str):
+    """A reversible function of arrays from source, for a test on `engine`."""
+    if engine == "native":
+        pytest.importorskip("llvmlite")
+    return rvm.reversible.source(text, {"Array": Array})
+
+
 @pytest.mark.parametrize("engine", ["interp", "python", "native"])
 def test_an_integer_that_may_fail_is_worked_out_where_it_is_used(engine):
     # k // d is not computed before the statement's checks, nor where its loop makes no
     # pass: with n = 0 nothing happens; with n past the end the bounds check speaks first
-    if engine == "native":
-        pytest.importorskip("llvmlite")
-    f = rvm.reversible.source(
-        "def f(I: Array[int], J: Array[int], k: int, d: int, n: int):\n"
-        "    I[0:n] += J[0:n] * (k // d)\n", {"Array": Array})
+    f = on(engine, "def f(I: Array[int], J: Array[int], k: int, d: int, n: int):\n"
+                   "    I[0:n] += J[0:n] * (k // d)\n")
     out = f(np.arange(4), np.arange(4), 7, 0, 0, engine=engine)
     assert np.array_equal(out[0], np.arange(4))
     with pytest.raises(MachineError, match=r"needs n <= len\(I\): n = 9"):
@@ -530,13 +534,10 @@ def test_an_integer_that_may_fail_is_worked_out_where_it_is_used(engine):
 def test_an_element_added_to_once_keeps_the_sign_of_zero(engine):
     # -0.0 - 0.0 is -0.0 (IEEE): a view that names no cell twice adds each value into its
     # own cell, on native code too (a sum from +0.0 is for a cell named twice)
-    if engine == "native":
-        pytest.importorskip("llvmlite")
-    f = rvm.reversible.source(
-        "def f(y: Array[float], x: Array[float], C: Array[float, 2]):\n"
-        "    y -= x\n"
-        "    y -= 4.0 * x\n"
-        "    C[:, 0] -= x[0:2]\n", {"Array": Array})
+    f = on(engine, "def f(y: Array[float], x: Array[float], C: Array[float, 2]):\n"
+                   "    y -= x\n"
+                   "    y -= 4.0 * x\n"
+                   "    C[:, 0] -= x[0:2]\n")
     y, C = np.array([-0.0, -0.0, -0.0]), np.full((2, 2), -0.0)
     out = f(y, np.zeros(3), C, engine=engine)
     assert np.signbit(out[0]).all() and np.signbit(out[2]).all(), out
