@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 import rvm
-from rvm import Array, ancilla, compute, nograd, zeros
+from rvm import Array, ancilla, compute, zeros
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -108,17 +108,11 @@ def points(total: float, s: Array[float], E: Array[float, 2], top: Array[float, 
 def copy_in(a: Array[float, 2], mu: Array[float, 2], q: Array[float, 2],
             X: Array[float, 2], alphas: Array[float], means: Array[float, 2],
             icf: Array[float, 2], x: Array[float, 2]):
-    """The parameters into a (one column), mu and q, the points transposed into X (with
-    nograd: their gradient is not asked for), element by element."""
-    for k in range(len(alphas)):
-        a[k, 0] += alphas[k]
-        for j in range(mu.shape[1]):
-            mu[k, j] += means[k, j]
-        for j in range(q.shape[1]):
-            q[k, j] += icf[k, j]
-    for i in range(x.shape[0]):
-        for j in range(x.shape[1]):
-            X[j, i] += nograd(x[i, j])
+    """The parameters into a (one column), mu and q, the points transposed into X."""
+    a[:, 0] += alphas
+    mu += means
+    q += icf
+    X += x.T
 
 
 @rvm.reversible
@@ -129,7 +123,8 @@ def gmm_objective(out: float, alphas: Array[float], means: Array[float, 2],
     the points' part). The whole of it is computed into `total` in one compute block and
     copied into out, so that the gradient pass starts from the copy. The array statements
     read copies of the arguments made by copy_in: alphas as one column, the points
-    transposed and read with nograd (their gradient is not asked for)."""
+    transposed (four array statements; the points' gradient is worked out, at the cost of
+    one pass over them, and not asked for)."""
     with ancilla(K=len(alphas), d=means.shape[1], n=x.shape[0]):  # noqa: SIM117
         with ancilla(a=zeros((K, 1)), mu=zeros((K, d)), q=zeros((K, icf.shape[1])),
                      X=zeros((d, n)), W=zeros((K, width)), P=zeros((width, n)),
