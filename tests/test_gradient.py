@@ -441,3 +441,72 @@ def test_the_first_native_gradient_of_arrays_compiles_only_the_gradients_code(mo
             grad(0.0, np.array([1e200, 0.0, 0.0]))
         errors.append((type(e.value), str(e.value)))
     assert errors[0] == errors[1]
+
+
+SPLIT_ARRAYS = """
+def sq(t: Array[float], x: Array[float], k: int):
+    for i in range(len(t)):
+        t[i] += x[i % k] * x[i % k]
+def f(out: float, x: Array[float], n: int):
+    with ancilla(t=zeros(n), k=len(x)):
+        with compute() as c:
+            sq(t, x, k)
+        out += t[k + 1]
+        ~c
+"""
+SPLIT_SCALARS = """
+def g(out: float, a: float, n: int):
+    with ancilla(s=0.0):
+        with compute() as c:
+            for i in range(n):
+                s += a * a
+        out += s
+        ~c
+"""
+
+
+@pytest.mark.parametrize("text, args, budgets", [
+    (SPLIT_ARRAYS, (0.0, np.array([0.5, -1.5, 2.0]), 100),
+     ((2600, True), (5000, False), (10 ** 6, False))),
+    (SPLIT_SCALARS, (0.0, 1.5, 50), ((200, True), (350, True), (10 ** 6, False)))],
+    ids=["arrays", "scalars"])
+def test_a_gradient_from_the_copy_stops_where_the_whole_run_would(text, args, budgets):
+    """The direct calls of a compute-copy-uncompute function run to the copy and back,
+    skipping the uncompute that the machine's forward run takes: where the whole run
+    may not fit max_steps, the general path decides, as the interpreter counts (the
+    direct calls returned a gradient where the interpreter's run stopped: 2,600 and 350
+    steps here)."""
+    pytest.importorskip("llvmlite")
+    made = rvm.reversible.source(text, {"Array": rvm.Array, "ancilla": rvm.ancilla,
+                                        "zeros": rvm.zeros, "compute": rvm.compute})
+    f = made[-1] if isinstance(made, tuple) else made
+    for budget, stops in budgets:
+        seen = []
+        for engine in ("interp", "native"):
+            g = rvm.grad(f, loss="out", engine=engine, max_steps=budget)
+            for _ in range(2):          # the first call, and one through its plan
+                try:
+                    seen.append(repr(g(*args)))
+                except rvm.RvmError as e:
+                    seen.append(f"{type(e).__name__}: {e}")
+        assert len(set(seen)) == 1, (budget, seen)
+        assert ("exhausted" in seen[0]) == stops, (budget, seen[0])
+
+
+def test_a_loss_that_names_nothing_comes_after_the_programs_own_error():
+    # the general path runs the function, then looks for the loss: native direct calls,
+    # which look first, report a failing program's error first too
+    pytest.importorskip("llvmlite")
+    f = rvm.reversible.source("def f(out: float, x: Array[float]):\n"
+                              "    for i in range(len(x)):\n"
+                              "        assert x[i] < 10.0\n"
+                              "        out += x[i] * x[i]\n", {"Array": rvm.Array})
+    for loss, x, error in ((("x", 7), [1.0, 20.0], rvm.InvertibilityError),
+                           ("zz", [1.0, 20.0], rvm.InvertibilityError),
+                           (("x", 7), [1.0, 2.0], rvm.MachineError)):
+        seen = []
+        for engine in ("interp", "native"):
+            with pytest.raises(error) as e:
+                rvm.value_and_grad(f, loss=loss, engine=engine)(0.0, np.array(x))
+            seen.append(str(e.value))
+        assert seen[0] == seen[1]

@@ -39,7 +39,7 @@ from ..engines.machine import (
     machine_for,
 )
 from ..engines.native import on_threads
-from ..engines.templates import SHADOWS, SHADOWS_BAD, STATE
+from ..engines.templates import FORWARD, SHADOWS, SHADOWS_BAD, STATE
 
 Loss = int | str | tuple
 
@@ -78,6 +78,27 @@ def with_inverse(program: Program, name: str) -> tuple[Program, str]:
         program.cache[key] = Program({**program.functions, inv.name: inv}, program.source,
                                      kept, engine=program.engine)
     return program.cache[key], f"{name}.inv"
+
+
+def whole_run_fits(comp, fn: Function, used: int, budget: int) -> bool:
+    """Would the whole forward run of compute-copy-uncompute function fn fit the step
+    budget, given the steps `used` by its run to the copy (or by the gradient pass from
+    there, which mirrors it)? The direct calls skip the uncompute, which the machine's
+    forward run takes: at most as many steps again, and the straight code after it. Where
+    that bound is over the budget the general path runs and decides exactly, as the
+    interpreter counts (a direct call must not succeed where the interpreter's run stops)."""
+    return 2 * used + len(fn.code) - comp.split_at[fn.name][1] <= budget
+
+
+def _fitting(both, comp, fn: Function, state, budget: int):
+    """The fused native call `both` of a compute-copy-uncompute function, failing where
+    the whole forward run may not fit the budget (see whole_run_fits)."""
+    def call(*args):
+        out = both(*args)
+        if not whole_run_fits(comp, fn, int(state[FORWARD]), budget):
+            raise MachineError("the whole run may not fit the step budget")
+        return out
+    return call
 
 
 def split_passes(comp, funcs, fn: Function, floats: int) -> tuple:
@@ -252,6 +273,17 @@ class _Direct:
         comp = compiled(m.program, m.checks, native=True)
         return not comp.uses_heap and not comp.statements
 
+    def loss_of(self, m: Machine, args, ran: bool) -> tuple[Binding, int | None]:
+        """The loss's argument and element; where the loss names none and the machine
+        has not run, the program's own error comes first, as the general path reports
+        it (its forward run, then the loss)."""
+        try:
+            return find_argument(m.bindings, m.stack[0].fn, self.loss, "loss")
+        except MachineError:
+            if not ran:
+                self.runner.forward(args)
+            raise
+
     def make(self, args):
         from ..engines.compiled import compiled
         if any(isinstance(a, np.ndarray) for a in args):
@@ -260,6 +292,7 @@ class _Direct:
         fused = self.fused(m)   # (one native call forwards and back: no forward run first,
         if not fused:                           # whose native code it would compile)
             m = self.runner.forward(args)
+        self.loss_of(m, args, not fused)
         fn = m.stack[0].fn
         if m.engine == "interp" or len(fn.params) != len(args) or m.said_cells or \
                 not m.fits():   # (output statements: the machine's runs print them)
@@ -277,6 +310,8 @@ class _Direct:
             both = funcs[comp.name(fn.name, "vgs")]
             heap = (np.zeros(STATE, np.int64), np.zeros(1), m.max_steps)   # under the GIL
             state = heap[0]
+            if fn.name in comp.splits:
+                both = _fitting(both, comp, fn, state, m.max_steps)
             self.batches[tuple(map(type, args))] = ((funcs, comp.name(fn.name, "vgsb")),
                                                     m.max_steps, fn, floats, seed)
         elif comp.native:       # forwards and gradient pass in one native call
@@ -289,6 +324,8 @@ class _Direct:
                 top = m.top
                 m.budget, m.dscale = m.max_steps, 0.0   # (dscale: a pass's own, as run)
                 out = fws(m_, *a[:k])
+                if not whole_run_fits(comp, fn, m.max_steps - m.budget, m.max_steps):
+                    raise MachineError("the whole run may not fit the step budget")
                 m.budget, m.dscale = m.max_steps, 0.0
                 back = gbws(m_, *out, *a[k:])
                 if m.top != top:        # a block left allocated: the general path reports it
@@ -350,12 +387,13 @@ class _Direct:
         from ..engines.compiled import compiled
         if any(type(a) is np.ndarray and a.dtype.kind == "c" for a in args):
             return None
-        m = self.runner.entered(args)          # also validates arguments and the loss
+        m = self.runner.entered(args)          # also validates the arguments
         native = m.engine == "native" and m.fits() and m.tier() == "native" and \
             not compiled(m.program, m.checks, native=True).statements
         if not native:
             m = self.runner.forward(args)
             native = m._compiled is not None and m._compiled.native
+        self.loss_of(m, args, not native)
         fn, bindings = m.stack[0].fn, m.bindings
         if m.said_cells:        # output statements: the machine's runs print them
             return None
@@ -416,8 +454,10 @@ class _Direct:
                 top[0], top[1] = total, budget
                 if fused is not None:
                     finals, back = None, fused(*heap, *r, *seed)[1]
+                    used = int(top[FORWARD])
                 else:
                     out = fw(*heap, *r)
+                    used = budget - int(top[1])
                     if top[0] != total and not split:
                         raise MachineError("heap block left allocated")
                     finals = None       # (gradients only: no copies of the values)
@@ -431,6 +471,8 @@ class _Direct:
                     back = gbw(*heap, *out, *seed)
                 if top[0] != total:
                     raise MachineError("heap block left allocated")
+                if split and not whole_run_fits(comp, fn, used, budget):
+                    raise MachineError("the whole run may not fit the step budget")
             except Exception as exc:        # the general path reports it exactly
                 from ..engines.lowering import FULL
                 wanted = int(top[0]) if getattr(exc, "code", None) == FULL else 0

@@ -315,12 +315,14 @@ class ArrayLowering:
         return names, value, partials, self._sign(s), yv, ops, m, n
 
     def _into(self, view, m, n, value, shadows: bool = False, flag=None) -> None:
-        """cell += value(i, j) over the view, a repeated cell getting the sum of its
-        values added once, summed from 0 in the order of the elements (as numpy's add.at
-        does in rvm.engines.arrays): a target of strides (0, 0) takes one sum, (s, 0) a
-        sum per row, (0, s) a sum per column. So a sum taken back out with the opposite
-        sign leaves exactly what was there. flag: raised where a value cell's result is
-        not finite."""
+        """cell += value(i, j) over the view. A view that names no cell twice adds each
+        value into its own cell; a target of strides (0, 0) takes one sum, (s, 0) a sum
+        per row, (0, s) a sum per column, each summed from 0 in the order of the elements
+        and added once, as rvm.engines.arrays does, so a sum taken back out with the
+        opposite sign leaves exactly what was there. (Rows that overlap with no zero
+        stride, which the interpreter sums cell by cell, are added element by element in
+        order here: docs/engines.md says so.) flag: raised where a value cell's result
+        is not finite."""
         b, t = self.b, self.t
         heap = "HG" if shadows else "HF"
         one, zero = t.i64(1), t.i64(0)

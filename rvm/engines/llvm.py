@@ -57,7 +57,7 @@ from .lowering import (
     returns_of,
     running_out,
 )
-from .templates import SHADOWS, SHADOWS_BAD, STATE, Fault
+from .templates import FORWARD, SHADOWS, SHADOWS_BAD, STATE, Fault
 
 available = importlib.util.find_spec("llvmlite") is not None
 
@@ -385,6 +385,7 @@ def _entry(ir, t: Types, module, name: str, inner, returns: list[str], fused=Non
         forward = run(first, rest[:nparams])
         if not split:       # (a split forward run leaves its ancilla arrays allocated)
             left_allocated()
+        b.store(b.sub(budget, b.load(state(1))), state(FORWARD))
         b.store(budget, state(1))
         values = [b.extract_value(forward, k) for k in range(split or nparams)] + \
             rest[nparams:] + _local_shadows(t, inner, split, extra)
