@@ -966,8 +966,11 @@ def test_a_gradient_with_arrays_starts_from_the_copy():
                         want)
         native.Functions(comp, 1e-9)[comp.name(name, "vg")]
     assert {comp.name(name, "fws"), comp.name(name, "gbws")} <= set(asked)
+    # (the last: the instructions from the uncompute on, for the budget's test)
     assert made[comp.name(name, "vg")] == (comp.name(name, "fws"), comp.name(name, "gbws"),
-                                           False, comp.splits[name])
+                                           False, comp.splits[name],
+                                           len(p.functions[name].code) -
+                                           comp.split_at[name][1])
     vector = (0.0, np.array([0.5, 3.0]))
     assert _split_point(_copy_writes_the_array, *vector) is None
     assert _split_point(_uncompute_writes_an_argument, *vector) is None

@@ -39,7 +39,7 @@ from ..engines.machine import (
     machine_for,
 )
 from ..engines.native import on_threads
-from ..engines.templates import FORWARD, SHADOWS, SHADOWS_BAD, STATE
+from ..engines.templates import SHADOWS, SHADOWS_BAD, STATE
 
 Loss = int | str | tuple
 
@@ -82,23 +82,13 @@ def with_inverse(program: Program, name: str) -> tuple[Program, str]:
 
 def whole_run_fits(comp, fn: Function, used: int, budget: int) -> bool:
     """Would the whole forward run of compute-copy-uncompute function fn fit the step
-    budget, given the steps `used` by its run to the copy (or by the gradient pass from
-    there, which mirrors it)? The direct calls skip the uncompute, which the machine's
-    forward run takes: at most as many steps again, and the straight code after it. Where
-    that bound is over the budget the general path runs and decides exactly, as the
-    interpreter counts (a direct call must not succeed where the interpreter's run stops)."""
+    budget, given the steps `used` by its run to the copy? The direct calls skip the
+    uncompute, which the machine's forward run takes: at most as many steps again, and
+    the straight code after it. Where that bound is over the budget the general path
+    runs and decides exactly, as the interpreter counts (a direct call must not succeed
+    where the interpreter's run stops). Fused native calls make the same test themselves
+    (rvm.engines.llvm: _entry)."""
     return 2 * used + len(fn.code) - comp.split_at[fn.name][1] <= budget
-
-
-def _fitting(both, comp, fn: Function, state, budget: int):
-    """The fused native call `both` of a compute-copy-uncompute function, failing where
-    the whole forward run may not fit the budget (see whole_run_fits)."""
-    def call(*args):
-        out = both(*args)
-        if not whole_run_fits(comp, fn, int(state[FORWARD]), budget):
-            raise MachineError("the whole run may not fit the step budget")
-        return out
-    return call
 
 
 def split_passes(comp, funcs, fn: Function, floats: int) -> tuple:
@@ -310,8 +300,6 @@ class _Direct:
             both = funcs[comp.name(fn.name, "vgs")]
             heap = (np.zeros(STATE, np.int64), np.zeros(1), m.max_steps)   # under the GIL
             state = heap[0]
-            if fn.name in comp.splits:
-                both = _fitting(both, comp, fn, state, m.max_steps)
             self.batches[tuple(map(type, args))] = ((funcs, comp.name(fn.name, "vgsb")),
                                                     m.max_steps, fn, floats, seed)
         elif comp.native:       # forwards and gradient pass in one native call
@@ -454,7 +442,7 @@ class _Direct:
                 top[0], top[1] = total, budget
                 if fused is not None:
                     finals, back = None, fused(*heap, *r, *seed)[1]
-                    used = int(top[FORWARD])
+                    used = 0            # (the fused call tests the budget itself)
                 else:
                     out = fw(*heap, *r)
                     used = budget - int(top[1])

@@ -57,7 +57,7 @@ from .lowering import (
     returns_of,
     running_out,
 )
-from .templates import FORWARD, SHADOWS, SHADOWS_BAD, STATE, Fault
+from .templates import SHADOWS, SHADOWS_BAD, STATE, Fault
 
 available = importlib.util.find_spec("llvmlite") is not None
 
@@ -309,12 +309,15 @@ def _entry(ir, t: Types, module, name: str, inner, returns: list[str], fused=Non
     as a tuple, or the fault code (the caller raises Fault). A wrong number of arguments
     is a fault too; a wrong type raises Python's own error (TypeError, OverflowError).
 
-    `fused` = (the forward function, its result names, budget?):
+    `fused` = (the forward function, its result names, budget?, split, tail):
     run it first, then `inner` (the gradient pass) from its results and the seeds, and
     return the pair (values, gradient pass results); the heap top must be back where it
     was (after the forward run; after a split one's gradient pass), and the step budget
     is set afresh for each pass: from the budget argument, on
-    an empty heap (vgs), or as found in the state array (vg). `shadows`: the names of
+    an empty heap (vgs), or as found in the state array (vg). A split forward run (to
+    the copy of a compute-copy-uncompute function) that took S steps fails with the
+    budget's code where 2 S + tail (the whole run's bound: rvm.ad.gradient.whole_run_fits)
+    passes the budget, so that the caller's general path decides. `shadows`: the names of
     what `inner` returns after its results (a gradient function's float locals' shadows,
     for the record at the end: _end_checkpoint)."""
     fn, b, api, item, address, checked = _py_function(ir, t, module, name)
@@ -385,7 +388,11 @@ def _entry(ir, t: Types, module, name: str, inner, returns: list[str], fused=Non
         forward = run(first, rest[:nparams])
         if not split:       # (a split forward run leaves its ancilla arrays allocated)
             left_allocated()
-        b.store(b.sub(budget, b.load(state(1))), state(FORWARD))
+        else:               # used + tail > left, i.e. 2 used + tail > budget
+            left = b.load(state(1))
+            b.store(t.i64(BUDGET), code)
+            guard(b, b.icmp_signed(">", b.sub(budget, left), b.sub(left, t.i64(fused[4]))),
+                  fault)
         b.store(budget, state(1))
         values = [b.extract_value(forward, k) for k in range(split or nparams)] + \
             rest[nparams:] + _local_shadows(t, inner, split, extra)
@@ -775,9 +782,9 @@ def _module(src: _Source, tol: float, fused: dict, batches: dict, runs,
     for name in runs:
         f, _, returns = functions[name]
         _entry(ir, t, module, name, f, returns, shadows=end_shadows(src.stubs[name]))
-    for name, (fw, gbw, budget, split) in fused.items():
+    for name, (fw, gbw, budget, split, tail) in fused.items():
         _entry(ir, t, module, name, functions[gbw][0], functions[gbw][2],
-               fused=(functions[fw][0], functions[fw][2], budget, split))
+               fused=(functions[fw][0], functions[fw][2], budget, split, tail))
     for name, (mode, fw, gbw, split) in batches.items():
         group = (vt, lanes[fw][0], lanes.get(gbw, (None,))[0]) if fw in lanes else None
         _batch_entry(ir, t, module, name, mode, functions[fw][0], functions[gbw][0], split,
@@ -1043,7 +1050,7 @@ def functions(source, fused: dict, batches: dict, tol: float, runs=None,
     lib = Library(cache.load_object(text, make))
     out: dict = {name: Run(lib, name) for name in runs}
     out.update({name: (Fused if budget else Run)(lib, name)
-                for name, (_, _, budget, _) in fused.items()})
+                for name, (_, _, budget, _, _) in fused.items()})
     if batches:
         out.update({name: Batch(lib, name, mode, kinds[fw]) for name, (mode, fw, _, _) in
                     batches.items()})

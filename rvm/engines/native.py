@@ -244,12 +244,16 @@ class Functions(dict):
         splits = {f: ((compiled.name(f, "fws"), compiled.name(f, "gbws"))
                       if f in compiled.splits else (fw, gbw), compiled.splits.get(f, 0))
                   for fw, gbw, f in names}
-        self.fused = {compiled.name(f, "vg"): (*splits[f][0], False, splits[f][1])
+        # (and the instructions from the uncompute on, for the fused call's budget test:
+        # rvm.ad.gradient.whole_run_fits)
+        tails = {f: len(compiled.program.functions[f].code) - compiled.split_at[f][1]
+                 if f in compiled.splits else 0 for _, _, f in names}
+        self.fused = {compiled.name(f, "vg"): (*splits[f][0], False, splits[f][1], tails[f])
                       for _, _, f in names}
         if not compiled.uses_heap and not compiled.statements:   # (output: the machine's
             for fw, gbw, f in names:                                # state array holds it)
                 (fws, gbws), split = splits[f]
-                self.fused[compiled.name(f, "vgs")] = (fws, gbws, True, split)
+                self.fused[compiled.name(f, "vgs")] = (fws, gbws, True, split, tails[f])
                 bw = compiled.name(f, "bw")
                 self.batches.update({compiled.name(f, "csb"): ("csb", fw, gbw, 0),
                                      compiled.name(f, "usb"): ("usb", bw, gbw, 0),

@@ -34,9 +34,8 @@ def fault(text: str) -> str:
 # the run (STOP, NO_STOP if none: rvm.engines.lowering, Lowering.call), and in a gradient
 # pass the budget left at the last look (Lowering.clean) before the first that found a
 # float register's shadow not finite (SHADOWS, -1 if none), and whether one did
-# (SHADOWS_BAD: rvm.ad.gradient.not_finite), and the steps a fused call's forward pass
-# took (FORWARD: rvm.ad.gradient.whole_run_fits); every S holds at least STATE cells
-LAST, NOW, STOP, SHADOWS, SHADOWS_BAD, FORWARD, STATE = 4, 5, 6, 7, 8, 9, 10
+# (SHADOWS_BAD: rvm.ad.gradient.not_finite); every S holds at least STATE cells
+LAST, NOW, STOP, SHADOWS, SHADOWS_BAD, STATE = 4, 5, 6, 7, 8, 9
 NO_STOP = -(1 << 63)
 
 
