@@ -510,3 +510,60 @@ def test_a_loss_that_names_nothing_comes_after_the_programs_own_error():
                 rvm.value_and_grad(f, loss=loss, engine=engine)(0.0, np.array(x))
             seen.append(str(e.value))
         assert seen[0] == seen[1]
+
+
+@pytest.mark.parametrize("rows", [2, 16])
+def test_a_batch_of_gradients_from_the_copy_stops_where_the_whole_run_would(rows):
+    """rvm.vmap of a gradient of a compute-copy-uncompute function runs natively, rows in
+    lockstep where it can: a row whose whole run may not fit max_steps sends the batch
+    down the general path too (it returned gradients where the interpreter stops: 237
+    steps for n = 10; a first row of n = 1 planned the batch)."""
+    pytest.importorskip("llvmlite")
+    f = rvm.reversible.source("def looped(out: float, x: float, n: int):\n"
+                              "    with ancilla(t=0.0, s=0.0):\n"
+                              "        with compute() as c:\n"
+                              "            t += x\n"
+                              "            for i in range(n):\n"
+                              "                s += t * t / (1.0 + i)\n"
+                              "        out += s * x\n"
+                              "        ~c\n", {"ancilla": rvm.ancilla, "compute": rvm.compute})
+    xs, ns = np.full(rows, 1.5), np.array([1] + [10] * (rows - 1))
+    for budget in (118, 236, 237, 10 ** 6):
+        for make in (lambda e, b=budget: rvm.grad(f, loss="out", engine=e, max_steps=b),
+                     lambda e, b=budget: rvm.value_and_grad(f, loss="out", engine=e,
+                                                            max_steps=b),
+                     lambda e, b=budget: rvm.jacobian(f, outputs=["out"], wrt=["x"], engine=e,
+                                                      max_steps=b)):
+            seen = []
+            for engine in ("interp", "native"):
+                try:
+                    seen.append(repr(rvm.vmap(make(engine), in_axes=(None, 0, 0))(0.0, xs, ns)))
+                except rvm.RvmError as e:
+                    seen.append(f"{type(e).__name__}: {e}")
+            assert seen[0] == seen[1], (budget, seen)
+            assert ("exhausted" in seen[0]) == (budget < 237), (budget, seen[0])
+
+
+@pytest.mark.parametrize("loss", [("out", (5,)), ("out", "a"), ("out",)])
+def test_a_malformed_loss_comes_after_the_programs_own_error(loss):
+    pytest.importorskip("llvmlite")
+    f = rvm.reversible.source("def f(out: Array[float], x: Array[float]):\n"
+                              "    for i in range(len(x)):\n"
+                              "        assert x[i] < 10.0\n"
+                              "        out[i] += x[i] * x[i]\n", {"Array": rvm.Array})
+    seen = []
+    for engine in ("interp", "native"):
+        with pytest.raises(rvm.InvertibilityError) as e:
+            rvm.grad(f, loss=loss, engine=engine)(np.zeros(2), np.array([1.0, 20.0]))
+        seen.append(str(e.value))
+    assert seen[0] == seen[1]
+
+
+def test_a_limit_past_int64_is_a_usage_error():
+    p = rvm.assemble(".func f(f0)\n    ADD f0, 1.0\n.end\n")
+    for option in ("max_steps", "heap_limit", "max_depth"):
+        with pytest.raises(rvm.UsageError, match=rf"{option} must be at most 2\*\*63 - 1"):
+            p.call("f", 1.0, **{option: 2 ** 63})
+        with pytest.raises(rvm.UsageError):
+            rvm.grad(p["f"], loss=0, engine="interp", **{option: 2 ** 63})(1.0)
+    assert p.call("f", 1.0, max_steps=2 ** 63 - 1) == (2.0,)

@@ -269,7 +269,7 @@ class _Direct:
         it (its forward run, then the loss)."""
         try:
             return find_argument(m.bindings, m.stack[0].fn, self.loss, "loss")
-        except MachineError:
+        except Exception:           # (a malformed element is numpy's ValueError)
             if not ran:
                 self.runner.forward(args)
             raise

@@ -388,11 +388,8 @@ def _entry(ir, t: Types, module, name: str, inner, returns: list[str], fused=Non
         forward = run(first, rest[:nparams])
         if not split:       # (a split forward run leaves its ancilla arrays allocated)
             left_allocated()
-        else:               # used + tail > left, i.e. 2 used + tail > budget
-            left = b.load(state(1))
-            b.store(t.i64(BUDGET), code)
-            guard(b, b.icmp_signed(">", b.sub(budget, left), b.sub(left, t.i64(fused[4]))),
-                  fault)
+        else:
+            whole_run_fits(b, t, budget, b.load(state(1)), fused[4], code, fault)
         b.store(budget, state(1))
         values = [b.extract_value(forward, k) for k in range(split or nparams)] + \
             rest[nparams:] + _local_shadows(t, inner, split, extra)
@@ -451,7 +448,7 @@ def _local_shadows(t: Types, gbw, split: int, seeds: int, lead: int = 5) -> list
 
 
 def _batch_entry(ir, t: Types, module, name: str, mode: str, fw, gbw, split: int = 0,
-                 lanes: tuple | None = None):
+                 lanes: tuple | None = None, tail: int = 0):
     """`rvm_py_<name>`, a native loop over rows of scalar arguments (rvm.vmap), as a CPython
     function (METH_FASTCALL) that runs without the GIL: mode "csb" calls fw on each row,
     "usb" calls fw (there the function's inverse), "vgsb" a value and gradient (fw then
@@ -525,6 +522,8 @@ def _batch_entry(ir, t: Types, module, name: str, mode: str, fw, gbw, split: int
         poll()
         b.store(t.i64(0), b.gep(S, [t.i64(0)]))
         out = run(fw, [b.load(b.gep(c, [b.mul(row, step)])) for c, step in zip(cols, steps)])
+        if split:
+            whole_run_fits(b, t, budget, b.load(b.gep(S, [t.i64(1)])), tail, code, done)
         values = [b.extract_value(out, j) for j in range(split or k)]
         for j, c in enumerate(results):
             with b.if_then(wanted[j]):
@@ -549,10 +548,23 @@ def _batch_entry(ir, t: Types, module, name: str, mode: str, fw, gbw, split: int
     start = t.i64(0)
     if lanes:
         start = _groups(b, t, lanes, mode, (cols, steps, results, wanted, grads), seed,
-                        split, budget, n, nseeds, code, done, poll)
+                        split, budget, n, nseeds, code, done, poll, tail)
     loop_over(b, start, n, one, done)
     b.call(api("PyEval_RestoreThread"), [saved])
     b.ret(b.call(api("PyLong_FromLongLong"), [b.load(code)]))
+
+
+def whole_run_fits(b, t: Types, budget, left, tail: int, code, done) -> None:
+    """Leave to `done` with the budget's code where a split forward run (to the copy of a
+    compute-copy-uncompute function) that left `left` of `budget` steps could, with the
+    uncompute it skips and the `tail` instructions from there, pass the budget: used +
+    tail > left, i.e. 2 used + tail > budget (rvm.ad.gradient.whole_run_fits); the
+    caller's general path then decides, as the interpreter counts."""
+    leave = b.function.append_basic_block()
+    with b.goto_block(leave):
+        b.store(t.i64(BUDGET), code)
+        b.branch(done)
+    guard(b, b.icmp_signed(">", b.sub(budget, left), b.sub(left, t.i64(tail))), leave)
 
 
 def _end_checkpoint(b, t: Types, function: str, S, H, cap, out, names: list[str]) -> None:
@@ -607,7 +619,7 @@ def _call_or_leave(b, t: Types, f, args: list, code, done):
 
 
 def _groups(b, t: Types, lanes: tuple, mode: str, columns: tuple, seed, split: int,
-            budget, n, nseeds, code, done, poll):
+            budget, n, nseeds, code, done, poll, tail: int = 0):
     """The batch loop over whole groups of rows in lockstep (see _batch_entry): each
     group's columns (arguments, results, gradients) loaded as vectors, run through the
     lane functions, stored back. Returns the first row left over."""
@@ -646,6 +658,11 @@ def _groups(b, t: Types, lanes: tuple, mode: str, columns: tuple, seed, split: i
         base = b.mul(g, width)
         out = run(fw, [b.load(rows(c, ty, b.mul(base, step)), align=8)
                        for c, step, ty in zip(sources, steps, ptypes)])
+        if split:
+            left = b.load(b.gep(S, [t.i64(1)]))
+            for lane in range(vt.lanes):
+                whole_run_fits(b, t, budget, b.extract_element(left, t.i64(lane)), tail,
+                               code, done)
         values = [b.extract_value(out, j) for j in range(split or k)]
         for j, c in enumerate(results):
             with b.if_then(wanted[j]):
@@ -770,7 +787,7 @@ def _module(src: _Source, tol: float, fused: dict, batches: dict, runs,
     if lockstep:
         from .lanes import Lanes, LaneTypes, inlined, signature
         vt = LaneTypes(ir)
-        roots = {f for mode, fw, gbw, _ in batches.values()
+        roots = {f for mode, fw, gbw, *_ in batches.values()
                  for f in ((fw, gbw) if mode in ("vgsb", "jsb") else (fw,))}
         wanted = callees(calls, roots)
         lanes = declare(vt, signature, "lanes", wanted)
@@ -785,10 +802,10 @@ def _module(src: _Source, tol: float, fused: dict, batches: dict, runs,
     for name, (fw, gbw, budget, split, tail) in fused.items():
         _entry(ir, t, module, name, functions[gbw][0], functions[gbw][2],
                fused=(functions[fw][0], functions[fw][2], budget, split, tail))
-    for name, (mode, fw, gbw, split) in batches.items():
+    for name, (mode, fw, gbw, split, *tail) in batches.items():
         group = (vt, lanes[fw][0], lanes.get(gbw, (None,))[0]) if fw in lanes else None
         _batch_entry(ir, t, module, name, mode, functions[fw][0], functions[gbw][0], split,
-                     group)
+                     group, tail[0] if tail else 0)
     return str(module)
 
 
@@ -1052,6 +1069,6 @@ def functions(source, fused: dict, batches: dict, tol: float, runs=None,
     out.update({name: (Fused if budget else Run)(lib, name)
                 for name, (_, _, budget, _, _) in fused.items()})
     if batches:
-        out.update({name: Batch(lib, name, mode, kinds[fw]) for name, (mode, fw, _, _) in
+        out.update({name: Batch(lib, name, mode, kinds[fw]) for name, (mode, fw, *_) in
                     batches.items()})
     return out

@@ -21,7 +21,7 @@ import numpy as np
 from ..core import isa
 from ..core.errors import InvertibilityError, MachineError, RvmError, UsageError
 from ..core.inverse import inverse_function
-from ..core.program import Function, Program
+from ..core.program import INT64_MAX, Function, Program
 from . import closures, templates
 from .arguments import (
     batch_columns,
@@ -1338,6 +1338,8 @@ def check_limits(**limits) -> None:
                 raise UsageError(f"tol must be a number in [0, 1), got {v!r}")
         elif isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise UsageError(f"{name} must be a positive integer, got {v!r}")
+        elif v > INT64_MAX:         # (native code counts in int64)
+            raise UsageError(f"{name} must be at most 2**63 - 1, got {v!r}")
 
 
 def recursive(program: Program) -> bool:

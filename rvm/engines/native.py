@@ -257,8 +257,10 @@ class Functions(dict):
                 bw = compiled.name(f, "bw")
                 self.batches.update({compiled.name(f, "csb"): ("csb", fw, gbw, 0),
                                      compiled.name(f, "usb"): ("usb", bw, gbw, 0),
-                                     compiled.name(f, "vgsb"): ("vgsb", fws, gbws, split),
-                                     compiled.name(f, "jsb"): ("jsb", fws, gbws, split)})
+                                     compiled.name(f, "vgsb"): ("vgsb", fws, gbws, split,
+                                                                tails[f]),
+                                     compiled.name(f, "jsb"): ("jsb", fws, gbws, split,
+                                                               tails[f])})
 
     def llvm(self, runs: tuple, fused: dict, batches: dict) -> None:
         """Compile and add the LLVM back end's entries: Run entries for the generated
