@@ -658,11 +658,17 @@ def _groups(b, t: Types, lanes: tuple, mode: str, columns: tuple, seed, split: i
         base = b.mul(g, width)
         out = run(fw, [b.load(rows(c, ty, b.mul(base, step)), align=8)
                        for c, step, ty in zip(sources, steps, ptypes)])
-        if split:
+        if split:       # (each row's test, as one mask)
             left = b.load(b.gep(S, [t.i64(1)]))
-            for lane in range(vt.lanes):
-                whole_run_fits(b, t, budget, b.extract_element(left, t.i64(lane)), tail,
-                               code, done)
+            over = b.icmp_signed(">", b.sub(budgets, left), b.sub(left, splat(b, vt,
+                                                                             t.i64(tail))))
+            mask = _llvm()[1].IntType(vt.lanes)
+            any_ = b.icmp_unsigned("!=", b.bitcast(over, mask), mask(0))
+            leave = b.function.append_basic_block()
+            with b.goto_block(leave):
+                b.store(t.i64(BUDGET), code)
+                b.branch(done)
+            guard(b, any_, leave)
         values = [b.extract_value(out, j) for j in range(split or k)]
         for j, c in enumerate(results):
             with b.if_then(wanted[j]):
