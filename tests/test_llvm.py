@@ -15,6 +15,7 @@ from rvm import Array, ancilla, compute
 from rvm.core import isa
 from rvm.engines import llvm, native
 from rvm.engines.compiled import compiled
+from rvm.engines.templates import STATE
 
 pytestmark = pytest.mark.skipif(not (native.available and llvm.usable()),
                                 reason="llvmlite is not installed")
@@ -170,8 +171,10 @@ def test_entries_refuse_bad_arguments_without_crashing():
     from rvm.engines.templates import Fault
     p = rvm.assemble(".func t(f0, r0)\n    ADD f0, r0\n.end\n")
     funcs = Functions(compiled(p, True, native=True), 1e-9)
-    run, top = funcs["F0_fw"], np.array([0, 1000], np.int64)
+    run, top = funcs["F0_fw"], np.array([0, 1000] + [0] * (STATE - 2), np.int64)
     hi, hg = np.zeros(1, np.int64), np.zeros(1)
+    with pytest.raises(TypeError):      # a state array shorter than native code writes
+        run(None, None, None, top[:2].copy(), 1.5, 2)
     assert run(None, None, None, top, 1.5, 2) == (3.5, 2)      # no heap: none needed
     assert run(hi, None, hg, top, 1.5, 2) == (3.5, 2)
     assert top[1] == 998                     # one step charged to the budget per call
@@ -447,7 +450,7 @@ def test_a_changed_lowering_never_loads_old_machine_code(tmp_path, monkeypatch):
     funcs = Functions(compiled(p, True, native=True), 1e-9)
     funcs["F0_fw"]
     assert len(set(tmp_path.glob("rvm_llvm_*.o")) - first) == 1
-    top = np.array([0, 1000], np.int64)
+    top = np.array([0, 1000] + [0] * (STATE - 2), np.int64)
     assert funcs["F0_fw"](None, None, None, top, 1.5, 2) == (3.5, 2)
 
 

@@ -903,7 +903,9 @@ class _Call:
         them (remembered for the same arrays, as a machine passes its own every time)."""
         cached = self.arrays
         if cached[0] is not HI or cached[1] is not HG or cached[2] is not TOP:
-            ok = TOP.dtype == "int64" and TOP.size >= 2 and TOP.flags.c_contiguous
+            # (native code writes every cell of the state array: templates.STATE; a
+            # shorter one had a return write past its end, into the process's memory)
+            ok = TOP.dtype == "int64" and TOP.size >= STATE and TOP.flags.c_contiguous
             if HI is None:          # a program without heap (rvm.engines.native: vgs)
                 heap = (0, 0, 0)
             else:
