@@ -282,12 +282,11 @@ class _Direct:
         fused = self.fused(m)   # (one native call forwards and back: no forward run first,
         if not fused:                           # whose native code it would compile)
             m = self.runner.forward(args)
-        self.loss_of(m, args, not fused)
+        b, _ = self.loss_of(m, args, not fused)
         fn = m.stack[0].fn
         if m.engine == "interp" or len(fn.params) != len(args) or m.said_cells or \
                 not m.fits():   # (output statements: the machine's runs print them)
             return None
-        b, _ = find_argument(m.bindings, fn, self.loss, "loss")
         comp = compiled(m.program, m.checks, native=fused or m._compiled.native)
         funcs = comp.bind(m)
         heap = comp.heap(m) if comp.native else (m,)
@@ -381,7 +380,7 @@ class _Direct:
         if not native:
             m = self.runner.forward(args)
             native = m._compiled is not None and m._compiled.native
-        self.loss_of(m, args, not native)
+        b, element = self.loss_of(m, args, not native)
         fn, bindings = m.stack[0].fn, m.bindings
         if m.said_cells:        # output statements: the machine's runs print them
             return None
@@ -390,7 +389,6 @@ class _Direct:
         places = m.array_places(args)
         if m.engine == "interp" or not native or places is None or not m.fits():
             return None
-        b, element = find_argument(bindings, fn, self.loss, "loss")
         comp = compiled(m.program, m.checks, native=True)
         funcs = comp.bind(m)
         floats = [k for k, p in enumerate(fn.params) if p.cls == isa.FLOAT]
