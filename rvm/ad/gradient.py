@@ -37,6 +37,7 @@ from ..engines.machine import (
     PerThread,
     Transient,
     machine_for,
+    native_heap,
 )
 from ..engines.native import on_threads
 from ..engines.templates import SHADOWS, SHADOWS_BAD, STATE
@@ -88,7 +89,7 @@ def whole_run_fits(comp, fn: Function, used: int, budget: int) -> bool:
     runs and decides exactly, as the interpreter counts (a direct call must not succeed
     where the interpreter's run stops). Fused native calls make the same test themselves
     (rvm.engines.llvm: _entry)."""
-    return 2 * used + len(fn.code) - comp.split_at[fn.name][1] <= budget
+    return 2 * used + comp.tails[fn.name] <= budget
 
 
 def split_passes(comp, funcs, fn: Function, floats: int) -> tuple:
@@ -438,12 +439,12 @@ class _Direct:
                 for j, reg, kind in scalars:
                     r[reg] = kind(values[j])
                 top[0], top[1] = total, budget
-                if fused is not None:
+                if fused is not None:   # (which tests the whole run's bound itself)
                     finals, back = None, fused(*heap, *r, *seed)[1]
-                    used = 0            # (the fused call tests the budget itself)
                 else:
                     out = fw(*heap, *r)
-                    used = budget - int(top[1])
+                    if split and not whole_run_fits(comp, fn, budget - int(top[1]), budget):
+                        raise MachineError("the whole run may not fit the step budget")
                     if top[0] != total and not split:
                         raise MachineError("heap block left allocated")
                     finals = None       # (gradients only: no copies of the values)
@@ -457,8 +458,6 @@ class _Direct:
                     back = gbw(*heap, *out, *seed)
                 if top[0] != total:
                     raise MachineError("heap block left allocated")
-                if split and not whole_run_fits(comp, fn, used, budget):
-                    raise MachineError("the whole run may not fit the step budget")
             except Exception as exc:        # the general path reports it exactly
                 from ..engines.lowering import FULL
                 wanted = int(top[0]) if getattr(exc, "code", None) == FULL else 0
@@ -480,9 +479,7 @@ class _Direct:
             out = attempt(values)
             while type(out) is int:     # the heap grown (at least doubled) until the call
                 cells = min(max(out + DIRECT_HEAP, 2 * len(now[0][0][0])), room)  # fits:
-                hi = np.zeros(cells, np.int64)      # the plan was made before any run
-                now[0] = placed((hi, hi.view(np.float64), np.zeros(cells),
-                                 np.zeros(STATE, np.int64)))
+                now[0] = placed(native_heap(cells))  # the plan was made before any run
                 out = attempt(values)
             return out
         return run      # (this call too: the gradient needs no more native code than the

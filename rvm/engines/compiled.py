@@ -1214,6 +1214,10 @@ class Compiled:
         self.splits = {fname: len(program.functions[fname].params) +   # function ->
                        len(program.functions[fname].locals)     # registers its fws returns
                        for fname in self.split_at}
+        # function -> the instructions from its uncompute on, which its split runs skip
+        # (their bound on the whole run's steps: rvm.ad.gradient.whole_run_fits)
+        self.tails = {fname: len(program.functions[fname].code) - at[1]
+                      for fname, at in self.split_at.items()}
         self._native: dict = {}
         self._bodies: dict[str, str] = {}
         self._native_bodies: dict[str, str] = {}

@@ -554,17 +554,24 @@ def _batch_entry(ir, t: Types, module, name: str, mode: str, fw, gbw, split: int
     b.ret(b.call(api("PyLong_FromLongLong"), [b.load(code)]))
 
 
-def whole_run_fits(b, t: Types, budget, left, tail: int, code, done) -> None:
+def whole_run_fits(b, t: Types, budget, left, tail, code, done) -> None:
     """Leave to `done` with the budget's code where a split forward run (to the copy of a
     compute-copy-uncompute function) that left `left` of `budget` steps could, with the
     uncompute it skips and the `tail` instructions from there, pass the budget: used +
     tail > left, i.e. 2 used + tail > budget (rvm.ad.gradient.whole_run_fits); the
-    caller's general path then decides, as the interpreter counts."""
+    caller's general path then decides, as the interpreter counts. Rows in lockstep:
+    vectors of each, left where any row's test fails."""
+    tail = t.i64(tail) if isinstance(tail, int) else tail
+    over = b.icmp_signed(">", b.sub(budget, left), b.sub(left, tail))
+    lanes = getattr(over.type, "count", None)
+    if lanes is not None:           # (a row's or another's: the mask as one integer)
+        mask = _llvm()[1].IntType(lanes)
+        over = b.icmp_unsigned("!=", b.bitcast(over, mask), mask(0))
     leave = b.function.append_basic_block()
     with b.goto_block(leave):
         b.store(t.i64(BUDGET), code)
         b.branch(done)
-    guard(b, b.icmp_signed(">", b.sub(budget, left), b.sub(left, t.i64(tail))), leave)
+    guard(b, over, leave)
 
 
 def _end_checkpoint(b, t: Types, function: str, S, H, cap, out, names: list[str]) -> None:
@@ -659,16 +666,8 @@ def _groups(b, t: Types, lanes: tuple, mode: str, columns: tuple, seed, split: i
         out = run(fw, [b.load(rows(c, ty, b.mul(base, step)), align=8)
                        for c, step, ty in zip(sources, steps, ptypes)])
         if split:       # (each row's test, as one mask)
-            left = b.load(b.gep(S, [t.i64(1)]))
-            over = b.icmp_signed(">", b.sub(budgets, left), b.sub(left, splat(b, vt,
-                                                                             t.i64(tail))))
-            mask = _llvm()[1].IntType(vt.lanes)
-            any_ = b.icmp_unsigned("!=", b.bitcast(over, mask), mask(0))
-            leave = b.function.append_basic_block()
-            with b.goto_block(leave):
-                b.store(t.i64(BUDGET), code)
-                b.branch(done)
-            guard(b, any_, leave)
+            whole_run_fits(b, t, budgets, b.load(b.gep(S, [t.i64(1)])),
+                           splat(b, vt, t.i64(tail)), code, done)
         values = [b.extract_value(out, j) for j in range(split or k)]
         for j, c in enumerate(results):
             with b.if_then(wanted[j]):

@@ -130,7 +130,6 @@ class Lowering(ArrayLowering):
         # its end: a failure's, where it fails in the chunk; -1 elsewhere: see for_)
         self.last = self.mark = self.chunk_end = None
         self.record_slots = None    # (names, values, count) of its records (see record)
-        self.stop = None            # (block, cells) of its budget tests' record (stop_at)
         self.records: dict = {}     # where a record goes next -> its shared block (shared)
         self.before = None          # the budget test before the next call (stop_at)
         self.looked = False         # a look at its float registers made (note_shadows)
@@ -639,23 +638,12 @@ class Lowering(ArrayLowering):
         if _named(s.body[0].value.func, "_stop_before"):
             self.before = s
             return
-        b, t = self.b, self.t
-        if self.stop is None:       # one record for the function's tests: where, and
-            with b.goto_block(self.fn.entry_basic_block):   # the budget left there
-                at, left = b.alloca(t.i64, name="stop_at"), b.alloca(t.i64, name="stop_n")
-            block = self.fn.append_basic_block("stop")
-            with b.goto_block(block):
-                self.record(AT_SITE, b.load(at), b.load(left))
-                b.branch(self.budget_block)
-            self.stop = (block, at, left)
-        block, at, left = self.stop
         site = self.fn.append_basic_block()
         self.guard(self.truth(self.expr(s.test)), site)
         call = s.body[0].value
-        with b.goto_block(site):
-            b.store(t.i64(call.args[0].value), at)
-            b.store(self.expr(call.args[1]), left)
-            b.branch(block)
+        with self.b.goto_block(site):       # (the function's one record block: shared)
+            self.shared(AT_SITE, call.args[0].value, self.expr(call.args[1]),
+                        self.budget_block)
 
     def checkpoint(self):
         """The exit for the step budget's test at a back edge: it leaves the registers,

@@ -1195,9 +1195,7 @@ class Machine(Helpers):
         function = self._compiled_functions[c.name(fn.name, "bw" if backward else "fw")]
         # a private heap: programs that only push and pop scalars (as derivative programs
         # do) run on it; one that needs more, or leaves cells in use, goes the general way
-        cells = min(DIRECT_HEAP, self.heap_room()) if c.uses_heap else 1
-        hi = np.zeros(cells, np.int64)
-        heap = (hi, hi.view(np.float64), np.zeros(cells), np.zeros(STATE, np.int64))
+        heap = native_heap(min(DIRECT_HEAP, self.heap_room()) if c.uses_heap else 1)
         kinds = coercers(fn.params, fn.name)      # as bind() converts: same values, errors
         budget = self.max_steps
 
@@ -1222,8 +1220,7 @@ class Machine(Helpers):
         cells = min(max(self.cap, self.entry_top + DIRECT_HEAP), self.heap_room())
         if cells < self.entry_top:
             return None
-        hi = np.zeros(cells, np.int64)
-        return hi, hi.view(np.float64), np.zeros(cells), np.zeros(STATE, np.int64)
+        return native_heap(cells)
 
     def array_places(self, args: tuple) -> list | None:
         """(argument index, first cell, end cell, shape, float?) of each array argument
@@ -1328,6 +1325,13 @@ def closures_cost(code) -> int:
     """Steps the interpreter counts for these instructions (a call: entering and
     leaving), as the compiled engine charges them."""
     return sum(2 if ins.op in isa.CALLS else 1 for ins in code)
+
+
+def native_heap(cells: int) -> tuple:
+    """A fresh heap of `cells` cells for direct native calls: the int64 cells, their
+    float64 view, the shadows and the state array (templates.STATE cells)."""
+    hi = np.zeros(cells, np.int64)
+    return hi, hi.view(np.float64), np.zeros(cells), np.zeros(STATE, np.int64)
 
 
 def check_limits(**limits) -> None:

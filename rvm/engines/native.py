@@ -244,10 +244,7 @@ class Functions(dict):
         splits = {f: ((compiled.name(f, "fws"), compiled.name(f, "gbws"))
                       if f in compiled.splits else (fw, gbw), compiled.splits.get(f, 0))
                   for fw, gbw, f in names}
-        # (and the instructions from the uncompute on, for the fused call's budget test:
-        # rvm.ad.gradient.whole_run_fits)
-        tails = {f: len(compiled.program.functions[f].code) - compiled.split_at[f][1]
-                 if f in compiled.splits else 0 for _, _, f in names}
+        tails = {f: compiled.tails.get(f, 0) for _, _, f in names}   # (budget tests)
         self.fused = {compiled.name(f, "vg"): (*splits[f][0], False, splits[f][1], tails[f])
                       for _, _, f in names}
         if not compiled.uses_heap and not compiled.statements:   # (output: the machine's

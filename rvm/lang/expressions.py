@@ -137,8 +137,10 @@ class Lowering:
         return self.line + self.src.first - 1
 
     def reg(self, cls: str) -> Reg:
-        if self.free[cls]:
-            return Reg(cls, self.free[cls].pop())
+        return Reg(cls, self.free[cls].pop()) if self.free[cls] else self.new_reg(cls)
+
+    def new_reg(self, cls: str) -> Reg:
+        """A register the function has not used yet."""
         self.count[cls] += 1
         return Reg(cls, self.count[cls] - 1)
 
@@ -149,8 +151,7 @@ class Lowering:
         function's gradient start from the copy)."""
         if self.free_bases:
             return self.free_bases.pop()
-        r = Reg(INT, self.count[INT])
-        self.count[INT] += 1
+        r = self.new_reg(INT)
         self.bases.add(r)
         return r
 
@@ -451,11 +452,7 @@ class Lowering:
         key = ast.dump(e)
         r = self.shared.get(key)
         if r is None:
-            if self.shared_pool:
-                r = self.shared_pool.pop()
-            else:
-                r = Reg(INT, self.count[INT])
-                self.count[INT] += 1
+            r = self.shared_pool.pop() if self.shared_pool else self.new_reg(INT)
             code, _ = self.capture(lambda: self.integer_valued(e, r) or
                                    self.accumulate(r, 1, e, e))
             self.shared_code += code
