@@ -49,3 +49,15 @@ def test_docs_isa_md_is_up_to_date():
                                 "--stdout"], capture_output=True, text=True, check=True).stdout
     on_disk = (ROOT / "docs" / "isa.md").read_text()
     assert on_disk == generated, "docs/isa.md is stale: run python tools/gen_isa_doc.py"
+
+
+def test_every_temporary_of_the_templates_is_declared():
+    """Generated code declares each local's type, the templates' temporaries (`let NAME
+    = ...`) from isa.TEMPORARIES: one used and not listed would have no type."""
+    import re
+    lets = set()
+    for spec in isa.TABLE:
+        for template in [*spec.forward.values(), spec.adjoint or ""]:
+            lets |= set(re.findall(r"^let (\w+) =", template, re.M))
+    assert lets and lets <= set(isa.TEMPORARIES)
+    assert set(isa.TEMPORARIES.values()) <= {isa.INT, isa.FLOAT}

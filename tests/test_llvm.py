@@ -601,3 +601,27 @@ def test_a_function_writes_its_records_in_one_place():
     assert p.call("f", 0, 0.0, engine="native") == (0, 62.0)
     with pytest.raises(rvm.MachineError, match="step budget"):
         p.call("f", 0, 0.0, engine="native", max_steps=40)
+
+
+def test_a_locals_type_is_its_declaration_not_its_name():
+    """Generated functions declare every local's type (`f2: float`, parameters
+    annotated): the back end lowers each local as declared, whatever its name, and
+    refuses a local that is not declared rather than guess."""
+    import re
+    p = rvm.assemble(".func f(f0, f1)\n    ADD f0, f1\n    ADD.exp f2, f0\n"
+                     "    SUB.exp f2, f0\n.end\n", "declared.rasm")
+    c = compiled(p, True, native=True)
+    fw = c.name("f", "fw")
+    text = c.native_bodies
+    text = text[text.index(f"def {fw}("):]
+    text = text[:text.index("\ndef ") + 1] if "\ndef " in text else text
+    # the float registers renamed as integer registers are named: r7 is f0, r8 is f2
+    renamed = re.sub(r"\bf2\b", "r8", re.sub(r"\bf0\b", "r7", text))
+    assert "r7: float" in renamed and "r8: float" in renamed
+    run = llvm.functions(renamed, {}, {}, 1e-9)[fw]
+    top = np.array([0, 1000] + [0] * (STATE - 2), np.int64)
+    assert run(None, None, None, top, 1.5, 0.25) == (1.75, 0.25)
+    # a local without its declaration: refused (the engine then runs the Python code)
+    undeclared = renamed.replace("    r8: float\n", "")
+    with pytest.raises(llvm.Unsupported, match="undeclared type: r8"):
+        llvm.functions(undeclared, {}, {}, 1e-9)

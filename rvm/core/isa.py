@@ -12,7 +12,7 @@ Template language, one statement per line:
     {gx} ...              a statement on x's gradient shadow; dropped when x has none
                           (an immediate or an integer register)
     check COND : MESSAGE  an invertibility check made before anything changes
-    let NAME = EXPR       a temporary
+    let NAME = EXPR       a temporary (one of TEMPORARIES, which gives its class)
     do EXPR               an expression run for its effect (heap management)
 
 Operand kinds: D accumulated destination (its register class picks the int or the float
@@ -35,6 +35,9 @@ from __future__ import annotations
 import attrs
 
 INT, FLOAT = "i", "f"
+# the templates' temporaries (`let NAME = EXPR`) and their classes: generated code
+# declares them with these types (rvm.engines.compiled)
+TEMPORARIES = {"p": "f", "c": "f", "s": "f"}
 CONDITIONS = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
 NEGATED = {"EQ": "NE", "NE": "EQ", "LT": "GE", "GE": "LT", "GT": "LE", "LE": "GT"}
 

@@ -1,7 +1,8 @@
 """The compiled engine: each bytecode function becomes one generated Python function.
 
-Registers become local variables and control flow a small loop over basic blocks, so a run
-costs Python statements instead of one closure call per instruction. The instruction bodies
+Registers become local variables, each declared with its type (see TYPES), and control
+flow a small loop over basic blocks, so a run costs Python statements instead of one
+closure call per instruction. The instruction bodies
 come from the same templates as the interpreter (rvm.core.isa, rendered by
 rvm.engines.templates), and no backward semantics are written here at all: the backward
 function of `f` is the forward function of `f`'s bytecode inverse (rvm.core.inverse:
@@ -64,6 +65,19 @@ BUDGET_OR_FINITE = ("raise Limit('step budget exhausted, or a float result not f
 
 def _local(reg: Reg) -> tuple[str, str]:
     return (f"r{reg.n}", f"gr{reg.n}") if reg.cls == isa.INT else (f"f{reg.n}", f"gf{reg.n}")
+
+
+# Generated functions are typed: each parameter is annotated and every other local
+# declared (`f3: float`) before the body, so that a back end reads each local's type
+# from the code itself (rvm.engines.lowering), never from its name. The Python engine
+# pays nothing for them (a local's annotation is not evaluated). Besides the registers
+# and their shadows, the locals every generated function may use: the step budget left,
+# the finiteness sum, the block to run next, the derivatives' largest magnitude
+# (derived_registers), a heap address (rvm.engines.templates: Operands) and the
+# instruction table's temporaries (rvm.core.isa.TEMPORARIES)
+TYPES = {isa.INT: "int", isa.FLOAT: "float"}
+SCRATCH = {"_n": "int", "_fin": "float", "_b": "int", "_s": "float", "_a": "int",
+           **{name: TYPES[cls] for name, cls in isa.TEMPORARIES.items()}}
 
 
 # Program.cache key of a derived program's (rvm.ad.transforms) {function: the number of
@@ -606,6 +620,13 @@ class _Writer:
             names += [_local(p)[1] for p in self.fn.params if p.cls == isa.FLOAT]
         return names
 
+    def typed_params(self) -> list[str]:
+        """The parameters, annotated with their types."""
+        kinds = [TYPES[p.cls] for p in self.fn.params]
+        if self.gradient:
+            kinds += ["float" for p in self.fn.params if p.cls == isa.FLOAT]
+        return [f"{name}: {kind}" for name, kind in zip(self.params(), kinds)]
+
     def arrive(self, depth: int, i: int, jumped: bool) -> None:
         """Checks a comefrom makes when control arrives at instruction i."""
         if not self.c.checks or i >= len(self.fn.code):
@@ -943,9 +964,18 @@ class _Writer:
         leaders = [b for b in leaders if b < n] or [0]
         self.block = {start: k for k, start in enumerate(leaders)}
         self.known = self.known_entries(leaders) if self.c.native else None
-        self.emit(1, f"def {name}(M, {', '.join(self.params())}):")
+        self.emit(1, f"def {name}(M, {', '.join(self.typed_params())}):")
         params = set(fn.params)
-        for r in dict.fromkeys(fn.registers + (self.outputs or [])):
+        registers = dict.fromkeys(fn.registers + (self.outputs or []))
+        for r in registers:                 # the locals' declarations (see TYPES)
+            value, shadow = _local(r)
+            if r not in params:
+                self.emit(2, f"{value}: {TYPES[r.cls]}")
+            if self.gradient and r.cls == isa.FLOAT and r not in params:
+                self.emit(2, f"{shadow}: float")
+        for local, kind in SCRATCH.items():
+            self.emit(2, f"{local}: {kind}")
+        for r in registers:
             value, shadow = _local(r)
             if r not in params:
                 self.emit(2, f"{value} = {'0' if r.cls == isa.INT else '0.0'}")

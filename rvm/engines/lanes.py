@@ -39,6 +39,7 @@ from .lowering import (
     Unsupported,
     block_cases,
     callees,
+    declared,
     guard,
     is_exact,
     is_raise,
@@ -71,11 +72,12 @@ def signature(ir, t: LaneTypes, node: ast.FunctionDef):
     -> the results, each a vector."""
     params = [a.arg for a in node.args.args[4:]]
     returns = returns_of(node)
-    if any(t.of(n) is None for n in params + returns):
-        raise Unsupported("a parameter of unknown type")
-    ret = ir.LiteralStructType([t.of(n) for n in returns])
+    types = declared(node)
+    if any(t.of(types.get(n)) is None for n in params + returns):
+        raise Unsupported("a parameter of undeclared type")
+    ret = ir.LiteralStructType([t.of(types[n]) for n in returns])
     head = [t.state, t.ptr, t.ptr, t.fptr, t.s64, t.i1]
-    return ir.FunctionType(ret, head + [t.of(n) for n in params]), params, returns
+    return ir.FunctionType(ret, head + [t.of(types[n]) for n in params]), params, returns
 
 
 def inlined(calls: dict, names) -> set:

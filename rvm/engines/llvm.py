@@ -39,7 +39,6 @@ from .lowering import (
     BUDGET,
     CHECKPOINT,
     FAULT,
-    FLOAT_NAMES,
     FRAME_REGISTER,
     INTERRUPT,
     INTERRUPT_CELL,
@@ -50,6 +49,7 @@ from .lowering import (
     Unsupported,
     budget_test,
     callees,
+    declared,
     end_shadows,
     guard,
     loop_over,
@@ -268,13 +268,14 @@ def _target_machine():
 def _signature(ir, t: Types, node: ast.FunctionDef):
     params = [a.arg for a in node.args.args[4:]]        # after HI, HF, HG, TOP
     returns = returns_of(node)
+    types = declared(node)
     for name in params + returns:
-        if t.of(name) is None:
-            raise Unsupported(f"a parameter of unknown type: {name}")
+        if t.of(types.get(name)) is None:
+            raise Unsupported(f"a parameter of undeclared type: {name}")
     # (a gradient function's float locals' shadows after its results: end_shadows)
-    ret = ir.LiteralStructType([t.of(n) for n in returns + end_shadows(node)])
+    ret = ir.LiteralStructType([t.of(types[n]) for n in returns + end_shadows(node)])
     heap = [t.ptr, t.ptr, t.ptr, t.fptr, t.i64]     # state, fault flag, HI, HG, capacity
-    return ir.FunctionType(ret, heap + [t.of(n) for n in params]), params, returns
+    return ir.FunctionType(ret, heap + [t.of(types[n]) for n in params]), params, returns
 
 
 def _py_function(ir, t: Types, module, name: str):
@@ -361,7 +362,7 @@ def _entry(ir, t: Types, module, name: str, inner, returns: list[str], fused=Non
         return out
 
     def boxed(out, names, at=None):
-        return [b.call(api("PyFloat_FromDouble" if t.of(names[k]) == t.f64 else
+        return [b.call(api("PyFloat_FromDouble" if out.type.elements[k] == t.f64 else
                            "PyLong_FromLongLong"), [b.extract_value(out, k)])
                 for k in (range(len(names)) if at is None else at)]
 
@@ -716,10 +717,10 @@ def ir_module(source: str, tol: float, fused: dict, batches: dict, runs=None) ->
 
 class _Source:
     """The generated functions' text, read one function at a time: a first pass keeps
-    each function's calls, step-budget tests and signature (a stub of its parameters and
-    its return); in a large program a function's whole syntax tree is made again while
-    it is lowered, and dropped, so memory holds one function's tree at a time (a
-    program's trees took 5 GB at 10^6 instructions)."""
+    each function's calls, step-budget tests and signature (a stub of its declarations,
+    parameters and return); in a large program a function's whole syntax tree is made
+    again while it is lowered, and dropped, so memory holds one function's tree at a
+    time (a program's trees took 5 GB at 10^6 instructions)."""
 
     KEEP = 4_000_000        # characters of text under which the trees are kept instead
     # (parsing a function twice costs about 10% of a compile's Python side)
@@ -750,8 +751,9 @@ class _Source:
             self.calls[name], tests[name] = calls, count
             kept = [ast.Assign([ast.Name(n, ast.Store())], ast.Constant(0.0), lineno=0)
                     for n in sorted(shadows)]
+            types = [s for s in node.body if isinstance(s, ast.AnnAssign)]  # (declared)
             self.stubs[name] = ast.FunctionDef(name=name, args=node.args,
-                                               body=kept + ([ret] if ret else []),
+                                               body=types + kept + ([ret] if ret else []),
                                                decorator_list=[])
         self.run_out = running_out(tests, self.calls)
 
@@ -1019,11 +1021,12 @@ class Batch:
 
 
 def _kinds(source: str) -> dict:
-    """{generated function: its parameters' dtypes}, from the names in its def line."""
+    """{generated function: its parameters' dtypes}, as its def line declares them."""
     out = {}
-    for name, params in re.findall(r"^def (\w+)\(HI, HF, HG, TOP(.*)\):", source, re.M):
-        names = [p.strip() for p in params.split(",") if p.strip()]
-        out[name] = ["float64" if FLOAT_NAMES.fullmatch(p) else "int64" for p in names]
+    dtypes = {"int": "int64", "float": "float64"}
+    for line in re.findall(r"^def \w+\(HI, HF, HG, TOP.*\):", source, re.M):
+        node = ast.parse(line + " pass").body[0]
+        out[node.name] = [dtypes[a.annotation.id] for a in node.args.args[4:]]
     return out
 
 

@@ -1,7 +1,8 @@
 """The lowering of generated functions to LLVM IR (rvm.engines.llvm): each local's type
-from its name, each statement of the small subset of Python that rvm.engines.compiled
-writes as LLVM instructions, with the same checks and faults. rvm.engines.lanes lowers the
-same functions with every local a vector of rows."""
+as the function declares it (rvm.engines.compiled.TYPES), each statement of the small
+subset of Python that rvm.engines.compiled writes as LLVM instructions, with the same
+checks and faults. rvm.engines.lanes lowers the same functions with every local a vector
+of rows."""
 
 from __future__ import annotations
 
@@ -15,16 +16,12 @@ from .arraylowering import HELPERS as ARRAY_HELPERS
 from .arraylowering import ArrayLowering
 from .templates import LAST, NOW, SHADOWS, SHADOWS_BAD, STOP
 
-# a local's type follows from its name
-_INT_NAMES = re.compile(r"g?r\d+|_n|_b|_a|T0|t0|b0")
-FLOAT_NAMES = re.compile(r"g?f\d+|_fin|p|c|s|_s")   # (_s: compiled.derived_registers)
 _REGISTER = re.compile(r"f\d+")     # a float register's value (not its shadow)
 # functions that raise in Python where machine code returns inf or nan: those whose
 # domain is a half line, and the others (sin and cos raise only on inf, which no finite
 # register holds; tanh and atan2 never do)
 _DOMAIN = {"math.sqrt": "<", "math.log": "<="}
 _MATH_ERRORS = {"math.exp", "math.pow", "math.fmod", "np.fmod", "dpow_db"}
-_FLAGS = {"_ok", "_m"}
 # fault codes: a failed check (or a limit); the heap is full (the cells wanted are left in
 # the state array's heap top); the step budget ran out; the run was interrupted (SIGINT);
 # the output buffer is full (see Lowering.said)
@@ -48,14 +45,19 @@ class Types:
         self.ptr = self.i64.as_pointer()
         self.fptr = self.f64.as_pointer()
 
-    def of(self, name: str):
-        if name in _FLAGS:
-            return self.i1
-        if _INT_NAMES.fullmatch(name):
-            return self.i64
-        if FLOAT_NAMES.fullmatch(name):
-            return self.f64
-        return None
+    def of(self, kind: str | None):
+        """The type of a local declared `kind` (int, float, bool), or None."""
+        return {"int": self.i64, "float": self.f64, "bool": self.i1}.get(kind)
+
+
+def declared(node: ast.FunctionDef) -> dict[str, str]:
+    """{local: its declared type}: the parameters' annotations and the declarations
+    (`f3: float`) at the top of the function's body (rvm.engines.compiled.TYPES)."""
+    out = {a.arg: a.annotation.id for a in node.args.args if a.annotation is not None}
+    for s in node.body:
+        if isinstance(s, ast.AnnAssign) and s.value is None:
+            out[s.target.id] = s.annotation.id
+    return out
 
 
 _FLOAT_OPS = {ast.Add: "fadd", ast.Sub: "fsub", ast.Mult: "fmul", ast.Div: "fdiv"}
@@ -109,10 +111,11 @@ class Lowering(ArrayLowering):
         self.b = ir.IRBuilder(entry)
         self.S, self.flag, self.H, self.G, self.cap = self.fn.args[:5]
         self.vars: dict = {}
+        types = declared(node)
         for name in _assigned(node) | set(self.params):
-            ty = t.of(name)
+            ty = t.of(types.get(name))
             if ty is None:
-                raise Unsupported(f"a local of unknown type: {name}")
+                raise Unsupported(f"a local of undeclared type: {name}")
             self.vars[name] = self.b.alloca(ty, name=name)
         self.prologue()
         self.loops: list = []       # (continue block, break block)
@@ -335,7 +338,8 @@ class Lowering(ArrayLowering):
 
     # ------------------------------------------------------------ statements
     def body(self, stmts) -> None:
-        for k, s in enumerate(stmts):
+        stmts = [s for s in stmts if not (isinstance(s, ast.AnnAssign) and s.value is None)]
+        for k, s in enumerate(stmts):       # (declarations: see declared)
             if self.b.block.is_terminated:
                 return
             self.following = stmts[k + 1] if k + 1 < len(stmts) else None
@@ -1293,9 +1297,12 @@ def is_raise(stmts) -> bool:
 
 
 def _assigned(node) -> set[str]:
+    """The names a function assigns (not those it only declares)."""
+    declarations = {id(s.target) for s in node.body if isinstance(s, ast.AnnAssign)}
     out = set()
     for n in ast.walk(node):
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id != "_":
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id != "_" and \
+                id(n) not in declarations:
             out.add(n.id)
     return out
 

@@ -144,8 +144,9 @@ def defer_checks(source: str) -> str:
             dirty = False
         mask = False
         if stripped.startswith("def "):
-            out += [line, f"{ind}    _ok = True", f"{ind}    _m = True",
-                    f"{ind}    T0 = TOP[0]"]
+            # (the fault flags and the heap top's local, declared: see compiled.TYPES)
+            out += [line, f"{ind}    _ok: bool", f"{ind}    _m: bool", f"{ind}    T0: int",
+                    f"{ind}    _ok = True", f"{ind}    _m = True", f"{ind}    T0 = TOP[0]"]
             dirty = False
             continue
         out.append(line)
