@@ -1,14 +1,13 @@
 """The compiled engine: each bytecode function becomes one generated Python function.
 
-Registers become local variables, each declared with its type (see TYPES), and control
-flow a small loop over basic blocks, so a run costs Python statements instead of one
-closure call per instruction. The instruction bodies
-come from the same templates as the interpreter (rvm.core.isa, rendered by
-rvm.engines.templates), and no backward semantics are written here at all: the backward
-function of `f` is the forward function of `f`'s bytecode inverse (rvm.core.inverse:
-reversed, each instruction inverted, branches and comefroms swapping roles), and the
-gradient pass is the forward run of that inverse with each float instruction switched to
-its adjoint.
+Registers become local variables (in native code's text each declared with its type: see
+TYPES), and control flow a small loop over basic blocks, so a run costs Python statements
+instead of one closure call per instruction. The instruction bodies come from the same
+templates as the interpreter (rvm.core.isa, rendered by rvm.engines.templates), and no
+backward semantics are written here at all: the backward function of `f` is the forward
+function of `f`'s bytecode inverse (rvm.core.inverse: reversed, each instruction
+inverted, branches and comefroms swapping roles), and the gradient pass is the forward
+run of that inverse with each float instruction switched to its adjoint.
 
     fw   f forwards                gfw   f forwards, inverting adjoint steps
     bw   invert(f) forwards        gbw   invert(f) forwards with adjoints (the gradient pass)
@@ -67,17 +66,35 @@ def _local(reg: Reg) -> tuple[str, str]:
     return (f"r{reg.n}", f"gr{reg.n}") if reg.cls == isa.INT else (f"f{reg.n}", f"gf{reg.n}")
 
 
-# Generated functions are typed: each parameter is annotated and every other local
-# declared (`f3: float`) before the body, so that a back end reads each local's type
-# from the code itself (rvm.engines.lowering), never from its name. The Python engine
-# pays nothing for them (a local's annotation is not evaluated). Besides the registers
-# and their shadows, the locals every generated function may use: the step budget left,
-# the finiteness sum, the block to run next, the derivatives' largest magnitude
-# (derived_registers), a heap address (rvm.engines.templates: Operands) and the
-# instruction table's temporaries (rvm.core.isa.TEMPORARIES)
+# Native code's generated functions are typed: each parameter is annotated and every
+# other local declared (`f3: float`) before the body, so that the back end reads each
+# local's type from the code itself (rvm.engines.lowering), never from its name. (The
+# Python engine's text, which needs no types, goes without: they made it a fifth
+# longer.) Besides the registers and their shadows, the locals a generated function may
+# use: the step budget left and the finiteness sum (always), the block to run next (a
+# function of several blocks), the derivatives' largest magnitude (derived_registers),
+# a heap address (an instruction with a memory operand: rvm.engines.templates,
+# Operands) and the instruction table's temporaries (rvm.core.isa.TEMPORARIES, in the
+# templates that use them)
 TYPES = {isa.INT: "int", isa.FLOAT: "float"}
-SCRATCH = {"_n": "int", "_fin": "float", "_b": "int", "_s": "float", "_a": "int",
-           **{name: TYPES[cls] for name, cls in isa.TEMPORARIES.items()}}
+_LET = re.compile(r"^let (\w+) =", re.M)
+
+
+def _scratch(fn: Function, loop: bool, derived: bool) -> dict[str, str]:
+    """The locals besides registers and shadows that fn's generated function declares."""
+    out = {"_n": "int", "_fin": "float"}
+    if loop:
+        out["_b"] = "int"
+    if derived:
+        out["_s"] = "float"
+    if any(isinstance(a, Mem) for ins in fn.code for a in ins.args):
+        out["_a"] = "int"
+    specs = {ins.spec.name: ins.spec for ins in fn.code}
+    for spec in specs.values():
+        for template in (*spec.forward.values(), spec.adjoint or ""):
+            for name in _LET.findall(template):
+                out[name] = TYPES[isa.TEMPORARIES[name]]
+    return out
 
 
 # Program.cache key of a derived program's (rvm.ad.transforms) {function: the number of
@@ -964,16 +981,19 @@ class _Writer:
         leaders = [b for b in leaders if b < n] or [0]
         self.block = {start: k for k, start in enumerate(leaders)}
         self.known = self.known_entries(leaders) if self.c.native else None
-        self.emit(1, f"def {name}(M, {', '.join(self.typed_params())}):")
+        native = self.c.native
+        typed = self.typed_params() if native else self.params()
+        self.emit(1, f"def {name}(M, {', '.join(typed)}):")
         params = set(fn.params)
         registers = dict.fromkeys(fn.registers + (self.outputs or []))
-        for r in registers:                 # the locals' declarations (see TYPES)
+        for r in registers if native else ():     # the locals' declarations (see TYPES)
             value, shadow = _local(r)
             if r not in params:
                 self.emit(2, f"{value}: {TYPES[r.cls]}")
             if self.gradient and r.cls == isa.FLOAT and r not in params:
                 self.emit(2, f"{shadow}: float")
-        for local, kind in SCRATCH.items():
+        scratch = _scratch(fn, len(leaders) > 1, self.derived is not None) if native else {}
+        for local, kind in scratch.items():
             self.emit(2, f"{local}: {kind}")
         for r in registers:
             value, shadow = _local(r)
