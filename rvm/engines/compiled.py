@@ -631,18 +631,15 @@ class _Writer:
     def emit(self, depth: int, text: str) -> None:
         self.lines.append("    " * depth + text)
 
-    def params(self) -> list[str]:
-        names = [_local(p)[0] for p in self.fn.params]
+    def params(self, typed: bool = False) -> list[str]:
+        """The parameters' names (typed: annotated with their types, see TYPES)."""
+        def named(name: str, kind: str) -> str:
+            return f"{name}: {kind}" if typed else name
+        names = [named(_local(p)[0], TYPES[p.cls]) for p in self.fn.params]
         if self.gradient:
-            names += [_local(p)[1] for p in self.fn.params if p.cls == isa.FLOAT]
+            names += [named(_local(p)[1], "float") for p in self.fn.params
+                      if p.cls == isa.FLOAT]
         return names
-
-    def typed_params(self) -> list[str]:
-        """The parameters, annotated with their types."""
-        kinds = [TYPES[p.cls] for p in self.fn.params]
-        if self.gradient:
-            kinds += ["float" for p in self.fn.params if p.cls == isa.FLOAT]
-        return [f"{name}: {kind}" for name, kind in zip(self.params(), kinds)]
 
     def arrive(self, depth: int, i: int, jumped: bool) -> None:
         """Checks a comefrom makes when control arrives at instruction i."""
@@ -981,26 +978,23 @@ class _Writer:
         leaders = [b for b in leaders if b < n] or [0]
         self.block = {start: k for k, start in enumerate(leaders)}
         self.known = self.known_entries(leaders) if self.c.native else None
-        native = self.c.native
-        typed = self.typed_params() if native else self.params()
-        self.emit(1, f"def {name}(M, {', '.join(typed)}):")
+        native = self.c.native          # (native code's text is typed: see TYPES)
+        self.emit(1, f"def {name}(M, {', '.join(self.params(typed=native))}):")
+
+        def local(name: str, kind: str, zero: str) -> None:
+            if native:
+                self.emit(2, f"{name}: {kind}")
+            self.emit(2, f"{name} = {zero}")
         params = set(fn.params)
-        registers = dict.fromkeys(fn.registers + (self.outputs or []))
-        for r in registers if native else ():     # the locals' declarations (see TYPES)
+        for r in dict.fromkeys(fn.registers + (self.outputs or [])):
             value, shadow = _local(r)
             if r not in params:
-                self.emit(2, f"{value}: {TYPES[r.cls]}")
+                local(value, TYPES[r.cls], "0" if r.cls == isa.INT else "0.0")
             if self.gradient and r.cls == isa.FLOAT and r not in params:
-                self.emit(2, f"{shadow}: float")
+                local(shadow, "float", "0.0")
         scratch = _scratch(fn, len(leaders) > 1, self.derived is not None) if native else {}
-        for local, kind in scratch.items():
-            self.emit(2, f"{local}: {kind}")
-        for r in registers:
-            value, shadow = _local(r)
-            if r not in params:
-                self.emit(2, f"{value} = {'0' if r.cls == isa.INT else '0.0'}")
-            if self.gradient and r.cls == isa.FLOAT and r not in params:
-                self.emit(2, f"{shadow} = 0.0")
+        for other, kind in scratch.items():
+            self.emit(2, f"{other}: {kind}")
         if self.derived is not None:
             self.emit(2, "_s = M.dscale")
         self.arrive(2, 0, False)
