@@ -353,6 +353,11 @@ class _Direct:
             not comp.native and native.available else None
         return both, heap, (exact, convert), seed, scatter, upgrade, state
 
+    def native(self, args) -> bool:
+        """Did this thread's direct call with these arguments run native code?"""
+        plan = self.plans.get(call_kind(args))
+        return isinstance(plan, tuple) and plan[-1] is not None
+
     def looked(self, args) -> int | None:
         """After this thread's direct call with these arguments returned gradients that
         are not finite: the budget left at the last look of its native gradient pass at
@@ -644,7 +649,8 @@ def _value_and_grad(fn, loss: Loss, machine_options: dict,
             target = find_argument(m.bindings, m.stack[0].fn, loss, "loss")
             fast = m.results(), runner.backward(m, target)
         if not finite(fast[1]):
-            raise not_finite(runner, args, loss, fast[1], direct.looked(args))
+            raise not_finite(runner, args, loss, fast[1], direct.looked(args),
+                             fast[0] if direct.native(args) else None)
         return fast
 
     def batch(columns: list):
@@ -668,8 +674,8 @@ def finite(grads) -> bool:
     return True
 
 
-def not_finite(runner: Pass, args, loss: Loss, grads,
-               looked: int | None = None) -> MachineError:
+def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
+               ended: tuple | None = None) -> MachineError:
     """The error for gradients that came out inf or nan: which argument's, and where in
     the gradient pass a shadow first stopped being finite (a shadow that overflows where
     nothing reads it, a constant's, is not an error). Native code does not test shadows
@@ -678,12 +684,24 @@ def not_finite(runner: Pass, args, loss: Loss, grads,
     Machine._exhausted), starting at the last look native code made at a loop's shadows
     before one that found them not finite, to within SEARCHED steps, from where the
     interpreter steps one instruction at a time: a few native passes, not the whole
-    pass on the interpreter (it took 13 s for a pass native code runs in 1 ms)."""
+    pass on the interpreter (it took 13 s for a pass native code runs in 1 ms).
+    ended: the arguments' final values from the native call that found the gradients
+    not finite: the search starts from them, at the function's end, without running
+    the forward pass again (a program without a heap, its locals checked to be zero
+    there, ends with nothing else)."""
+    from ..engines.compiled import compiled
     from ..engines.explain import names_at
     program, name, names = target(runner.fn, args)
     m = Machine(program, **runner.options)
-    m.enter(name, *args, names=names)
-    m.run(1)
+    heap = any(ins.spec.group in ("memory", "array") for f in program.functions.values()
+               for ins in f.code)
+    if ended is not None and m.checks and not heap:
+        fr = m.enter(name, *ended, names=names)
+        fr.state = 2 * len(fr.fn.code)
+        m._compiled = compiled(program, m.checks, native=True)
+    else:
+        m.enter(name, *args, names=names)
+        m.run(1)
     which = [b.name for b, g in zip(m.bindings, grads) if g is not None and not finite([g])]
     shown = next(g for g in grads if g is not None and not finite([g]))
     shown = f"is {shown}" if type(shown) is float else "has inf or nan elements"
@@ -727,13 +745,18 @@ def not_finite(runner: Pass, args, loss: Loss, grads,
         """The interpreter's steps from where the machine stands, up to limit: the
         error at the first where a shadow of the frame that took it (or a cell's) is
         not finite, or None."""
+        m.entered()
         for _ in range(limit):
             fr = m.stack[-1]
             i = fr.index(-fr.dir)
-            if not m.back():
+            if m._move(-1, 1) != 1:
                 break
-            bad = [r for r in fr.fn.registers if r.cls == isa.FLOAT and
-                   not finite([fr.G[fr.fn.slot(r)]])] if not shadows_finite(fr) else []
+            G, bad = fr.G, []
+            if G is not None:
+                total = sum(G[fr.fn.n_int:])    # (inf or nan if one is, or on overflow)
+                if total - total != 0.0:
+                    bad = [r for r in fr.fn.registers if r.cls == isa.FLOAT and
+                           not finite([G[fr.fn.slot(r)]])]
             if bad or (m.top and heap_bad()):
                 ins = fr.fn.code[i]
                 label = names_at(fr.fn, ins.line).get(bad[0]) if bad else None
@@ -749,8 +772,6 @@ def not_finite(runner: Pass, args, loss: Loss, grads,
     # interpreter's midway, where it accumulates a product's into the cell's shadow at
     # once: a search on them can find another place)
     lo, hi = 0, 0
-    heap = any(ins.spec.group in ("memory", "array") for f in program.functions.values()
-               for ins in f.code)
     if m._compiled is not None and m._compiled.native and not heap:
         # the pass natively, whole: the last look at a loop's (or a returning frame's)
         # shadows before one found them not finite (rvm.engines.lowering: note_shadows);
