@@ -261,6 +261,34 @@ def test_counted_loops_are_lowered_with_an_exact_entry_test():
     assert "llvm.smul.with.overflow.i64" in text and "llvm.sadd.with.overflow.i64" in text
 
 
+def test_a_counted_loops_entry_test_works_out_each_sum_once():
+    """The entry tests repeat their bounds' sums (each element address's, at the first
+    and the last pass, for each check of it): each distinct +, - or * of a test is one
+    overflow-checked operation in the LLVM code, made once, however often it appears."""
+    import ast
+    import re
+
+    from test_engines import ROW
+    p = rvm.assemble(ROW, "row.rasm")
+    source = compiled(p, True, native=True).native_bodies
+    forward = source[source.index("def F0_fw("):]
+    forward = forward[:forward.index("\ndef ")]
+    test = next(line.strip()[3:-1] for line in forward.split("\n") if "_exact(" in line)
+    sums = [ast.dump(n) for n in ast.walk(ast.parse(test, mode="eval"))
+            if isinstance(n, ast.BinOp) and type(n.op) in (ast.Add, ast.Sub, ast.Mult)]
+    assert len(sums) > 2 * len(set(sums))       # (the test repeats them)
+
+    def checked(source) -> int:     # overflow-checked operations in F0_fw's LLVM code
+        text = llvm.ir_module(source, 1e-9, {}, {})
+        ir = text[text.index('@"F0_fw_"('):]
+        return len(re.findall(r"call \{i64, i1\} @\"llvm\.s\w+\.with\.overflow",
+                              ir[:ir.index("\n}")]))
+    # (the build without counted loops has the general loop's own: its address sum)
+    plain = compiled(p, True, native=True, strict=True).native_bodies
+    assert checked(source) == checked(plain) + len(set(sums))
+    assert p.call("row", 4, 2, 0, 1.5, 0.0, engine="native") == (4, 2, 8, 1.5, 1.5)
+
+
 def test_shadow_arithmetic_may_drop_the_sign_of_zero():
     """A gradient pass's shadow arithmetic is lowered with LLVM's nsz flag (a shadow that
     is zero may come out as -0.0 or 0.0), so that a shadow made zero and then added to

@@ -1,16 +1,17 @@
 """The native engine's back end: LLVM IR written straight from the generated functions.
 
 The functions rvm generates need no general compiler's front end (type inference): every
-local's type follows from its name (`r3` int64, `f3` and `gf3` float64,
-`_ok` a flag), and the statements are a small fixed subset of Python (assignments,
-if/while/break/continue, heap cells and helpers, calls of other generated functions,
-`raise Fault`). rvm.engines.lowering lowers that subset to LLVM IR with llvmlite
-(rvm.engines.lanes: for rows in lockstep); this module adds the entries, optimises the
-module with LLVM's -O2 pipeline and keeps the machine code in the on-disk cache as an object
-file. Entries (made in groups, each on first need: rvm.engines.native.Functions): the run
-modes of the generated functions, the fused value-and-gradient calls (vg; vgs for
-programs without heap) and the batch loops of rvm.vmap (csb, usb, vgsb, jsb), each a
-CPython builtin that unboxes its arguments and boxes its results itself.
+local is declared with its type (`r3: int` an int64, `f3: float` and `gf3: float` a
+float64, `_ok: bool` a flag: rvm.engines.compiled.TYPES), and the statements are a small
+fixed subset of Python (assignments, if/while/break/continue, heap cells and helpers,
+calls of other generated functions, `raise Fault`). rvm.engines.lowering lowers that
+subset to LLVM IR with llvmlite (rvm.engines.lanes: for rows in lockstep); this module
+adds the entries, optimises the module with LLVM's -O2 pipeline and keeps the machine
+code in the on-disk cache as an object file. Entries (made in groups, each on first
+need: rvm.engines.native.Functions): the run modes of the generated functions, the fused
+value-and-gradient calls (vg; vgs for programs without heap) and the batch loops of
+rvm.vmap (csb, usb, vgsb, jsb), each a CPython builtin that unboxes its arguments and
+boxes its results itself.
 
 Semantics (the source after rvm.engines.native's rewrite): int64 arithmetic wraps; a
 failed check, a non-finite float result, an exhausted step budget, an integer division

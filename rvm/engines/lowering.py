@@ -136,6 +136,7 @@ class Lowering(ArrayLowering):
         self.records: dict = {}     # where a record goes next -> its shared block (shared)
         self.before = None          # the budget test before the next call (stop_at)
         self.looked = False         # a look at its float registers made (note_shadows)
+        self.worked_out: dict = {}  # a counted loop's entry test's parts (exact)
         if type(self) is Lowering:
             with self.b.goto_block(self.fn.entry_basic_block):
                 self.last = self.b.alloca(t.i64, name="last")
@@ -490,6 +491,8 @@ class Lowering(ArrayLowering):
         # often false: then the rest is not worked out)
         parts = test.values if isinstance(test, ast.BoolOp) and \
             isinstance(test.op, ast.And) else [test]
+        parts = list({ast.dump(p): p for p in parts}.values())     # (each once)
+        self.worked_out = {}    # each subexpression once (see exact)
         for k, part in enumerate(parts):
             overflow = [self.t.i1(0)]
             ok = b.and_(self.truth(self.exact(part, overflow)), b.not_(overflow[0]))
@@ -512,7 +515,18 @@ class Lowering(ArrayLowering):
 
     def exact(self, e, overflow: list):
         """An int condition or value of a counted loop's entry test, its overflows or-ed
-        into overflow[0]."""
+        into overflow[0]. A subexpression the test has worked out already is that value
+        again (its overflow is in overflow[0] already, or an earlier part of the test,
+        which branches away on one, had it): the tests repeat their bounds' sums."""
+        if isinstance(e, (ast.BinOp, ast.Compare, ast.BoolOp, ast.UnaryOp)):
+            key = ast.dump(e)
+            done = self.worked_out.get(key)
+            if done is None:
+                done = self.worked_out[key] = self._exact(e, overflow)
+            return done
+        return self._exact(e, overflow)
+
+    def _exact(self, e, overflow: list):
         b, t = self.b, self.t
         if isinstance(e, ast.BinOp) and type(e.op) in _CHECKED:
             a, c = (self.coerce(self.exact(x, overflow), t.i64) for x in (e.left, e.right))
