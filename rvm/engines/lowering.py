@@ -112,7 +112,7 @@ class Lowering(ArrayLowering):
         self.S, self.flag, self.H, self.G, self.cap = self.fn.args[:5]
         self.vars: dict = {}
         types = declared(node)
-        for name in _assigned(node) | set(self.params):
+        for name in [*self.params, *sorted(_assigned(node) - set(self.params))]:
             ty = t.of(types.get(name))
             if ty is None:
                 raise Unsupported(f"a local of undeclared type: {name}")
