@@ -136,7 +136,9 @@ class Lowering(ArrayLowering):
         self.records: dict = {}     # where a record goes next -> its shared block (shared)
         self.before = None          # the budget test before the next call (stop_at)
         self.looked = False         # a look at its float registers made (note_shadows)
-        self.worked_out: dict = {}  # a counted loop's entry test's parts (exact)
+        self.worked_out: dict = {}  # a counted loop's entry test's values (exact), by
+        self.shapes: dict = {}      # shape: the numbers of its expressions' structures
+        self.numbers: dict = {}
         if type(self) is Lowering:
             with self.b.goto_block(self.fn.entry_basic_block):
                 self.last = self.b.alloca(t.i64, name="last")
@@ -479,9 +481,10 @@ class Lowering(ArrayLowering):
         counted loop charges every pass up front, so such a callee would run out early,
         and with no record of the pass (see call); beside the call, a pass's tests cost
         little."""
-        if type(self) is Lowering and any(
+        run_out = self.functions.get("RUN_OUT", ())
+        if type(self) is Lowering and run_out and any(
                 isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and
-                c.func.id in self.functions.get("RUN_OUT", ()) for c in ast.walk(s)):
+                c.func.id in run_out for c in ast.walk(s)):
             self.body(s.orelse)
             return
         b = self.b
@@ -491,8 +494,8 @@ class Lowering(ArrayLowering):
         # often false: then the rest is not worked out)
         parts = test.values if isinstance(test, ast.BoolOp) and \
             isinstance(test.op, ast.And) else [test]
-        parts = list({ast.dump(p): p for p in parts}.values())     # (each once)
-        self.worked_out = {}    # each subexpression once (see exact)
+        self.worked_out, self.shapes, self.numbers = {}, {}, {}   # (see exact)
+        parts = list({self.shape(p): p for p in parts}.values())     # (each once)
         for k, part in enumerate(parts):
             overflow = [self.t.i1(0)]
             ok = b.and_(self.truth(self.exact(part, overflow)), b.not_(overflow[0]))
@@ -519,12 +522,37 @@ class Lowering(ArrayLowering):
         again (its overflow is in overflow[0] already, or an earlier part of the test,
         which branches away on one, had it): the tests repeat their bounds' sums."""
         if isinstance(e, (ast.BinOp, ast.Compare, ast.BoolOp, ast.UnaryOp)):
-            key = ast.dump(e)
+            key = self.shape(e)
             done = self.worked_out.get(key)
             if done is None:
                 done = self.worked_out[key] = self._exact(e, overflow)
             return done
         return self._exact(e, overflow)
+
+    def shape(self, e) -> int:
+        """A number for e's structure within a counted loop's entry test (see exact):
+        the same for equal expressions, made from its parts' numbers."""
+        known = self.shapes.get(id(e))     # (number, e): e kept, so its id is not reused
+        if known is not None:
+            return known[0]
+        if isinstance(e, ast.Name):
+            key = ("name", e.id)
+        elif isinstance(e, ast.Constant):
+            key = ("constant", repr(e.value))
+        elif isinstance(e, ast.BinOp):
+            key = (type(e.op).__name__, self.shape(e.left), self.shape(e.right))
+        elif isinstance(e, ast.UnaryOp):
+            key = (type(e.op).__name__, self.shape(e.operand))
+        elif isinstance(e, ast.Compare):
+            key = ("compare", *(type(o).__name__ for o in e.ops),
+                   *(self.shape(x) for x in (e.left, *e.comparators)))
+        elif isinstance(e, ast.BoolOp):
+            key = (type(e.op).__name__, *(self.shape(v) for v in e.values))
+        else:
+            key = ("other", ast.dump(e))
+        number = self.numbers.setdefault(key, len(self.numbers))
+        self.shapes[id(e)] = number, e
+        return number
 
     def _exact(self, e, overflow: list):
         b, t = self.b, self.t
@@ -1311,13 +1339,33 @@ def is_raise(stmts) -> bool:
 
 
 def _assigned(node) -> set[str]:
-    """The names a function assigns (not those it only declares)."""
-    declarations = {id(s.target) for s in node.body if isinstance(s, ast.AnnAssign)}
-    out = set()
-    for n in ast.walk(node):
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id != "_" and \
-                id(n) not in declarations:
-            out.add(n.id)
+    """The names a function assigns (not those it only declares), once per function: the
+    targets of its statements (the generated code assigns nowhere else)."""
+    done = getattr(node, "rvm_assigned", None)
+    if done is not None:
+        return done
+    out: set[str] = set()
+    work = [(s, True) for s in node.body]       # (statement, at the function's top level)
+    while work:
+        s, top = work.pop()
+        if isinstance(s, ast.Assign):
+            targets = list(s.targets)
+        elif isinstance(s, (ast.AugAssign, ast.For)) or \
+                (isinstance(s, ast.AnnAssign) and (s.value is not None or not top)):
+            targets = [s.target]
+        else:
+            targets = []
+        while targets:
+            t = targets.pop()
+            if isinstance(t, ast.Name) and t.id != "_":
+                out.add(t.id)
+            elif isinstance(t, (ast.Tuple, ast.List)):
+                targets += t.elts
+            elif isinstance(t, ast.Starred):
+                targets.append(t.value)
+        for field in ("body", "orelse"):
+            work += [(c, False) for c in getattr(s, field, ())]
+    node.rvm_assigned = out
     return out
 
 
