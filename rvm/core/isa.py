@@ -53,13 +53,16 @@ class OpSpec:
     forward: dict = attrs.field(factory=dict)   # register class -> statement template
     adjoint: str | None = None     # float form: undo the value change and pull back shadows
     group: str = "arith"           # arith | family | memory | control | call | array
+    # the operands' names and kinds, split once (code generation asks for them per operand)
+    names: tuple[str, ...] = attrs.field(init=False, eq=False, repr=False)
+    kinds: tuple[str, ...] = attrs.field(init=False, eq=False, repr=False)
 
-    @property
-    def names(self) -> tuple[str, ...]:
+    @names.default
+    def _names(self) -> tuple[str, ...]:
         return tuple(o.split(":")[0] for o in self.operands)
 
-    @property
-    def kinds(self) -> tuple[str, ...]:
+    @kinds.default
+    def _kinds(self) -> tuple[str, ...]:
         return tuple(o.split(":")[1] for o in self.operands)
 
     @property

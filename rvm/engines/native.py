@@ -70,9 +70,11 @@ _LEAVES = ("if ", "while ", "_b = ", "break", "return", "TOP[1] = ", "said(")
 _MOVES_TOP = re.compile(r"\w\(.*\bTOP[,)]")
 
 
+@functools.lru_cache(maxsize=4096)
 def _bitwise(cond: str) -> str:
     """A condition without short-circuit jumps: `and`/`or` and chained comparisons become
-    `&`/`|` of the parts (all side-effect free register arithmetic)."""
+    `&`/`|` of the parts (all side-effect free register arithmetic). (Programs repeat
+    their checks: the GMM example's 1,657 are 269 different ones.)"""
     import ast
 
     class Flat(ast.NodeTransformer):
