@@ -305,6 +305,27 @@ def test_shadow_arithmetic_may_drop_the_sign_of_zero():
     assert rvm.grad(p["sq"], loss="f1", engine="native")(3.0, 0.0)[0] == 6.0
 
 
+def test_a_heap_address_is_its_checks_sum_without_a_mask():
+    """Native text masks each heap address by its check (`_a = (r0 + r1) * _m`, so that a
+    failed check folded into a flag touches cell 0 only); the LLVM code branches to the
+    fault exit on each check instead, so after it the address is the sum the check made:
+    no multiplication by the mask, and no second addition of the two registers."""
+    import re
+    text = (".func t(r0, r1, f0)\n    ALLOC r2, 4\n    EXCH f0, [r0 + r1]\n"
+            "    EXCH f0, [r0 + r1]\n    FREE r2, 4\n.end\n")
+    p = rvm.assemble(text)
+    source = compiled(p, True, native=True).native_bodies
+    assert source.count(") * _m") >= 2
+    ir = llvm.ir_module(source, 1e-9, {}, {})
+    ir = ir[ir.index('@"F0_fw_"('):]
+    ir = ir[:ir.index("\n}")]
+    assert "mul i64" not in ir
+    sums = re.findall(r"(%\S+) = call \{i64, i1\} @\"llvm\.sadd\.with\.overflow", ir)
+    assert len(sums) == 2
+    assert not re.search(r"= add i64 %\S+, %\S+\n", ir)      # (only constants added)
+    assert p.call("t", 1, 2, 2.5, engine="native") == (1, 2, 2.5)
+
+
 ADDRESSES = [(0, 3), (3, 0), (2, -1), (-1, 1), (4, 0), (0, -1), (-1, -1),
              (-2 ** 63, -2 ** 63), (2 ** 63 - 1, 1), (2 ** 62, 2 ** 62), (1, 2 ** 63 - 1)]
 

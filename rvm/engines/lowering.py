@@ -136,6 +136,7 @@ class Lowering(ArrayLowering):
         self.records: dict = {}     # where a record goes next -> its shared block (shared)
         self.before = None          # the budget test before the next call (stop_at)
         self.looked = False         # a look at its float registers made (note_shadows)
+        self.checked = None         # (base, offset, sum) of the last address check
         self.worked_out: dict = {}  # a counted loop's entry test's values (exact), by
         self.shapes: dict = {}      # shape: the numbers of its expressions' structures
         self.numbers: dict = {}
@@ -358,9 +359,20 @@ class Lowering(ArrayLowering):
 
     def statement(self, s) -> None:
         b, ir = self.b, self.ir
+        checked, self.checked = self.checked, None
         if isinstance(s, ast.Assign) and len(s.targets) == 1:
             target = s.targets[0]
-            if isinstance(target, ast.Tuple) and isinstance(s.value, ast.Call) and \
+            if _named(target, "_a") and isinstance(s.value, ast.BinOp) and \
+                    isinstance(s.value.op, ast.Mult) and _named(s.value.right, "_m"):
+                # a heap address `(a) * _m`: here its check has passed (each check is a
+                # branch to the fault exit, see _ok below), so it is `a`, and the sum of
+                # a register offset is the one its check made
+                a = s.value.left
+                same = checked is not None and isinstance(a, ast.BinOp) and \
+                    isinstance(a.op, ast.Add) and _named(a.left, checked[0]) and \
+                    _named(a.right, checked[1])
+                self.store(target, checked[2] if same else self.expr(a))
+            elif isinstance(target, ast.Tuple) and isinstance(s.value, ast.Call) and \
                     isinstance(s.value.func, ast.Name) and s.value.func.id in self.functions:
                 self.call(target, s.value)
             elif isinstance(target, ast.Tuple) and isinstance(s.value, ast.Call):
@@ -386,6 +398,7 @@ class Lowering(ArrayLowering):
             self.checking = True        # its comparisons fail alike on nan: no finite()
             self.guard(self.b.not_(self.truth(self.expr(s.value))), self.fault_block)
             self.checking = False
+            self.checked = checked      # (an address check's sum, for its address)
         elif isinstance(s, ast.AugAssign) and _named(s.target, "_fin"):
             pass                        # finiteness: see finite() and clean()
         elif isinstance(s, ast.AugAssign):
@@ -906,7 +919,8 @@ class Lowering(ArrayLowering):
         fn = self.declare("llvm.sadd.with.overflow.i64",
                           self.ir.LiteralStructType([t.i64, t.i1]), [t.i64, t.i64])
         out = b.call(fn, [b.load(self.vars[base]), b.load(self.vars[off])])
-        inside = b.icmp_unsigned("<", b.extract_value(out, 0), b.load(self.vars["T0"]))
+        self.checked = base, off, b.extract_value(out, 0)    # (the address: statement)
+        inside = b.icmp_unsigned("<", self.checked[2], b.load(self.vars["T0"]))
         return b.and_(inside, b.not_(b.extract_value(out, 1)))
 
     def call(self, target: ast.Tuple, value: ast.Call) -> None:
@@ -1351,7 +1365,7 @@ def _assigned(node) -> set[str]:
         if isinstance(s, ast.Assign):
             targets = list(s.targets)
         elif isinstance(s, (ast.AugAssign, ast.For)) or \
-                (isinstance(s, ast.AnnAssign) and (s.value is not None or not top)):
+                (isinstance(s, ast.AnnAssign) and not top):     # (top: declarations)
             targets = [s.target]
         else:
             targets = []
