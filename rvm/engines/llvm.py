@@ -772,7 +772,7 @@ def _module(src: _Source, tol: float, fused: dict, batches: dict, runs,
     module.triple = _llvm()[2].triple
 
     def declare(types, signature, suffix: str, wanted) -> dict:
-        functions: dict = {"TOL": tol, "RUN_OUT": src.run_out}
+        functions: dict = {"TOL": tol, "RUN_OUT": src.run_out, "CALLS": src.calls}
         for name in src.texts:
             if name in wanted:
                 ftype, params, returns = signature(ir, types, src.stubs[name])

@@ -494,7 +494,8 @@ class Lowering(ArrayLowering):
         counted loop charges every pass up front, so such a callee would run out early,
         and with no record of the pass (see call); beside the call, a pass's tests cost
         little."""
-        run_out = self.functions.get("RUN_OUT", ())
+        run_out = self.functions.get("RUN_OUT", frozenset()) & \
+            self.functions.get("CALLS", {}).get(self.node.name, frozenset())
         if type(self) is Lowering and run_out and any(
                 isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and
                 c.func.id in run_out for c in ast.walk(s)):
