@@ -716,6 +716,9 @@ def ir_module(source: str, tol: float, fused: dict, batches: dict, runs=None) ->
     return _module(src, tol, fused, batches, runs, False)
 
 
+_CALLS = re.compile(r"\b([A-Za-z_]\w*)\(")
+
+
 class _Source:
     """The generated functions' text, read one function at a time: a first pass keeps
     each function's calls, step-budget tests and signature (a stub of its declarations,
@@ -737,18 +740,30 @@ class _Source:
             node = self.node(name)
             if len(source) < self.KEEP:
                 self.kept[name] = node
-            calls, count, ret = set(), 0, None        # one walk over the tree
-            shadows = set()     # (the shadows it assigns: see end_shadows)
-            for n in ast.walk(node):
-                if isinstance(n, ast.Call) and isinstance(n.func, ast.Name):
-                    calls.add(n.func.id)
-                elif isinstance(n, ast.If):
-                    count += budget_test(n)
-                elif isinstance(n, ast.Return) and ret is None:
-                    ret = n
-                elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and \
-                        n.id.startswith("gf"):
-                    shadows.add(n.id)
+            # the names it calls (from its text: only generated functions' are used),
+            # its budget tests, its first return, the shadows it assigns or declares
+            # (see end_shadows): one walk over its statements, in ast.walk's order
+            calls = set(_CALLS.findall(self.texts[name], self.texts[name].find("\n")))
+            count, ret, shadows = 0, None, set()
+            level = list(node.body)
+            while level:
+                below = []
+                for n in level:
+                    if isinstance(n, ast.If):
+                        count += budget_test(n)
+                    elif isinstance(n, ast.Return) and ret is None:
+                        ret = n
+                    targets = list(n.targets) if isinstance(n, ast.Assign) else \
+                        [n.target] if isinstance(n, (ast.AugAssign, ast.AnnAssign,
+                                                     ast.For)) else []
+                    while targets:
+                        t = targets.pop()
+                        if isinstance(t, ast.Name) and t.id.startswith("gf"):
+                            shadows.add(t.id)
+                        elif isinstance(t, (ast.Tuple, ast.List)):
+                            targets += t.elts
+                    below += getattr(n, "body", ()) + getattr(n, "orelse", ())
+                level = below
             self.calls[name], tests[name] = calls, count
             kept = [ast.Assign([ast.Name(n, ast.Store())], ast.Constant(0.0), lineno=0)
                     for n in sorted(shadows)]
