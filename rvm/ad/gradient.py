@@ -229,8 +229,14 @@ class _Direct:
         one native call, or None (no native batch loop for these: the caller loops)."""
         first = first_row(columns)
         key = tuple(map(type, first))
-        if self.plans.get(call_kind(first), False) is False and self(first) is None:
-            return None                              # (that planned, and tried a row)
+        kind = call_kind(first)
+        if self.plans.get(kind, False) is False:
+            # planned without a call: the batch loop is what runs (the plan's own native
+            # call, forwards and back for one row, compiles when a single call comes)
+            plan = self.make(first, batch=True)
+            if plan is None or plan == "later":
+                return None                     # (the caller runs the rows one by one)
+            self.plans[kind] = plan
         plan = self.batches.get(key)
         if plan is None:
             return None
@@ -275,7 +281,7 @@ class _Direct:
                 self.runner.forward(args)
             raise
 
-    def make(self, args):
+    def make(self, args, batch: bool = False):
         from ..engines.compiled import compiled
         if any(isinstance(a, np.ndarray) for a in args):
             return self.make_arrays(args)
@@ -297,7 +303,8 @@ class _Direct:
         self.batches[tuple(map(type, args))] = None
         state = heap[-1] if comp.native else None   # (native code's state array)
         if comp.native and not comp.uses_heap:      # one native call, scalars only
-            both = funcs[comp.name(fn.name, "vgs")]
+            both = self.when_called(funcs, comp.name(fn.name, "vgs"), call_kind(args)) \
+                if batch else funcs[comp.name(fn.name, "vgs")]
             heap = (np.zeros(STATE, np.int64), np.zeros(1), m.max_steps)   # under the GIL
             state = heap[0]
             self.batches[tuple(map(type, args))] = ((funcs, comp.name(fn.name, "vgsb")),
@@ -352,6 +359,20 @@ class _Direct:
         upgrade = [NATIVE_AFTER + 1, m.program] if m.engine == "auto" and \
             not comp.native and native.available else None
         return both, heap, (exact, convert), seed, scatter, upgrade, state
+
+    def when_called(self, funcs, name: str, kind):
+        """The plan's native call `name`, compiled on its first call (a batch's plan
+        need not wait for it), which puts the compiled call in the plan in its place."""
+        if name in funcs:
+            return funcs[name]
+
+        def both(*a):
+            real = funcs[name]
+            plan = self.plans.get(kind)
+            if isinstance(plan, tuple) and plan[0] is both:
+                self.plans[kind] = (real, *plan[1:])
+            return real(*a)
+        return both
 
     def native(self, args) -> bool:
         """Did this thread's direct call with these arguments run native code?"""
