@@ -1152,8 +1152,8 @@ def test_reads_into_a_zero_register_keep_every_bit():
     p = rvm.assemble(EXACT, "exact.rasm")
     for name in ("once", "loop"):
         fw = native_fw(p, name)
-        assert "f2 = HF[_a]" in fw and "f2 = 0.0 + f2" in fw, fw
-        assert "f2 = (HF[_a]) - (HF[_a])" in fw, fw
+        assert "f2 = M.hf[_a]" in fw and "f2 = 0.0 + f2" in fw, fw
+        assert "f2 = (M.hf[_a]) - (M.hf[_a])" in fw, fw
     # a copy of the cell would give f2 = -0.0 and atan2(-0.0, -1) = -pi
     out = engines_agree(p, "once", (0.0, -0.0), loss="f0")[0]
     assert out[0] == math.pi and math.copysign(1.0, out[1]) == -1.0
@@ -1200,7 +1200,7 @@ def test_raw_reads_in_products_keep_every_bit(sum0, passes, cells):
     of the sums tells them apart)."""
     p = rvm.assemble(RAW, "raw.rasm")
     fw = native_fw(p, "dot")
-    assert "_plus(f0)" in fw and "f1 = HF[_a]" in fw, fw
+    assert "_plus(f0)" in fw and "f1 = M.hf[_a]" in fw, fw
     engines_agree(p, "dot", (passes, sum0, *cells), loss="f5")
 
 

@@ -326,6 +326,35 @@ def test_a_heap_address_is_its_checks_sum_without_a_mask():
     assert p.call("t", 1, 2, 2.5, engine="native") == (1, 2, 2.5)
 
 
+def test_native_text_keeps_the_machines_operations_for_the_back_end_to_read():
+    """Native code's text is the compiled engine's, its checks folded into a flag: the
+    machine's operations and fields stay as the Python engine writes them (`M.alloc(n)`,
+    `M.hf[a]`, `M.budget`, a fault's message), and the back end takes them from the
+    parsed function (rvm.engines.lowering.MachineOperations), not from text rewritten by
+    regular expressions."""
+    import ast
+
+    from rvm.engines.lowering import native_tree
+    text = (".func t(r0, f0)\n    ALLOC r2, 4\n    EXCH f0, [r2 + 1]\n    PUSH r0\n"
+            "    POP r0\n    EXCH f0, [r2 + 1]\n    FREE r2, 4\n.end\n")
+    p = rvm.assemble(text)
+    c = compiled(p, True, native=True)
+    fw = c.name("t", "fw")
+    source = c.native_text([fw])
+    for form in ("def F0_fw(M, ", "M.alloc(", "M.hf[_a]", "M.push(r0)", "M.pop(False)",
+                 "M.free(", "_n = M.budget", "M.budget = _n", "raise Limit('step budget"):
+        assert form in source, form
+    assert "alloc(HI" not in source and "TOP[1]" not in source
+    native = ast.unparse(native_tree(ast.parse(source).body[0]))
+    for form in ("def F0_fw(HI, HF, HG, TOP, r0: int, f0: float)", "alloc(HI, TOP, ",
+                 "HF[_a]", "push(HI, TOP, r0)", "pop(HI, HI, TOP)", "free(HI, HF, HG, TOP, ",
+                 "_n = TOP[1]", "TOP[1] = _n", "raise Fault('step budget exhausted')"):
+        assert form in native, form
+    assert "M." not in native
+    run = llvm.functions(source, {}, {}, 1e-9)[fw]
+    assert run is not None and p.call("t", 7, 2.5, engine="native") == (7, 2.5)
+
+
 ADDRESSES = [(0, 3), (3, 0), (2, -1), (-1, 1), (4, 0), (0, -1), (-1, -1),
              (-2 ** 63, -2 ** 63), (2 ** 63 - 1, 1), (2 ** 62, 2 ** 62), (1, 2 ** 63 - 1)]
 

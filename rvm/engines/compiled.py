@@ -695,7 +695,7 @@ class _Writer:
             self.emit(depth, f"if {left} < {min(need, INT64_MAX)}: _stop_before({left})")
         self.emit(depth, "M.budget = _n")
         if self.derived is not None:
-            self.emit(depth, "M.dscale = _s")
+            self.emit(depth, self.dscale("M.dscale = _s"))
         call = f"{target}(M, {', '.join(outs)})"
         # a recursive program (python engine only) keeps the interpreter's count of live
         # frames and their registers (a failed test: the interpreter reports it)
@@ -713,7 +713,16 @@ class _Writer:
             left = f"_n + {costs[i + 1] - costs[end]}"
             self.emit(depth, f"if {left} < {reach[i + 1]}: _stop_at({i + 1}, {left})")
         if self.derived is not None:
-            self.emit(depth, "_s = M.dscale")
+            self.emit(depth, self.dscale("_s = M.dscale"))
+
+    def dscale(self, line: str) -> str:
+        """A line that keeps a derivative's largest magnitude (derived_registers) as the
+        python engine runs it; native code keeps none (its test of a derived ancilla is
+        tol alone, and the interpreter decides): `_s` is 0.0 there, and the line that
+        would change it a `pass` (a statement all the same: a straight run ends there)."""
+        if not self.c.native:
+            return line
+        return "_s = 0.0" if line == "_s = M.dscale" else "pass"
 
     def shown(self, depth: int, known: _Known | None, ins) -> None:
         """Before an output statement (native): the raw registers it shows made `0.0 +
@@ -730,7 +739,7 @@ class _Writer:
         for r in ins.args[1:] if ins.op in isa.CALLS else ins.written:
             if r in (self.derived or ()):
                 x = _local(r)[0]
-                self.emit(depth, f"if abs({x}) > _s: _s = abs({x})")
+                self.emit(depth, self.dscale(f"if abs({x}) > _s: _s = abs({x})"))
 
     def canonical(self, depth: int, known: _Known | None, regs=None) -> None:
         """Raw registers made `0.0 + cell` (see _Known): those the instruction just
@@ -745,7 +754,7 @@ class _Writer:
             return
         ops = Operands(self.fn, ins, {}, _local)
         template = _template(ins, self.gradient) if template is None else template
-        for line in render(template, ops, deferred=True):
+        for line in render(template, ops, deferred=True, wraps=not self.c.native):
             if self.defer and line == "_fin += _v - _v":
                 continue
             if line.startswith("if not (") and line[8:line.find("): raise")] in self.drop:
@@ -996,7 +1005,7 @@ class _Writer:
         for other, kind in scratch.items():
             self.emit(2, f"{other}: {kind}")
         if self.derived is not None:
-            self.emit(2, "_s = M.dscale")
+            self.emit(2, self.dscale("_s = M.dscale"))
         self.arrive(2, 0, False)
         self.emit(2, "_n = M.budget")
         self.emit(2, "_fin = 0.0")
@@ -1023,7 +1032,7 @@ class _Writer:
         if self.known is not None:      # the values leave as the interpreter has them
             self.canonical(2, None, sorted(self.exit.raw, key=str))
         if self.derived is not None:
-            self.emit(2, "M.dscale = _s")
+            self.emit(2, self.dscale("M.dscale = _s"))
         if self.c.checks:
             for r in self.restores:
                 value = _local(r)[0]
@@ -1517,7 +1526,7 @@ class Compiled:
             text = self._native_bodies.get(name)
             if text is None:
                 text = native.defer_checks("\n".join(
-                    native.rewrite(line[4:]) for line in self.body(name).split("\n")))
+                    line[4:] for line in self.body(name).split("\n")))
                 self._native_bodies[name] = text
             out.append(text)
             work += _CALLED.findall(text)

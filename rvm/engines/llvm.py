@@ -13,7 +13,7 @@ value-and-gradient calls (vg; vgs for programs without heap) and the batch loops
 rvm.vmap (csb, usb, vgsb, jsb), each a CPython builtin that unboxes its arguments and
 boxes its results itself.
 
-Semantics (the source after rvm.engines.native's rewrite): int64 arithmetic wraps; a
+Semantics (the functions as rvm.engines.native prepares them): int64 arithmetic wraps; a
 failed check, a non-finite float result, an exhausted step budget, an integer division
 by zero sets a fault code and returns, and the machine re-runs
 the pass on the interpreter to report it ("heap capacity exceeded" grows the heap first).
@@ -55,6 +55,7 @@ from .lowering import (
     guard,
     loop_over,
     name_id,
+    native_tree,
     returns_of,
     running_out,
 )
@@ -774,8 +775,10 @@ class _Source:
         self.run_out = running_out(tests, self.calls)
 
     def node(self, name: str) -> ast.FunctionDef:
+        """A generated function's tree as native code runs it (rvm.engines.native:
+        MachineOperations)."""
         node = self.kept.get(name)
-        return node if node is not None else ast.parse(self.texts[name]).body[0]
+        return node if node is not None else native_tree(ast.parse(self.texts[name]).body[0])
 
 
 def _module(src: _Source, tol: float, fused: dict, batches: dict, runs,
@@ -1040,16 +1043,16 @@ def _kinds(source: str) -> dict:
     """{generated function: its parameters' dtypes}, as its def line declares them."""
     out = {}
     dtypes = {"int": "int64", "float": "float64"}
-    for line in re.findall(r"^def \w+\(HI, HF, HG, TOP.*\):", source, re.M):
+    for line in re.findall(r"^def \w+\(M, .*\):", source, re.M):
         node = ast.parse(line + " pass").body[0]
-        out[node.name] = [dtypes[a.annotation.id] for a in node.args.args[4:]]
+        out[node.name] = [dtypes[a.annotation.id] for a in node.args.args[1:]]
     return out
 
 
 @functools.cache
 def _lowering_digest() -> str:
     """A digest of the back end's text (this module, rvm.engines.lowering,
-    rvm.engines.lanes, and rvm.engines.native and templates, which rewrite the generated
+    rvm.engines.lanes, and rvm.engines.native and templates, which prepare the generated
     functions for it: the lowering and the code generator's options)."""
     from .cache import text_digest
     here = pathlib.Path(__file__)

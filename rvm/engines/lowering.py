@@ -60,6 +60,99 @@ def declared(node: ast.FunctionDef) -> dict[str, str]:
     return out
 
 
+_HEAP = ("HI", "HF", "HG", "TOP")      # native code's heap: cells as ints, as floats,
+# their shadows, and the state array (the heap's top, the step budget: templates.STATE)
+_VIEWS = {"hi": "HI", "hf": "HF", "hg": "HG"}
+# the machine's operations in generated code (M.alloc(n), ...) as native code's helpers
+# take them (rvm.engines.lowering: Lowering.helper; arraylowering): heap arrays first
+_OPERATIONS = {"alloc": ("HI", "TOP"), "free": _HEAP, "gpush": ("HF", "HG", "TOP"),
+               "said": ()}
+
+
+def _loaded(*names) -> list:
+    return [ast.Name(n, ast.Load()) for n in names]
+
+
+class MachineOperations(ast.NodeTransformer):
+    """A generated function (parsed) as native code runs it: the machine's operations and
+    fields (`M.alloc(n)`, `M.hf[a]`, `M.top`, `M.budget`, `M.tol`) become native code's
+    helpers and locals over the heap arrays (`alloc(HI, TOP, n)`, `HF[a]`, the heap top's
+    local `T0`, the state array's budget cell `TOP[1]`, the constant `TOL`), a function
+    takes the heap arrays where it took the machine, and a failed check raises a
+    constant Fault (the machine runs the pass again on the interpreter to say which
+    check failed). Native code keeps no derivative magnitudes: `M.dscale` is 0.0."""
+
+    def __init__(self, types: dict):
+        self.types = types      # the function's declared locals (compiled.TYPES)
+
+    def visit_FunctionDef(self, node):
+        self.generic_visit(node)
+        if len(node.args.args) > 1 and node.args.args[0].arg == "M":
+            node.args.args[0:1] = [ast.arg(h) for h in _HEAP]
+        return node
+
+    def visit_Raise(self, node):
+        exc = node.exc
+        if isinstance(exc, ast.Call) and isinstance(exc.func, ast.Name) and \
+                exc.func.id in ("Fault", "Limit"):
+            what = "invertibility check failed" if exc.func.id == "Fault" else \
+                "step budget exhausted"
+            return ast.Raise(ast.Call(ast.Name("Fault", ast.Load()), [ast.Constant(what)],
+                                      []), None)
+        return node
+
+    def visit_Attribute(self, node):
+        self.generic_visit(node)
+        if not (isinstance(node.value, ast.Name) and node.value.id == "M"):
+            return node
+        if node.attr in _VIEWS:
+            return ast.Name(_VIEWS[node.attr], ast.Load())
+        if node.attr == "top":
+            return ast.Name("T0", node.ctx)
+        if node.attr == "budget":
+            return ast.Subscript(ast.Name("TOP", ast.Load()), ast.Constant(1), node.ctx)
+        if node.attr == "tol":
+            return ast.Name("TOL", ast.Load())
+        if node.attr == "dscale":
+            return ast.Constant(0.0)
+        return node
+
+    def visit_Call(self, node):
+        f = node.func
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and \
+                f.value.id == "M":
+            args = [self.visit(a) for a in node.args]
+            name = f.attr
+            if name in _OPERATIONS:
+                head = _OPERATIONS[name]
+            elif name == "push":        # into the heap's int or float view
+                kind = self.types.get(args[0].id) if isinstance(args[0], ast.Name) else None
+                head = ("HF" if kind == "float" else "HI", "TOP")
+            elif name == "pop":         # pop(True): a float's cell
+                floats = isinstance(args[0], ast.Constant) and args[0].value is True
+                head, args = ("HF" if floats else "HI", "HI", "TOP"), []
+            elif name == "gpop":
+                head, args = _HEAP, []
+            elif name.startswith("v"):  # the array instructions
+                head = _HEAP
+            else:
+                return node
+            return ast.Call(ast.Name(name, ast.Load()), _loaded(*head) + args, [])
+        self.generic_visit(node)
+        if isinstance(f, ast.Name) and f.id == "zero":
+            node.args = _loaded("TOL") + node.args
+        elif len(node.args) > 1 and isinstance(node.args[0], ast.Name) and \
+                node.args[0].id == "M":      # a generated function's call
+            node.args[0:1] = _loaded(*_HEAP)
+        return node
+
+
+def native_tree(node: ast.FunctionDef) -> ast.FunctionDef:
+    """A generated function's tree (its text as rvm.engines.native.defer_checks leaves
+    it) as native code runs it (MachineOperations)."""
+    return MachineOperations(declared(node)).visit(node)
+
+
 _FLOAT_OPS = {ast.Add: "fadd", ast.Sub: "fsub", ast.Mult: "fmul", ast.Div: "fdiv"}
 _INT_OPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul"}
 _CHECKED = {ast.Add: "sadd", ast.Sub: "ssub", ast.Mult: "smul"}
@@ -1342,8 +1435,8 @@ def _record_function(ir, t, module):
 
 
 def _raises_budget(stmts) -> bool:
-    """Is this the step budget's test (`raise Fault('step budget exhausted')`, as
-    rvm.engines.native rewrites the compiled engine's Limit)?"""
+    """Is this the step budget's test (`raise Fault('step budget exhausted')`: the
+    compiled engine's Limit, as MachineOperations makes it)?"""
     s = stmts[0]
     return isinstance(s.exc, ast.Call) and bool(s.exc.args) and \
         isinstance(s.exc.args[0], ast.Constant) and s.exc.args[0].value == MESSAGES[BUDGET]

@@ -1,16 +1,18 @@
-"""The native engine's front half: the compiled engine's generated functions, rewritten
+"""The native engine's front half: the compiled engine's generated functions, prepared
 for native code, and the host side of running them (an optional extra:
 pip install 'rvm[fast]', which brings llvmlite).
 
-The source is the compiled engine's, rewritten for native code: the heap becomes numpy
+The source is the compiled engine's (written for native code: typed, its int arithmetic
+left to wrap as int64 does), with its checks folded into one flag (defer_checks);
+parsed, the machine's operations become native code's helpers over the heap as numpy
 arrays (int64 and float64 views of one buffer, gradient shadows, and the state array
 holding the top of the heap, the run's remaining step budget and where a run failed:
-rvm.engines.templates.STATE); int64 arithmetic wraps
-natively; checks are folded into one flag (defer_checks); failed checks raise a constant
-message, and the machine then re-runs the pass on the interpreter to report the exact
-instruction (as for the compiled engine). rvm.engines.llvm lowers that source to LLVM IR
-and machine code; Functions asks it for each group of entries on first need. This
-module also holds the batch threading and the compile status line.
+rvm.engines.templates.STATE), and failed checks raise a constant message
+(rvm.engines.lowering: MachineOperations): the machine then re-runs the pass on the
+interpreter to report the exact instruction (as for the compiled engine).
+rvm.engines.llvm lowers that source to LLVM IR and machine code; Functions asks it for
+each group of entries on first need. This module also holds the batch threading and the
+compile status line.
 """
 
 from __future__ import annotations
@@ -27,47 +29,13 @@ from .templates import straighten
 # the native engine is optional (llvmlite, imported only when a program is compiled)
 available = importlib.util.find_spec("llvmlite") is not None
 
-_REWRITES = [
-    (re.compile(r"(\S+) = _v if -9223372036854775808 <= _v <= 9223372036854775807 "
-                r"else wrap\(_v\)"), r"\1 = _v"),
-    (re.compile(r"raise Fault\(f?(['\"]).*\1\)$"), "raise Fault('invertibility check failed')"),
-    (re.compile(r"raise Limit\((['\"]).*\1\)$"), "raise Fault('step budget exhausted')"),
-    (re.compile(r"M\.alloc\("), "alloc(HI, TOP, "),
-    (re.compile(r"M\.free\("), "free(HI, HF, HG, TOP, "),
-    (re.compile(r"M\.push\((f\w*)\)"), r"push(HF, TOP, \1)"),
-    (re.compile(r"M\.push\((r\w*)\)"), r"push(HI, TOP, \1)"),
-    (re.compile(r"M\.pop\(True\)"), "pop(HF, HI, TOP)"),
-    (re.compile(r"M\.pop\(False\)"), "pop(HI, HI, TOP)"),
-    (re.compile(r"M\.gpush\("), "gpush(HF, HG, TOP, "),
-    (re.compile(r"M\.gpop\(True\)"), "gpop(HI, HF, HG, TOP)"),
-    (re.compile(r"M\.said\("), "said("),      # an output statement's record
-    (re.compile(r"M\.(v\w+)\("), r"\1(HI, HF, HG, TOP, "),     # the array instructions
-    (re.compile(r"M\.hf\b"), "HF"), (re.compile(r"M\.hi\b"), "HI"),
-    (re.compile(r"M\.hg\b"), "HG"), (re.compile(r"M\.top\b"), "T0"),
-    (re.compile(r"M\.budget\b"), "TOP[1]"), (re.compile(r"M\.tol\b"), "TOL"),
-    (re.compile(r"zero\("), "zero(TOL, "),
-    # a derivative's largest magnitude (compiled.derived_registers): not kept in native
-    # code, whose test of a derived ancilla is tol alone (the interpreter decides)
-    (re.compile(r"^(\s*)if abs\(f\d+\) > _s: _s = abs\(f\d+\)$"), r"\1pass"),
-    (re.compile(r"^(\s*)M\.dscale = _s$"), r"\1pass"), (re.compile(r"M\.dscale\b"), "0.0"),
-    (re.compile(r"\(M, "), "(HI, HF, HG, TOP, "),
-]
-
-
-def rewrite(line: str) -> str:
-    for pattern, repl in _REWRITES:
-        line = pattern.sub(repl, line)
-    return line
-
-
-_FAULT = re.compile(r"^(\s*)if (not \((.*)\)|(.*)): raise Fault\('invertibility check "
-                    r"failed'\)$")
-_LEAVES = ("if ", "while ", "_b = ", "break", "return", "TOP[1] = ", "said(")
-# a call that is passed the heap top may move it (ALLOC, FREE, PUSH, POP, a call): the
-# top of the heap, read by every address check, is kept in the local T0 and read again
-# only after those (a store to a heap cell could alias TOP, so LLVM would load it again
-# after every store)
-_MOVES_TOP = re.compile(r"\w\(.*\bTOP[,)]")
+_FAULT = re.compile(r"^(\s*)if (not \((.*)\)|(.*)): raise Fault\(f?(['\"]).*\5\)$")
+_LEAVES = ("if ", "while ", "_b = ", "break", "return", "M.budget = ", "M.said(")
+# a call that is passed the heap may move its top (ALLOC, FREE, PUSH, POP, the array
+# instructions, a call): the top of the heap, read by every address check, is kept in
+# the local T0 and read again only after those (a store to a heap cell could alias the
+# state array, so LLVM would load it again after every store)
+_MOVES_TOP = re.compile(r"\bM\.(?:alloc|free|push|pop|gpush|gpop|v\w+)\(|\w\(M, ")
 
 
 @functools.lru_cache(maxsize=4096)

@@ -182,12 +182,14 @@ class _Key:
         return self.key
 
 
-def render(template: str, ops: Operands, deferred: bool = False) -> list[str]:
+def render(template: str, ops: Operands, deferred: bool = False,
+           wraps: bool = True) -> list[str]:
     """Python statements for one template (see the template language in rvm.core.isa).
     deferred: instead of testing each float result for inf/nan, fold it into `_fin`
     (which stays 0.0 while every result is finite), for a caller that tests `_fin` at loop
     back edges and at its exit (the compiled engines: a failure re-runs the pass on the
-    interpreter, which finds the instruction)."""
+    interpreter, which finds the instruction). wraps: an int result wrapped to int64 in
+    Python's arithmetic (native code's int64 arithmetic wraps by itself)."""
     out = list(ops.prelude) if template.strip() else []
     for line in template.splitlines():
         if not line.strip() or ops.has_missing_shadow(line):
@@ -203,7 +205,8 @@ def render(template: str, ops: Operands, deferred: bool = False) -> list[str]:
             if op and target and not target.group(1).startswith("g"):
                 out.append(f"_v = {ops.expr(rhs)}")
                 if ops.cls == isa.INT:
-                    out.append(f"{ops.expr(lhs)} = _v if {_INT_BOUNDS} else wrap(_v)")
+                    out.append(f"{ops.expr(lhs)} = _v if {_INT_BOUNDS} else wrap(_v)"
+                               if wraps else f"{ops.expr(lhs)} = _v")
                     continue
                 if ops.arithmetic and deferred:
                     out.append("_fin += _v - _v")
