@@ -7,6 +7,7 @@ of rows."""
 from __future__ import annotations
 
 import ast
+import copy
 import functools
 import hashlib
 import re
@@ -91,6 +92,19 @@ class MachineOperations(ast.NodeTransformer):
             node.args.args[0:1] = [ast.arg(h) for h in _HEAP]
         return node
 
+    def visit_AugAssign(self, node):     # a folded check (native.defer_checks)
+        self.generic_visit(node)
+        if isinstance(node.target, ast.Name) and node.target.id == "_ok":
+            node.value = _BRANCH_FREE.visit(node.value)
+        return node
+
+    def visit_Assign(self, node):        # an address's check, its mask
+        self.generic_visit(node)
+        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and \
+                node.targets[0].id == "_m":
+            node.value = _BRANCH_FREE.visit(node.value)
+        return node
+
     def visit_Raise(self, node):
         exc = node.exc
         if isinstance(exc, ast.Call) and isinstance(exc.func, ast.Name) and \
@@ -145,6 +159,34 @@ class MachineOperations(ast.NodeTransformer):
                 node.args[0].id == "M":      # a generated function's call
             node.args[0:1] = _loaded(*_HEAP)
         return node
+
+
+class _BranchFree(ast.NodeTransformer):
+    """`and`/`or` and chained comparisons as `&`/`|` of the parts (all side-effect free
+    register arithmetic): a condition without short-circuit jumps."""
+
+    def visit_BoolOp(self, node):
+        self.generic_visit(node)
+        op = ast.BitAnd() if isinstance(node.op, ast.And) else ast.BitOr()
+        out = node.values[0]
+        for v in node.values[1:]:
+            out = ast.BinOp(out, op, v)
+        return out
+
+    def visit_Compare(self, node):
+        self.generic_visit(node)
+        if len(node.ops) == 1:
+            return node
+        lefts = [node.left, *node.comparators]
+        parts = [ast.Compare(copy.deepcopy(a) if k else a, [o], [b])
+                 for k, (a, o, b) in enumerate(zip(lefts, node.ops, lefts[1:]))]
+        out = parts[0]
+        for part in parts[1:]:
+            out = ast.BinOp(out, ast.BitAnd(), part)
+        return out
+
+
+_BRANCH_FREE = _BranchFree()
 
 
 def native_tree(node: ast.FunctionDef) -> ast.FunctionDef:

@@ -36,35 +36,7 @@ _LEAVES = ("if ", "while ", "_b = ", "break", "return", "M.budget = ", "M.said("
 # the local T0 and read again only after those (a store to a heap cell could alias the
 # state array, so LLVM would load it again after every store)
 _MOVES_TOP = re.compile(r"\bM\.(?:alloc|free|push|pop|gpush|gpop|v\w+)\(|\w\(M, ")
-
-
-@functools.lru_cache(maxsize=4096)
-def _bitwise(cond: str) -> str:
-    """A condition without short-circuit jumps: `and`/`or` and chained comparisons become
-    `&`/`|` of the parts (all side-effect free register arithmetic). (Programs repeat
-    their checks: the GMM example's 1,657 are 269 different ones.)"""
-    import ast
-
-    class Flat(ast.NodeTransformer):
-        def visit_BoolOp(self, node):
-            self.generic_visit(node)
-            op = ast.BitAnd() if isinstance(node.op, ast.And) else ast.BitOr()
-            out = node.values[0]
-            for v in node.values[1:]:
-                out = ast.BinOp(out, op, v)
-            return out
-
-        def visit_Compare(self, node):
-            self.generic_visit(node)
-            if len(node.ops) == 1:
-                return node
-            lefts = [node.left, *node.comparators]
-            parts = [ast.Compare(a, [o], [b]) for a, o, b in zip(lefts, node.ops, lefts[1:])]
-            out = parts[0]
-            for part in parts[1:]:
-                out = ast.BinOp(out, ast.BitAnd(), part)
-            return out
-    return ast.unparse(Flat().visit(ast.parse(cond, mode="eval")))
+_WORDS = re.compile(r"\b(?:and|or|not)\b")     # (a condition's own words)
 
 
 def defer_checks(source: str) -> str:
@@ -87,10 +59,9 @@ def defer_checks(source: str) -> str:
         stripped = line.lstrip()
         ind = line[:len(line) - len(stripped)]
         m = _FAULT.match(line)
-        if m:
-            cond = _bitwise(m.group(3)) if m.group(3) is not None \
-                else f"not ({_bitwise(m.group(4))})"
-            if not re.search(r"[A-Za-z_]", cond.replace("not", "")) and \
+        if m:       # (made branch-free once parsed: rvm.engines.lowering.branch_free)
+            cond = m.group(3) if m.group(3) is not None else f"not ({m.group(4)})"
+            if not re.search(r"[A-Za-z_]", _WORDS.sub("", cond)) and \
                     eval(cond, {"__builtins__": {}}):   # holds on constants: nothing to do
                 continue
             if k + 1 < len(lines) and lines[k + 1].lstrip().startswith("_a = "):
