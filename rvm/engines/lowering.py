@@ -88,7 +88,7 @@ class MachineOperations(ast.NodeTransformer):
 
     def visit_FunctionDef(self, node):
         self.generic_visit(node)
-        if len(node.args.args) > 1 and node.args.args[0].arg == "M":
+        if node.args.args and node.args.args[0].arg == "M":
             node.args.args[0:1] = [ast.arg(h) for h in _HEAP]
         return node
 
@@ -155,7 +155,7 @@ class MachineOperations(ast.NodeTransformer):
         self.generic_visit(node)
         if isinstance(f, ast.Name) and f.id == "zero":
             node.args = _loaded("TOL") + node.args
-        elif len(node.args) > 1 and isinstance(node.args[0], ast.Name) and \
+        elif node.args and isinstance(node.args[0], ast.Name) and \
                 node.args[0].id == "M":      # a generated function's call
             node.args[0:1] = _loaded(*_HEAP)
         return node
