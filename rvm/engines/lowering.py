@@ -7,7 +7,6 @@ of rows."""
 from __future__ import annotations
 
 import ast
-import copy
 import functools
 import hashlib
 import re
@@ -74,68 +73,81 @@ def _loaded(*names) -> list:
     return [ast.Name(n, ast.Load()) for n in names]
 
 
-class MachineOperations(ast.NodeTransformer):
+class MachineOperations:
     """A generated function (parsed) as native code runs it: the machine's operations and
     fields (`M.alloc(n)`, `M.hf[a]`, `M.top`, `M.budget`, `M.tol`) become native code's
     helpers and locals over the heap arrays (`alloc(HI, TOP, n)`, `HF[a]`, the heap top's
     local `T0`, the state array's budget cell `TOP[1]`, the constant `TOL`), a function
-    takes the heap arrays where it took the machine, and a failed check raises a
-    constant Fault (the machine runs the pass again on the interpreter to say which
-    check failed). Native code keeps no derivative magnitudes: `M.dscale` is 0.0."""
+    takes the heap arrays where it took the machine, a folded check's condition is made
+    branch-free, and a failed check raises a constant Fault (the machine runs the pass
+    again on the interpreter to say which check failed). Native code keeps no derivative
+    magnitudes: `M.dscale` is 0.0. The tree is changed in place, in one walk (a
+    NodeTransformer's copy of every list of a large function raised a compile's peak
+    memory by a sixth)."""
 
     def __init__(self, types: dict):
         self.types = types      # the function's declared locals (compiled.TYPES)
 
-    def visit_FunctionDef(self, node):
-        self.generic_visit(node)
-        if node.args.args and node.args.args[0].arg == "M":
-            node.args.args[0:1] = [ast.arg(h) for h in _HEAP]
-        return node
+    def run(self, fn: ast.FunctionDef) -> ast.FunctionDef:
+        if fn.args.args and fn.args.args[0].arg == "M":
+            fn.args.args[0:1] = [ast.arg(h) for h in _HEAP]
+        work: list = [fn]
+        while work:
+            node = work.pop()
+            for field, value in ast.iter_fields(node):
+                if isinstance(value, list):
+                    for k, item in enumerate(value):
+                        if isinstance(item, ast.AST):
+                            new = self.native(item)
+                            if new is not None:
+                                value[k] = item = new
+                            work.append(item)
+                elif isinstance(value, ast.AST):
+                    new = self.native(value)
+                    if new is not None:
+                        setattr(node, field, new)
+                        value = new
+                    work.append(value)
+        return fn
 
-    def visit_AugAssign(self, node):     # a folded check (native.defer_checks)
-        self.generic_visit(node)
-        if isinstance(node.target, ast.Name) and node.target.id == "_ok":
+    def native(self, node):
+        """node's native form (its parts are walked after), or None: node as it is, or
+        changed in place."""
+        if isinstance(node, ast.Attribute):
+            if not _named(node.value, "M"):
+                return None
+            if node.attr in _VIEWS:
+                return ast.Name(_VIEWS[node.attr], ast.Load())
+            if node.attr == "top":
+                return ast.Name("T0", node.ctx)
+            if node.attr == "budget":
+                return ast.Subscript(ast.Name("TOP", ast.Load()), ast.Constant(1), node.ctx)
+            if node.attr == "tol":
+                return ast.Name("TOL", ast.Load())
+            if node.attr == "dscale":
+                return ast.Constant(0.0)
+            return None
+        if isinstance(node, ast.Call):
+            return self.call(node)
+        if isinstance(node, ast.Raise):
+            exc = node.exc
+            if isinstance(exc, ast.Call) and isinstance(exc.func, ast.Name) and \
+                    exc.func.id in ("Fault", "Limit"):
+                what = "invertibility check failed" if exc.func.id == "Fault" else \
+                    "step budget exhausted"
+                return ast.Raise(ast.Call(ast.Name("Fault", ast.Load()),
+                                          [ast.Constant(what)], []), None)
+            return None
+        if (isinstance(node, ast.AugAssign) and _named(node.target, "_ok")) or \
+                (isinstance(node, ast.Assign) and len(node.targets) == 1 and
+                 _named(node.targets[0], "_m")):
+            # a folded check (native.defer_checks), or an address's check (its mask)
             node.value = _BRANCH_FREE.visit(node.value)
-        return node
+        return None
 
-    def visit_Assign(self, node):        # an address's check, its mask
-        self.generic_visit(node)
-        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and \
-                node.targets[0].id == "_m":
-            node.value = _BRANCH_FREE.visit(node.value)
-        return node
-
-    def visit_Raise(self, node):
-        exc = node.exc
-        if isinstance(exc, ast.Call) and isinstance(exc.func, ast.Name) and \
-                exc.func.id in ("Fault", "Limit"):
-            what = "invertibility check failed" if exc.func.id == "Fault" else \
-                "step budget exhausted"
-            return ast.Raise(ast.Call(ast.Name("Fault", ast.Load()), [ast.Constant(what)],
-                                      []), None)
-        return node
-
-    def visit_Attribute(self, node):
-        self.generic_visit(node)
-        if not (isinstance(node.value, ast.Name) and node.value.id == "M"):
-            return node
-        if node.attr in _VIEWS:
-            return ast.Name(_VIEWS[node.attr], ast.Load())
-        if node.attr == "top":
-            return ast.Name("T0", node.ctx)
-        if node.attr == "budget":
-            return ast.Subscript(ast.Name("TOP", ast.Load()), ast.Constant(1), node.ctx)
-        if node.attr == "tol":
-            return ast.Name("TOL", ast.Load())
-        if node.attr == "dscale":
-            return ast.Constant(0.0)
-        return node
-
-    def visit_Call(self, node):
-        f = node.func
-        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and \
-                f.value.id == "M":
-            args = [self.visit(a) for a in node.args]
+    def call(self, node: ast.Call):
+        f, args = node.func, node.args
+        if isinstance(f, ast.Attribute) and _named(f.value, "M"):
             name = f.attr
             if name in _OPERATIONS:
                 head = _OPERATIONS[name]
@@ -150,15 +162,13 @@ class MachineOperations(ast.NodeTransformer):
             elif name.startswith("v"):  # the array instructions
                 head = _HEAP
             else:
-                return node
+                return None
             return ast.Call(ast.Name(name, ast.Load()), _loaded(*head) + args, [])
-        self.generic_visit(node)
-        if isinstance(f, ast.Name) and f.id == "zero":
-            node.args = _loaded("TOL") + node.args
-        elif node.args and isinstance(node.args[0], ast.Name) and \
-                node.args[0].id == "M":      # a generated function's call
-            node.args[0:1] = _loaded(*_HEAP)
-        return node
+        if _named(f, "zero"):
+            args.insert(0, ast.Name("TOL", ast.Load()))
+        elif args and _named(args[0], "M"):     # a generated function's call
+            args[0:1] = _loaded(*_HEAP)
+        return None
 
 
 class _BranchFree(ast.NodeTransformer):
@@ -178,8 +188,7 @@ class _BranchFree(ast.NodeTransformer):
         if len(node.ops) == 1:
             return node
         lefts = [node.left, *node.comparators]
-        parts = [ast.Compare(copy.deepcopy(a) if k else a, [o], [b])
-                 for k, (a, o, b) in enumerate(zip(lefts, node.ops, lefts[1:]))]
+        parts = [ast.Compare(a, [o], [b]) for a, o, b in zip(lefts, node.ops, lefts[1:])]
         out = parts[0]
         for part in parts[1:]:
             out = ast.BinOp(out, ast.BitAnd(), part)
@@ -192,7 +201,7 @@ _BRANCH_FREE = _BranchFree()
 def native_tree(node: ast.FunctionDef) -> ast.FunctionDef:
     """A generated function's tree (its text as rvm.engines.native.defer_checks leaves
     it) as native code runs it (MachineOperations)."""
-    return MachineOperations(declared(node)).visit(node)
+    return MachineOperations(declared(node)).run(node)
 
 
 _FLOAT_OPS = {ast.Add: "fadd", ast.Sub: "fsub", ast.Mult: "fmul", ast.Div: "fdiv"}
