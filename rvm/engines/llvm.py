@@ -48,6 +48,7 @@ from .lowering import (
     Lowering,
     Types,
     Unsupported,
+    assigned_by,
     budget_test,
     callees,
     declared,
@@ -754,15 +755,7 @@ class _Source:
                         count += budget_test(n)
                     elif isinstance(n, ast.Return) and ret is None:
                         ret = n
-                    targets = list(n.targets) if isinstance(n, ast.Assign) else \
-                        [n.target] if isinstance(n, (ast.AugAssign, ast.AnnAssign,
-                                                     ast.For)) else []
-                    while targets:
-                        t = targets.pop()
-                        if isinstance(t, ast.Name) and t.id.startswith("gf"):
-                            shadows.add(t.id)
-                        elif isinstance(t, (ast.Tuple, ast.List)):
-                            targets += t.elts
+                    shadows.update(x for x in assigned_by(n) if x.startswith("gf"))
                     below += getattr(n, "body", ()) + getattr(n, "orelse", ())
                 level = below
             self.calls[name], tests[name] = calls, count
@@ -775,7 +768,7 @@ class _Source:
         self.run_out = running_out(tests, self.calls)
 
     def node(self, name: str) -> ast.FunctionDef:
-        """A generated function's tree as native code runs it (rvm.engines.native:
+        """A generated function's tree as native code runs it (rvm.engines.lowering:
         MachineOperations)."""
         node = self.kept.get(name)
         return node if node is not None else native_tree(ast.parse(self.texts[name]).body[0])

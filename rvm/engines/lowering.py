@@ -81,9 +81,8 @@ class MachineOperations:
     takes the heap arrays where it took the machine, a folded check's condition is made
     branch-free, and a failed check raises a constant Fault (the machine runs the pass
     again on the interpreter to say which check failed). Native code keeps no derivative
-    magnitudes: `M.dscale` is 0.0. The tree is changed in place, in one walk (a
-    NodeTransformer's copy of every list of a large function raised a compile's peak
-    memory by a sixth)."""
+    magnitudes: `M.dscale` is 0.0. The tree is changed in place, in one walk (an
+    ast.NodeTransformer would copy every list of every node)."""
 
     def __init__(self, types: dict):
         self.types = types      # the function's declared locals (compiled.TYPES)
@@ -1497,6 +1496,26 @@ def is_raise(stmts) -> bool:
     return len(stmts) == 1 and isinstance(stmts[0], ast.Raise)
 
 
+def assigned_by(s) -> list[str]:
+    """The names statement s assigns (not its parts'): its targets, a tuple's each."""
+    if isinstance(s, ast.Assign):
+        targets = list(s.targets)
+    elif isinstance(s, (ast.AugAssign, ast.AnnAssign, ast.For)):
+        targets = [s.target]
+    else:
+        return []
+    out = []
+    while targets:
+        t = targets.pop()
+        if isinstance(t, ast.Name):
+            out.append(t.id)
+        elif isinstance(t, (ast.Tuple, ast.List)):
+            targets += t.elts
+        elif isinstance(t, ast.Starred):
+            targets.append(t.value)
+    return out
+
+
 def _assigned(node) -> set[str]:
     """The names a function assigns (not those it only declares): the targets of its
     statements (the generated code assigns nowhere else). (Kept on the tree, the sets
@@ -1505,21 +1524,8 @@ def _assigned(node) -> set[str]:
     work = [(s, True) for s in node.body]       # (statement, at the function's top level)
     while work:
         s, top = work.pop()
-        if isinstance(s, ast.Assign):
-            targets = list(s.targets)
-        elif isinstance(s, (ast.AugAssign, ast.For)) or \
-                (isinstance(s, ast.AnnAssign) and not top):     # (top: declarations)
-            targets = [s.target]
-        else:
-            targets = []
-        while targets:
-            t = targets.pop()
-            if isinstance(t, ast.Name) and t.id != "_":
-                out.add(t.id)
-            elif isinstance(t, (ast.Tuple, ast.List)):
-                targets += t.elts
-            elif isinstance(t, ast.Starred):
-                targets.append(t.value)
+        if not (top and isinstance(s, ast.AnnAssign)):      # (top: declarations)
+            out.update(n for n in assigned_by(s) if n != "_")
         for field in ("body", "orelse"):
             work += [(c, False) for c in getattr(s, field, ())]
     return out

@@ -59,7 +59,7 @@ def defer_checks(source: str) -> str:
         stripped = line.lstrip()
         ind = line[:len(line) - len(stripped)]
         m = _FAULT.match(line)
-        if m:       # (made branch-free once parsed: rvm.engines.lowering.branch_free)
+        if m:       # (made branch-free once parsed: rvm.engines.lowering.MachineOperations)
             cond = m.group(3) if m.group(3) is not None else f"not ({m.group(4)})"
             if not re.search(r"[A-Za-z_]", _WORDS.sub("", cond)) and \
                     eval(cond, {"__builtins__": {}}):   # holds on constants: nothing to do
