@@ -1267,8 +1267,10 @@ def test_the_failing_runs_benchmark_runs(tmp_path):
                          env={**os.environ, "RVM_CACHE_DIR": str(tmp_path)})
     assert out.returncode == 0, out.stderr
     rows = [line for line in out.stdout.splitlines() if "failing" in line]
-    assert [r.split("|")[1].strip() for r in rows] == ["general", "counted", "gradient"]
+    assert [r.split("|")[1].strip() for r in rows] == ["general", "counted", "gradient",
+                                                       "gradient, an array"]
     assert out.stdout.count("math range error") == 2 and "`x` is inf: not finite" in out.stdout
+    assert "`x` has inf or nan elements: not finite" in out.stdout
 
 
 @pytest.mark.parametrize("case", CALLS_CASES)
@@ -1366,9 +1368,9 @@ ARRAY_GRADIENT = OVERFLOWING_GRADIENT.replace("from rvm import reversible",
 def test_a_gradient_of_an_array_program_that_overflows_in_a_loop_is_the_interpreters(
         tmp_path):
     """Midway through a gradient pass, native code's shadow of a register that read a
-    heap cell may stand apart from the interpreter's (it accumulates into the cell's
-    shadow at once): a search on native states named another instruction (a reviewer's
-    case). Programs with a heap are searched by the interpreter."""
+    heap cell may stand apart from the interpreter's (it sets it to zero where the cell
+    is read again): a search on the usual build's states named another instruction (a
+    reviewer's case). A short pass is searched by the interpreter alone."""
     (tmp_path / "f.py").write_text(ARRAY_GRADIENT)
     f = rvm.load(tmp_path / "f.py")["f"]
     errors = []
@@ -1379,6 +1381,83 @@ def test_a_gradient_of_an_array_program_that_overflows_in_a_loop_is_the_interpre
         errors.append((str(e.value), e.value.function, e.value.index))
     assert errors[0] == errors[1] == errors[2], errors
     assert "at ADD.mul" in errors[0][0]
+
+
+@pytest.mark.parametrize("c,d", [(1e308, 0.5), (1.0, 1.797693e308 / 19_950)],
+                         ids=["after", "in-the-loop"])
+def test_a_gradient_of_an_array_program_that_overflows_late_in_a_long_pass_is_found_natively(
+        c, d, tmp_path, monkeypatch):
+    """A long pass of a program with a heap was searched by the interpreter stepping the
+    whole pass (minutes for millions of passes). It is searched on native code that
+    carries every shadow as the interpreter does (the strict build): the interpreter's
+    error, and the interpreter steps only from the last look before it."""
+    from rvm.ad.gradient import INTERPRETED, SEARCHED
+    (tmp_path / "f.py").write_text(ARRAY_GRADIENT)
+    f = rvm.load(tmp_path / "f.py")["f"]
+    x, n = np.array([1e-300, 1e-300]), 20_000
+    assert 8 * n > INTERPRETED          # (its passes' steps)
+    errors, builds = [], []
+    for engine in ("interp", "native"):
+        g = rvm.grad(f, loss="out", engine=engine)
+        assert g(x, 1.0, 0.5, 10, 0.0)[0][0] == 7.0
+        taken = steps_stepped(monkeypatch)
+        runs = builds_run(monkeypatch)
+        with pytest.raises(rvm.InvertibilityError) as e:
+            g(x, c, d, n, 0.0)
+        monkeypatch.undo()
+        builds.append(runs)
+        errors.append((str(e.value), e.value.function, e.value.index))
+    assert errors[0] == errors[1], errors
+    assert "`x` has inf or nan elements: not finite" in errors[1][0]
+    assert "stopped being finite in the gradient of f3 at ADD.mul" in errors[1][0]
+    assert (errors[1][2] == 2) == (c > 1.0)     # (the first product, or in the loop)
+    assert sum(taken) < 2 * SEARCHED, sum(taken)
+    assert True in builds[1], builds[1]     # (the strict build's gradient passes)
+
+
+ANCILLA_READS = '''
+from rvm import Array, reversible
+
+@reversible
+def f(x: Array[float], c: float, d: float, n: int, out: float):
+    out += x[0] * c
+    for i in range(n):
+        out += x[i % 2] * d
+        out += x[1] * x[0]
+'''
+
+
+def test_the_strict_builds_gradient_pass_stops_in_the_interpreters_state(tmp_path):
+    """Where a budget stops a gradient pass midway, the strict build (which the search
+    for a shadow that stopped being finite runs) leaves every register, shadow and cell
+    as the interpreter does, also the shadow of a register a cell is read into (the
+    usual build sets that one to zero where the cell is read again)."""
+    from rvm.engines.compiled import compiled
+    (tmp_path / "f.py").write_text(ANCILLA_READS)
+    p = rvm.load(tmp_path / "f.py")["f"].program
+
+    def stopped(engine: str, budget: int, strict: bool) -> tuple:
+        m = Machine(p, engine=engine, max_steps=10**8)
+        m.enter("f", np.array([0.3, 0.7]), 1.5, 0.25, 40, 0.0)
+        m.run(1)
+        m.set_grad(True)
+        m.clear_shadows()
+        fr = m.stack[0]
+        fr.G[fr.fn.slot(fr.fn.params[-1])] = 1.0
+        if strict:
+            m._compiled = compiled(p, m.checks, native=True, strict=True)
+            m._compiled_functions = None
+        m.max_steps = budget
+        with pytest.raises(rvm.MachineError, match="step budget"):
+            m.run(-1)
+        return ([(f.fn.name, f.state, list(f.R), list(f.G)) for f in m.stack],
+                list(m.hf[:m.top]), list(m.hg[:m.top]))
+    differ = 0
+    for budget in [*range(1, 60), *range(60, 330, 7)]:
+        want = stopped("interp", budget, False)
+        assert stopped("native", budget, True) == want, budget
+        differ += stopped("native", budget, False) != want
+    assert differ > 0       # (the usual build's shadows stand apart: what is compared)
 
 
 def test_stepping_to_the_end_clears_the_roots_residue_as_running_does():

@@ -11,7 +11,8 @@ which native code runs without a budget test per pass and looks at the floats of
 chunks of about 1,024 steps) is the second row. The third is a gradient (rvm.grad) of
 a loop of PASSES / 50 passes whose gradient comes out inf from a product made before the
 loop: the error says where in the gradient pass a shadow stopped being finite, which
-native code does not test for (a bisection of native runs with step budgets finds it).
+native code does not test for (a bisection of native runs with step budgets finds it);
+the fourth, the same with x an array (a program with a heap).
 Times are the best of 3 in one process (native code compiled before timing).
 """
 
@@ -19,6 +20,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 import rvm
 from rvm.engines import native
@@ -69,11 +72,18 @@ def f(x: float, c: float, n: int, out: float):
 """
 
 
-def gradient_row(passes: int) -> None:
+def gradient_row(passes: int, heap: bool = False) -> None:
     """The succeeding and the failing gradient (c = 1e308: two products of 1e308 add up
-    to inf in x's shadow at the end of the gradient pass)."""
+    to inf in x's shadow at the end of the gradient pass); heap: x an array whose first
+    element the products read (a program with a heap: its search runs the strict build,
+    which carries every shadow as the interpreter does)."""
+    text, x, row = GRADIENT, 1e-300, "gradient"
+    if heap:
+        text = text.replace("import reversible", "import Array, reversible").replace(
+            "x: float", "x: Array[float]").replace("x * ", "x[0] * ")
+        x, row = np.array([1e-300]), "gradient, an array"
     with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "f.py").write_text(GRADIENT)
+        (Path(tmp) / "f.py").write_text(text)
         g = rvm.grad(rvm.load(Path(tmp) / "f.py")["f"], loss="out", engine="native")
         times = {}
         for c in (1.0, 1e308, 1.0, 1e308):        # (each compiled before timing)
@@ -81,14 +91,14 @@ def gradient_row(passes: int) -> None:
             for _ in range(3):
                 t = time.perf_counter()
                 try:
-                    g(1e-300, c, passes, 0.0)
+                    g(x, c, passes, 0.0)
                 except rvm.RvmError as e:
                     what = str(e).split(";")[0]
                 best = min(best, time.perf_counter() - t)
             times[c] = best, what
     (ok, _), (bad, what) = times[1.0], times[1e308]
-    print(f"| gradient | succeeding | {ok:.4f} | 1.0 |")
-    print(f"| gradient | failing (a gradient not finite) | {bad:.4f} | {bad / ok:.1f} |")
+    print(f"| {row} | succeeding | {ok:.4f} | 1.0 |")
+    print(f"| {row} | failing (a gradient not finite) | {bad:.4f} | {bad / ok:.1f} |")
     print(f"|  | {what} | | |")
 
 
@@ -124,3 +134,4 @@ if __name__ == "__main__":
               f"{bad / ok:.2f} |")
         print(f"|  | {what.splitlines()[0]} | | |")
     gradient_row(k // 50)
+    gradient_row(k // 50, heap=True)

@@ -40,7 +40,7 @@ from ..engines.machine import (
     native_heap,
 )
 from ..engines.native import on_threads
-from ..engines.templates import SHADOWS, SHADOWS_BAD, STATE
+from ..engines.templates import LEFT, SHADOWS, SHADOWS_BAD, STATE
 
 Loss = int | str | tuple
 
@@ -709,12 +709,16 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
     ended: the arguments' final values from the native call that found the gradients
     not finite: the search starts from them, at the function's end, without running
     the forward pass again (a program without a heap, its locals checked to be zero
-    there, ends with nothing else)."""
+    there, ends with nothing else). A program with a heap is searched on the strict
+    build (Compiled.strict), whose gradient passes carry every shadow as the
+    interpreter does (the usual code sets a known-zero register's to zero where a cell
+    is read into it: rvm.engines.compiled, _exact), where its pass is too long for the
+    interpreter to step (INTERPRETED)."""
     from ..engines.compiled import compiled
     from ..engines.explain import names_at
     program, name, names = target(runner.fn, args)
     m = Machine(program, **runner.options)
-    heap = any(ins.spec.group in ("memory", "array") for f in program.functions.values()
+    heap = any(ins.spec.group in HEAP_GROUPS for f in program.functions.values()
                for ins in f.code)
     if ended is not None and m.checks and not heap:
         fr = m.enter(name, *ended, names=names)
@@ -723,6 +727,12 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
     else:
         m.enter(name, *args, names=names)
         m.run(1)
+    native = m._compiled is not None and m._compiled.native
+    if native and heap:     # (the gradient pass as long as the run: its steps)
+        native = m.max_steps - int(m._native_state()[LEFT]) > INTERPRETED
+        if native:
+            m._compiled = compiled(program, m.checks, native=True, strict=True)
+            m._compiled_functions = None
     which = [b.name for b, g in zip(m.bindings, grads) if g is not None and not finite([g])]
     shown = next(g for g in grads if g is not None and not finite([g]))
     shown = f"is {shown}" if type(shown) is float else "has inf or nan elements"
@@ -736,9 +746,12 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
         m.hg[seed[0].base + seed[1]] = 1.0
     what = f"the gradient of the loss with respect to `{which[0]}` {shown}: not finite"
     small_heap = m.top <= 4096
+    # (steps the interpreter steps through at the end, fewer where each tests a large heap)
+    window = SEARCHED if small_heap else max(16, SEARCHED * 4096 // m.top)
 
-    def heap_bad() -> bool:
-        return small_heap and not np.isfinite(np.asarray(m.hg[:m.top])).all()
+    def heap_bad(every: bool = False) -> bool:
+        """Is a cell's shadow not finite? (A large heap: only if every.)"""
+        return (every or small_heap) and not np.isfinite(np.asarray(m.hg[:m.top])).all()
 
     def shadows_finite(fr) -> bool:     # (a frame's float registers' shadows)
         return fr.G is None or finite(fr.G[fr.fn.n_int:])
@@ -760,7 +773,7 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
                     raise
             finally:
                 m.max_steps = budget
-        return m.at_start or heap_bad() or not all(map(shadows_finite, m.stack))
+        return m.at_start or heap_bad(True) or not all(map(shadows_finite, m.stack))
 
     def walk(limit: int) -> MachineError | None:
         """The interpreter's steps from where the machine stands, up to limit: the
@@ -778,7 +791,7 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
                 if total - total != 0.0:
                     bad = [r for r in fr.fn.registers if r.cls == isa.FLOAT and
                            not finite([G[fr.fn.slot(r)]])]
-            if bad or (m.top and heap_bad()):
+            if bad or (m.top and heap_bad(fr.fn.code[i].spec.group in HEAP_GROUPS)):
                 ins = fr.fn.code[i]
                 label = names_at(fr.fn, ins.line).get(bad[0]) if bad else None
                 whose = f"`{label}`" if label else f"{bad[0]}" if bad else "a heap cell"
@@ -788,12 +801,9 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
                     fr.fn.name, i, ins.line, program.source)
         return None
 
-    # (not native: a pass again would be the interpreter's; a program with a heap:
-    # native code's shadows of registers that read cells may stand apart from the
-    # interpreter's midway, where it accumulates a product's into the cell's shadow at
-    # once: a search on them can find another place)
+    # (not native: a pass again would be the interpreter's)
     lo, hi = 0, 0
-    if m._compiled is not None and m._compiled.native and not heap:
+    if native:
         # the pass natively, whole: the last look at a loop's (or a returning frame's)
         # shadows before one found them not finite (rvm.engines.lowering: note_shadows);
         # as a rule the place is soon after it. (A budget that ends a step before the
@@ -805,15 +815,15 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
                 looked = int(state[SHADOWS])
         look = budget - looked - 1 if looked is not None else 0
         if look > 0 and not bad_after(look):
-            found = walk(FAR)
+            found = walk(FAR if small_heap else window)
             if found is not None:
                 return found
             lo = look
-        hi, step = lo + SEARCHED, SEARCHED
+        hi, step = lo + window, window
         while hi < budget and not bad_after(hi):
             lo, step = hi, 4 * step
             hi = lo + step
-    while hi - lo > SEARCHED:
+    while hi - lo > window:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if bad_after(mid) else (mid, hi)
     if at[0] != lo:
@@ -823,6 +833,9 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
 
 SEARCHED = 1 << 10      # steps of the gradient pass not_finite steps through on the
 # interpreter (beyond them, a bisection of native runs)
+INTERPRETED = 1 << 16   # a program with a heap whose pass has more steps is searched on
+# native code (the strict build: a compile), fewer by the interpreter alone
+HEAP_GROUPS = frozenset({"memory", "array"})
 
 
 _PLAIN = frozenset({int, float, np.ndarray})

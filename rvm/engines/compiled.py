@@ -35,6 +35,7 @@ from ..core.program import Instruction as _Instruction
 from . import affine, templates
 from .templates import (
     LAST,
+    LEFT,
     NO_STOP,
     NOW,
     SHADOWS,
@@ -268,8 +269,10 @@ class _Known:
         return d not in self.raw and d in self.plus and d not in factors and \
             (not gradient or factors <= self.gzeros)
 
-    def step(self, ins, gradient: bool) -> str | None:
-        """Account for ins; the template to emit for it (None: the usual one)."""
+    def step(self, ins, gradient: bool, carry: bool = False) -> str | None:
+        """Account for ins; the template to emit for it (None: the usual one). carry: in
+        a gradient pass, a known-zero register's shadow is carried on as the interpreter
+        carries it (see _exact), not set to zero."""
         acc = _accumulates(ins)
         d = ins.args[0] if acc else None
         action = None
@@ -290,7 +293,8 @@ class _Known:
         template = None
         raw = action == "fresh" and acc[0] == "+" and acc[1][0]
         if ins.op not in isa.CALLS and ins.spec.group != "control":
-            template = _exact(_template(ins, gradient), "raw" if raw else action, gradient)
+            template = _exact(_template(ins, gradient), "raw" if raw else action,
+                              gradient and not carry)
             if gradient:
                 template = self.shadows(ins, template)
         elif ins.op in isa.CALLS:
@@ -384,14 +388,16 @@ def _template(ins, gradient: bool) -> str:
     return ins.spec.forward[cls]
 
 
-def _exact(template: str, action: str | None, gradient: bool) -> str:
+def _exact(template: str, action: str | None, zero_shadow: bool) -> str:
     """The template with its value line rewritten for a known-zero destination. In a
     gradient pass, where d is zero before the instruction it is zero as a function of the
     inputs too (a local's start, a ZERO, or e - e), so nothing the loss depends on flows
-    through it: its shadow is set to zero instead of being pulled back (what it holds
-    would be pulled back through e twice, with opposite signs, when the pair's other half
-    runs; the gradient is the same, with fewer operations and less rounding). action "raw":
-    a heap cell read into a known-zero register as it is (see _Known)."""
+    through it: with zero_shadow, its shadow is set to zero instead of being pulled back
+    (what it holds would be pulled back through e twice, with opposite signs, when the
+    pair's other half runs; the gradient is the same, with fewer operations and less
+    rounding, but midway through a pass that shadow is not the interpreter's, which
+    carries it on: the strict build carries it too). action "raw": a heap cell read into
+    a known-zero register as it is (see _Known)."""
     if action is None:
         return template
     first, _, rest = template.partition("\n")
@@ -400,7 +406,7 @@ def _exact(template: str, action: str | None, gradient: bool) -> str:
     value = first[len(head) + 2:]
     line = {"fresh": f"{{d}} = 0.0 {first[len(head)]} ({value})", "raw": f"{{d}} = {value}",
             "cancel": f"{{d}} = ({value}) - ({value})"}[action]
-    if gradient and action in ("fresh", "raw"):
+    if zero_shadow and action in ("fresh", "raw"):
         rest = "{gd} = 0.0"
     return line + ("\n" + rest if rest else "")
 
@@ -845,7 +851,7 @@ class _Writer:
             k = work.pop()
             state = entry[k].copy()
             for ins in code[leaders[k]:ends[k]]:
-                state.step(ins, self.gradient)
+                state.step(ins, self.gradient, self.c.strict)
             for t in self.targets(leaders[k], ends[k]) if ends[k] > leaders[k] else [-1]:
                 if t < 0:
                     exits.append(state)
@@ -870,7 +876,7 @@ class _Writer:
         for i in range(start, end):
             ins = code[i]
             last = ins
-            template = known.step(ins, self.gradient) if known is not None else None
+            template = known.step(ins, self.gradient, self.c.strict) if known is not None else None
             self.canonical(depth, known)
             self.shown(depth, known, ins)
             if ins.op in isa.COMEFROMS or _repeated(ins, checked):
@@ -953,7 +959,7 @@ class _Writer:
         # what holds on entry to the block holds at the start of every pass (native)
         for i in range(start, end - 1):
             ins = code[i]
-            template = known.step(ins, self.gradient) if known is not None else None
+            template = known.step(ins, self.gradient, self.c.strict) if known is not None else None
             self.canonical(depth + 1, known)
             self.shown(depth + 1, known, ins)
             if ins.op in isa.COMEFROMS or i in c.skip or _repeated(ins, checked):
@@ -1253,8 +1259,10 @@ class Compiled:
                  strict: bool = False):
         self.program, self.checks, self.native = program, checks, native
         # native code that runs no loop as a counted loop (whose checks are made after
-        # its last pass, and which has no back edge to stop at): run only to find where
-        # a run failed (Machine._late)
+        # its last pass, and which has no back edge to stop at) and whose gradient
+        # passes carry every shadow as the interpreter does (see _exact): run only to
+        # find where a run failed (Machine._late) or a gradient stopped being finite
+        # (rvm.ad.gradient.not_finite)
         self.strict = strict
         self.names = {name: f"F{k}" for k, name in enumerate(program.functions)}
         self.recursive = program.call_order()[1]      # (never native code)
@@ -1563,7 +1571,7 @@ class Compiled:
             state = np.zeros(OUT0 + machine.said_cells, np.int64)
             state[3] = len(state)
             cached = machine._native_heap = cached[:4] + (state,)
-        cached[4][0], cached[4][1] = machine.top, machine.max_steps
+        cached[4][0], cached[4][LEFT] = machine.top, machine.max_steps
         cached[4][LAST] = cached[4][NOW] = -1      # (a run's own: see templates.STATE)
         cached[4][STOP] = NO_STOP
         cached[4][SHADOWS], cached[4][SHADOWS_BAD] = -1, 0

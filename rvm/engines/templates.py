@@ -35,7 +35,7 @@ def fault(text: str) -> str:
 # pass the budget left at the last look (Lowering.clean) before the first that found a
 # float register's shadow not finite (SHADOWS, -1 if none), and whether one did
 # (SHADOWS_BAD: rvm.ad.gradient.not_finite); every S holds at least STATE cells
-LAST, NOW, STOP, SHADOWS, SHADOWS_BAD, STATE = 4, 5, 6, 7, 8, 9
+LEFT, LAST, NOW, STOP, SHADOWS, SHADOWS_BAD, STATE = 1, 4, 5, 6, 7, 8, 9
 NO_STOP = -(1 << 63)
 
 
