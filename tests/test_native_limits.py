@@ -1389,7 +1389,7 @@ def test_a_gradient_of_an_array_program_that_overflows_late_in_a_long_pass_is_fo
         c, d, tmp_path, monkeypatch):
     """A long pass of a program with a heap was searched by the interpreter stepping the
     whole pass (minutes for millions of passes). It is searched on native code that
-    carries every shadow as the interpreter does (the strict build): the interpreter's
+    carries every shadow as the interpreter does (Compiled.carry): the interpreter's
     error, and the interpreter steps only from the last look before it."""
     from rvm.ad.gradient import INTERPRETED, SEARCHED
     (tmp_path / "f.py").write_text(ARRAY_GRADIENT)
@@ -1401,7 +1401,9 @@ def test_a_gradient_of_an_array_program_that_overflows_late_in_a_long_pass_is_fo
         g = rvm.grad(f, loss="out", engine=engine)
         assert g(x, 1.0, 0.5, 10, 0.0)[0][0] == 7.0
         taken = steps_stepped(monkeypatch)
-        runs = builds_run(monkeypatch)
+        runs: list = []
+        monkeypatch.setattr(Compiled, "run", lambda c, m, d, real=Compiled.run, runs=runs:
+                            runs.append(c.carry) or real(c, m, d))
         with pytest.raises(rvm.InvertibilityError) as e:
             g(x, c, d, n, 0.0)
         monkeypatch.undo()
@@ -1412,7 +1414,7 @@ def test_a_gradient_of_an_array_program_that_overflows_late_in_a_long_pass_is_fo
     assert "stopped being finite in the gradient of f3 at ADD.mul" in errors[1][0]
     assert (errors[1][2] == 2) == (c > 1.0)     # (the first product, or in the loop)
     assert sum(taken) < 2 * SEARCHED, sum(taken)
-    assert True in builds[1], builds[1]     # (the strict build's gradient passes)
+    assert True in builds[1], builds[1]     # (the carrying build's gradient passes)
 
 
 ANCILLA_READS = '''
@@ -1427,16 +1429,16 @@ def f(x: Array[float], c: float, d: float, n: int, out: float):
 '''
 
 
-def test_the_strict_builds_gradient_pass_stops_in_the_interpreters_state(tmp_path):
-    """Where a budget stops a gradient pass midway, the strict build (which the search
-    for a shadow that stopped being finite runs) leaves every register, shadow and cell
-    as the interpreter does, also the shadow of a register a cell is read into (the
-    usual build sets that one to zero where the cell is read again)."""
+def test_the_carrying_builds_gradient_pass_stops_in_the_interpreters_state(tmp_path):
+    """Where a budget stops a gradient pass midway, the build that carries shadows (which
+    the search for a shadow that stopped being finite runs) leaves every register,
+    shadow and cell as the interpreter does, also the shadow of a register a cell is
+    read into (the usual build sets that one to zero where the cell is read again)."""
     from rvm.engines.compiled import compiled
     (tmp_path / "f.py").write_text(ANCILLA_READS)
     p = rvm.load(tmp_path / "f.py")["f"].program
 
-    def stopped(engine: str, budget: int, strict: bool) -> tuple:
+    def stopped(engine: str, budget: int, carry: bool) -> tuple:
         m = Machine(p, engine=engine, max_steps=10**8)
         m.enter("f", np.array([0.3, 0.7]), 1.5, 0.25, 40, 0.0)
         m.run(1)
@@ -1444,8 +1446,8 @@ def test_the_strict_builds_gradient_pass_stops_in_the_interpreters_state(tmp_pat
         m.clear_shadows()
         fr = m.stack[0]
         fr.G[fr.fn.slot(fr.fn.params[-1])] = 1.0
-        if strict:
-            m._compiled = compiled(p, m.checks, native=True, strict=True)
+        if carry:
+            m._compiled = compiled(p, m.checks, native=True, carry=True)
             m._compiled_functions = None
         m.max_steps = budget
         with pytest.raises(rvm.MachineError, match="step budget"):

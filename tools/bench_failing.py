@@ -75,8 +75,8 @@ def f(x: float, c: float, n: int, out: float):
 def gradient_row(passes: int, heap: bool = False) -> None:
     """The succeeding and the failing gradient (c = 1e308: two products of 1e308 add up
     to inf in x's shadow at the end of the gradient pass); heap: x an array whose first
-    element the products read (a program with a heap: its search runs the strict build,
-    which carries every shadow as the interpreter does)."""
+    element the products read (a program with a heap: its search runs a build that
+    carries every shadow as the interpreter does)."""
     text, x, row = GRADIENT, 1e-300, "gradient"
     if heap:
         text = text.replace("import reversible", "import Array, reversible").replace(

@@ -709,11 +709,11 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
     ended: the arguments' final values from the native call that found the gradients
     not finite: the search starts from them, at the function's end, without running
     the forward pass again (a program without a heap, its locals checked to be zero
-    there, ends with nothing else). A program with a heap is searched on the strict
-    build (Compiled.strict), whose gradient passes carry every shadow as the
-    interpreter does (the usual code sets a known-zero register's to zero where a cell
-    is read into it: rvm.engines.compiled, _exact), where its pass is too long for the
-    interpreter to step (INTERPRETED)."""
+    there, ends with nothing else). A program with a heap is searched on the build
+    whose gradient passes carry every shadow as the interpreter does (Compiled.carry;
+    the usual code sets a known-zero register's to zero where a cell is read into it:
+    rvm.engines.compiled, _exact), where its pass is too long for the interpreter to
+    step (INTERPRETED)."""
     from ..engines.compiled import compiled
     from ..engines.explain import names_at
     program, name, names = target(runner.fn, args)
@@ -731,7 +731,7 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
     if native and heap:     # (the gradient pass as long as the run: its steps)
         native = m.max_steps - int(m._native_state()[LEFT]) > INTERPRETED
         if native:
-            m._compiled = compiled(program, m.checks, native=True, strict=True)
+            m._compiled = compiled(program, m.checks, native=True, carry=True)
             m._compiled_functions = None
     which = [b.name for b, g in zip(m.bindings, grads) if g is not None and not finite([g])]
     shown = next(g for g in grads if g is not None and not finite([g]))
@@ -749,9 +749,9 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
     # (steps the interpreter steps through at the end, fewer where each tests a large heap)
     window = SEARCHED if small_heap else max(16, SEARCHED * 4096 // m.top)
 
-    def heap_bad(every: bool = False) -> bool:
-        """Is a cell's shadow not finite? (A large heap: only if every.)"""
-        return (every or small_heap) and not np.isfinite(np.asarray(m.hg[:m.top])).all()
+    def heap_bad() -> bool:
+        """Is a cell's shadow not finite?"""
+        return not np.isfinite(np.asarray(m.hg[:m.top])).all()
 
     def shadows_finite(fr) -> bool:     # (a frame's float registers' shadows)
         return fr.G is None or finite(fr.G[fr.fn.n_int:])
@@ -773,7 +773,7 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
                     raise
             finally:
                 m.max_steps = budget
-        return m.at_start or heap_bad(True) or not all(map(shadows_finite, m.stack))
+        return m.at_start or heap_bad() or not all(map(shadows_finite, m.stack))
 
     def walk(limit: int) -> MachineError | None:
         """The interpreter's steps from where the machine stands, up to limit: the
@@ -791,7 +791,7 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
                 if total - total != 0.0:
                     bad = [r for r in fr.fn.registers if r.cls == isa.FLOAT and
                            not finite([G[fr.fn.slot(r)]])]
-            if bad or (m.top and heap_bad(fr.fn.code[i].spec.group in HEAP_GROUPS)):
+            if bad or (m.top and fr.fn.code[i].spec.group in HEAP_GROUPS and heap_bad()):
                 ins = fr.fn.code[i]
                 label = names_at(fr.fn, ins.line).get(bad[0]) if bad else None
                 whose = f"`{label}`" if label else f"{bad[0]}" if bad else "a heap cell"
@@ -834,7 +834,7 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
 SEARCHED = 1 << 10      # steps of the gradient pass not_finite steps through on the
 # interpreter (beyond them, a bisection of native runs)
 INTERPRETED = 1 << 16   # a program with a heap whose pass has more steps is searched on
-# native code (the strict build: a compile), fewer by the interpreter alone
+# native code (the build that carries shadows: a compile), fewer by the interpreter alone
 HEAP_GROUPS = frozenset({"memory", "array"})
 
 

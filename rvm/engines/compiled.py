@@ -396,8 +396,8 @@ def _exact(template: str, action: str | None, zero_shadow: bool) -> str:
     (what it holds would be pulled back through e twice, with opposite signs, when the
     pair's other half runs; the gradient is the same, with fewer operations and less
     rounding, but midway through a pass that shadow is not the interpreter's, which
-    carries it on: the strict build carries it too). action "raw": a heap cell read into
-    a known-zero register as it is (see _Known)."""
+    carries it on, as the build that searches does: Compiled.carry). action "raw": a heap
+    cell read into a known-zero register as it is (see _Known)."""
     if action is None:
         return template
     first, _, rest = template.partition("\n")
@@ -851,7 +851,7 @@ class _Writer:
             k = work.pop()
             state = entry[k].copy()
             for ins in code[leaders[k]:ends[k]]:
-                state.step(ins, self.gradient, self.c.strict)
+                state.step(ins, self.gradient, self.c.carry)
             for t in self.targets(leaders[k], ends[k]) if ends[k] > leaders[k] else [-1]:
                 if t < 0:
                     exits.append(state)
@@ -876,7 +876,7 @@ class _Writer:
         for i in range(start, end):
             ins = code[i]
             last = ins
-            template = known.step(ins, self.gradient, self.c.strict) if known is not None else None
+            template = known.step(ins, self.gradient, self.c.carry) if known is not None else None
             self.canonical(depth, known)
             self.shown(depth, known, ins)
             if ins.op in isa.COMEFROMS or _repeated(ins, checked):
@@ -959,7 +959,7 @@ class _Writer:
         # what holds on entry to the block holds at the start of every pass (native)
         for i in range(start, end - 1):
             ins = code[i]
-            template = known.step(ins, self.gradient, self.c.strict) if known is not None else None
+            template = known.step(ins, self.gradient, self.c.carry) if known is not None else None
             self.canonical(depth + 1, known)
             self.shown(depth + 1, known, ins)
             if ins.op in isa.COMEFROMS or i in c.skip or _repeated(ins, checked):
@@ -1256,14 +1256,16 @@ class Compiled:
     a compute-copy-uncompute function the split value and gradient)."""
 
     def __init__(self, program: Program, checks: bool = True, native: bool = False,
-                 strict: bool = False):
+                 strict: bool = False, carry: bool = False):
         self.program, self.checks, self.native = program, checks, native
         # native code that runs no loop as a counted loop (whose checks are made after
-        # its last pass, and which has no back edge to stop at) and whose gradient
-        # passes carry every shadow as the interpreter does (see _exact): run only to
-        # find where a run failed (Machine._late) or a gradient stopped being finite
-        # (rvm.ad.gradient.not_finite)
+        # its last pass, and which has no back edge to stop at): run only to find where
+        # a run failed (Machine._late)
         self.strict = strict
+        # native code whose gradient passes carry every shadow as the interpreter does
+        # (see _exact), so that a budget stops one in the interpreter's state: run only
+        # to find where a gradient stopped being finite (rvm.ad.gradient.not_finite)
+        self.carry = carry
         self.names = {name: f"F{k}" for k, name in enumerate(program.functions)}
         self.recursive = program.call_order()[1]      # (never native code)
         # function -> (where B starts, where its fws stops, registers checked around B)
@@ -1458,6 +1460,7 @@ class Compiled:
         print (every field, debug symbols included) and the text of the code that writes
         them, for finding the machine code in the disk cache without writing them."""
         return f"{_generator_digest()}|{self.checks}|{self.native}|{self.strict}|" \
+            f"{self.carry}|" \
             f"{[repr(fn) for fn in self.program.functions.values()]}"
 
     @functools.cached_property
@@ -1629,10 +1632,11 @@ class Compiled:
 
 
 def compiled(program: Program, checks: bool = True, native: bool = False,
-             strict: bool = False) -> Compiled:
-    key = ("compiled", checks, native) + (("strict",) if strict else ())
+             strict: bool = False, carry: bool = False) -> Compiled:
+    key = ("compiled", checks, native) + (("strict",) if strict else ()) + \
+        (("carry",) if carry else ())
     if key not in program.cache:
         with _COMPILING:        # threads wanting it at once share one (and its native code)
             if key not in program.cache:
-                program.cache[key] = Compiled(program, checks, native, strict)
+                program.cache[key] = Compiled(program, checks, native, strict, carry)
     return program.cache[key]
