@@ -20,7 +20,6 @@ import numpy as np
 
 from ..core import isa
 from ..core.errors import InvertibilityError, MachineError, RvmError, UsageError
-from ..core.inverse import inverse_function
 from ..core.program import INT64_MAX, Function, Program
 from . import closures, templates
 from .arguments import (
@@ -695,7 +694,7 @@ class Machine(Helpers):
                         return None
                     G[fn.slot(r)] = np.int64(bits).view(np.float64).item()
             # native code runs a frame moving backwards as its inverse's forward run
-            code = fn.code if e > 0 else inverse_function(fn).code
+            code = fn.code if e > 0 else fn.inverse.code
             n = len(code)
             leaders = _leaders(code)
             if kind == AT_END:
