@@ -779,27 +779,29 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
         """The interpreter's steps from where the machine stands, up to limit: the
         error at the first where a shadow of the frame that took it (or a cell's) is
         not finite, or None."""
-        m.entered()
-        for _ in range(limit):
-            fr = m.stack[-1]
-            i = fr.index(-fr.dir)
-            if m._move(-1, 1) != 1:
-                break
-            G, bad = fr.G, []
+        found: list = []
+
+        def bad(fr, i: int) -> bool:
+            G, regs = fr.G, []
             if G is not None:
                 total = sum(G[fr.fn.n_int:])    # (inf or nan if one is, or on overflow)
                 if total - total != 0.0:
-                    bad = [r for r in fr.fn.registers if r.cls == isa.FLOAT and
-                           not finite([G[fr.fn.slot(r)]])]
-            if bad or (m.top and fr.fn.code[i].spec.group in HEAP_GROUPS and heap_bad()):
-                ins = fr.fn.code[i]
-                label = names_at(fr.fn, ins.line).get(bad[0]) if bad else None
-                whose = f"`{label}`" if label else f"{bad[0]}" if bad else "a heap cell"
-                return InvertibilityError(
-                    f"{what}; it stopped being finite in the gradient of {whose} at "
-                    f"{ins} (a partial derivative overflowed, or was inf or nan)",
-                    fr.fn.name, i, ins.line, program.source)
-        return None
+                    regs = [r for r in fr.fn.registers if r.cls == isa.FLOAT and
+                            not finite([G[fr.fn.slot(r)]])]
+            if regs or (m.top and fr.fn.code[i].spec.group in HEAP_GROUPS and heap_bad()):
+                found.append((fr.fn, fr.fn.code[i], regs))
+                return True
+            return False
+        i = m.walk(-1, limit, bad)
+        if i is None:
+            return None
+        fn, ins, regs = found[0]
+        label = names_at(fn, ins.line).get(regs[0]) if regs else None
+        whose = f"`{label}`" if label else f"{regs[0]}" if regs else "a heap cell"
+        return InvertibilityError(
+            f"{what}; it stopped being finite in the gradient of {whose} at {ins} (a "
+            "partial derivative overflowed, or was inf or nan)",
+            fn.name, i, ins.line, program.source)
 
     # (not native: a pass again would be the interpreter's)
     lo, hi = 0, 0
