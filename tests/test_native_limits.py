@@ -1417,6 +1417,61 @@ def test_a_gradient_of_an_array_program_that_overflows_late_in_a_long_pass_is_fo
     assert True in builds[1], builds[1]     # (the carrying build's gradient passes)
 
 
+ARRAY_STATEMENTS_GRADIENT = '''
+import numpy as np
+from rvm import Array, reversible
+
+@reversible
+def f(A: Array[float, 2], x: Array[float], y: Array[float], n: int, s: float, out: float):
+    for i in range(n):
+        y += A @ x
+        s += np.sum(x)
+        out += y[0] * 10.0
+'''
+
+
+def test_an_array_instructions_failing_gradient_check_is_found_where_the_interpreter_makes_it(
+        tmp_path):
+    """An array instruction's gradient that would not be finite is an error the
+    interpreter raises where it is made; native code does not test it, and a budgeted
+    native run of the search, stopped past it, had the interpreter make the test late, at
+    a later instruction, and raised that (a reviewer's case): such a run counts as one
+    past the failure, and the walk raises it where the interpreter does."""
+    (tmp_path / "f.py").write_text(ARRAY_STATEMENTS_GRADIENT)
+    f = rvm.load(tmp_path / "f.py")["f"]
+    args = (np.full((2, 3), 2e300), np.full(3, 1e-300), np.zeros(2), 6000, 1.0, 0.0)
+    errors = []
+    for engine in ("interp", "native"):
+        with pytest.raises(rvm.InvertibilityError) as e:
+            rvm.grad(f, loss="out", engine=engine)(*[a.copy() if isinstance(a, np.ndarray)
+                                                    else a for a in args])
+        errors.append((str(e.value), e.value.function, e.value.index))
+    assert errors[0] == errors[1], errors
+    assert "the gradient of x[0] would become inf" in errors[0][0]
+
+
+def test_a_short_pass_over_a_large_heap_is_searched_without_testing_every_cell_each_step(
+        tmp_path, monkeypatch):
+    """The interpreter's walk tests the cells a heap instruction may have changed: the
+    one its memory operand names where the heap is large (every cell after every step
+    took minutes for a heap of millions of cells)."""
+    (tmp_path / "f.py").write_text(ARRAY_GRADIENT)
+    f = rvm.load(tmp_path / "f.py")["f"]
+    x = np.full(100_000, 1e-300)
+    errors = []
+    for engine in ("interp", "native"):
+        tested: list = []
+        monkeypatch.setattr(np, "isfinite", lambda a, *r, real=np.isfinite, tested=tested,
+                            **k: tested.append(np.size(a)) or real(a, *r, **k))
+        with pytest.raises(rvm.InvertibilityError) as e:
+            rvm.grad(f, loss="out", engine=engine)(x.copy(), 1e308, 0.5, 2000, 0.0)
+        monkeypatch.undo()
+        errors.append((str(e.value), e.value.function, e.value.index))
+        assert sum(n >= x.size for n in tested) < 10, engine
+    assert errors[0] == errors[1], errors
+    assert "stopped being finite in the gradient of f3 at ADD.mul" in errors[0][0]
+
+
 ANCILLA_READS = '''
 from rvm import Array, reversible
 

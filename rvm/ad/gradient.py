@@ -8,6 +8,7 @@ extra memory is one shadow per float register and heap cell, whatever the step c
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -15,7 +16,7 @@ import numpy as np
 from ..core import isa
 from ..core.errors import InvertibilityError, MachineError, UsageError, user_facing
 from ..core.inverse import inverse_function
-from ..core.program import Function, Program
+from ..core.program import Function, Mem, Program, Reg
 from ..engines.arguments import (
     INT64,
     Binding,
@@ -753,6 +754,20 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
         """Is a cell's shadow not finite?"""
         return not np.isfinite(np.asarray(m.hg[:m.top])).all()
 
+    def cells_bad(fr, ins) -> bool:
+        """After a step of ins (a heap instruction) in fr: is a cell's shadow that it may
+        have changed not finite? (Every cell's, where the heap is small or ins is an
+        array instruction; else the cell its memory operand names, if any: a test of a
+        large heap at every step took minutes.)"""
+        if small_heap or ins.spec.group == "array":
+            return heap_bad()
+        for a in ins.args:
+            if isinstance(a, Mem):
+                cell = fr.R[fr.fn.slot(a.base)] + (fr.R[fr.fn.slot(a.off)]
+                                                   if isinstance(a.off, Reg) else a.off)
+                return 0 <= cell < m.top and not math.isfinite(m.hg[cell])
+        return False
+
     def shadows_finite(fr) -> bool:     # (a frame's float registers' shadows)
         return fr.G is None or finite(fr.G[fr.fn.n_int:])
 
@@ -761,7 +776,10 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
 
     def bad_after(k: int) -> bool:
         """The pass run k steps from its start: is a shadow not finite there (any
-        frame's, or a cell's), or did the pass end before?"""
+        frame's, or a cell's), or did the pass end before, or fail (an array
+        instruction's gradient that would not be finite, which native code does not
+        test: the interpreter, stepping to the budget from a back edge past it, makes
+        that test late; the walk makes it where it fails)?"""
         m.restore(start)
         at[0] = k
         if k:
@@ -770,7 +788,7 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
                 m.run(-1)
             except MachineError as e:
                 if "step budget" not in str(e):
-                    raise
+                    return True
             finally:
                 m.max_steps = budget
         return m.at_start or heap_bad() or not all(map(shadows_finite, m.stack))
@@ -788,8 +806,9 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
                 if total - total != 0.0:
                     regs = [r for r in fr.fn.registers if r.cls == isa.FLOAT and
                             not finite([G[fr.fn.slot(r)]])]
-            if regs or (m.top and fr.fn.code[i].spec.group in HEAP_GROUPS and heap_bad()):
-                found.append((fr.fn, fr.fn.code[i], regs))
+            ins = fr.fn.code[i]
+            if regs or (m.top and ins.spec.group in HEAP_GROUPS and cells_bad(fr, ins)):
+                found.append((fr.fn, ins, regs))
                 return True
             return False
         i = m.walk(-1, limit, bad)
