@@ -1472,6 +1472,127 @@ def test_a_short_pass_over_a_large_heap_is_searched_without_testing_every_cell_e
     assert "stopped being finite in the gradient of f3 at ADD.mul" in errors[0][0]
 
 
+UNCALLED = '''
+from rvm import Array, reversible
+
+@reversible
+def h(a: float, b: float):
+    b += a * 2.0
+
+@reversible
+def f(x: Array[float], out: float):
+    out += x[0] * 1e308
+    out += x[0] * 1e308
+    ~h(x[0], out)
+'''
+
+
+@pytest.mark.parametrize("heap", [True, False], ids=["array", "scalar"])
+def test_the_search_steps_over_the_end_of_a_function_run_by_uncall(heap, tmp_path):
+    """The walk of the search for a shadow that stopped being finite passes the end of a
+    function that UNCALL ran, whose frame then stands past its last instruction: an
+    IndexError there (a reviewer's case); the same error on every engine."""
+    text = UNCALLED if heap else UNCALLED.replace("x: Array[float]", "x: float").replace(
+        "x[0]", "x").replace("Array, ", "")
+    (tmp_path / "f.py").write_text(text)
+    f = rvm.load(tmp_path / "f.py")["f"]
+    errors = []
+    for engine in ("interp", "python", "native"):
+        with pytest.raises(rvm.InvertibilityError) as e:
+            rvm.grad(f, loss="out", engine=engine)(np.array([1e-300]) if heap else 1e-300,
+                                                   0.0)
+        errors.append((str(e.value), e.value.function, e.value.index))
+    assert errors[0] == errors[1] == errors[2], errors
+    assert "not finite; it stopped being finite in the gradient of" in errors[0][0]
+
+
+SCALED = '''
+from rvm import Array, reversible
+
+@reversible
+def f(x: Array[float], c: float, n: int, out: float):
+    x *= c
+    out += x[0] * 2.0
+    for i in range(n):
+        out += x[1] * 0.5
+'''
+
+
+def test_a_step_that_fails_midway_is_reported_as_stepping_reports_it(tmp_path):
+    """An array instruction's gradient step may change cells before it fails (VMUL's
+    scales the array back, then finds its factor's gradient not finite): the search's
+    walk ran such a step again to report it, and reported the second run's failure (a
+    reviewer's case). Walking and stepping fail alike and leave the same state."""
+    (tmp_path / "f.py").write_text(SCALED)
+    f = rvm.load(tmp_path / "f.py")["f"]
+    errors = []
+    for engine in ("interp", "python", "native"):
+        with pytest.raises(rvm.InvertibilityError) as e:
+            rvm.grad(f, loss="out", engine=engine)(np.array([1.5e308, 1.0]), 0.5, 10, 0.0)
+        errors.append((str(e.value), e.value.function, e.value.index))
+    assert errors[0] == errors[1] == errors[2], errors
+    assert "the factor's gradient would become inf" in errors[0][0]
+    ends = []
+    for how in ("walk", "move"):
+        m = Machine(f.program, engine="interp")
+        m.enter("f", np.array([1.5e308, 1.0]), 0.5, 10, 0.0)
+        m.run(1)
+        m.set_grad(True)
+        m.clear_shadows()
+        fr = m.stack[0]
+        fr.G[fr.fn.slot(fr.fn.params[-1])] = 1.0
+        with pytest.raises(rvm.InvertibilityError) as e:
+            if how == "walk":
+                m.walk(-1, 10**6, lambda fr, i: False)
+            else:
+                m._move(-1, 10**6)
+        ends.append((str(e.value), m.steps, [(g.state, list(g.R), list(g.G))
+                                             for g in m.stack],
+                     list(m.hf[:m.top]), list(m.hg[:m.top])))
+    assert ends[0] == ends[1]
+
+
+TRANSIENT = '''
+from rvm import Array, reversible, ancilla
+
+@reversible
+def g(out: float, big: float):
+    with ancilla(t=0.0):
+        t += 1e-300
+        out += t * big
+        out += t * big
+        t -= 1e-300
+
+@reversible
+def f(x: Array[float], c: float, big: float, n: int, m: int, out: float):
+    out += x[0] * c
+    out += x[0] * c
+    for i in range(n):
+        out += x[1] * 0.5
+    g(out, big)
+    for i in range(m):
+        out += x[1] * 0.5
+'''
+
+
+def test_a_shadow_that_overflows_in_a_callee_and_is_dropped_is_found_first(tmp_path):
+    """A callee's local whose shadow overflows harmlessly is dropped when the callee
+    returns: the interpreter's walk names it first, and the native search, whose looks
+    and bisection saw only the later overflow, named that one (a reviewer's case). The
+    build that searches looks at every function's shadows when it returns, and a look
+    that found one not finite counts from there on."""
+    (tmp_path / "f.py").write_text(TRANSIENT)
+    f = rvm.load(tmp_path / "f.py")["f"]
+    errors = []
+    for engine in ("interp", "native"):
+        with pytest.raises(rvm.InvertibilityError) as e:
+            rvm.grad(f, loss="out", engine=engine)(np.array([1e-300, 1e-300]), 1e308,
+                                                   1e308, 20_000, 10, 0.0)
+        errors.append((str(e.value), e.value.function, e.value.index))
+    assert errors[0] == errors[1], errors
+    assert errors[0][1] == "g" and "in the gradient of `t`" in errors[0][0]
+
+
 ANCILLA_READS = '''
 from rvm import Array, reversible
 

@@ -791,7 +791,11 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
                     return True
             finally:
                 m.max_steps = budget
-        return m.at_start or heap_bad() or not all(map(shadows_finite, m.stack))
+        state = m._native_state()       # (or a look before it found a shadow not
+        # finite: one that is dropped again, a local of a callee that returned, is bad
+        # from there on, as the interpreter's walk from the start finds it first)
+        return m.at_start or heap_bad() or not all(map(shadows_finite, m.stack)) or \
+            (state is not None and bool(state[SHADOWS_BAD]))
 
     def walk(limit: int) -> MachineError | None:
         """The interpreter's steps from where the machine stands, up to limit: the
@@ -800,6 +804,8 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
         found: list = []
 
         def bad(fr, i: int) -> bool:
+            if not 0 <= i < len(fr.fn.code):
+                return False        # (a frame run by UNCALL, left: tested at its steps)
             G, regs = fr.G, []
             if G is not None:
                 total = sum(G[fr.fn.n_int:])    # (inf or nan if one is, or on overflow)

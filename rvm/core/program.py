@@ -187,13 +187,6 @@ class Function:
     def local_slots(self) -> list[tuple[Reg, int]]:
         return [(r, self.slot(r)) for r in self.locals]
 
-    @functools.cached_property
-    def inverse(self) -> Function:
-        """The function whose forward run is this one's backward run, made once
-        (rvm.core.inverse)."""
-        from .inverse import inverse_function
-        return inverse_function(self)
-
     def labels_at(self, index: int) -> list[str]:
         """Every label of the instruction at index (an instruction may have several)."""
         return [name for name, i in self.labels.items() if i == index]

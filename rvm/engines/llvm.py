@@ -701,21 +701,23 @@ def _groups(b, t: Types, lanes: tuple, mode: str, columns: tuple, seed, split: i
     return b.mul(groups, width)
 
 
-def ir_module(source: str, tol: float, fused: dict, batches: dict, runs=None) -> str:
+def ir_module(source: str, tol: float, fused: dict, batches: dict, runs=None,
+              looks: bool = False) -> str:
     """LLVM IR for the generated functions in `source` (the native engine's text) that the
     entries run: an entry `rvm_py_<name>` for each of `runs` (names of generated
     functions; None: all of them), for each of `fused` ({name: (forward, gradient pass,
     budget argument?, split)}) and for each of `batches` ({name: (mode, forward, gradient
     pass, split)}), the batches with rows in lockstep where the functions allow it
-    (rvm.engines.lanes)."""
+    (rvm.engines.lanes). looks: every function of a gradient pass looks at its shadows
+    when it returns, not only one with loops (see Lowering.note_shadows)."""
     from . import lanes
     src = _Source(source)
     if runs is None:
         runs = list(src.texts)
     if batches and lanes.enabled:
         with contextlib.suppress(Unsupported):
-            return _module(src, tol, fused, batches, runs, True)
-    return _module(src, tol, fused, batches, runs, False)
+            return _module(src, tol, fused, batches, runs, True, looks)
+    return _module(src, tol, fused, batches, runs, False, looks)
 
 
 _CALLS = re.compile(r"\b([A-Za-z_]\w*)\(")
@@ -775,7 +777,7 @@ class _Source:
 
 
 def _module(src: _Source, tol: float, fused: dict, batches: dict, runs,
-            lockstep: bool) -> str:
+            lockstep: bool, looks: bool = False) -> str:
     """The module's IR: the generated functions the entries run, and the entries."""
     _, ir, _ = _llvm()
     t = Types(ir)
@@ -783,7 +785,8 @@ def _module(src: _Source, tol: float, fused: dict, batches: dict, runs,
     module.triple = _llvm()[2].triple
 
     def declare(types, signature, suffix: str, wanted) -> dict:
-        functions: dict = {"TOL": tol, "RUN_OUT": src.run_out, "CALLS": src.calls}
+        functions: dict = {"TOL": tol, "RUN_OUT": src.run_out, "CALLS": src.calls,
+                           "LOOKS": looks}
         for name in src.texts:
             if name in wanted:
                 ftype, params, returns = signature(ir, types, src.stubs[name])
@@ -1055,7 +1058,8 @@ def _lowering_digest() -> str:
 
 
 def functions(source, fused: dict, batches: dict, tol: float, runs=None,
-              key: str | None = None, kinds: dict | None = None) -> dict:
+              key: str | None = None, kinds: dict | None = None,
+              looks: bool = False) -> dict:
     """Callables for generated functions: a Run for each of `runs` (names of generated
     functions; None: every function in `source`), one for each of `fused` ({name:
     (forward, gradient pass, budget argument?, split)}: a Fused with the budget argument,
@@ -1066,7 +1070,7 @@ def functions(source, fused: dict, batches: dict, tol: float, runs=None,
     functions some names run (rvm.engines.compiled.Compiled.native_text), with `key`
     (text that determines it) and `kinds` (as _kinds gives them): it is then made only if
     the machine code is not in the cache (making it takes longer than loading the code:
-    seconds for a large program)."""
+    seconds for a large program). looks: see ir_module."""
     from . import cache, lanes
     ll, _, tm = _llvm()
     if key is None:
@@ -1079,13 +1083,14 @@ def functions(source, fused: dict, batches: dict, tol: float, runs=None,
     stamp = f"{_lowering_digest()}|{ll.llvm_version_info}|{tm.triple}|" \
         f"{ll.get_host_cpu_name()}|{ll.get_host_cpu_features().flatten()}|{sys.version}|" \
         f"{tol!r}|{lanes.enabled and lanes.LANES}|" \
-        f"{sorted(fused.items())}|{sorted(batches.items())}|{runs}"
+        f"{sorted(fused.items())}|{sorted(batches.items())}|{runs}|{looks}"
     text = stamp + key
 
     def make() -> bytes:
         roots = {*runs, *(f for entry in (*fused.values(), *batches.values())
                           for f in entry if isinstance(f, str) and f.startswith("F"))}
-        return compile_ir(ir_module(source(sorted(roots)), tol, fused, batches, runs))
+        return compile_ir(ir_module(source(sorted(roots)), tol, fused, batches, runs,
+                                    looks))
     lib = Library(cache.load_object(text, make))
     out: dict = {name: Run(lib, name) for name in runs}
     out.update({name: (Fused if budget else Run)(lib, name)

@@ -614,8 +614,10 @@ class Lowering(ArrayLowering):
             self.leaving()
             if self.last is not None:
                 b.store(b.load(self.last), self.slot(LAST))
-                if self.looked:     # (a look on leaving a function that looks)
-                    self.note_shadows(b.load(self.vars["_n"]))
+            # (a look on leaving a function that looks; with LOOKS, every function)
+            if (self.looked and self.last is not None) or \
+                    (self.functions.get("LOOKS") and "_n" in self.vars):
+                self.note_shadows(b.load(self.vars["_n"]))
             elts = s.value.elts if isinstance(s.value, ast.Tuple) else [s.value]
             out = ir.Constant(self.fn.return_value.type, None)
             # after the results, a gradient function's float locals' shadows (end_shadows)

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..core import isa
 from ..core.errors import InvertibilityError, MachineError, RvmError, UsageError
+from ..core.inverse import inverse_function
 from ..core.program import INT64_MAX, Function, Program
 from . import closures, templates
 from .arguments import (
@@ -417,16 +418,21 @@ class Machine(Helpers):
                 else:
                     self._push(fr, e, D)
                 taken += 1
-        except Fault as exc:
-            raise self._located(exc, D, InvertibilityError if type(exc) is Fault
-                                else MachineError) from None
-        except (ArithmeticError, ValueError) as exc:
-            raise self._located(exc, D, MachineError, "arithmetic error: ") from None
+        except (Fault, ArithmeticError, ValueError) as exc:
+            raise self._failed(exc, D) from None
         finally:
             self.steps += D * taken
         if len(stack) == 1 and self.at_boundary(D):
             self._settle()
         return taken
+
+    def _failed(self, exc: Exception, D: int) -> MachineError:
+        """The error for a step in direction D that raised exc (a check, an arithmetic
+        error), at the instruction the top frame stands at."""
+        if isinstance(exc, Fault):
+            return self._located(exc, D, InvertibilityError if type(exc) is Fault
+                                 else MachineError)
+        return self._located(exc, D, MachineError, "arithmetic error: ")
 
     def _located(self, exc: Exception, D: int, kind, prefix: str = "") -> MachineError:
         fr = self.stack[-1]
@@ -452,10 +458,12 @@ class Machine(Helpers):
         """Up to `limit` steps in direction D, one at a time, each followed by bad(frame,
         i) (the frame that took it, the index of its instruction): stop after the first
         it is true for, and return that index (None: it never was, or the pass ended).
-        The steps are _move's, which takes a call, a return and a step that fails (the
-        error it reports); the others run here without its bookkeeping per call, two to
-        three times faster (the search for a gradient that stopped being finite steps
-        whole passes: rvm.ad.gradient.not_finite)."""
+        The steps are _move's, which takes a call and a return; the others run here
+        without its bookkeeping per call, two to three times faster (the search for a
+        gradient that stopped being finite steps whole passes:
+        rvm.ad.gradient.not_finite); a step that fails raises _move's error, the machine
+        left as _move leaves it (a step may change registers before it fails: it is not
+        run again)."""
         self.entered()
         stack, taken = self.stack, 0
         while taken < limit:
@@ -466,8 +474,8 @@ class Machine(Helpers):
             while taken < limit:
                 try:
                     sig = code[s](R, G)
-                except (Fault, ArithmeticError, ValueError):
-                    sig = -1        # (a closure that raises changed nothing)
+                except (Fault, ArithmeticError, ValueError) as exc:
+                    raise self._failed(exc, D) from None    # (as _move reports it)
                 if sig < 0:
                     break
                 i = s >> 1 if e > 0 or s & 1 else (s >> 1) - 1
@@ -734,7 +742,7 @@ class Machine(Helpers):
                         return None
                     G[fn.slot(r)] = np.int64(bits).view(np.float64).item()
             # native code runs a frame moving backwards as its inverse's forward run
-            code = fn.code if e > 0 else fn.inverse.code
+            code = fn.code if e > 0 else self._inverse(fn).code
             n = len(code)
             leaders = _leaders(code)
             if kind == AT_END:
@@ -810,6 +818,14 @@ class Machine(Helpers):
             self._restore(saved)
             return None
         return self._out_of_steps(self.max_steps, direction)
+
+    def _inverse(self, fn: Function) -> Function:
+        """fn's inverse (rvm.core.inverse), made once per program."""
+        key = ("inverse", fn.name)
+        made = self.program.cache.get(key)
+        if made is None or made[0] is not fn:
+            made = self.program.cache[key] = (fn, inverse_function(fn))
+        return made[1]
 
     def _last_clean(self) -> int:
         """The budget left at the last back edge a failed native run passed where it found

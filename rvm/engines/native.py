@@ -210,8 +210,11 @@ class Functions(dict):
             # keyed by the program and the code generator: a program found in the cache
             # is never written out (seconds for a large one)
             comp = self.compiled
+            # (the build that carries shadows, which only searches, looks at them on
+            # every return of a gradient pass: see rvm.ad.gradient.not_finite)
             self.update(llvm.functions(comp.native_text, fused, batches, self.tol,
-                                       runs=runs, key=comp.key, kinds=comp.param_kinds()))
+                                       runs=runs, key=comp.key, kinds=comp.param_kinds(),
+                                       looks=comp.carry))
 
     def gradient(self, fname: str, forward: bool = True) -> None:
         """Compile function fname's gradient group, if not made yet: what a gradient's
