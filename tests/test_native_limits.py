@@ -1575,13 +1575,15 @@ def f(x: Array[float], c: float, big: float, n: int, m: int, out: float):
 '''
 
 
-def test_a_shadow_that_overflows_in_a_callee_and_is_dropped_is_found_first(tmp_path):
-    """A callee's local whose shadow overflows harmlessly is dropped when the callee
-    returns: the interpreter's walk names it first, and the native search, whose looks
-    and bisection saw only the later overflow, named that one (a reviewer's case). The
-    build that searches looks at every function's shadows when it returns, and a look
-    that found one not finite counts from there on."""
-    (tmp_path / "f.py").write_text(TRANSIENT)
+@pytest.mark.parametrize("call", ["g(out, big)", "~g(out, big)"], ids=["call", "uncall"])
+def test_a_shadow_that_overflows_in_a_callee_and_is_dropped_is_found_first(call, tmp_path):
+    """A callee's ancilla whose shadow overflows harmlessly is dropped (where its block
+    ends, or when the callee returns): the interpreter's walk names it first, and the
+    native search, whose looks and bisection saw only the later overflow, named that
+    one (reviewers' cases). The build that searches looks at the shadows where one is
+    dropped and where a function returns, and a look that found one not finite counts
+    from there on."""
+    (tmp_path / "f.py").write_text(TRANSIENT.replace("    g(out, big)", f"    {call}"))
     f = rvm.load(tmp_path / "f.py")["f"]
     errors = []
     for engine in ("interp", "native"):

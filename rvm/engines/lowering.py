@@ -532,6 +532,12 @@ class Lowering(ArrayLowering):
                     (terms := _address_terms(s.value)):
                 self.store(target, self.in_heap(*terms))
             else:
+                if self.functions.get("LOOKS") and isinstance(target, ast.Name) and \
+                        GRAD_REGISTER.fullmatch(target.id) and "_n" in self.vars and \
+                        isinstance(s.value, ast.Constant) and s.value.value == 0.0:
+                    # (a shadow dropped, an ancilla's at the end of its block: with
+                    # LOOKS, a look first at what it held)
+                    self.note_shadows(b.load(self.vars["_n"]))
                 self.store(target, self.expr(s.value))
         elif isinstance(s, ast.AugAssign) and _named(s.target, "_ok"):
             # a check: rvm.engines.native.defer_checks folds them into a flag tested when
