@@ -710,11 +710,12 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
     ended: the arguments' final values from the native call that found the gradients
     not finite: the search starts from them, at the function's end, without running
     the forward pass again (a program without a heap, its locals checked to be zero
-    there, ends with nothing else). A program with a heap is searched on the build
-    whose gradient passes carry every shadow as the interpreter does (Compiled.carry;
-    the usual code sets a known-zero register's to zero where a cell is read into it:
-    rvm.engines.compiled, _exact), where its pass is too long for the interpreter to
-    step (INTERPRETED)."""
+    there, ends with nothing else). The native runs are of the build whose gradient
+    passes carry every shadow as the interpreter does and look at them where one is
+    dropped and where a function returns (Compiled.carry; the usual code sets a
+    known-zero register's to zero where a value is read into it: rvm.engines.compiled,
+    _exact); a program with a heap whose pass is short (INTERPRETED) is searched by
+    the interpreter alone."""
     from ..engines.compiled import compiled
     from ..engines.explain import names_at
     program, name, names = target(runner.fn, args)
@@ -724,16 +725,16 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
     if ended is not None and m.checks and not heap:
         fr = m.enter(name, *ended, names=names)
         fr.state = 2 * len(fr.fn.code)
-        m._compiled = compiled(program, m.checks, native=True)
+        m._compiled = compiled(program, m.checks, native=True, carry=True)
     else:
         m.enter(name, *args, names=names)
         m.run(1)
     native = m._compiled is not None and m._compiled.native
     if native and heap:     # (the gradient pass as long as the run: its steps)
         native = m.max_steps - int(m._native_state()[LEFT]) > INTERPRETED
-        if native:
-            m._compiled = compiled(program, m.checks, native=True, carry=True)
-            m._compiled_functions = None
+    if native and not m._compiled.carry:
+        m._compiled = compiled(program, m.checks, native=True, carry=True)
+        m._compiled_functions = None
     which = [b.name for b, g in zip(m.bindings, grads) if g is not None and not finite([g])]
     shown = next(g for g in grads if g is not None and not finite([g]))
     shown = f"is {shown}" if type(shown) is float else "has inf or nan elements"
@@ -782,6 +783,9 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
         that test late; the walk makes it where it fails)?"""
         m.restore(start)
         at[0] = k
+        state = m._native_state()       # (a run the interpreter makes leaves it as is)
+        if state is not None:
+            state[SHADOWS], state[SHADOWS_BAD] = -1, 0
         if k:
             m.max_steps = k
             try:

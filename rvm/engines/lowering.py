@@ -279,6 +279,7 @@ class Lowering(ArrayLowering):
         self.records: dict = {}     # where a record goes next -> its shared block (shared)
         self.before = None          # the budget test before the next call (stop_at)
         self.looked = False         # a look at its float registers made (note_shadows)
+        self.zeroed: set = set()    # shadows set to 0.0 so far (with LOOKS: see statement)
         self.checked = None         # (base, offset, sum) of the last address check
         self.worked_out: dict = {}  # a counted loop's entry test's values (exact), by
         self.shapes: dict = {}      # shape: the numbers of its expressions' structures
@@ -536,8 +537,11 @@ class Lowering(ArrayLowering):
                         GRAD_REGISTER.fullmatch(target.id) and "_n" in self.vars and \
                         isinstance(s.value, ast.Constant) and s.value.value == 0.0:
                     # (a shadow dropped, an ancilla's at the end of its block: with
-                    # LOOKS, a look first at what it held)
-                    self.note_shadows(b.load(self.vars["_n"]))
+                    # LOOKS, a look first at what it held; not where a local's shadow
+                    # is first set, which the look would read unset)
+                    if target.id in self.zeroed or target.id in self.params:
+                        self.note_shadows(b.load(self.vars["_n"]), placed=False)
+                    self.zeroed.add(target.id)
                 self.store(target, self.expr(s.value))
         elif isinstance(s, ast.AugAssign) and _named(s.target, "_ok"):
             # a check: rvm.engines.native.defer_checks folds them into a flag tested when
@@ -992,22 +996,25 @@ class Lowering(ArrayLowering):
         b.branch(after)
         b.position_at_end(after)
 
-    def note_shadows(self, n) -> None:
+    def note_shadows(self, n, placed: bool = True) -> None:
         """At a look in a gradient pass: until a look finds a float register's shadow
         that is not finite, the budget left here (n) in the state array (SHADOWS; and
         SHADOWS_BAD once one did). Shadows are not tested as they are made (a shadow
         that overflows where the loss does not depend on it is no error, and a test per
         store of a shadow cost 20% of a GMM gradient); when the gradients a pass
         returns are not finite, this is where the search for the first shadow that
-        stopped being finite starts (rvm.ad.gradient.not_finite)."""
+        stopped being finite starts (rvm.ad.gradient.not_finite). placed=False: a look
+        inside a block, where n (charged when the block began) is not the budget left
+        here: it notes a shadow not finite, not the budget."""
         bad = self.registers_not_finite(GRAD_REGISTER)
         self.looked = True
         if bad is None:
             return
         b, t = self.b, self.t
         seen = b.icmp_signed("!=", b.load(self.slot(SHADOWS_BAD)), t.i64(0))
-        fine = b.not_(b.or_(seen, bad))
-        b.store(b.select(fine, n, b.load(self.slot(SHADOWS))), self.slot(SHADOWS))
+        if placed:
+            fine = b.not_(b.or_(seen, bad))
+            b.store(b.select(fine, n, b.load(self.slot(SHADOWS))), self.slot(SHADOWS))
         b.store(b.zext(b.or_(seen, bad), t.i64), self.slot(SHADOWS_BAD))
 
     def registers_not_finite(self, names=_REGISTER):
