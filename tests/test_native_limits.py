@@ -1376,6 +1376,18 @@ ARRAY_GRADIENT = OVERFLOWING_GRADIENT.replace("from rvm import reversible",
     "x: float", "x: Array[float]").replace("x * ", "x[0] * ")
 
 
+def gradient_errors(f, args, engines=("interp", "native")) -> list:
+    """The error rvm.grad(f, loss="out") raises for args on each engine: (message,
+    function, instruction), each engine given its own copy of the arrays."""
+    errors = []
+    for engine in engines:
+        with pytest.raises(rvm.InvertibilityError) as e:
+            rvm.grad(f, loss="out", engine=engine)(
+                *[a.copy() if isinstance(a, np.ndarray) else a for a in args])
+        errors.append((str(e.value), e.value.function, e.value.index))
+    return errors
+
+
 def test_a_gradient_of_an_array_program_that_overflows_in_a_loop_is_the_interpreters(
         tmp_path):
     """Midway through a gradient pass, native code's shadow of a register that read a
@@ -1384,12 +1396,8 @@ def test_a_gradient_of_an_array_program_that_overflows_in_a_loop_is_the_interpre
     reviewer's case). A short pass is searched by the interpreter alone."""
     (tmp_path / "f.py").write_text(ARRAY_GRADIENT)
     f = rvm.load(tmp_path / "f.py")["f"]
-    errors = []
-    for engine in ("interp", "native", "python"):
-        with pytest.raises(rvm.InvertibilityError) as e:
-            rvm.grad(f, loss="out", engine=engine)(np.array([1e-300, 1e-300]), 1.0,
-                                                   1.797693e308 / 900, 1000, 0.0)
-        errors.append((str(e.value), e.value.function, e.value.index))
+    errors = gradient_errors(f, (np.array([1e-300, 1e-300]), 1.0, 1.797693e308 / 900,
+                                 1000, 0.0), ("interp", "native", "python"))
     assert errors[0] == errors[1] == errors[2], errors
     assert "at ADD.mul" in errors[0][0]
 
@@ -1451,12 +1459,7 @@ def test_an_array_instructions_failing_gradient_check_is_found_where_the_interpr
     (tmp_path / "f.py").write_text(ARRAY_STATEMENTS_GRADIENT)
     f = rvm.load(tmp_path / "f.py")["f"]
     args = (np.full((2, 3), 2e300), np.full(3, 1e-300), np.zeros(2), 6000, 1.0, 0.0)
-    errors = []
-    for engine in ("interp", "native"):
-        with pytest.raises(rvm.InvertibilityError) as e:
-            rvm.grad(f, loss="out", engine=engine)(*[a.copy() if isinstance(a, np.ndarray)
-                                                    else a for a in args])
-        errors.append((str(e.value), e.value.function, e.value.index))
+    errors = gradient_errors(f, args)
     assert errors[0] == errors[1], errors
     assert "the gradient of x[0] would become inf" in errors[0][0]
 
@@ -1507,12 +1510,8 @@ def test_the_search_steps_over_the_end_of_a_function_run_by_uncall(heap, tmp_pat
         "x[0]", "x").replace("Array, ", "")
     (tmp_path / "f.py").write_text(text)
     f = rvm.load(tmp_path / "f.py")["f"]
-    errors = []
-    for engine in ("interp", "python", "native"):
-        with pytest.raises(rvm.InvertibilityError) as e:
-            rvm.grad(f, loss="out", engine=engine)(np.array([1e-300]) if heap else 1e-300,
-                                                   0.0)
-        errors.append((str(e.value), e.value.function, e.value.index))
+    errors = gradient_errors(f, (np.array([1e-300]) if heap else 1e-300, 0.0),
+                             ("interp", "python", "native"))
     assert errors[0] == errors[1] == errors[2], errors
     assert "not finite; it stopped being finite in the gradient of" in errors[0][0]
 
@@ -1536,11 +1535,8 @@ def test_a_step_that_fails_midway_is_reported_as_stepping_reports_it(tmp_path):
     reviewer's case). Walking and stepping fail alike and leave the same state."""
     (tmp_path / "f.py").write_text(SCALED)
     f = rvm.load(tmp_path / "f.py")["f"]
-    errors = []
-    for engine in ("interp", "python", "native"):
-        with pytest.raises(rvm.InvertibilityError) as e:
-            rvm.grad(f, loss="out", engine=engine)(np.array([1.5e308, 1.0]), 0.5, 10, 0.0)
-        errors.append((str(e.value), e.value.function, e.value.index))
+    errors = gradient_errors(f, (np.array([1.5e308, 1.0]), 0.5, 10, 0.0),
+                             ("interp", "python", "native"))
     assert errors[0] == errors[1] == errors[2], errors
     assert "the factor's gradient would become inf" in errors[0][0]
     ends = []
@@ -1604,11 +1600,7 @@ def test_a_shadow_that_overflows_in_a_callee_and_is_dropped_is_found_first(call,
         x = (1e-300, 1e-300)
     (tmp_path / "f.py").write_text(text)
     f = rvm.load(tmp_path / "f.py")["f"]
-    errors = []
-    for engine in ("interp", "native"):
-        with pytest.raises(rvm.InvertibilityError) as e:
-            rvm.grad(f, loss="out", engine=engine)(*x, 1e308, 1e308, 20_000, 10, 0.0)
-        errors.append((str(e.value), e.value.function, e.value.index))
+    errors = gradient_errors(f, (*x, 1e308, 1e308, 20_000, 10, 0.0))
     assert errors[0] == errors[1], errors
     assert errors[0][1] == "g" and "in the gradient of `t`" in errors[0][0]
 

@@ -708,8 +708,9 @@ def ir_module(source: str, tol: float, fused: dict, batches: dict, runs=None,
     functions; None: all of them), for each of `fused` ({name: (forward, gradient pass,
     budget argument?, split)}) and for each of `batches` ({name: (mode, forward, gradient
     pass, split)}), the batches with rows in lockstep where the functions allow it
-    (rvm.engines.lanes). looks: every function of a gradient pass looks at its shadows
-    when it returns, not only one with loops (see Lowering.note_shadows)."""
+    (rvm.engines.lanes). looks: a gradient pass looks at its shadows where any function
+    returns, not only one with loops, and before a shadow is dropped (see
+    Lowering.note_shadows)."""
     from . import lanes
     src = _Source(source)
     if runs is None:

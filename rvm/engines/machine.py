@@ -469,20 +469,19 @@ class Machine(Helpers):
         while taken < limit:
             fr = stack[-1]
             e = fr.dir * D
-            code, R, G, s = self._code(fr.fn, e), fr.R, fr.G, fr.state
-            last = 2 * len(fr.fn.code) if e > 0 else 0      # (the root's boundary)
+            code, R, G = self._code(fr.fn, e), fr.R, fr.G
             while taken < limit:
                 try:
-                    sig = code[s](R, G)
+                    sig = code[fr.state](R, G)
                 except (Fault, ArithmeticError, ValueError) as exc:
                     raise self._failed(exc, D) from None    # (as _move reports it)
                 if sig < 0:
                     break
-                i = s >> 1 if e > 0 or s & 1 else (s >> 1) - 1
-                fr.state = s = sig
+                i = fr.index(e)
+                fr.state = sig
                 self.steps += D
                 taken += 1
-                if s == last and len(stack) == 1:
+                if self.at_boundary(D):
                     self._settle()
                 if bad(fr, i):
                     return i
