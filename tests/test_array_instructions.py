@@ -414,3 +414,46 @@ def test_a_float_for_an_offset_or_a_stride_is_a_located_syntax_error(text):
     with pytest.raises(rvm.AsmError) as e:
         rvm.assemble(f".func f(r0, f0)\n    {text}\n.end\n")
     assert e.value.line == 2 and ("offset" in str(e.value) or "stride" in str(e.value))
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 63), (5, 64), (7, 130), (2, 257)])
+def test_a_sum_per_column_is_each_columns_sum_in_row_order_on_every_engine(shape):
+    # native code sums 64 columns at a time, a vector lane a column: each column's sum is
+    # still taken from 0 in the order of the rows (magnitudes far apart: order shows)
+    m, n = shape
+    A = rng.normal(size=(m, n)) * 10.0 ** rng.uniform(-8, 8, size=(m, n))
+    Y = rng.normal(size=(1, n))
+    want = Y.copy()
+    for j in range(n):
+        acc = 0.0
+        for i in range(m):
+            acc += A[i, j]
+        want[0, j] += acc
+    p = program("VADD [r0 : 0, 1], [r3 : r5, 1], r4, r5")
+    for e in ENGINES:
+        assert np.array_equal(run(p, e, Y, A, np.zeros((1, 1)))[0], want), e
+
+
+def test_an_array_exp_runs_the_vector_math_library_and_is_taken_back_exactly(monkeypatch):
+    # an element loop's exp is libmvec's, 8 or 4 elements at a time (libm's on the rest):
+    # within a few units in the last place of libm's, and its inverse takes back exactly
+    # what it added, a sum per column and element by element (from zero: zero again)
+    from rvm.engines import llvm, vectormath
+    if not (llvm.usable() and vectormath.variants()):
+        pytest.skip("needs the native engine and glibc's libmvec")
+    objects = []
+    real = llvm._compile_ir
+    monkeypatch.setattr(llvm, "_compile_ir", lambda text: objects.append(real(text)) or
+                        objects[-1])
+    p = program("VADD.exp [r0 : 0, 1], [r3 : r5, 1], r4, r5\n"
+                "VADD.exp [r6 : r8, 1], [r3 : r5, 1], r4, r5")
+    A = rng.uniform(-30.0, 30.0, size=(7, 130))
+    Y, B = rng.normal(size=(1, 130)), rng.normal(size=(7, 130))
+    out = run(p, "native", Y, A, B)
+    assert any(re.search(rb"_ZGV[de]N[48]v_exp", o) for o in objects)
+    libm = np.vectorize(__import__("math").exp)(A)
+    assert np.allclose(out[2], B + libm, rtol=1e-14, atol=0)
+    assert np.allclose(out[0], Y + libm.sum(axis=0), rtol=1e-14, atol=0)
+    zero = run(p, "native", np.zeros_like(Y), A, np.zeros_like(B))
+    back = run(p, "native", *zero[:3], backward=True)
+    assert np.array_equal(back[0], 0 * Y) and np.array_equal(back[2], 0 * B)

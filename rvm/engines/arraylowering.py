@@ -38,6 +38,7 @@ BLAS_DOT = "rvm_ddot"          # cblas_ddot, the same (a 1 x k by k x 1 product:
 BLAS_WORK = 1 << 14            # m * k * n from which a product calls BLAS (below: loops)
 BLAS_DEPTH = 8                 # ... and its inner dimension k from which it does
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
+COLUMNS = 64                   # the columns a sum per column takes at once
 
 
 class ArrayLowering:
@@ -264,11 +265,11 @@ class ArrayLowering:
         """A template of the table evaluated on one element's operand values."""
         for a, v in zip(names, values):
             self.b.store(v, self._local(f"_e{a}", self.t.f64))
-        outer, self.adjoint = self.adjoint, False
+        outer, self.adjoint, self.elementwise = self.adjoint, False, True
         try:
             return self.coerce(self.expr(_tree(text, names)), self.t.f64)
         finally:
-            self.adjoint = outer
+            self.adjoint, self.elementwise = outer, False
 
     def _sign(self, e):
         return float(e) if isinstance(e, (int, float)) else e
@@ -360,12 +361,37 @@ class ArrayLowering:
         columns = self.fn.append_basic_block()
         b.cbranch(z0, columns, direct)
         b.position_at_end(columns)          # a cell per column
-        summed(n, m, lambda j, i: (i, j))
+        self._column_sums(m, n, value, add)
         b.branch(after)
         b.position_at_end(direct)
         self._each(m, n, lambda i, j: add(i, j, value(i, j)))
         b.branch(after)
         b.position_at_end(after)
+
+    def _column_sums(self, m, n, value, add) -> None:
+        """add(0, j, the sum of value(i, j) over the rows i) for every column j, each sum
+        from 0 in the order of the rows, COLUMNS columns at a time: their partial sums in a
+        block on the stack, the inner loop along a row, which LLVM vectorises (a lane a
+        column: the same sums, bit for bit, as one column at a time)."""
+        b, t = self.b, self.t
+        zero, width = t.i64(0), t.i64(COLUMNS)
+        with b.goto_block(self.fn.entry_basic_block):
+            block = b.alloca(t.f64, size=width)
+
+        def each(k):
+            j0 = b.mul(k, width)
+            w = self._min(width, b.sub(n, j0))
+
+            def row(i):
+                def one(c):
+                    ptr = b.gep(block, [c])
+                    b.store(b.fadd(b.load(ptr), value(i, b.add(j0, c))), ptr)
+                self.loop_over(b, zero, w, one)
+            self.loop_over(b, zero, w, lambda c: b.store(t.f64(0.0), b.gep(block, [c])))
+            self.loop_over(b, zero, m, row)
+            self.loop_over(b, zero, w, lambda c: add(zero, b.add(j0, c),
+                                                      b.load(b.gep(block, [c]))))
+        self.loop_over(b, zero, b.sdiv(b.add(n, t.i64(COLUMNS - 1)), width), each)
 
     def _vacc(self, fam, s, y, *rest):
         names, value, _, s, yv, ops, m, n = self._accumulating(fam, s, y, rest)

@@ -34,6 +34,7 @@ import threading
 
 import numpy as np
 
+from . import vectormath
 from .arraylowering import BLAS_DOT, BLAS_GEMM
 from .lowering import (
     AT_END,
@@ -862,6 +863,12 @@ def _compile_ir(text: str) -> bytes:
     ll, _, tm = _llvm()
     mod = ll.parse_assembly(text)
     mod.verify()
+    prelude = vectormath.prelude(text)
+    if prelude is not None:     # (its declarations, with their vector variants, prevail)
+        into = ll.parse_assembly(prelude)
+        into.triple, into.data_layout = mod.triple, mod.data_layout
+        into.link_in(mod)
+        mod = into
     pto = ll.create_pipeline_tuning_options(speed_level=2)
     pto.slp_vectorization = True
     pb = ll.create_pass_builder(tm, pto)
@@ -1048,14 +1055,15 @@ def _kinds(source: str) -> dict:
 
 @functools.cache
 def _lowering_digest() -> str:
-    """A digest of the back end's text (this module, rvm.engines.lowering,
-    rvm.engines.lanes, and rvm.engines.native and templates, which prepare the generated
-    functions for it: the lowering and the code generator's options)."""
+    """A digest of the back end's text (this module, rvm.engines.lowering, arraylowering,
+    lanes, vectormath and irtext, and rvm.engines.native, templates and arrays, which
+    prepare the generated functions for it: the lowering and the code generator's
+    options)."""
     from .cache import text_digest
     here = pathlib.Path(__file__)
-    return text_digest(here.with_name(f) for f in ("llvm.py", "lowering.py", "lanes.py",
-                                                   "native.py", "templates.py",
-                                                   "irtext.py")) + ("" if IRTEXT else "|ir")
+    return text_digest(here.with_name(f) for f in (
+        "llvm.py", "lowering.py", "arraylowering.py", "lanes.py", "vectormath.py",
+        "native.py", "templates.py", "arrays.py", "irtext.py")) + ("" if IRTEXT else "|ir")
 
 
 def functions(source, fused: dict, batches: dict, tol: float, runs=None,
@@ -1083,7 +1091,7 @@ def functions(source, fused: dict, batches: dict, tol: float, runs=None,
     runs = tuple(sorted(runs))
     stamp = f"{_lowering_digest()}|{ll.llvm_version_info}|{tm.triple}|" \
         f"{ll.get_host_cpu_name()}|{ll.get_host_cpu_features().flatten()}|{sys.version}|" \
-        f"{tol!r}|{lanes.enabled and lanes.LANES}|" \
+        f"{tol!r}|{lanes.enabled and lanes.LANES}|{vectormath.variants()}|" \
         f"{sorted(fused.items())}|{sorted(batches.items())}|{runs}|{looks}"
     text = stamp + key
 

@@ -12,6 +12,7 @@ import hashlib
 import re
 
 from ..core.isa import MIN_NORMAL
+from . import vectormath
 from .arraylowering import HELPERS as ARRAY_HELPERS
 from .arraylowering import ArrayLowering
 from .templates import LAST, NOW, SHADOWS, SHADOWS_BAD, STOP
@@ -265,6 +266,7 @@ class Lowering(ArrayLowering):
         self.cases: dict | None = None    # the dispatch loop's blocks (see dispatch)
         self.checking = False       # lowering a check (its failure is a fault anyway)
         self.adjoint = False        # lowering a shadow's update (see python_error)
+        self.elementwise = False    # lowering an array instruction's element (vectormath)
         self.later = None           # a counted loop's flag: a float was not finite (for_)
         self.counting = 0           # lowering a counted loop's passes
         self.case = 0               # the block lowered (a function of one block: 0)
@@ -1312,6 +1314,9 @@ class Lowering(ArrayLowering):
 
     def math(self, name: str, args: list):
         t, b = self.t, self.b
+        if self.elementwise and name[5:] in vectormath.ARITY and vectormath.variants():
+            return self.libm(vectormath.PREFIX + name[5:],
+                             *(self.coerce(a, t.f64) for a in args))
         if name in ("math.sin", "math.cos", "math.exp", "math.log", "math.sqrt"):
             return self.intrinsic(name[5:], self.coerce(args[0], t.f64))
         if name in ("math.pow",):
@@ -1335,7 +1340,7 @@ class Lowering(ArrayLowering):
             return b.fsub(pos, neg)
         if name == "dpow_db":
             x, y = (self.coerce(a, t.f64) for a in args)
-            value = b.fmul(self.intrinsic("pow", x, y), self.intrinsic("log", x))
+            value = b.fmul(self.math("math.pow", [x, y]), self.math("math.log", [x]))
             return b.select(b.fcmp_ordered(">", x, t.f64(0.0)), value, t.f64(0.0))
         if name == "zero":
             return b.fcmp_ordered("<=", self.intrinsic("fabs", self.coerce(args[1], t.f64)),
