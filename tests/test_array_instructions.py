@@ -457,3 +457,26 @@ def test_an_array_exp_runs_the_vector_math_library_and_is_taken_back_exactly(mon
     zero = run(p, "native", np.zeros_like(Y), A, np.zeros_like(B))
     back = run(p, "native", *zero[:3], backward=True)
     assert np.array_equal(back[0], 0 * Y) and np.array_equal(back[2], 0 * B)
+
+
+@pytest.mark.parametrize("layout", ["plain", "b transposed"])
+@pytest.mark.parametrize("sign", ["VMADD", "VMSUB"])
+def test_a_product_below_blas_is_each_elements_sum_in_order_in_native_code(layout, sign):
+    # an inner dimension under 8 goes to loops, 64 elements of a row at a time (a vector
+    # lane an element): each element's sum is still taken from 0 in the order of the
+    # inner index, then added once (magnitudes far apart: order shows)
+    m, k, n = 3, 5, 130
+    A = rng.normal(size=(m, k)) * 10.0 ** rng.uniform(-8, 8, size=(m, k))
+    B = rng.normal(size=(k, n) if layout == "plain" else (n, k))
+    Bt = B if layout == "plain" else B.T
+    b = "[r6 : r8, 1]" if layout == "plain" else "[r6 : 1, r8]"
+    p = program(f"{sign} [r0 : r2, 1], [r3 : r5, 1], {b}, {m}, {k}, {n}")
+    Y = rng.normal(size=(m, n))
+    want = Y.copy()
+    for i in range(m):
+        for j in range(n):
+            acc = 0.0
+            for l_ in range(k):
+                acc += A[i, l_] * Bt[l_, j]
+            want[i, j] += acc if sign == "VMADD" else -acc
+    assert np.array_equal(run(p, "native", Y, A, B)[0], want)
