@@ -19,26 +19,41 @@ once, as native code does. Elementwise values are numpy's and products numpy's m
 from __future__ import annotations
 
 import math
+import typing
 
 import numpy as np
 
 from ..core.isa import FAMILIES, MAX_FLOAT, MIN_NORMAL, family
+from . import vectormath
 from .templates import Fault
 
 LIMIT = 1 << 31         # shapes and strides beyond this are refused (no int64 overflow)
 
 
 class _Math:
-    exp, log, sin, cos, tanh, sqrt = np.exp, np.log, np.sin, np.cos, np.tanh, np.sqrt
-    pow, fmod, atan2, trunc = np.power, np.fmod, np.arctan2, np.trunc
+    """The math functions of the table's templates, on arrays: exp, log, sin, cos, tanh,
+    pow and atan2 as native code's element loops compute them (rvm.engines.vectormath:
+    the engines agree to the bit), numpy's where there is no native engine."""
+
+    sqrt, fmod, trunc = np.sqrt, np.fmod, np.trunc
+    _NUMPY: typing.ClassVar = {"exp": np.exp, "log": np.log, "sin": np.sin, "cos": np.cos,
+                               "tanh": np.tanh, "pow": np.power, "atan2": np.arctan2}
+
+    def __getattr__(self, name: str):
+        if name not in self._NUMPY:
+            raise AttributeError(name)
+        f = vectormath.array_function(name) or self._NUMPY[name]
+        setattr(self, name, f)
+        return f
 
 
 def _dpow_db(a, b):
     with np.errstate(all="ignore"):
-        return np.where(a > 0, np.power(a, b) * np.log(np.where(a > 0, a, 1.0)), 0.0)
+        return np.where(a > 0, _MATH.pow(a, b) * _MATH.log(np.where(a > 0, a, 1.0)), 0.0)
 
 
-_NAMES = {"math": _Math, "abs": np.abs, "sign": np.sign, "dpow_db": _dpow_db,
+_MATH = _Math()
+_NAMES = {"math": _MATH, "abs": np.abs, "sign": np.sign, "dpow_db": _dpow_db,
           "float": lambda x: np.asarray(x, dtype=float)}
 
 

@@ -833,7 +833,7 @@ def _module(src: _Source, tol: float, fused: dict, batches: dict, runs,
     return str(module)
 
 
-_LLVM_LOCK = threading.Lock()       # LLVM's global context: one thread at a time
+_LLVM_LOCK = vectormath.LOCK        # LLVM's global context: one thread at a time
 
 
 def compile_ir(text: str) -> bytes:
@@ -1091,7 +1091,7 @@ def functions(source, fused: dict, batches: dict, tol: float, runs=None,
     runs = tuple(sorted(runs))
     stamp = f"{_lowering_digest()}|{ll.llvm_version_info}|{tm.triple}|" \
         f"{ll.get_host_cpu_name()}|{ll.get_host_cpu_features().flatten()}|{sys.version}|" \
-        f"{tol!r}|{lanes.enabled and lanes.LANES}|{vectormath.variants()}|" \
+        f"{tol!r}|{lanes.enabled and lanes.LANES}|{vectormath.native() and vectormath.variant()}|" \
         f"{sorted(fused.items())}|{sorted(batches.items())}|{runs}|{looks}"
     text = stamp + key
 

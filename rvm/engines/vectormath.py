@@ -1,19 +1,23 @@
-"""Vectorised elementary functions for the array instructions' element loops (a part of
-rvm.engines.llvm's back end): glibc's libmvec, where this machine has it.
+"""The elementary functions of the array instructions' element loops, one implementation
+for every engine: glibc's vector math library (libmvec) where this machine has it, libm
+where not (a part of the back end, rvm.engines.llvm, that rvm.engines.arrays also uses).
 
-An array instruction's element loop (rvm.engines.arraylowering) calls exp, log, sin, cos,
-tanh, pow and atan2 as rvm_vmath_<name>, a scalar function that is libm's own (the symbol
-is bound to libm's address), declared with the vector variants libmvec has for this CPU
-(AVX-512: 8 lanes, AVX2: 4) in LLVM's vector-function ABI attribute. LLVM's loop
-vectoriser then calls libmvec on 4 or 8 elements at once and libm on the elements left
-over; code that is not an array instruction's element loop (every scalar instruction)
-keeps calling libm, so scalar results are the same on every engine, bit for bit.
+An array instruction's element loop in native code (rvm.engines.arraylowering) calls exp,
+log, sin, cos, tanh, pow and atan2 as rvm_vmath_<name>: a scalar function of a small
+module compiled once per process (`kernels`) that runs libmvec's vector function for
+this CPU (AVX-512: 8 lanes, else AVX2: 4) on the value in every lane and returns one,
+declared with that vector function in LLVM's vector-function ABI attribute, so that LLVM's
+loop vectoriser calls the vector function on 4 or 8 elements at once and the scalar
+function on the elements left over. A lane's result depends on its own value only, so
+every element gets the same value whichever path it takes. The interpreter and the
+python engine evaluate the same functions on whole arrays through the same module's
+array kernels: the engines agree to the bit, so an ancilla one engine computed, another
+takes back exactly (the machine hands a failing native run to the interpreter midway).
+Scalar instructions call libm on every engine, as before.
 
 libmvec's functions are accurate to a few units in the last place, not correctly rounded:
-an array instruction's elementwise values may round differently from the interpreter's
-(numpy's) and from libm's, as numpy's already may (docs/engines.md). A loop makes the same
-choice of function for an element each time it runs on the same views, so a value added
-by an array instruction is taken back out exactly by its inverse.
+an array instruction's elementwise values may differ from numpy's and libm's there. Where
+llvmlite is not installed (no native engine), arrays.py uses numpy's functions.
 """
 
 from __future__ import annotations
@@ -23,62 +27,190 @@ import ctypes.util
 import functools
 import platform
 import sys
+import threading
+
+import numpy as np
 
 PREFIX = "rvm_vmath_"
 ARITY = {"exp": 1, "log": 1, "sin": 1, "cos": 1, "tanh": 1, "pow": 2, "atan2": 2}
-# (ISA letter of the x86-64 vector ABI, lanes, the CPU feature it needs)
+LOCK = threading.Lock()     # LLVM's global context: one thread at a time (rvm.engines.llvm)
+# (ISA letter of the x86-64 vector ABI, lanes, the CPU feature it needs), widest first
 _VARIANTS = (("e", 8, "avx512f"), ("d", 4, "avx2"))
-
-
-@functools.cache
-def variants() -> tuple:
-    """((ISA letter, lanes), ...) libmvec serves on this machine, widest first; () where
-    there is none (not glibc on x86-64, no libmvec, or a CPU without AVX2). Loads libmvec
-    and binds the scalar names on first call."""
-    if sys.platform != "linux" or platform.machine() not in ("x86_64", "AMD64"):
-        return ()
-    import llvmlite.binding as ll
-    features = ll.get_host_cpu_features()
-    found = [(isa, lanes) for isa, lanes, need in _VARIANTS if features.get(need)]
-    if not found:
-        return ()
-    path = ctypes.util.find_library("mvec") or "libmvec.so.1"
-    try:
-        mvec, libm = ctypes.CDLL(path), ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
-        if not all(hasattr(mvec, _vector(name, isa, lanes)) for name in ARITY
-                   for isa, lanes in found):
-            return ()
-        ll.load_library_permanently(path)
-    except OSError:
-        return ()
-    for name in ARITY:
-        ll.add_symbol(PREFIX + name, ctypes.cast(getattr(libm, name), ctypes.c_void_p).value)
-    return tuple(found)
 
 
 def _vector(name: str, isa: str, lanes: int) -> str:
     return f"_ZGV{isa}N{lanes}{'v' * ARITY[name]}_{name}"
 
 
+@functools.cache
+def variant() -> tuple | None:
+    """(ISA letter, lanes) of the libmvec functions this machine runs, or None (not glibc
+    on x86-64, no libmvec, or a CPU without AVX2). Loads libmvec on first call."""
+    if sys.platform != "linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return None
+    import llvmlite.binding as ll
+    features = ll.get_host_cpu_features()
+    found = next(((isa, lanes) for isa, lanes, need in _VARIANTS if features.get(need)),
+                 None)
+    if found is None:
+        return None
+    path = ctypes.util.find_library("mvec") or "libmvec.so.1"
+    try:
+        mvec = ctypes.CDLL(path)
+        if not all(hasattr(mvec, _vector(name, *found)) for name in ARITY):
+            return None
+        ll.load_library_permanently(path)
+    except OSError:
+        return None
+    return found
+
+
+def _kernels_ir(found: tuple | None) -> str:
+    """rvm_vmath_<name>(args) and rvm_vmath_<name>_array(args..., out, n) for each
+    function: libmvec's vector function (found) on a splat, or libm's function; the array
+    kernel runs the vector function on full groups of lanes and the scalar one on the
+    rest."""
+    out = []
+    for name, k in ARITY.items():
+        params = ", ".join(f"double %a{i}" for i in range(k))
+        out.append(f"define double @{PREFIX}{name}({params}) {{")
+        if found is None:
+            out.append(f"  %r = call double @{name}({params})\n  ret double %r\n}}")
+            out.append(f"declare double @{name}({', '.join(['double'] * k)})")
+        else:
+            vt, vec = f"<{found[1]} x double>", _vector(name, *found)
+            for i in range(k):
+                out.append(f"  %s{i} = insertelement {vt} poison, double %a{i}, i32 0\n"
+                           f"  %v{i} = shufflevector {vt} %s{i}, {vt} poison, "
+                           f"<{found[1]} x i32> zeroinitializer")
+            args = ", ".join(f"{vt} %v{i}" for i in range(k))
+            out.append(f"  %r = call {vt} @{vec}({args})\n"
+                       f"  %e = extractelement {vt} %r, i32 0\n  ret double %e\n}}")
+            out.append(f"declare {vt} @{vec}({', '.join([vt] * k)})")
+        lanes = found[1] if found else 1
+        ptrs = ", ".join(f"ptr %p{i}" for i in range(k))
+        loads = "\n".join(f"  %q{i} = getelementptr double, ptr %p{i}, i64 %i\n"
+                          f"  %x{i} = load double, ptr %q{i}" for i in range(k))
+        xs = ", ".join(f"double %x{i}" for i in range(k))
+        # the whole groups of lanes, then one element at a time
+        vector_part = ""
+        if found is not None:
+            vt, vec = f"<{lanes} x double>", _vector(name, *found)
+            vloads = "\n".join(f"  %g{i} = getelementptr double, ptr %p{i}, i64 %j\n"
+                               f"  %w{i} = load {vt}, ptr %g{i}, align 8" for i in range(k))
+            vargs = ", ".join(f"{vt} %w{i}" for i in range(k))
+            vector_part = f"""
+  %full = and i64 %n, -{lanes}
+  br label %vhead
+vhead:
+  %j = phi i64 [0, %entry], [%j1, %vbody]
+  %vmore = icmp slt i64 %j, %full
+  br i1 %vmore, label %vbody, label %tail
+vbody:
+{vloads}
+  %vr = call {vt} @{vec}({vargs})
+  %vo = getelementptr double, ptr %out, i64 %j
+  store {vt} %vr, ptr %vo, align 8
+  %j1 = add i64 %j, {lanes}
+  br label %vhead
+tail:"""
+        start = "%full" if found is not None else "0"
+        came = "%tail" if found is not None else "%entry"
+        out.append(f"""define void @{PREFIX}{name}_array({ptrs}, ptr %out, i64 %n) {{
+entry:{vector_part}
+  br label %head
+head:
+  %i = phi i64 [{start}, {came}], [%i1, %body]
+  %more = icmp slt i64 %i, %n
+  br i1 %more, label %body, label %done
+body:
+{loads}
+  %y = call double @{PREFIX}{name}({xs})
+  %o = getelementptr double, ptr %out, i64 %i
+  store double %y, ptr %o
+  %i1 = add i64 %i, 1
+  br label %head
+done:
+  ret void
+}}""")
+    return "\n".join(out) + "\n"
+
+
+@functools.cache
+def kernels():
+    """The compiled kernels (an execution engine), with rvm_vmath_<name> bound for native
+    modules to call; None without llvmlite (or one too old for the native engine)."""
+    try:
+        import llvmlite.binding as ll
+    except ImportError:     # (no native engine: numpy's functions)
+        return None
+    if not hasattr(ll, "create_pass_builder"):
+        return None
+    try:
+        ll.initialize_native_target()
+        ll.initialize_native_asmprinter()
+        with LOCK:
+            tm = ll.Target.from_default_triple().create_target_machine(
+                cpu=ll.get_host_cpu_name(), features=ll.get_host_cpu_features().flatten(),
+                opt=2, codemodel="jitdefault")
+            mod = ll.parse_assembly(_kernels_ir(variant()))
+            mod.verify()
+            engine = ll.create_mcjit_compiler(mod, tm)
+            engine.finalize_object()
+    except Exception as exc:    # (a fault of this module's: said, and numpy's functions)
+        import warnings
+        warnings.warn(f"rvm could not compile its vector math kernels ({exc}); array "
+                      "instructions use numpy's functions and libm's", stacklevel=2)
+        return None
+    for name in ARITY:
+        ll.add_symbol(PREFIX + name, engine.get_function_address(PREFIX + name))
+    return engine
+
+
+@functools.cache
+def array_function(name: str):
+    """The function `name` of ARITY over numpy arrays (broadcast against each other) as
+    native code computes it element by element, or None without the kernels."""
+    engine = kernels()
+    if engine is None:
+        return None
+    k = ARITY[name]
+    kernel = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * (k + 1), ctypes.c_int64)(
+        engine.get_function_address(f"{PREFIX}{name}_array"))
+
+    def run(*args):
+        args = [np.ascontiguousarray(a, dtype=np.float64)
+                for a in np.broadcast_arrays(*args)]
+        out = np.empty(args[0].shape)
+        kernel(*(a.ctypes.data for a in args), out.ctypes.data, out.size)
+        return out if out.ndim else out[()]
+    run.__name__ = name
+    return run
+
+
 def prelude(text: str) -> str | None:
-    """A module declaring the rvm_vmath_ functions `text` (a module's IR) calls, with their
-    vector variants, to link that module into; None if it calls none."""
-    names = [n for n in ARITY if f"{PREFIX}{n}" in text]
+    """A module declaring the rvm_vmath_ functions `text` (a module's IR) calls with their
+    vector variant, to link that module into; None if it calls none."""
+    found = variant()
+    names = [n for n in ARITY if f"{PREFIX}{n}" in text] if found else []
     if not names:
         return None
     out, used = [], []
     for k, name in enumerate(names):
-        args = ", ".join(["double"] * ARITY[name])
-        abi = ",".join(f"_ZGV_LLVM_N{lanes}{'v' * ARITY[name]}_{PREFIX}{name}"
-                       f"({_vector(name, isa, lanes)})" for isa, lanes in variants())
-        out.append(f'declare double @{PREFIX}{name}({args}) #{k}')
+        vt, vector = f"<{found[1]} x double>", _vector(name, *found)
+        lanes = f"{found[1]}{'v' * ARITY[name]}"
+        out.append(f"declare double @{PREFIX}{name}({', '.join(['double'] * ARITY[name])}) "
+                   f"#{k}")
         out.append(f'attributes #{k} = {{ nounwind willreturn memory(none) '
-                   f'"vector-function-abi-variant"="{abi}" }}')
-        for isa, lanes in variants():
-            vector = _vector(name, isa, lanes)
-            vt = f"<{lanes} x double>"
-            out.append(f"declare {vt} @{vector}({', '.join([vt] * ARITY[name])})")
-            used.append(f"ptr @{vector}")
+                   f'"vector-function-abi-variant"="_ZGV_LLVM_N{lanes}_{PREFIX}{name}'
+                   f'({vector})" }}')
+        out.append(f"declare {vt} @{vector}({', '.join([vt] * ARITY[name])})")
+        used.append(f"ptr @{vector}")
     out.append(f"@llvm.compiler.used = appending global [{len(used)} x ptr] "
                f"[{', '.join(used)}], section \"llvm.metadata\"")
     return "\n".join(out) + "\n"
+
+
+def native() -> bool:
+    """Do native element loops call the rvm_vmath_ functions (libmvec's, vectorised)?"""
+    return variant() is not None and kernels() is not None

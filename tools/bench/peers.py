@@ -382,6 +382,7 @@ def compiling() -> int:
 
 def case_gmm(size, cores):
     import gmm
+    import gmm_arrays
     out = []
     for name in GMM_FILES[size]:
         data = gmm.load(quick_gmm_input() if size == "quick" else
@@ -390,12 +391,19 @@ def case_gmm(size, cores):
         threads = 1 if cores == 1 else None
 
         def rvm_run(data=data, threads=threads):
+            return gmm_arrays.gradient(data, engine="native", threads=threads)
+
+        def rvm_loops(data=data, threads=threads):
             return gmm.gradient(data, engine="native", threads=threads)
         v, g = rvm_run()
         extra = {"threads": gmm.cores(data, threads)}
-        peers = [Peer("rvm", rvm_run, _flat(v, g), "reverse, expanded", extra=extra,
-                      parts=(1,))]          # the objective, then the gradient
         tol = (1e-9, 1e-9)
+        # (rvm's algorithm with array statements, examples/gmm_arrays.py; the same with
+        # scalar loops, examples/gmm.py, beside it)
+        peers = [Peer("rvm (array statements)", rvm_run, _flat(v, g), "reverse, expanded",
+                      extra=extra, parts=(1,)),     # the objective, then the gradient
+                 _try("rvm (scalar loops)", "reverse, expanded",
+                      lambda run=rvm_loops: (run, _flat(*run())), tol)]
         peers.append(_try("numba by hand (rvm's algorithm), serial", "reverse, by hand",
                           lambda data=data: gmm_numba(data, False), tol))
         if cores != 1:
