@@ -532,3 +532,30 @@ def test_a_product_below_blas_is_each_elements_sum_in_order_in_native_code(layou
                 acc += A[i, l_] * Bt[l_, j]
             want[i, j] += acc if sign == "VMADD" else -acc
     assert np.array_equal(run(p, "native", Y, A, B)[0], want)
+
+
+def test_cached_native_code_with_array_exp_runs_in_a_fresh_process(tmp_path):
+    # native code that calls the element loops' functions, loaded from the on-disk cache
+    # by a process that compiled nothing (their symbols are bound before it is loaded)
+    import os
+    import subprocess
+    import sys
+
+    from rvm.engines import llvm
+    if not llvm.usable():
+        pytest.skip("needs the native engine")
+    script = ("import numpy as np, rvm\n"
+              "from rvm.engines import llvm\n"
+              "made, real = [], llvm._compile_ir\n"
+              "llvm._compile_ir = lambda text: made.append(1) or real(text)\n"
+              "p = rvm.assemble('.func g(r0, r1, r2, r3, r4, r5)\\n"
+              "  VADD.exp [r0 : 0, 1], [r3 : 0, 1], 1, r5\\n.end\\n')\n"
+              "x = np.linspace(-3.0, 3.0, 13).reshape(1, 13)\n"
+              "out = rvm.Machine(p, engine='native').call('g', np.zeros((1, 13)), x)[0]\n"
+              "ref = rvm.Machine(p, engine='interp').call('g', np.zeros((1, 13)), x)[0]\n"
+              "print(np.array_equal(out, ref), len(made))\n")
+    env = dict(os.environ, RVM_CACHE_DIR=str(tmp_path))
+    runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                           text=True, timeout=120) for _ in range(2)]
+    assert [r.stdout.split() for r in runs] == [["True", "1"], ["True", "0"]], \
+        [r.stderr[-2000:] for r in runs]

@@ -881,6 +881,8 @@ class Library:
 
     def __init__(self, *objects: bytes):
         ll = _llvm()[0]
+        if any(vectormath.PREFIX.encode() in obj for obj in objects):
+            vectormath.kernels()        # (the element loops' functions it calls: bound)
         with _LLVM_LOCK:
             self.engine = ll.create_mcjit_compiler(ll.parse_assembly(""), _target_machine())
             for obj in objects:
@@ -1091,7 +1093,7 @@ def functions(source, fused: dict, batches: dict, tol: float, runs=None,
     runs = tuple(sorted(runs))
     stamp = f"{_lowering_digest()}|{ll.llvm_version_info}|{tm.triple}|" \
         f"{ll.get_host_cpu_name()}|{ll.get_host_cpu_features().flatten()}|{sys.version}|" \
-        f"{tol!r}|{lanes.enabled and lanes.LANES}|{vectormath.native() and vectormath.variant()}|" \
+        f"{tol!r}|{lanes.enabled and lanes.LANES}|{vectormath.variant()}|" \
         f"{sorted(fused.items())}|{sorted(batches.items())}|{runs}|{looks}"
     text = stamp + key
 
