@@ -12,8 +12,9 @@ address ranges, lowest to highest cell, are disjoint, or the lattices their cell
 never meet: see apart); a view written in place (scale, negate, swap) may not repeat a
 cell. A target that repeats a cell (a stride of 0) sums into it: `y[0 : 0, 0] += x` over n
 elements is y += sum(x), the sum taken from 0 in the order of the elements and added
-once, as native code does. Elementwise values are numpy's and products numpy's matmul
-(BLAS): they may round differently from a loop of scalar instructions.
+once, as native code does. Elementwise exp, log, sin, cos, tanh, pow and atan2 are native
+code's own (rvm.engines.vectormath: the engines agree to the bit on them), products
+numpy's matmul (BLAS): they may round differently from a loop of scalar instructions.
 """
 
 from __future__ import annotations
