@@ -3,7 +3,10 @@ VNEG): values against numpy, the inverse, gradients against closed forms and fin
 differences, every engine, the assembly and bytecode round trips, and the checks made
 once per instruction (shape, bounds, overlap, repeated cells)."""
 
+import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -537,10 +540,6 @@ def test_a_product_below_blas_is_each_elements_sum_in_order_in_native_code(layou
 def test_cached_native_code_with_array_exp_runs_in_a_fresh_process(tmp_path):
     # native code that calls the element loops' functions, loaded from the on-disk cache
     # by a process that compiled nothing (their symbols are bound before it is loaded)
-    import os
-    import subprocess
-    import sys
-
     from rvm.engines import llvm
     if not llvm.usable():
         pytest.skip("needs the native engine")
@@ -559,3 +558,56 @@ def test_cached_native_code_with_array_exp_runs_in_a_fresh_process(tmp_path):
                            text=True, timeout=120) for _ in range(2)]
     assert [r.stdout.split() for r in runs] == [["True", "1"], ["True", "0"]], \
         [r.stderr[-2000:] for r in runs]
+
+
+def _fresh_process(script: str, tmp_path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, RVM_CACHE_DIR=str(tmp_path))
+    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_threads_first_needing_the_element_functions_at_once_share_one_build(tmp_path):
+    # two threads' first array exp and tanh at once on the interpreter: the kernels are
+    # made once (made twice, the first build's code was freed under its callers: a crash)
+    script = ("import threading, numpy as np, rvm\n"
+              "p = rvm.assemble('.func g(r0, r1, r2, r3, r4, r5)\\n"
+              "  VADD.exp [r0 : r2, 1], [r3 : r5, 1], r1, r2\\n"
+              "  VADD.tanh [r0 : r2, 1], [r3 : r5, 1], r1, r2\\n.end\\n')\n"
+              "x = np.linspace(-3.0, 3.0, 1001).reshape(1, -1)\n"
+              "bar, out = threading.Barrier(2), []\n"
+              "def work():\n"
+              "    bar.wait()\n"
+              "    for _ in range(3):\n"
+              "        y = rvm.Machine(p, engine='interp').call('g', np.zeros_like(x), x)[0]\n"
+              "    out.append(bool(np.allclose(y, np.exp(x) + np.tanh(x), rtol=1e-14)))\n"
+              "ts = [threading.Thread(target=work) for _ in range(2)]\n"
+              "[t.start() for t in ts]; [t.join() for t in ts]\n"
+              "print(out)\n")
+    for _ in range(2):
+        r = _fresh_process(script, tmp_path)
+        assert r.returncode == 0 and r.stdout.split() == ["[True,", "True]"], r.stderr[-2000:]
+
+
+def test_without_the_element_functions_kernels_native_code_goes_to_the_python_engine(
+        tmp_path):
+    # where the kernels cannot be made (a fault of rvm's, said in a warning) no native code
+    # of an element loop that needs them is made (none is cached under the key that says
+    # libmvec): the program runs on the python engine, and every engine uses numpy's exp
+    from rvm.engines import llvm, vectormath
+    if not (llvm.usable() and vectormath.variant()):
+        pytest.skip("needs the native engine and glibc's libmvec")
+    script = ("import warnings, numpy as np, rvm\n"
+              "from rvm.engines import vectormath\n"
+              "vectormath._make_kernels = lambda: None\n"
+              "p = rvm.assemble('.func g(r0, r1, r2, r3, r4, r5)\\n"
+              "  VADD.exp [r0 : r2, 1], [r3 : r5, 1], r1, r2\\n.end\\n')\n"
+              "x = np.linspace(-30.0, 30.0, 1001).reshape(1, -1)\n"
+              "with warnings.catch_warnings(record=True) as said:\n"
+              "    warnings.simplefilter('always')\n"
+              "    ys = [rvm.Machine(p, engine=e).call('g', np.zeros_like(x), x)[0]\n"
+              "          for e in ('interp', 'python', 'native')]\n"
+              "print(all(np.array_equal(y, np.exp(x)) for y in ys),\n"
+              "      any('python engine' in str(w.message) for w in said))\n")
+    r = _fresh_process(script, tmp_path)
+    assert r.stdout.split() == ["True", "True"], r.stderr[-2000:]
+    assert not list(tmp_path.glob("rvm_llvm_*.o"))

@@ -136,10 +136,23 @@ done:
     return "\n".join(out) + "\n"
 
 
-@functools.cache
+_MADE: list = []                # [the kernels' engine, or None], once made
+_MAKING = threading.Lock()      # (one thread makes them; the others wait for it)
+
+
 def kernels():
     """The compiled kernels (an execution engine), with rvm_vmath_<name> bound for native
-    modules to call; None without llvmlite (or one too old for the native engine)."""
+    modules to call; None without llvmlite (or one too old for the native engine). Made
+    once per process (threads asking at once wait for the first: an engine made twice
+    freed the code the first one's callers held)."""
+    if not _MADE:
+        with _MAKING:
+            if not _MADE:
+                _MADE.append(_make_kernels())
+    return _MADE[0]
+
+
+def _make_kernels():
     try:
         import llvmlite.binding as ll
     except ImportError:     # (no native engine: numpy's functions)
@@ -184,7 +197,7 @@ def array_function(name: str):
         out = np.empty(args[0].shape)
         kernel(*(a.ctypes.data for a in args), out.ctypes.data, out.size)
         return out if out.ndim else out[()]
-    run.__name__ = name
+    run.__name__, run.engine = name, engine     # (the code lives as long as the function)
     return run
 
 
@@ -212,5 +225,13 @@ def prelude(text: str) -> str | None:
 
 
 def native() -> bool:
-    """Do native element loops call the rvm_vmath_ functions (libmvec's, vectorised)?"""
-    return variant() is not None and kernels() is not None
+    """Do native element loops call the rvm_vmath_ functions (libmvec's, vectorised)? So
+    they do wherever there is libmvec (the native cache's key says so); where its kernels
+    could not be made, native code cannot be made of an element loop that needs them
+    (the machine runs the program on the python engine, which, like the interpreter,
+    then uses numpy's functions)."""
+    if variant() is None:
+        return False
+    if kernels() is None:
+        raise RuntimeError("rvm's vector math kernels could not be made")
+    return True
