@@ -339,6 +339,11 @@ def test_a_matrix_vector_product_is_one_instruction():
     ("B[0, :] += A[1, :] * A[2, :]", ["VADD.mul"]),
     # compound operands go through zero ancilla arrays: computed, used, uncomputed
     ("y += a * np.exp(x) + 1.0", ["VADD.mul", "VADD.exp", "VSUB.exp", "VADD"]),
+    # a square is a product of the operand with itself (as numpy's ** 2: x * x), a
+    # compound operand computed once; other powers are pow
+    ("y += x ** 2", ["VADD.mul"]),
+    ("y += (x - z[0]) ** 2.0", ["VADD.mul", "VADD", "VSUB", "VSUB", "VADD"]),
+    ("y += x ** 3", ["VADD.pow"]),
 ])
 def test_statements_compile_to_array_instructions(body, want):
     f = rvm.reversible.source(
@@ -541,3 +546,15 @@ def test_an_element_added_to_once_keeps_the_sign_of_zero(engine):
     y, C = np.array([-0.0, -0.0, -0.0]), np.full((2, 2), -0.0)
     out = f(y, np.zeros(3), C, engine=engine)
     assert np.signbit(out[0]).all() and np.signbit(out[2]).all(), out
+
+
+@pytest.mark.parametrize("engine", ["interp", "python", "native"])
+def test_a_square_is_numpys_square_and_its_gradient_twice_the_operand(engine):
+    f = rvm.reversible.source("def sq(s: float, y: Array[float], x: Array[float]):\n"
+                              "    y += x ** 2\n"
+                              "    s += np.sum((x - 1.5) ** 2)\n", {"Array": Array, "np": np})
+    x = rng.normal(size=37) * 10.0 ** rng.uniform(-150, 150, size=37)
+    _, y, _ = f(0.0, np.zeros(37), x, engine=engine)
+    assert np.array_equal(y, x * x)
+    g = rvm.grad(f, loss="s", engine=engine)(0.0, np.zeros(5), x[:5] / 1e150)[2]
+    assert np.allclose(g, 2.0 * (x[:5] / 1e150 - 1.5), rtol=1e-14)

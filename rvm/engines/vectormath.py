@@ -3,17 +3,18 @@ for every engine: glibc's vector math library (libmvec) where this machine has i
 where not (a part of the back end, rvm.engines.llvm, that rvm.engines.arrays also uses).
 
 An array instruction's element loop in native code (rvm.engines.arraylowering) calls exp,
-log, sin, cos, tanh, pow and atan2 as rvm_vmath_<name>: a scalar function of a small
-module compiled once per process (`kernels`) that runs libmvec's vector function for
-this CPU (AVX-512: 8 lanes, else AVX2: 4) on the value in every lane and returns one,
-declared with that vector function in LLVM's vector-function ABI attribute, so that LLVM's
-loop vectoriser calls the vector function on 4 or 8 elements at once and the scalar
-function on the elements left over. A lane's result depends on its own value only, so
-every element gets the same value whichever path it takes. The interpreter and the
-python engine evaluate the same functions on whole arrays through the same module's
-array kernels: the engines agree to the bit, so an ancilla one engine computed, another
-takes back exactly (the machine hands a failing native run to the interpreter midway).
-Scalar instructions call libm on every engine, as before.
+log, sin, cos, tanh, pow and atan2 as rvm_vmath_<name>, a scalar function of a small
+module compiled once per process (`kernels`). For exp, log, sin, cos and tanh it runs
+libmvec's vector function for this CPU (AVX-512: 8 lanes, else AVX2: 4) with the value in
+its first lane, and is declared with that vector function in LLVM's vector-function ABI
+attribute, so that LLVM's loop vectoriser calls the vector function on 4 or 8 elements at
+once and the scalar function on the elements left over. A lane's result depends on its
+own value only, so every element gets the same value whichever path it takes. pow and
+atan2 (and all seven without libmvec) are libm's. The interpreter and the python engine
+evaluate the same functions on whole arrays through the same module's array kernels: the
+engines agree to the bit, so an ancilla one engine computed, another takes back exactly
+(the machine hands a failing native run to the interpreter midway). Scalar instructions
+call libm on every engine, as before.
 
 libmvec's functions are accurate to a few units in the last place, not correctly rounded:
 an array instruction's elementwise values may differ from numpy's and libm's there. Where
@@ -33,6 +34,11 @@ import numpy as np
 
 PREFIX = "rvm_vmath_"
 ARITY = {"exp": 1, "log": 1, "sin": 1, "cos": 1, "tanh": 1, "pow": 2, "atan2": 2}
+# the ones run by libmvec where there is one: its pow and atan2 cost more than libm's on
+# small arrays (each element left over a whole vector call: 49 ns for pow), and with a
+# negative base pow hands every lane to libm anyway; they stay libm's, called through the
+# kernels so that LLVM cannot simplify them in one engine and not in another
+VECTORISED = ("exp", "log", "sin", "cos", "tanh")
 LOCK = threading.Lock()     # LLVM's global context: one thread at a time (rvm.engines.llvm)
 # (ISA letter of the x86-64 vector ABI, lanes, the CPU feature it needs), widest first
 _VARIANTS = (("e", 8, "avx512f"), ("d", 4, "avx2"))
@@ -57,7 +63,7 @@ def variant() -> tuple | None:
     path = ctypes.util.find_library("mvec") or "libmvec.so.1"
     try:
         mvec = ctypes.CDLL(path)
-        if not all(hasattr(mvec, _vector(name, *found)) for name in ARITY):
+        if not all(hasattr(mvec, _vector(name, *found)) for name in VECTORISED):
             return None
         ll.load_library_permanently(path)
     except OSError:
@@ -67,11 +73,12 @@ def variant() -> tuple | None:
 
 def _kernels_ir(found: tuple | None) -> str:
     """rvm_vmath_<name>(args) and rvm_vmath_<name>_array(args..., out, n) for each
-    function: libmvec's vector function (found) on a splat, or libm's function; the array
-    kernel runs the vector function on full groups of lanes and the scalar one on the
-    rest."""
-    out = []
+    function: libmvec's vector function (found) with the value in its first lane, or
+    libm's function; the array kernel runs the vector function on full groups of lanes
+    and the scalar one on the rest."""
+    out, machine = [], found
     for name, k in ARITY.items():
+        found = machine if name in VECTORISED else None
         params = ", ".join(f"double %a{i}" for i in range(k))
         out.append(f"define double @{PREFIX}{name}({params}) {{")
         if found is None:
@@ -79,10 +86,11 @@ def _kernels_ir(found: tuple | None) -> str:
             out.append(f"declare double @{name}({', '.join(['double'] * k)})")
         else:
             vt, vec = f"<{found[1]} x double>", _vector(name, *found)
-            for i in range(k):
-                out.append(f"  %s{i} = insertelement {vt} poison, double %a{i}, i32 0\n"
-                           f"  %v{i} = shufflevector {vt} %s{i}, {vt} poison, "
-                           f"<{found[1]} x i32> zeroinitializer")
+            ones = "<" + ", ".join(["double 1.0"] * found[1]) + ">"
+            for i in range(k):      # (1.0 in the other lanes: no function's special case,
+                # which libmvec hands to libm lane by lane: a splat of a negative base
+                # made pow call libm's pow on every lane)
+                out.append(f"  %v{i} = insertelement {vt} {ones}, double %a{i}, i32 0")
             args = ", ".join(f"{vt} %v{i}" for i in range(k))
             out.append(f"  %r = call {vt} @{vec}({args})\n"
                        f"  %e = extractelement {vt} %r, i32 0\n  ret double %e\n}}")
@@ -202,36 +210,37 @@ def array_function(name: str):
 
 
 def prelude(text: str) -> str | None:
-    """A module declaring the rvm_vmath_ functions `text` (a module's IR) calls with their
-    vector variant, to link that module into; None if it calls none."""
+    """A module declaring the rvm_vmath_ functions `text` (a module's IR) calls, pure, the
+    vectorised ones with their vector variant, to link that module into; None if it calls
+    none."""
     found = variant()
-    names = [n for n in ARITY if f"{PREFIX}{n}" in text] if found else []
+    names = [n for n in ARITY if f"{PREFIX}{n}" in text]
     if not names:
         return None
     out, used = [], []
     for k, name in enumerate(names):
-        vt, vector = f"<{found[1]} x double>", _vector(name, *found)
-        lanes = f"{found[1]}{'v' * ARITY[name]}"
+        attrs = "nounwind willreturn memory(none)"
+        if found is not None and name in VECTORISED:
+            vt, vector = f"<{found[1]} x double>", _vector(name, *found)
+            attrs += (f' "vector-function-abi-variant"="_ZGV_LLVM_N{found[1]}v_{PREFIX}{name}'
+                      f'({vector})"')
+            out.append(f"declare {vt} @{vector}({vt})")
+            used.append(f"ptr @{vector}")
         out.append(f"declare double @{PREFIX}{name}({', '.join(['double'] * ARITY[name])}) "
                    f"#{k}")
-        out.append(f'attributes #{k} = {{ nounwind willreturn memory(none) '
-                   f'"vector-function-abi-variant"="_ZGV_LLVM_N{lanes}_{PREFIX}{name}'
-                   f'({vector})" }}')
-        out.append(f"declare {vt} @{vector}({', '.join([vt] * ARITY[name])})")
-        used.append(f"ptr @{vector}")
-    out.append(f"@llvm.compiler.used = appending global [{len(used)} x ptr] "
-               f"[{', '.join(used)}], section \"llvm.metadata\"")
+        out.append(f"attributes #{k} = {{ {attrs} }}")
+    if used:
+        out.append(f"@llvm.compiler.used = appending global [{len(used)} x ptr] "
+                   f"[{', '.join(used)}], section \"llvm.metadata\"")
     return "\n".join(out) + "\n"
 
 
 def native() -> bool:
-    """Do native element loops call the rvm_vmath_ functions (libmvec's, vectorised)? So
-    they do wherever there is libmvec (the native cache's key says so); where its kernels
-    could not be made, native code cannot be made of an element loop that needs them
-    (the machine runs the program on the python engine, which, like the interpreter,
-    then uses numpy's functions)."""
-    if variant() is None:
-        return False
+    """Native element loops call the rvm_vmath_ functions (the kernels' own, the ones of
+    VECTORISED vectorised where there is libmvec): True; where the kernels could not be
+    made, native code cannot be made of an element loop that needs them (a RuntimeError:
+    the machine runs the program on the python engine, which, like the interpreter, then
+    uses numpy's functions)."""
     if kernels() is None:
         raise RuntimeError("rvm's vector math kernels could not be made")
     return True

@@ -1045,6 +1045,10 @@ class Instructions:
     def family(self, t) -> tuple[str, list]:
         if self.leaf(t):
             return "", [t]
+        if isinstance(t, ast.BinOp) and isinstance(t.op, ast.Pow) and \
+                isinstance(t.right, ast.Constant) and t.right.value == 2 and \
+                type(t.right.value) in (int, float):
+            return "mul", [t.left, t.left]      # a square, as numpy's `** 2`: a * a
         if isinstance(t, ast.BinOp):
             return OP_FAMILIES[type(t.op)], [t.left, t.right]
         return CALL_FAMILIES[self.c.callee_name(t.func)], list(t.args)
@@ -1065,7 +1069,10 @@ class Instructions:
         if len(done) == len(args):
             return use(list(done))
         a = args[len(done)]
-        if self.placeholder(a):
+        twice = next((p for b, p in zip(args, done) if b is a), None)
+        if twice is not None:       # (a square's operand: made once)
+            part = twice
+        elif self.placeholder(a):
             part = self.temps[a.id]
         elif self.an.is_view(a) and (yv is None or self.range_apart(yv, self.an.view(a))):
             part = self.fitted(self.an.view(a))
