@@ -81,7 +81,14 @@ def _kernels_ir(found: tuple | None) -> str:
         found = machine if name in VECTORISED else None
         params = ", ".join(f"double %a{i}" for i in range(k))
         out.append(f"define double @{PREFIX}{name}({params}) {{")
-        if found is None:
+        if found is None and name == "pow":    # (a square as a product: exact, and as
+            # fast as the x * x LLVM makes of pow(x, 2.0) where it sees the constant)
+            out.append("  %sq = fcmp oeq double %a1, 2.0\n  br i1 %sq, label %square, "
+                       "label %general\nsquare:\n  %m = fmul double %a0, %a0\n"
+                       "  ret double %m\ngeneral:\n  %r = call double @pow(double %a0, "
+                       "double %a1)\n  ret double %r\n}")
+            out.append("declare double @pow(double, double)")
+        elif found is None:
             out.append(f"  %r = call double @{name}({params})\n  ret double %r\n}}")
             out.append(f"declare double @{name}({', '.join(['double'] * k)})")
         else:
@@ -200,10 +207,23 @@ def array_function(name: str):
         engine.get_function_address(f"{PREFIX}{name}_array"))
 
     def run(*args):
-        args = [np.ascontiguousarray(a, dtype=np.float64)
-                for a in np.broadcast_arrays(*args)]
-        out = np.empty(args[0].shape)
-        kernel(*(a.ctypes.data for a in args), out.ctypes.data, out.size)
+        args = [a if type(a) is np.ndarray else np.asarray(a, dtype=np.float64)
+                for a in args]
+        shape = args[0].shape
+        if k == 2 and args[1].shape != shape:
+            shape = args[1].shape if not shape else \
+                shape if not args[1].shape else np.broadcast_shapes(shape, args[1].shape)
+        flat = []           # (contiguous float64 arrays of the shape, a scalar filled in,
+        for a in args:      # each held here until the kernel has read it)
+            if a.shape != shape:
+                a = np.full(shape, a, dtype=np.float64) if a.ndim == 0 else \
+                    np.broadcast_to(a, shape)
+            if a.dtype != np.float64 or not a.flags.c_contiguous:
+                a = np.ascontiguousarray(a, dtype=np.float64)
+            flat.append(a)
+        out = np.empty(shape)
+        kernel(*(a.__array_interface__["data"][0] for a in flat),
+               out.__array_interface__["data"][0], out.size)
         return out if out.ndim else out[()]
     run.__name__, run.engine = name, engine     # (the code lives as long as the function)
     return run
