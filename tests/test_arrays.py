@@ -3,6 +3,7 @@ numpy's closed forms, the inverse restores the inputs, gradients against closed 
 finite differences, transforms, engines, and every refusal with its file:line:col."""
 # ruff: noqa: F821, B018
 
+import math
 import re
 import warnings
 
@@ -558,3 +559,15 @@ def test_a_square_is_numpys_square_and_its_gradient_twice_the_operand(engine):
     assert np.array_equal(y, x * x)
     g = rvm.grad(f, loss="s", engine=engine)(0.0, np.zeros(5), x[:5] / 1e150)[2]
     assert np.allclose(g, 2.0 * (x[:5] / 1e150 - 1.5), rtol=1e-14)
+
+
+@pytest.mark.parametrize("engine", ["interp", "native"])
+def test_numpys_arctan2_is_atan2_in_array_and_scalar_expressions(engine):
+    f = rvm.reversible.source("def at(s: float, y: Array[float], x: Array[float], "
+                              "w: Array[float]):\n"
+                              "    y += np.arctan2(x, w)\n"
+                              "    s += np.arctan2(x[0], w[0])\n", {"Array": Array, "np": np})
+    x, w = rng.normal(size=9), rng.uniform(0.5, 2.0, size=9)
+    s, y, _, _ = f(0.0, np.zeros(9), x, w, engine=engine)
+    assert np.allclose(y, np.arctan2(x, w), rtol=1e-14) and s == math.atan2(x[0], w[0])
+    assert "VADD.atan2" in ops_of(f, 0.0, np.zeros(9), x, w)

@@ -699,7 +699,7 @@ class Emitter:
                                                            for a in e.args], e.keywords), e)
             raise self.c.error(e, f"{name}() cannot be used in an array expression",
                                "array expressions use + - * / **, exp log sin cos tanh "
-                               "sqrt abs and the integer operators")
+                               "sqrt abs atan2 fmod and the integer operators")
         if isinstance(e, (ast.Compare, ast.BoolOp)):
             return ast.copy_location(type(e)(**{
                 f: ([self.elem(x, idx, rank) for x in getattr(e, f)]
@@ -853,7 +853,8 @@ class Emitter:
 
 # ---------------------------------------------------------------------------- instructions
 CALL_FAMILIES = {"exp": "exp", "log": "log", "sin": "sin", "cos": "cos", "tanh": "tanh",
-                 "sqrt": "sqrt", "abs": "abs", "atan2": "atan2", "fmod": "mod"}
+                 "sqrt": "sqrt", "abs": "abs", "atan2": "atan2", "arctan2": "atan2",
+                 "fmod": "mod"}
 OP_FAMILIES = {ast.Mult: "mul", ast.Div: "div", ast.Pow: "pow"}
 
 
@@ -919,7 +920,7 @@ class Instructions:
             return self.elementwise(e.operand)
         if isinstance(e, ast.Call) and not e.keywords:
             name = self.c.callee_name(e.func)
-            arity = 2 if name in ("atan2", "fmod") else 1
+            arity = 2 if name in ("atan2", "arctan2", "fmod") else 1
             return name in CALL_FAMILIES and len(e.args) == arity and \
                 all(self.elementwise(a) for a in e.args)
         return False

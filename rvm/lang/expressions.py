@@ -18,7 +18,7 @@ from ..core.program import Imm, Instruction, Label, Mem, Reg, Symbol
 
 INT, FLOAT = isa.INT, isa.FLOAT
 BINOPS = {ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "div", ast.Mod: "mod", ast.Pow: "pow"}
-FUNCS = {"exp", "log", "sin", "cos", "tanh", "sqrt", "abs", "atan2", "fmod"}
+FUNCS = {"exp", "log", "sin", "cos", "tanh", "sqrt", "abs", "atan2", "arctan2", "fmod"}
 BITOPS = {ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<",
           ast.RShift: ">>"}
 # an update or swap may not read what it changes, in its index or its expression
@@ -318,7 +318,7 @@ class Lowering:
         if isinstance(e, ast.Call):
             name = self.callee_name(e.func)
             if name in FUNCS:
-                family = "mod" if name == "fmod" else name
+                family = {"fmod": "mod", "arctan2": "atan2"}.get(name, name)
                 arity = 2 if family in ("atan2", "mod") else 1
                 if len(e.args) != arity or e.keywords:
                     raise self.error(e, f"{name} takes {arity} argument(s)")
