@@ -368,11 +368,12 @@ class ArrayLowering:
         b.branch(after)
         b.position_at_end(after)
 
-    def _column_sums(self, m, n, value, add) -> None:
-        """add(0, j, the sum of value(i, j) over the rows i) for every column j, each sum
-        from 0 in the order of the rows, COLUMNS columns at a time: their partial sums in a
-        block on the stack, the inner loop along a row, which LLVM vectorises (a lane a
-        column: the same sums, bit for bit, as one column at a time)."""
+    def _in_blocks(self, n, fill, out) -> None:
+        """Sums for columns 0 .. n - 1, COLUMNS at a time in a block on the stack: for
+        each block of columns j0 .. j0 + w - 1, the block zeroed, fill(j0, w, at) adding
+        into it (at(c): column j0 + c's sum, the inner loop along c, which LLVM
+        vectorises: a lane a column), then out(j, sum) for each of its columns. Each sum
+        is taken in the order fill adds into it, as one column at a time would."""
         b, t = self.b, self.t
         zero, width = t.i64(0), t.i64(COLUMNS)
         with b.goto_block(self.fn.entry_basic_block):
@@ -381,17 +382,25 @@ class ArrayLowering:
         def each(k):
             j0 = b.mul(k, width)
             w = self._min(width, b.sub(n, j0))
-
-            def row(i):
-                def one(c):
-                    ptr = b.gep(block, [c])
-                    b.store(b.fadd(b.load(ptr), value(i, b.add(j0, c))), ptr)
-                self.loop_over(b, zero, w, one)
             self.loop_over(b, zero, w, lambda c: b.store(t.f64(0.0), b.gep(block, [c])))
-            self.loop_over(b, zero, m, row)
-            self.loop_over(b, zero, w, lambda c: add(zero, b.add(j0, c),
+            fill(j0, w, lambda c: b.gep(block, [c]))
+            self.loop_over(b, zero, w, lambda c: out(b.add(j0, c),
                                                       b.load(b.gep(block, [c]))))
         self.loop_over(b, zero, b.sdiv(b.add(n, t.i64(COLUMNS - 1)), width), each)
+
+    def _column_sums(self, m, n, value, add) -> None:
+        """add(0, j, the sum of value(i, j) over the rows i) for every column j, each sum
+        from 0 in the order of the rows, a block of columns at a time (_in_blocks: the
+        same sums, bit for bit, as one column at a time)."""
+        b, zero = self.b, self.t.i64(0)
+
+        def fill(j0, w, at):
+            def row(i):
+                def one(c):
+                    b.store(b.fadd(b.load(at(c)), value(i, b.add(j0, c))), at(c))
+                self.loop_over(b, zero, w, one)
+            self.loop_over(b, zero, m, row)
+        self._in_blocks(n, fill, lambda j, total: add(zero, j, total))
 
     def _vacc(self, fam, s, y, *rest):
         names, value, _, s, yv, ops, m, n = self._accumulating(fam, s, y, rest)
@@ -521,40 +530,32 @@ class ArrayLowering:
 
     def _product_loops(self, alpha: float, A, B, C, m, k, n, flag) -> None:
         """_gemm's loops: C[i, j] += alpha * the sum of A[i, l] B[l, j] over l, from 0 in
-        the order of l, for COLUMNS elements of a row of C at a time: their sums in a
-        block on the stack, the inner loop along a row of B, which LLVM vectorises (a lane
-        an element: the same sums, bit for bit, as one element at a time)."""
+        the order of l, a row of C at a time, a block of its elements at a time
+        (_in_blocks, the inner loop along a row of B: the same sums, bit for bit, as one
+        element at a time)."""
         b, t = self.b, self.t
-        zero, width = t.i64(0), t.i64(COLUMNS)
-        with b.goto_block(self.fn.entry_basic_block):
-            block = b.alloca(t.f64, size=width)
+        zero = t.i64(0)
         load = lambda X, i, j: b.load(self.cell(X[1], self._at(X[0], i, j)))
 
-        def part(i, q):
-            j0 = b.mul(q, width)
-            w = self._min(width, b.sub(n, j0))
+        def row(i):
+            def fill(j0, w, at):
+                def term(l_):
+                    a = load(A, i, l_)
 
-            def term(l_):
-                a = load(A, i, l_)
+                    def one(c):
+                        b.store(b.fadd(b.load(at(c)), b.fmul(a, load(B, l_, b.add(j0, c)))),
+                                at(c))
+                    self.loop_over(b, zero, w, one)
+                self.loop_over(b, zero, k, term)
 
-                def one(c):
-                    ptr = b.gep(block, [c])
-                    b.store(b.fadd(b.load(ptr), b.fmul(a, load(B, l_, b.add(j0, c)))), ptr)
-                self.loop_over(b, zero, w, one)
-
-            def out(c):
-                v = b.load(b.gep(block, [c]))
-                ptr = self.cell(C[1], self._at(C[0], i, b.add(j0, c)))
+            def out(j, v):
+                ptr = self.cell(C[1], self._at(C[0], i, j))
                 new = b.fadd(b.load(ptr), v if alpha == 1.0 else b.fmul(t.f64(alpha), v))
                 if flag is not None:
                     self.raise_flag(flag, self.non_finite([new]))
                 b.store(new, ptr)
-            self.loop_over(b, zero, w, lambda c: b.store(t.f64(0.0), b.gep(block, [c])))
-            self.loop_over(b, zero, k, term)
-            self.loop_over(b, zero, w, out)
-        parts = b.sdiv(b.add(n, t.i64(COLUMNS - 1)), width)
-        self.loop_over(b, zero, m, lambda i: self.loop_over(b, zero, parts,
-                                                            lambda q: part(i, q)))
+            self._in_blocks(n, fill, out)
+        self.loop_over(b, zero, m, row)
 
     def _vmm(self, s, y, a, c, m, k, n):
         b = self.b

@@ -1314,7 +1314,8 @@ class Lowering(ArrayLowering):
 
     def math(self, name: str, args: list):
         t, b = self.t, self.b
-        if self.elementwise and name[5:] in vectormath.ARITY and vectormath.native():
+        if self.elementwise and name[5:] in vectormath.ARITY:
+            vectormath.require()
             return self.libm(vectormath.PREFIX + name[5:],
                              *(self.coerce(a, t.f64) for a in args))
         if name in ("math.sin", "math.cos", "math.exp", "math.log", "math.sqrt"):

@@ -76,24 +76,25 @@ def _kernels_ir(found: tuple | None) -> str:
     function: libmvec's vector function (found) with the value in its first lane, or
     libm's function; the array kernel runs the vector function on full groups of lanes
     and the scalar one on the rest."""
-    out, machine = [], found
+    out = []
     for name, k in ARITY.items():
-        found = machine if name in VECTORISED else None
+        lanes = found[1] if found is not None and name in VECTORISED else 1
+        vt = f"<{lanes} x double>"
+        vec = _vector(name, found[0], lanes) if lanes > 1 else None
         params = ", ".join(f"double %a{i}" for i in range(k))
         out.append(f"define double @{PREFIX}{name}({params}) {{")
-        if found is None and name == "pow":    # (a square as a product: exact, and as
+        if vec is None and name == "pow":    # (a square as a product: exact, and as
             # fast as the x * x LLVM makes of pow(x, 2.0) where it sees the constant)
             out.append("  %sq = fcmp oeq double %a1, 2.0\n  br i1 %sq, label %square, "
                        "label %general\nsquare:\n  %m = fmul double %a0, %a0\n"
                        "  ret double %m\ngeneral:\n  %r = call double @pow(double %a0, "
                        "double %a1)\n  ret double %r\n}")
             out.append("declare double @pow(double, double)")
-        elif found is None:
+        elif vec is None:
             out.append(f"  %r = call double @{name}({params})\n  ret double %r\n}}")
             out.append(f"declare double @{name}({', '.join(['double'] * k)})")
         else:
-            vt, vec = f"<{found[1]} x double>", _vector(name, *found)
-            ones = "<" + ", ".join(["double 1.0"] * found[1]) + ">"
+            ones = "<" + ", ".join(["double 1.0"] * lanes) + ">"
             for i in range(k):      # (1.0 in the other lanes: no function's special case,
                 # which libmvec hands to libm lane by lane: a splat of a negative base
                 # made pow call libm's pow on every lane)
@@ -102,15 +103,13 @@ def _kernels_ir(found: tuple | None) -> str:
             out.append(f"  %r = call {vt} @{vec}({args})\n"
                        f"  %e = extractelement {vt} %r, i32 0\n  ret double %e\n}}")
             out.append(f"declare {vt} @{vec}({', '.join([vt] * k)})")
-        lanes = found[1] if found else 1
         ptrs = ", ".join(f"ptr %p{i}" for i in range(k))
         loads = "\n".join(f"  %q{i} = getelementptr double, ptr %p{i}, i64 %i\n"
                           f"  %x{i} = load double, ptr %q{i}" for i in range(k))
         xs = ", ".join(f"double %x{i}" for i in range(k))
         # the whole groups of lanes, then one element at a time
         vector_part = ""
-        if found is not None:
-            vt, vec = f"<{lanes} x double>", _vector(name, *found)
+        if vec is not None:
             vloads = "\n".join(f"  %g{i} = getelementptr double, ptr %p{i}, i64 %j\n"
                                f"  %w{i} = load {vt}, ptr %g{i}, align 8" for i in range(k))
             vargs = ", ".join(f"{vt} %w{i}" for i in range(k))
@@ -129,8 +128,8 @@ vbody:
   %j1 = add i64 %j, {lanes}
   br label %vhead
 tail:"""
-        start = "%full" if found is not None else "0"
-        came = "%tail" if found is not None else "%entry"
+        start = "%full" if vec is not None else "0"
+        came = "%tail" if vec is not None else "%entry"
         out.append(f"""define void @{PREFIX}{name}_array({ptrs}, ptr %out, i64 %n) {{
 entry:{vector_part}
   br label %head
@@ -255,12 +254,11 @@ def prelude(text: str) -> str | None:
     return "\n".join(out) + "\n"
 
 
-def native() -> bool:
-    """Native element loops call the rvm_vmath_ functions (the kernels' own, the ones of
-    VECTORISED vectorised where there is libmvec): True; where the kernels could not be
-    made, native code cannot be made of an element loop that needs them (a RuntimeError:
-    the machine runs the program on the python engine, which, like the interpreter, then
-    uses numpy's functions)."""
+def require() -> None:
+    """For native element loops, which call the rvm_vmath_ functions (the kernels' own,
+    the ones of VECTORISED vectorised where there is libmvec): the kernels made. Where
+    they cannot be, native code cannot be made of an element loop that needs them (a
+    RuntimeError: the machine runs the program on the python engine, which, like the
+    interpreter, then uses numpy's functions)."""
     if kernels() is None:
         raise RuntimeError("rvm's vector math kernels could not be made")
-    return True
