@@ -15,6 +15,7 @@ from rvm import Array, ancilla, compute, neg, zeros
 from rvm.core.errors import CompileError, MachineError
 
 ENGINES = [None, "python"]
+EVERY_ENGINE = ["interp", "python", "native"]
 rng = np.random.default_rng(37)
 X, Y = rng.normal(size=4), rng.normal(size=4)
 A, B = rng.normal(size=(3, 4)), rng.normal(size=(5, 4))
@@ -270,22 +271,57 @@ def test_shapes_known_only_when_running_are_checked_then():
                               {"Array": Array})
     assert np.array_equal(f(np.zeros(3), np.ones(3))[0], np.ones(3))
     # in the source's terms: the statement, the lengths by name, their values
-    with pytest.raises(MachineError, match=r":2: line 2 \(`y \+= x`\) needs "
-                       r"len\(x\) == len\(y\): len\(x\) = 3, len\(y\) = 4"):
+    with pytest.raises(MachineError, match=r":2: line 2 \(`y \+= x`\): shape mismatch: it "
+                       r"needs len\(x\) == len\(y\), with len\(x\) = 3, len\(y\) = 4"):
         f(np.zeros(4), np.ones(3))
     g = rvm.reversible.source("def g(y: Array[float], n: int):\n    y[0:n] += 1.0\n",
                               {"Array": Array})
     assert np.array_equal(g(np.zeros(3), 2)[0], [1.0, 1.0, 0.0])
-    with pytest.raises(MachineError, match=r"needs n <= len\(y\): n = 5, len\(y\) = 3"):
+    with pytest.raises(MachineError, match=r"the slice y\[0:n\] ends past the end of y: it "
+                       r"needs n <= len\(y\), with n = 5, len\(y\) = 3"):
         g(np.zeros(3), 5)
 
 
-def test_overlap_known_only_when_running_is_checked_then():
+@pytest.mark.parametrize("engine", EVERY_ENGINE)
+def test_overlap_known_only_when_running_is_checked_then(engine):
     f = rvm.reversible.source("def f(y: Array[float], a: int, b: int):\n"
                               "    y[a:a + 2] += y[b:b + 2]\n", {"Array": Array})
-    assert np.array_equal(f(np.arange(6.0), 0, 2)[0], [2.0, 4.0, 2.0, 3.0, 4.0, 5.0])
-    with pytest.raises(MachineError, match=r":2: "):
-        f(np.arange(6.0), 0, 1)
+    assert np.array_equal(f(np.arange(6.0), 0, 2, engine=engine)[0],
+                          [2.0, 4.0, 2.0, 3.0, 4.0, 5.0])
+    # named as the source names it, with the values that made the views overlap
+    with pytest.raises(MachineError, match=r":2: line 2 \(`y\[a:a \+ 2\] \+= y\[b:b \+ 2\]`\): "
+                       r"y\[a:a \+ 2\] overlaps y\[b:b \+ 2\], which the statement reads, "
+                       r"with a = 0, b = 1; a whole-array update may not read its own "
+                       r"target; write the loop"):
+        f(np.arange(6.0), 0, 1, engine=engine)
+
+
+@pytest.mark.parametrize("engine", EVERY_ENGINE)
+@pytest.mark.parametrize("args, message", [
+    ((4, 0, 3), r"the slice y\[a:a \+ n\] ends past the end of y: it needs a \+ n <= len\(y\), "
+                r"with a \+ n = 7, len\(y\) = 6"),
+    ((-1, 3, 3), r"the slice y\[a:a \+ n\] starts before y: it needs 0 <= a, with a = -1"),
+    ((2, 0, -1), r"the slice y\[a:a \+ n\] ends before it starts: it needs a <= a \+ n, with "
+                 r"a = 2, a \+ n = 1"),
+])
+def test_a_slices_bounds_checked_when_running_say_which_bound_by_the_sources_names(
+        engine, args, message):
+    f = rvm.reversible.source("def f(y: Array[float], a: int, b: int, n: int):\n"
+                              "    y[a:a + n] += 0.5 * y[b:b + n]\n", {"Array": Array})
+    y = np.arange(6.0)
+    with pytest.raises(MachineError, match=r":2: line 2 \(`y\[a:a \+ n\] \+= 0\.5 \* "
+                       r"y\[b:b \+ n\]`\): " + message):
+        f(y, *args, engine=engine)
+    assert np.array_equal(y, np.arange(6.0))        # (the caller's array untouched)
+
+
+def test_a_matrix_slices_bounds_name_the_axis():
+    f = rvm.reversible.source("def f(A: Array[float, 2], x: Array[float], i: int, j: int):\n"
+                              "    A[i, j:j + 3] += x\n", {"Array": Array})
+    with pytest.raises(MachineError, match=r"the slice A\[i, j:j \+ 3\] ends past the end of "
+                       r"A \(its columns\): it needs j \+ 3 <= A\.shape\[1\], with "
+                       r"j \+ 3 = 4, A\.shape\[1\] = 3"):
+        f(np.zeros((2, 3)), np.ones(3), 1, 1)
 
 
 # ------------------------------------------------------------------ array instructions
@@ -530,7 +566,7 @@ def test_an_integer_that_may_fail_is_worked_out_where_it_is_used(engine):
                    "    I[0:n] += J[0:n] * (k // d)\n")
     out = f(np.arange(4), np.arange(4), 7, 0, 0, engine=engine)
     assert np.array_equal(out[0], np.arange(4))
-    with pytest.raises(MachineError, match=r"needs n <= len\(I\): n = 9"):
+    with pytest.raises(MachineError, match=r"needs n <= len\(I\), with n = 9"):
         f(np.arange(4), np.arange(4), 7, 0, 9, engine=engine)
     assert np.array_equal(f(np.arange(4), np.arange(4), 7, 2, 4, engine=engine)[0],
                           np.arange(4) * 4)

@@ -73,7 +73,7 @@ def with_inverse(program: Program, name: str) -> tuple[Program, str]:
         fn = program.functions[name]
         inv = inverse_function(fn)
         inv = Function(f"{name}.inv", inv.params, inv.code, inv.labels, fn.line, fn.end_line,
-                       fn.names, fn.symbols)
+                       fn.names, fn.symbols, checks=fn.checks)
         kept = {}       # a derived function's inverse is derived alike (DERIVED)
         if name in program.cache.get(DERIVED, {}):
             kept[DERIVED] = {**program.cache[DERIVED], inv.name: program.cache[DERIVED][name]}

@@ -656,7 +656,7 @@ def tangent_function(program: Program, fn: Function, names: dict,
     params = fn.params + tuple(tan[p] for p in _float_params(fn))
     out = code.function(names[fn.name], params)
     return Function(out.name, out.params, out.code, out.labels, fn.line, fn.end_line,
-                    symbols=_named(fn, tan, "dot"))
+                    symbols=_named(fn, tan, "dot"), checks=fn.checks)
 
 
 def tangent(program: Program, name: str, arrays: dict | None = None) -> tuple[Program, str]:
@@ -865,7 +865,7 @@ def sweep_function(program: Program, fn: Function, names: dict, name: str,
     params = fn.params + tuple(sh[p] for p in _float_params(fn))
     out = code.function(name, params)
     return Function(name, out.params, out.code, out.labels, fn.line, fn.end_line,
-                    symbols=_named(fn, sh, "bar"))
+                    symbols=_named(fn, sh, "bar"), checks=fn.checks)
 
 
 def adjoint(program: Program, name: str, arrays: dict | None = None) -> tuple[Program, str]:

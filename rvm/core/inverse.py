@@ -48,7 +48,7 @@ def inverse_function(fn: Function) -> Function:
     labels = {label: i for i, (label, _) in enumerate(code) if label}
     return Function(fn.name, fn.params, tuple(ins for _, ins in code), labels, fn.line,
                     fn.end_line, fn.names, fn.symbols, mirrored(fn.regions, len(fn.code)),
-                    fn.outputs)
+                    fn.outputs, checks=fn.checks)
 
 
 def mirrored(regions: tuple, n: int) -> tuple:

@@ -148,6 +148,11 @@ class Function:
     # (line, parts) per output statement: the NOP instructions of that source line print
     # the parts when they run, in either direction (see Machine.output)
     outputs: tuple = attrs.field(default=(), eq=False)
+    # (line, op, args, message, operands, hint) per check the compiler made for a statement
+    # that is not an `assert` (a slice's bounds, an overlap): what its failure means in the
+    # source's terms (rvm.engines.explain); operands: the source text of the ASSERT's two
+    # operands, or () where they are not shown
+    checks: tuple = attrs.field(default=(), eq=False)
     # for the entry of an adjoint program (rvm.adjoint(g)): g's name, so that transforms
     # of a caller can treat it as one operation with a known derivative
     adjoint_of: str = attrs.field(default="", eq=False)

@@ -111,7 +111,8 @@ def explain(fn: Function, ins, line: int, path: str, R: list, message: str) -> s
         if bounds is not None:
             return bounds
     if ins.op.startswith("ASSERT"):
-        return _assertion(fn, line, path, R) or _requirement(fn, ins, line, path, R)
+        return _assertion(fn, line, path, R) or _made_check(fn, ins, line, path, R) or \
+            _requirement(fn, ins, line, path, R)
     if ins.spec.group == "array":
         return _cells_named(fn, line, R, message)
     names = names_at(fn, line)
@@ -195,6 +196,32 @@ def _cells_named(fn: Function, line: int, R: list, message: str) -> str | None:
         return m.group(0)
     named = _CELL.sub(element, message)
     return None if named == message else f"{named} (line {line})"
+
+
+def _made_check(fn: Function, ins, line: int, path: str, R: list) -> str | None:
+    """A check the compiler made for a statement (Function.checks: a slice's bounds, an
+    overlap), in the source's terms: "line 7 (`y[a:a + n] += x`): the slice y[a:a + n]
+    ends past the end of y's elements: it needs a + n <= len(y), with a + n = 7,
+    len(y) = 6"."""
+    made = next((c for c in fn.checks if c[:3] == (ins.line, ins.op, ins.args)), None)
+    if made is None:
+        return None
+    _, op, args, message, operands, hint = made
+    text = source_line(path, line).strip() if path else ""
+    where = f"line {line}" + (f" (`{text}`)" if text else "")
+    if operands:
+        shown = [f"{o} = {R[fn.slot(a)]!r}" for o, a in zip(operands, args)
+                 if isinstance(a, Reg)]
+        said = f": it needs {operands[0]} {isa.CONDITIONS[op.partition('.')[2]]} " \
+            f"{operands[1]}" + (f", with {', '.join(shown)}" if shown else "")
+    else:
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            tree = None
+        values = {name: R[fn.slot(r)] for r, name in names_at(fn, line).items()}
+        said = _values(tree, values) if tree is not None else ""
+    return f"{where}: {message}{said}" + (f"; {hint}" if hint else "")
 
 
 def _requirement(fn: Function, ins, line: int, path: str, R: list) -> str | None:

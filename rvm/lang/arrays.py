@@ -57,6 +57,22 @@ class Dim:
         return ast.unparse(self.expr)
 
 
+@attrs.frozen
+class Check:
+    """A test made when the statement runs: its failure's message in the source's terms
+    and the source text of the test's two sides (shown with their values), or ()."""
+
+    test: ast.expr
+    message: str
+    operands: tuple = ()
+    hint: str = ""
+
+
+def _compared(lo: ast.expr, hi: ast.expr, message: str, op=ast.LtE) -> Check:
+    """lo <= hi (or op), with both sides' text."""
+    return Check(ast.Compare(lo, [op()], [hi]), message, (ast.unparse(lo), ast.unparse(hi)))
+
+
 def _lin(terms: dict, c: int) -> tuple:
     return (frozenset((k, v) for k, v in terms.items() if v), c)
 
@@ -523,7 +539,7 @@ class Arrays:
                                    "numpy's broadcasting: the trailing axes must have the "
                                    "same lengths")
             return
-        checks.append(ast.Compare(a.expr, [ast.Eq()], [b.expr]))
+        checks.append(_compared(a.expr, b.expr, "shape mismatch", ast.Eq))
 
     def shape_text(self, dims: list[Dim]) -> str:
         shown = [d.text() for d in dims]
@@ -563,7 +579,10 @@ class Arrays:
                                    f"{v.describe()}, which overlaps it",
                                    "a whole-array update may not read its own target; "
                                    + LOOP_HINT + ", or go through a zero ancilla array")
-            checks.append(test)
+            checks.append(Check(test, f"{f.target.describe()} overlaps {v.describe()}, "
+                                "which the statement reads", (),
+                                "a whole-array update may not read its own target; "
+                                f"{LOOP_HINT}, or go through a zero ancilla array"))
         return checks
 
     def read_views(self, f: Form) -> list[View]:
@@ -622,21 +641,24 @@ class Arrays:
     def bounds_checks(self, v: View) -> list:
         """Slice bounds within the array: 0 <= lo <= hi <= len, except what is known."""
         out = []
-        for a in v.axes:
+        for k, a in enumerate(v.axes):
+            which = "" if len(v.axes) == 1 else " (its rows)" if k == 0 else " (its columns)"
             if not a.free:          # an index: 0 <= i < len (the instructions see only
                 zero = _lin({}, 0)  # the heap's bounds)
-                for d, test in ((_sub(a.lo_form, zero), ast.Compare(     # as an element
-                        a.lo, [ast.GtE()], [ast.Constant(0)])),          # access checks
+                said = f"the index {ast.unparse(a.lo)} of {v.describe()} is outside " \
+                    f"{v.name}{which}"
+                for d, test in ((_sub(a.lo_form, zero), _compared(       # as an element
+                        a.lo, ast.Constant(0), said, ast.GtE)),         # access checks
                         (_sub(a.dim.form, _sub(a.lo_form, _lin({}, -1))),
-                         ast.Compare(a.lo, [ast.Lt()], [a.dim.expr]))):
+                         _compared(a.lo, a.dim.expr, said, ast.Lt))):
                     if d[0] or d[1] < 0:
                         out.append(test)
                 continue
             zero = _lin({}, 0)
-            pairs = [(ast.Constant(0), zero, a.lo, a.lo_form),
-                     (a.lo, a.lo_form, a.hi, a.hi_form),
-                     (a.hi, a.hi_form, a.dim.expr, a.dim.form)]
-            for lo, lf, hi, hf in pairs:
+            pairs = [(ast.Constant(0), zero, a.lo, a.lo_form, f"starts before {v.name}"),
+                     (a.lo, a.lo_form, a.hi, a.hi_form, "ends before it starts"),
+                     (a.hi, a.hi_form, a.dim.expr, a.dim.form, f"ends past the end of {v.name}")]
+            for lo, lf, hi, hf, how in pairs:
                 d = _sub(hf, lf)
                 if not d[0]:
                     if d[1] < 0:
@@ -646,7 +668,7 @@ class Arrays:
                     continue
                 if lf == hf or (not lf[0] and lf[1] == 0 and hf == a.dim.form):
                     continue            # (0 <= a dimension holds)
-                out.append(ast.Compare(lo, [ast.LtE()], [hi]))
+                out.append(_compared(lo, hi, f"the slice {v.describe()} {how}{which}"))
         return out
 
 
@@ -1192,15 +1214,20 @@ def _statement(c, s) -> None:
         checks += an.check_overlap(f)
         emitted += getattr(em, "emit_" + f.kind)(f, checks)
     seen: set = set()               # every check once, before the statement changes anything
-    checks = [t for t in checks if not (ast.dump(t) in seen or seen.add(ast.dump(t)))]
+    checks = [t for t in checks if not (ast.dump(t.test) in seen or seen.add(ast.dump(t.test)))]
     if len(emitted) > 1 and all(map(callable, emitted)) and \
             not isinstance(forms[0].target, View):
         # the terms of a scalar target's statement, all instructions: into one cell
         parts = emitted
         emitted = [lambda: em.vec.through_cell(s, forms[0].target,
                                                lambda: [st() for st in parts])]
-    out = [ast.Assert(t, None) for t in checks] + emitted
-    for st in out:
+    c.line = s.lineno
+    for t in checks:
+        test = ast.copy_location(t.test, s)
+        _locate(test, s)
+        c.stmt_Assert(ast.copy_location(ast.Assert(test, None), s),
+                      (t.message, t.operands, t.hint))
+    for st in emitted:
         c.line = s.lineno
         if callable(st):            # array instructions, emitted straight into the code
             st()

@@ -80,6 +80,10 @@ def parse_annotation(ann, env: Callable[[str], Any]) -> tuple | None:
     return None
 
 
+# an ast comparison's ASSERT condition
+_COMPARED = {"Eq": "EQ", "NotEq": "NE", "Lt": "LT", "LtE": "LE", "Gt": "GT", "GtE": "GE"}
+
+
 class FunctionCompiler(Complexes, Lowering):
     """Compiles one Python function (an ast.FunctionDef) for one argument signature."""
 
@@ -119,7 +123,7 @@ class FunctionCompiler(Complexes, Lowering):
         end = getattr(self.node, "end_lineno", self.node.lineno) + self.src.first - 1
         fn = Function(self.name, tuple(params), tuple(code), labels, self.node.lineno +
                       self.src.first - 1, end, tuple(names), tuple(self.symbols),
-                      tuple(self.regions), tuple(self.outputs))
+                      tuple(self.regions), tuple(self.outputs), tuple(self.checks))
         return fn, names
 
     # ------------------------------------------------------------------ statements
@@ -284,8 +288,10 @@ class FunctionCompiler(Complexes, Lowering):
         return isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) and \
             self.callee_name(st.value.func) == name
 
-    def stmt_Assert(self, s) -> None:
-        """assert cond: checked whenever the statement runs, in either direction."""
+    def stmt_Assert(self, s, said: tuple | None = None) -> None:
+        """assert cond: checked whenever the statement runs, in either direction. said: a
+        check the compiler made for a statement, (message, the text of the two sides):
+        kept with the function (Function.checks) to explain its failure."""
         if isinstance(s.test, ast.Constant):
             if s.test.value:
                 return
@@ -295,7 +301,16 @@ class FunctionCompiler(Complexes, Lowering):
             return
         code, (cc, a, b) = self.capture(lambda: self.condition(s.test))
         self.code += code
+        before = len(self.code)
         self.emit(f"ASSERT.{cc}", a, b)
+        if said is not None and len(self.code) > before:   # (not a check that holds)
+            message, operands, hint = said
+            ins = self.code[-1][1]
+            compared = type(s.test.ops[0]).__name__ if isinstance(s.test, ast.Compare) \
+                else None
+            if _COMPARED.get(compared) != cc:       # (the sides as the ASSERT has them)
+                operands = ()
+            self.checks.append((ins.line, ins.op, ins.args, message, operands, hint))
         self.code += invert(code, self.fresh)
 
     def output(self, e) -> None:

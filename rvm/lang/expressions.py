@@ -79,6 +79,7 @@ class Lowering:
         self.function_args: dict = {}     # parameter name -> the function passed
         self.regions: list = []           # (block, "compute" | "uncompute", start, end)
         self.outputs: list = []           # (line, parts) per output statement
+        self.checks: list = []            # Function.checks
         self.code: Code = []
         self.scopes: list[dict[str, Var]] = [{}]
         self.count = {INT: 0, FLOAT: 0}
