@@ -4,9 +4,9 @@ The same algorithm as gmm.py: the quadratic form is expanded, so that every expo
 the dot product of a component's weights with a point's monomials x_r x_c (r <= c), x_r
 and 1, and all of them are one matrix product `E += W @ P` (on BLAS in native code).
 Each point's log-sum-exp over the components is shifted by its maximum, kept as running
-maxima, one row of array statements per component: max(a, b) = b + h + |h| with h =
-(a - b) / 2, elementwise. Every intermediate is an ancilla array computed in one compute
-block and uncomputed at the end, so rvm.grad starts the gradient pass from the copy.
+maxima, one array statement per component (np.maximum, elementwise). Every intermediate
+is an ancilla array computed in one compute block and uncomputed at the end, so rvm.grad
+starts the gradient pass from the copy.
 
 Q_k's columns are kept stacked: T[c K + k, :] is column c of Q_k (for every k at once),
 so icf's column-by-column factor fills a K x (D - 1 - c) block of T per column, and
@@ -72,13 +72,11 @@ def monomials(P: Array[float, 2], X: Array[float, 2], lin: int):
 
 
 @rvm.reversible
-def maxima(top: Array[float, 2], half: Array[float, 2], E: Array[float, 2]):
-    """top[k] += the running maxima of E's rows 0 .. k, point by point: max(a, b) =
-    b + h + |h| with h = (a - b) / 2, kept in half."""
+def maxima(top: Array[float, 2], E: Array[float, 2]):
+    """top[k] += the running maxima of E's rows 0 .. k, point by point."""
     top[0, :] += E[0, :]
     for k in range(1, E.shape[0]):
-        half[k, :] += 0.5 * E[k, :] - 0.5 * top[k - 1, :]
-        top[k, :] += top[k - 1, :] + half[k, :] + abs(half[k, :])
+        top[k, :] += np.maximum(top[k - 1, :], E[k, :])
 
 
 @rvm.reversible
@@ -128,17 +126,16 @@ def gmm_objective(out: float, alphas: Array[float], means: Array[float, 2],
     with ancilla(K=len(alphas), d=means.shape[1], n=x.shape[0]):  # noqa: SIM117
         with ancilla(a=zeros((K, 1)), mu=zeros((K, d)), q=zeros((K, icf.shape[1])),
                      X=zeros((d, n)), W=zeros((K, width)), P=zeros((width, n)),
-                     E=zeros((K, n)), top=zeros((K, n)), half=zeros((K, n)), s=zeros(n),
-                     top_a=zeros((K, 1)), half_a=zeros((K, 1)), s_a=zeros(1), lse=0.0,
-                     total=0.0):
+                     E=zeros((K, n)), top=zeros((K, n)), s=zeros(n), top_a=zeros((K, 1)),
+                     s_a=zeros(1), lse=0.0, total=0.0):
             with compute() as pre:
                 copy_in(a, mu, q, X, alphas, means, icf, x)
                 weights(W, a, mu, q, lin)
                 monomials(P, X, lin)
                 E += W @ P                  # every exponent at every point
-                maxima(top, half, E)
+                maxima(top, E)
                 points(total, s, E, top, K - 1)
-                maxima(top_a, half_a, a)    # logsumexp(alpha): alpha as one point
+                maxima(top_a, a)            # logsumexp(alpha): alpha as one point
                 points(lse, s_a, a, top_a, K - 1)
                 total -= n * lse
                 if (whole != 0, whole != 0):

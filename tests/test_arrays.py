@@ -518,9 +518,13 @@ def test_a_statements_integers_are_computed_once_each():
     p, name, _ = f.specialize((T, q, 2, 1))
     code = [str(ins) for ins in p.functions[name].code]
     # c * K, c + 1 and (c + 1) * K once each, the view's offset, its length (c + 1) * K -
-    # c * K, the checks and their undoing: 24 instructions (64 when each check computed
+    # c * K, the seven checks on both sides of the instruction (a run backwards meets the
+    # second seven first) and their undoing: 31 instructions (71 when each check computed
     # its own operands)
-    assert len(code) <= 24 and code.count(code[0]) == 1, code
+    assert len(code) <= 31 and code.count(code[0]) == 1, code
+    checks = [ins for ins in code if ins.startswith("ASSERT")]
+    at = code.index(next(ins for ins in code if ins.startswith("VADD")))
+    assert len(checks) == 14 and code[at - 9:at - 2] == code[at + 3:at + 10] == checks[:7]
     for engine in ("interp", "python", "native"):
         if engine == "native":
             pytest.importorskip("llvmlite")
@@ -607,3 +611,30 @@ def test_numpys_arctan2_is_atan2_in_array_and_scalar_expressions(engine):
     s, y, _, _ = f(0.0, np.zeros(9), x, w, engine=engine)
     assert np.allclose(y, np.arctan2(x, w), rtol=1e-14) and s == math.atan2(x[0], w[0])
     assert "VADD.atan2" in ops_of(f, 0.0, np.zeros(9), x, w)
+
+
+@pytest.mark.parametrize("engine", EVERY_ENGINE)
+def test_a_statement_run_backwards_is_checked_before_it_changes_anything(engine):
+    # an array instruction checks only the heap's bounds: run backwards, a slice past
+    # y's end would subtract from z's cells (the next array) before a check after the
+    # statement failed; the checks stand on both sides of it
+    f = rvm.reversible.source("def f(y: Array[float], z: Array[float], x: Array[float], "
+                              "a: int, n: int):\n    y[a:a + n] += x * 2.0\n",
+                              {"Array": Array})
+    program, name, _ = f.specialize((np.zeros(4), np.zeros(4), np.ones(3), 2, 3))
+    m = rvm.Machine(program, engine=engine)
+    with pytest.raises(MachineError, match=r"the slice y\[a:a \+ n\] ends past the end of y: "
+                       r"it needs a \+ n <= len\(y\), with a \+ n = 5, len\(y\) = 4"):
+        m.uncall(name, np.zeros(4), np.zeros(4), np.ones(3), 2, 3)
+    z = next(b for b in m.bindings if b.name == "z")
+    assert list(m.hf[z.base:z.base + 4]) == [0.0] * 4
+
+
+def test_two_statements_on_a_line_whose_checks_look_alike_are_not_misnamed():
+    # their temporaries are the same registers: a message could be the other statement's
+    f = rvm.reversible.source("def f(y: Array[float], x: Array[float], a: int, b: int, "
+                              "n: int):\n    y[a:a + n] += x; y[b:b + n] += x\n",
+                              {"Array": Array})
+    with pytest.raises(MachineError) as e:
+        f(np.arange(6.0), np.ones(3), 0, 4, 3)
+    assert "a + n" not in str(e.value) and "7" in str(e.value)

@@ -61,3 +61,22 @@ def test_every_temporary_of_the_templates_is_declared():
             lets |= set(re.findall(r"^let (\w+) =", template, re.M))
     assert lets and lets <= set(isa.TEMPORARIES)
     assert set(isa.TEMPORARIES.values()) <= {isa.INT, isa.FLOAT}
+
+
+def test_families_added_later_go_last_so_older_bytecode_still_reads():
+    """max and min came after bytecode files existed: their rows are the table's last, so
+    every earlier opcode keeps its number and a file written with the table before them
+    (its header names that table) reads as the same program."""
+    import struct
+    import zlib
+
+    import rvm
+    from rvm.formats import bytecode
+    added = [f"{h}.{f}" for h in ("ADD", "SUB", "VADD", "VSUB") for f in isa.ADDED_FAMILIES]
+    first = min(isa.OPCODES[name] for name in added)
+    assert {s.name for s in isa.TABLE[first:]} == set(added)
+    p = rvm.assemble(".func f(f0, f1)\n    ADD.exp f0, f1\n    VNEG [r0 : 1, 0], 1, 1\n.end\n")
+    data = bytearray(bytecode.dumps(p))
+    old = zlib.crc32("\n".join(s.name for s in isa.TABLE[:first]).encode())
+    struct.pack_into("<I", data, 6, old)            # the header's isa-id
+    assert bytecode.loads(bytes(data)).functions["f"].code == p.functions["f"].code

@@ -781,7 +781,8 @@ def interleaved_function(fn: Function, name: str, names: dict) -> Function:
         else:
             code.emit(ins.op, *ins.args, line=ins.line)
     out = code.function(name, fn.params)
-    return attrs.evolve(out, line=fn.line, end_line=fn.end_line, symbols=fn.symbols)
+    return attrs.evolve(out, line=fn.line, end_line=fn.end_line, symbols=fn.symbols,
+                        checks=fn.checks)
 
 
 def _drops(program: Program, swept: list[str]) -> bool:

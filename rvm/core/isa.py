@@ -90,10 +90,21 @@ FAMILIES: dict[str, tuple[tuple[str, ...], str, tuple[str, ...], str | None]] = 
     "abs": (("a",), "abs({a})", ("sign({a})",), "abs({a})"),
     "atan2": (("a", "b"), "math.atan2({a}, {b})",
               ("{b} / ({a} * {a} + {b} * {b})", "-{a} / ({a} * {a} + {b} * {b})"), None),
-    # piecewise constant: the partials of abs and mod use them
+    # piecewise constant: the partials of abs, mod, max and min use them
     "sign": (("a",), "sign({a})", ("0.0",), None),
     "trunc": (("a",), "float(math.trunc({a}))", ("0.0",), None),
+    # Python's max and min (a unless b is greater, or less): the partials split a tie
+    # evenly, as JAX's and PyTorch's maximum and minimum do
+    "max": (("a", "b"), "({b} if {b} > {a} else {a})",
+            ("0.5 - 0.5 * sign({b} - {a})", "0.5 + 0.5 * sign({b} - {a})"),
+            "({b} if {b} > {a} else {a})"),
+    "min": (("a", "b"), "({b} if {b} < {a} else {a})",
+            ("0.5 + 0.5 * sign({b} - {a})", "0.5 - 0.5 * sign({b} - {a})"),
+            "({b} if {b} < {a} else {a})"),
 }
+# families added after the first bytecode release: their rows go at the table's end, so
+# that every other opcode keeps its number
+ADDED_FAMILIES = ("max", "min")
 def family(name: str | None) -> tuple[tuple[str, ...], str, tuple[str, ...]]:
     """(operand names, float value, partial derivatives) of a function family by name, or
     of the plain accumulation d += a (no name, or "id": the array instructions' VADD)."""
@@ -107,6 +118,7 @@ FAMILY_DOC = {
     "mul": "a * b", "div": "a / b (floor division on ints)", "mod": "a mod b (fmod on floats)",
     "pow": "a ** b", "exp": "exp(a)", "log": "log(a)", "sin": "sin(a)", "cos": "cos(a)",
     "tanh": "tanh(a)", "sqrt": "sqrt(a)", "abs": "abs(a)", "atan2": "atan2(a, b)",
+    "max": "max(a, b): a unless b > a", "min": "min(a, b): a unless b < a",
     "sign": "sign(a): -1, 0 or 1", "trunc": "a rounded toward zero",
 }
 
@@ -220,8 +232,8 @@ TABLE: list[OpSpec] = [
     OpSpec("NOP", (), "NOP", "do nothing", {INT: "", FLOAT: ""}, "", "arith"),
     _accumulate("+", "ADD"),
     _accumulate("-", "SUB"),
-    *(_accumulate(sign, name, fam) for fam in FAMILIES for sign, name in
-      (("+", "ADD"), ("-", "SUB"))),
+    *(_accumulate(sign, name, fam) for fam in FAMILIES if fam not in ADDED_FAMILIES
+      for sign, name in (("+", "ADD"), ("-", "SUB"))),
     OpSpec("XOR", ("d:D", "s:S"), "XOR", "d ^= s (ints)", {INT: "{d} = {d} ^ {s}"}),
     OpSpec("XOR.and", ("d:D", "a:S", "b:S"), "XOR.and", "d ^= a & b (ints)",
            {INT: "{d} = {d} ^ ({a} & {b})"}),
@@ -305,8 +317,8 @@ TABLE: list[OpSpec] = [
     # arrays: one instruction per array statement (see the module docstring)
     _vaccumulate("+", "VADD"),
     _vaccumulate("-", "VSUB"),
-    *(_vaccumulate(sign, name, fam) for fam in FAMILIES for sign, name in
-      (("+", "VADD"), ("-", "VSUB"))),
+    *(_vaccumulate(sign, name, fam) for fam in FAMILIES if fam not in ADDED_FAMILIES
+      for sign, name in (("+", "VADD"), ("-", "VSUB"))),
     _vmatmul("+", "VMADD"),
     _vmatmul("-", "VMSUB"),
     _vscale("*", "VMUL"),
@@ -318,6 +330,10 @@ TABLE: list[OpSpec] = [
     OpSpec("VNEG", ("x:W", "m:C", "n:C"), "VNEG", "x = -x element by element",
            {FLOAT: "do M.vneg({x}, {m}, {n}, 0)"},
            "do M.vneg({x}, {m}, {n}, 0)\ndo M.vneg({x}, {m}, {n}, 1)", "array"),
+    *(_accumulate(sign, name, fam) for fam in ADDED_FAMILIES
+      for sign, name in (("+", "ADD"), ("-", "SUB"))),
+    *(_vaccumulate(sign, name, fam) for fam in ADDED_FAMILIES
+      for sign, name in (("+", "VADD"), ("-", "VSUB"))),
 ]
 
 OPS: dict[str, OpSpec] = {spec.name: spec for spec in TABLE}

@@ -148,10 +148,10 @@ class Function:
     # (line, parts) per output statement: the NOP instructions of that source line print
     # the parts when they run, in either direction (see Machine.output)
     outputs: tuple = attrs.field(default=(), eq=False)
-    # (line, op, args, message, operands, hint) per check the compiler made for a statement
-    # that is not an `assert` (a slice's bounds, an overlap): what its failure means in the
-    # source's terms (rvm.engines.explain); operands: the source text of the ASSERT's two
-    # operands, or () where they are not shown
+    # (line, op, args, message, operands, hint, shown) per check the compiler made for a
+    # statement that is not an `assert` (a slice's bounds, an overlap): what its failure
+    # means in the source's terms (rvm.engines.explain); operands: the source text of the
+    # ASSERT's two operands, or (): then the values of the variables in `shown` are shown
     checks: tuple = attrs.field(default=(), eq=False)
     # for the entry of an adjoint program (rvm.adjoint(g)): g's name, so that transforms
     # of a caller can treat it as one operation with a known derivative

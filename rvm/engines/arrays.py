@@ -19,6 +19,7 @@ numpy's matmul (BLAS): they may round differently from a loop of scalar instruct
 
 from __future__ import annotations
 
+import ast
 import math
 import typing
 
@@ -54,13 +55,24 @@ def _dpow_db(a, b):
 
 
 _MATH = _Math()
-_NAMES = {"math": _MATH, "abs": np.abs, "sign": np.sign, "dpow_db": _dpow_db,
+_NAMES = {"math": _MATH, "abs": np.abs, "sign": np.sign, "dpow_db": _dpow_db, "where": np.where,
           "float": lambda x: np.asarray(x, dtype=float)}
+
+
+class _Where(ast.NodeTransformer):
+    """`x if c else y` of a template as np.where(c, x, y), element by element."""
+
+    def visit_IfExp(self, node):
+        self.generic_visit(node)
+        return ast.Call(ast.Name("where", ast.Load()), [node.test, node.body, node.orelse],
+                        [])
 
 
 def _compiled(text: str, args: tuple):
     """A family template of the instruction table as a function of numpy arrays."""
     body = text.format(**{a: a for a in args})
+    if " if " in body:
+        body = ast.unparse(_Where().visit(ast.parse(body, mode="eval")))
     return eval(f"lambda {', '.join(args)}: {body}", dict(_NAMES))   # the table's text
 
 

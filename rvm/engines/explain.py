@@ -201,12 +201,11 @@ def _cells_named(fn: Function, line: int, R: list, message: str) -> str | None:
 def _made_check(fn: Function, ins, line: int, path: str, R: list) -> str | None:
     """A check the compiler made for a statement (Function.checks: a slice's bounds, an
     overlap), in the source's terms: "line 7 (`y[a:a + n] += x`): the slice y[a:a + n]
-    ends past the end of y's elements: it needs a + n <= len(y), with a + n = 7,
-    len(y) = 6"."""
+    ends past the end of y: it needs a + n <= len(y), with a + n = 7, len(y) = 6"."""
     made = next((c for c in fn.checks if c[:3] == (ins.line, ins.op, ins.args)), None)
-    if made is None:
+    if made is None or made[3] is None:     # (None: two checks alike, see made_check)
         return None
-    _, op, args, message, operands, hint = made
+    _, op, args, message, operands, hint, shown = made
     text = source_line(path, line).strip() if path else ""
     where = f"line {line}" + (f" (`{text}`)" if text else "")
     if operands:
@@ -216,7 +215,7 @@ def _made_check(fn: Function, ins, line: int, path: str, R: list) -> str | None:
             f"{operands[1]}" + (f", with {', '.join(shown)}" if shown else "")
     else:
         try:
-            tree = ast.parse(text)
+            tree = ast.parse(shown)
         except SyntaxError:
             tree = None
         values = {name: R[fn.slot(r)] for r, name in names_at(fn, line).items()}

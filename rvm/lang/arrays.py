@@ -33,7 +33,7 @@ from ..core.inverse import invert
 from ..core.isa import FLOAT
 from ..core.program import Imm, Mem, Reg
 from ..core.program import View as ViewOperand
-from .expressions import FUNCS
+from .expressions import BINARY_FAMILIES, FUNCS
 
 LOOP_HINT = "write the loop: for i in range(...): y[i] += ... (see docs/language.md, Arrays)"
 ARITH = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow, ast.FloorDiv, ast.Mod, ast.BitAnd,
@@ -66,6 +66,7 @@ class Check:
     message: str
     operands: tuple = ()
     hint: str = ""
+    shown: str = ""         # (without operands: the text whose variables' values are shown)
 
 
 def _compared(lo: ast.expr, hi: ast.expr, message: str, op=ast.LtE) -> Check:
@@ -579,10 +580,12 @@ class Arrays:
                                    f"{v.describe()}, which overlaps it",
                                    "a whole-array update may not read its own target; "
                                    + LOOP_HINT + ", or go through a zero ancilla array")
-            checks.append(Check(test, f"{f.target.describe()} overlaps {v.describe()}, "
-                                "which the statement reads", (),
-                                "a whole-array update may not read its own target; "
-                                f"{LOOP_HINT}, or go through a zero ancilla array"))
+            how = "is swapped with" if f.kind == "swap" else "overlaps"
+            whom = "which overlaps it" if f.kind == "swap" else "which the statement reads"
+            checks.append(Check(test, f"{f.target.describe()} {how} {v.describe()}, {whom}",
+                                (), "a whole-array update may not read its own target; "
+                                f"{LOOP_HINT}, or go through a zero ancilla array",
+                                f"{f.target.describe()}, {v.describe()}"))
         return checks
 
     def read_views(self, f: Form) -> list[View]:
@@ -721,7 +724,8 @@ class Emitter:
                                                            for a in e.args], e.keywords), e)
             raise self.c.error(e, f"{name}() cannot be used in an array expression",
                                "array expressions use + - * / **, exp log sin cos tanh "
-                               "sqrt abs atan2 fmod and the integer operators")
+                               "sqrt abs atan2 fmod maximum minimum and the integer "
+                               "operators")
         if isinstance(e, (ast.Compare, ast.BoolOp)):
             return ast.copy_location(type(e)(**{
                 f: ([self.elem(x, idx, rank) for x in getattr(e, f)]
@@ -876,7 +880,7 @@ class Emitter:
 # ---------------------------------------------------------------------------- instructions
 CALL_FAMILIES = {"exp": "exp", "log": "log", "sin": "sin", "cos": "cos", "tanh": "tanh",
                  "sqrt": "sqrt", "abs": "abs", "atan2": "atan2", "arctan2": "atan2",
-                 "fmod": "mod"}
+                 "fmod": "mod", "maximum": "max", "minimum": "min", "max": "max", "min": "min"}
 OP_FAMILIES = {ast.Mult: "mul", ast.Div: "div", ast.Pow: "pow"}
 
 
@@ -942,7 +946,7 @@ class Instructions:
             return self.elementwise(e.operand)
         if isinstance(e, ast.Call) and not e.keywords:
             name = self.c.callee_name(e.func)
-            arity = 2 if name in ("atan2", "arctan2", "fmod") else 1
+            arity = 2 if CALL_FAMILIES.get(name) in BINARY_FAMILIES else 1
             return name in CALL_FAMILIES and len(e.args) == arity and \
                 all(self.elementwise(a) for a in e.args)
         return False
@@ -1221,12 +1225,18 @@ def _statement(c, s) -> None:
         parts = emitted
         emitted = [lambda: em.vec.through_cell(s, forms[0].target,
                                                lambda: [st() for st in parts])]
-    c.line = s.lineno
-    for t in checks:
-        test = ast.copy_location(t.test, s)
-        _locate(test, s)
-        c.stmt_Assert(ast.copy_location(ast.Assert(test, None), s),
-                      (t.message, t.operands, t.hint))
+    def check() -> None:
+        c.line = s.lineno
+        for t in checks:
+            test = ast.copy_location(t.test, s)
+            _locate(test, s)
+            c.stmt_Assert(ast.copy_location(ast.Assert(test, None), s),
+                          (t.message, t.operands, t.hint, t.shown))
+    # the checks before the statement in both directions: after it too, where a run
+    # backwards meets them first (an array instruction checks only the heap's bounds:
+    # run backwards, a slice past its array's end would change the next array's cells
+    # before a check after it failed)
+    check()
     for st in emitted:
         c.line = s.lineno
         if callable(st):            # array instructions, emitted straight into the code
@@ -1235,6 +1245,8 @@ def _statement(c, s) -> None:
         ast.copy_location(st, s)
         _locate(st, s)
         c.statement(st)
+    if checks:
+        check()
 
 
 def _locate(node, s) -> None:

@@ -290,8 +290,8 @@ class FunctionCompiler(Complexes, Lowering):
 
     def stmt_Assert(self, s, said: tuple | None = None) -> None:
         """assert cond: checked whenever the statement runs, in either direction. said: a
-        check the compiler made for a statement, (message, the text of the two sides):
-        kept with the function (Function.checks) to explain its failure."""
+        check the compiler made for a statement, (message, the text of the two sides,
+        hint, shown): kept with the function to explain its failure (made_check)."""
         if isinstance(s.test, ast.Constant):
             if s.test.value:
                 return
@@ -304,14 +304,25 @@ class FunctionCompiler(Complexes, Lowering):
         before = len(self.code)
         self.emit(f"ASSERT.{cc}", a, b)
         if said is not None and len(self.code) > before:   # (not a check that holds)
-            message, operands, hint = said
-            ins = self.code[-1][1]
-            compared = type(s.test.ops[0]).__name__ if isinstance(s.test, ast.Compare) \
-                else None
-            if _COMPARED.get(compared) != cc:       # (the sides as the ASSERT has them)
-                operands = ()
-            self.checks.append((ins.line, ins.op, ins.args, message, operands, hint))
+            self.made_check(s.test, cc, self.code[-1][1], *said)
         self.code += invert(code, self.fresh)
+
+    def made_check(self, test, cc: str, ins, message: str, operands: tuple, hint: str,
+                   shown: str) -> None:
+        """Keep what a check the compiler made means (Function.checks), by its line,
+        operation and operands: two checks alike on one line (two statements whose
+        temporaries are the same registers) that mean different things are kept as one
+        whose meaning is not known (no message rather than the other statement's)."""
+        compared = type(test.ops[0]).__name__ if isinstance(test, ast.Compare) else None
+        if _COMPARED.get(compared) != cc:       # (the sides as the ASSERT has them)
+            operands = ()
+        made = (ins.line, ins.op, ins.args, message, operands, hint, shown)
+        for k, other in enumerate(self.checks):
+            if other[:3] == made[:3]:
+                if other != made:
+                    self.checks[k] = (*made[:3], None, (), "", "")
+                return
+        self.checks.append(made)
 
     def output(self, e) -> None:
         """print(...): text and variables, printed whenever the statement runs (in either

@@ -18,7 +18,11 @@ from ..core.program import Imm, Instruction, Label, Mem, Reg, Symbol
 
 INT, FLOAT = isa.INT, isa.FLOAT
 BINOPS = {ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "div", ast.Mod: "mod", ast.Pow: "pow"}
-FUNCS = {"exp", "log", "sin", "cos", "tanh", "sqrt", "abs", "atan2", "arctan2", "fmod"}
+FUNCS = {"exp", "log", "sin", "cos", "tanh", "sqrt", "abs", "atan2", "arctan2", "fmod", "max",
+         "min", "maximum", "minimum"}
+# the families of the functions whose names differ from theirs (numpy's names)
+FUNC_FAMILIES = {"fmod": "mod", "arctan2": "atan2", "maximum": "max", "minimum": "min"}
+BINARY_FAMILIES = ("atan2", "mod", "max", "min")     # (the others take one argument)
 BITOPS = {ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<",
           ast.RShift: ">>"}
 # an update or swap may not read what it changes, in its index or its expression
@@ -319,18 +323,18 @@ class Lowering:
         if isinstance(e, ast.Call):
             name = self.callee_name(e.func)
             if name in FUNCS:
-                family = {"fmod": "mod", "arctan2": "atan2"}.get(name, name)
-                arity = 2 if family in ("atan2", "mod") else 1
+                family = FUNC_FAMILIES.get(name, name)
+                arity = 2 if family in BINARY_FAMILIES else 1
                 if len(e.args) != arity or e.keywords:
                     raise self.error(e, f"{name} takes {arity} argument(s)")
-                if cls == INT and family not in ("abs",):
+                if cls == INT and family not in ("abs", "max", "min"):
                     raise self.error(e, f"{name} gives a float; the target is an integer")
                 return family, list(e.args)
             if name in ("len", "nograd"):
                 return "", [e]
             raise self.error(e, f"{name}() cannot be used in an expression",
                              "expressions may use + - * / // % **, exp log sin cos tanh "
-                             "sqrt abs atan2 fmod, len(A); call reversible functions as "
+                             "sqrt abs atan2 fmod max min, len(A); call reversible functions as "
                              "statements")
         return "", [e]
 
@@ -676,6 +680,9 @@ class Lowering:
                 return "int"
             if name == "abs" and len(e.args) == 1:
                 return self.typeof(e.args[0])
+            if FUNC_FAMILIES.get(name, name) in ("max", "min") and len(e.args) == 2:
+                kinds = {self.typeof(a) for a in e.args}
+                return "float" if "float" in kinds else "int"
             if name in FUNCS:
                 for a in e.args:
                     self.typeof(a)
