@@ -614,3 +614,21 @@ def test_without_the_element_functions_kernels_native_code_goes_to_the_python_en
     r = _fresh_process(script, tmp_path)
     assert r.stdout.split() == ["True", "True"], r.stderr[-2000:]
     assert not list(tmp_path.glob("rvm_llvm_*.o"))
+
+
+@pytest.mark.parametrize("scalar", ["nan", "inf"])
+def test_a_scalar_operand_not_finite_that_max_would_drop_still_stops_native_code(scalar):
+    # an element's max picks a value without looking at it (no branch per element: the
+    # loop vectorises); the register that holds the nan or inf keeps it, and native code
+    # stops where the interpreter does, at the instruction that made it
+    made = "ADD.exp f1, f0\nSUB.exp f1, f0" if scalar == "nan" else "ADD.exp f1, f0"
+    p = program(f"ADD f0, 1000.0\n{made}\nVADD.max [r0 : r2, 1], [r3 : r5, 1], f1, r1, r2\n"
+                "VSUB.min [r6 : r8, 1], [r3 : r5, 1], f1, r1, r2")
+    Y, A, B = data()
+    errors = []
+    for engine in ENGINES:
+        with pytest.raises(rvm.RvmError) as e:
+            run(p, engine, Y, A, B, 0.0)
+        errors.append(str(e.value).splitlines()[0])
+    assert "instruction 1" in errors[0] and "math range error" in errors[0], errors[0]
+    assert errors == [errors[0]] * len(ENGINES), errors

@@ -1216,7 +1216,10 @@ class Lowering(ArrayLowering):
                ast.GtE: ">="}[type(op)]
         if t.f64 in (a.type, c.type):
             a, c = self.coerce(a, t.f64), self.coerce(c, t.f64)
-            if not self.checking:       # no float steers control flow unless finite
+            # no float steers control flow unless finite; an array instruction's element
+            # (max, min) only picks a value, from heap cells (finite) and scalar operands
+            # whose registers stay as they are, to be looked at where the caller looks
+            if not (self.checking or self.elementwise):
                 self.finite(a, c)
             if sym == "!=":             # as Python: nan != anything
                 return b.fcmp_unordered(sym, a, c)
