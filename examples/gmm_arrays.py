@@ -96,8 +96,10 @@ def gmm_prior(out: float, icf: Array[float, 2], d: int, gamma: float, m: float):
 def points(total: float, s: Array[float], E: Array[float, 2], top: Array[float, 2],
            last: int):
     """total += each point's log-sum-exp of its exponents E[:, i], shifted by their maximum
-    top[last, i] (s: the shifted sums)."""
-    s += np.sum(np.exp(E - top[last, :]), axis=0)
+    top[last, i] (s: the shifted sums; E shifted in place and back)."""
+    E -= top[last, :]
+    s += np.sum(np.exp(E), axis=0)
+    E += top[last, :]
     total += np.sum(np.log(s))
     total += np.sum(top[last, :])
 

@@ -638,3 +638,34 @@ def test_two_statements_on_a_line_whose_checks_look_alike_are_not_misnamed():
     with pytest.raises(MachineError) as e:
         f(np.arange(6.0), np.ones(3), 0, 4, 3)
     assert "a + n" not in str(e.value) and "7" in str(e.value)
+
+
+@pytest.mark.parametrize("body, where, message", [
+    ("y += np.max(x, 0)", "2:10", "np.max is numpy's reduction (the largest element)"),
+    ("s += np.min(x)", "2:10", "np.min is numpy's reduction (the smallest element)"),
+    ("y += max(x, 0.5)", "2:10", "max() of arrays is an error in Python"),
+    ("s += math.max(x[0], 1.0)", "2:10", "math.max is not a function of two numbers"),
+    ("s += maximum(x[0], 1.0)", "2:10", "maximum(...) is not defined"),
+])
+def test_max_and_min_are_pythons_and_maximum_and_minimum_numpys(body, where, message):
+    text = refused(f"def f(y: Array[float], x: Array[float], s: float):\n    {body}\n",
+                   V, V, 0.0)
+    assert re.search(f":{where}: error: ", text) and message in text, text
+
+
+@pytest.mark.parametrize("engine", EVERY_ENGINE)
+def test_maximum_and_minimum_of_arrays_and_max_of_numbers(engine):
+    f = rvm.reversible.source(
+        "def f(y: Array[float], x: Array[float], z: Array[float], s: float, k: int, j: int):\n"
+        "    y += np.maximum(x, z) - 2.0 * np.minimum(x, 0.5)\n"
+        "    s += max(x[0], x[1]) + min(k, 3)\n"
+        "    k += max(j, 7)\n", {"Array": Array, "np": np})
+    x, z = np.array([0.1, 2.0, -3.0, 0.7]), np.array([0.5, -1.0, -2.0, 0.7])
+    y, _, _, s, k, _ = f(np.zeros(4), x, z, 0.0, 2, 5, engine=engine)
+    np.testing.assert_array_equal(y, np.maximum(x, z) - 2.0 * np.minimum(x, 0.5))
+    assert s == 2.0 + 2 and k == 9
+    back = (~f)(y, x, z, s, k, 5, engine=engine)
+    assert np.array_equal(back[0], np.zeros(4)) and back[3:] == (0.0, 2, 5)
+    g = rvm.grad(f, loss=(0, 3), engine=engine)(np.zeros(4), x, z, 0.0, 2, 5)
+    # the tie at element 3 (x = z = 0.7) splits evenly
+    assert g[1][3] == 0.5 and g[2][3] == 0.5

@@ -23,7 +23,7 @@ H = 1e-6
 UNARY = {"exp": 0.3, "log": 1.7, "sin": 0.4, "cos": 0.4, "tanh": 0.6, "sqrt": 2.3,
          "abs": -0.8, "sign": 0.5, "trunc": 2.5}
 BINARY = {"mul": (1.3, -0.7), "div": (1.3, -0.7), "mod": (5.3, 1.7), "pow": (1.3, 2.2),
-          "atan2": (0.6, -1.1), "max": (1.3, -0.7), "min": (1.3, -0.7)}
+          "atan2": (0.6, -1.1), "max": (1.3, -0.7), "min": (1.3, -0.7), "gt": (1.3, -0.7)}
 FORMS = [("ADD f0, f1", (0.5, 1.5)), ("SUB f0, f1", (0.5, 1.5)), ("NEG f0", (0.7,)),
          ("SWAP f0, f1", (0.5, 1.5)), ("ROT f0, f1, f2", (0.3, -1.2, 0.7)),
          ("IROT f0, f1, f2", (0.3, -1.2, 0.7)), ("MUL f0, f1", (1.3, -2.5)),
@@ -464,3 +464,40 @@ def test_adjoint_through_an_adjoint_that_drops_shadows(engine):
         0.0, x, y, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, *v)
     assert twice[7:9] == pytest.approx(hv[1:], abs=1e-12)
     assert twice[9] == pytest.approx(float(np.dot(grad_at(x, y), v)), abs=1e-12)
+
+
+@rvm.reversible
+def _maxima(out: float, a: float, b: float, c: float):
+    out += min(c, b)
+    out += max(a, b) * a
+    out += min(c, b)
+
+
+@pytest.mark.parametrize("args", [(0.0, 0.3, 0.3, -5.0), (0.0, 1.0, 1.0 + 1e-14, -1000.0)],
+                         ids=["tie", "near"])
+def test_derived_programs_of_max_and_min_are_exact_at_and_near_ties(args):
+    """The partials of max and min are comparisons (the gt family), which the tangent and
+    adjoint programs compute and take back exactly: a float b - a left rounding in a
+    scratch register that turned the next sign (a tie became one-sided), and overflowed
+    for large operands."""
+    grads = rvm.grad(_maxima, loss="out")(*args)
+    adj = rvm.adjoint(_maxima)(*args, 1.0, 0.0, 0.0, 0.0)
+    assert adj[4:] == pytest.approx(grads, rel=1e-15, abs=0.0)
+    for k in (1, 2, 3):
+        seed = [0.0] * 4
+        seed[k] = 1.0
+        assert rvm.jvp(_maxima, args, tuple(seed))[1][0] == grads[k]
+    H = rvm.hessian(_maxima, loss="out", wrt=("a", "b"))(*args)
+    a, b = args[1], args[2]
+    want = [[1.0, 0.5], [0.5, 0.0]] if a == b else [[2.0, 0.0], [0.0, 0.0]] if a > b else \
+        [[0.0, 1.0], [1.0, 0.0]]
+    assert np.array_equal(H, want), H
+
+
+def test_derived_programs_of_max_take_operands_whose_difference_overflows():
+    f = rvm.reversible.source("def f(out: float, a: float, b: float):\n"
+                              "    out += max(a, b) * 1e-300\n")
+    args = (0.0, 1e308, -1e308)
+    assert rvm.grad(f, loss="out")(*args) == (1.0, 1e-300, 0.0)
+    assert rvm.adjoint(f)(*args, 1.0, 0.0, 0.0)[3:] == (1.0, 1e-300, 0.0)
+    assert rvm.jvp(f, args, (0.0, 1.0, 1.0))[1][0] == 1e-300

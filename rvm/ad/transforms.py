@@ -78,6 +78,15 @@ def partials(family: str) -> tuple[ast.expr, ...]:
     return tuple(out)
 
 
+def _compared(e: ast.expr) -> tuple | None:
+    """(a, b) of `(1.0 if a > b else 0.0)`, the gt family's value, else None."""
+    if isinstance(e, ast.IfExp) and isinstance(e.test, ast.Compare) and \
+            len(e.test.ops) == 1 and isinstance(e.test.ops[0], ast.Gt) and \
+            ast.unparse(e.body) == "1.0" and ast.unparse(e.orelse) == "0.0":
+        return e.test.left, e.test.comparators[0]
+    return None
+
+
 class _Code:
     """Instructions being emitted for one function, with labels and fresh registers."""
 
@@ -152,6 +161,8 @@ class _Lowering:
         elif isinstance(e, ast.Call) and ast.unparse(e.func) in _FUNCTIONS:
             self.emit(f"{add}.{_FUNCTIONS[ast.unparse(e.func)]}", t,
                       *(self.atom(a) for a in e.args), *self.shape)
+        elif _compared(e) is not None:         # (1.0 if a > b else 0.0): the gt family
+            self.emit(f"{add}.gt", t, *(self.atom(a) for a in _compared(e)), *self.shape)
         else:   # the table's partials use only the forms above
             raise TransformError(f"cannot lower the partial derivative {ast.unparse(e)!r}")
 

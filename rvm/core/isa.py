@@ -74,6 +74,7 @@ class OpSpec:
 # name -> (operand names, float value, float partial derivatives, int value or None).
 # `ADD.name d, args` is d += f(args); `SUB.name` is d -= f(args). Any pure f is reversible
 # this way as long as d is not among its arguments, which the verifier enforces.
+_GT = "(1.0 if {x} > {y} else 0.0)"       # (the gt family's value)
 FAMILIES: dict[str, tuple[tuple[str, ...], str, tuple[str, ...], str | None]] = {
     "mul": (("a", "b"), "{a} * {b}", ("{b}", "{a}"), "{a} * {b}"),
     "div": (("a", "b"), "{a} / {b}", ("1.0 / {b}", "-({a} / {b}) * (1.0 / {b})"), "{a} // {b}"),
@@ -94,17 +95,24 @@ FAMILIES: dict[str, tuple[tuple[str, ...], str, tuple[str, ...], str | None]] = 
     "sign": (("a",), "sign({a})", ("0.0",), None),
     "trunc": (("a",), "float(math.trunc({a}))", ("0.0",), None),
     # Python's max and min (a unless b is greater, or less): the partials split a tie
-    # evenly, as JAX's and PyTorch's maximum and minimum do
+    # evenly, as JAX's and PyTorch's maximum and minimum do, from comparisons (gt), which
+    # the derived programs compute and take back exactly (b - a would round, or overflow)
     "max": (("a", "b"), "({b} if {b} > {a} else {a})",
-            ("0.5 - 0.5 * sign({b} - {a})", "0.5 + 0.5 * sign({b} - {a})"),
+            (f"0.5 + 0.5 * {_GT.format(x='{a}', y='{b}')} - 0.5 * {_GT.format(x='{b}', y='{a}')}",
+             f"0.5 + 0.5 * {_GT.format(x='{b}', y='{a}')} - 0.5 * {_GT.format(x='{a}', y='{b}')}"),
             "({b} if {b} > {a} else {a})"),
     "min": (("a", "b"), "({b} if {b} < {a} else {a})",
-            ("0.5 + 0.5 * sign({b} - {a})", "0.5 - 0.5 * sign({b} - {a})"),
+            (f"0.5 + 0.5 * {_GT.format(x='{b}', y='{a}')} - 0.5 * {_GT.format(x='{a}', y='{b}')}",
+             f"0.5 + 0.5 * {_GT.format(x='{a}', y='{b}')} - 0.5 * {_GT.format(x='{b}', y='{a}')}"),
             "({b} if {b} < {a} else {a})"),
+    # 1 where a > b, else 0: the partials of max and min use it
+    "gt": (("a", "b"), _GT.format(x="{a}", y="{b}"), ("0.0", "0.0"), "(1 if {a} > {b} else 0)"),
 }
-# families added after the first bytecode release: their rows go at the table's end, so
-# that every other opcode keeps its number
-ADDED_FAMILIES = ("max", "min")
+# families added after the first bytecode release, in the order they came: their rows go
+# at the table's end (each batch's scalar forms, then its array forms), so that every
+# earlier opcode keeps its number
+ADDED = (("max", "min"), ("gt",))
+ADDED_FAMILIES = tuple(f for batch in ADDED for f in batch)
 def family(name: str | None) -> tuple[tuple[str, ...], str, tuple[str, ...]]:
     """(operand names, float value, partial derivatives) of a function family by name, or
     of the plain accumulation d += a (no name, or "id": the array instructions' VADD)."""
@@ -119,6 +127,7 @@ FAMILY_DOC = {
     "pow": "a ** b", "exp": "exp(a)", "log": "log(a)", "sin": "sin(a)", "cos": "cos(a)",
     "tanh": "tanh(a)", "sqrt": "sqrt(a)", "abs": "abs(a)", "atan2": "atan2(a, b)",
     "max": "max(a, b): a unless b > a", "min": "min(a, b): a unless b < a",
+    "gt": "1 where a > b, else 0",
     "sign": "sign(a): -1, 0 or 1", "trunc": "a rounded toward zero",
 }
 
@@ -330,10 +339,11 @@ TABLE: list[OpSpec] = [
     OpSpec("VNEG", ("x:W", "m:C", "n:C"), "VNEG", "x = -x element by element",
            {FLOAT: "do M.vneg({x}, {m}, {n}, 0)"},
            "do M.vneg({x}, {m}, {n}, 0)\ndo M.vneg({x}, {m}, {n}, 1)", "array"),
-    *(_accumulate(sign, name, fam) for fam in ADDED_FAMILIES
-      for sign, name in (("+", "ADD"), ("-", "SUB"))),
-    *(_vaccumulate(sign, name, fam) for fam in ADDED_FAMILIES
-      for sign, name in (("+", "VADD"), ("-", "VSUB"))),
+    *(row for batch in ADDED for row in (
+        *(_accumulate(sign, name, fam) for fam in batch
+          for sign, name in (("+", "ADD"), ("-", "SUB"))),
+        *(_vaccumulate(sign, name, fam) for fam in batch
+          for sign, name in (("+", "VADD"), ("-", "VSUB"))))),
 ]
 
 OPS: dict[str, OpSpec] = {spec.name: spec for spec in TABLE}

@@ -719,6 +719,8 @@ class Emitter:
             return ast.copy_location(ast.UnaryOp(e.op, self.elem(e.operand, idx, rank)), e)
         if isinstance(e, ast.Call):
             name = self.c.callee_name(e.func)
+            if name in FUNCS:
+                self.c.pairwise(e, any(self.an.views(a) for a in e.args))
             if name in FUNCS or name in ("nograd", "len"):
                 return ast.copy_location(ast.Call(e.func, [self.elem(a, idx, rank)
                                                            for a in e.args], e.keywords), e)
@@ -753,6 +755,9 @@ class Emitter:
     def emit_accumulate(self, f: Form, checks: list) -> list:
         shape = self.target_shape(f)
         if not shape:
+            for n in ast.walk(f.value):         # (np.max(x): say what it is first)
+                if isinstance(n, ast.Call) and self.c.callee_name(n.func) in FUNCS:
+                    self.c.pairwise(n)
             raise self.c.error(f.value, f"{ast.unparse(f.value)} is an array; "
                                f"{self.target_name(f)} takes a number",
                                "sum it: s += np.sum(...), or s += x @ y")
@@ -946,6 +951,8 @@ class Instructions:
             return self.elementwise(e.operand)
         if isinstance(e, ast.Call) and not e.keywords:
             name = self.c.callee_name(e.func)
+            if name in CALL_FAMILIES:
+                self.c.pairwise(e, any(self.an.views(a) for a in e.args))
             arity = 2 if CALL_FAMILIES.get(name) in BINARY_FAMILIES else 1
             return name in CALL_FAMILIES and len(e.args) == arity and \
                 all(self.elementwise(a) for a in e.args)

@@ -323,6 +323,7 @@ class Lowering:
         if isinstance(e, ast.Call):
             name = self.callee_name(e.func)
             if name in FUNCS:
+                self.pairwise(e)
                 family = FUNC_FAMILIES.get(name, name)
                 arity = 2 if family in BINARY_FAMILIES else 1
                 if len(e.args) != arity or e.keywords:
@@ -337,6 +338,26 @@ class Lowering:
                              "sqrt abs atan2 fmod max min, len(A); call reversible functions as "
                              "statements")
         return "", [e]
+
+    def pairwise(self, e: ast.Call, arrays: bool = False) -> None:
+        """max(a, b) and min(a, b) are Python's, of two numbers; np.maximum(x, y) and
+        np.minimum(x, y) numpy's, element by element: numpy's np.max and np.min (the
+        largest element) are neither, and Python's max of arrays is an error in Python."""
+        f, name = e.func, self.callee_name(e.func)
+        if name in ("max", "min") and not isinstance(f, ast.Name):
+            what = "numpy's reduction (the largest element)" if name == "max" else \
+                "numpy's reduction (the smallest element)"
+            if not (isinstance(f, ast.Attribute) and ast.unparse(f.value) in ("np", "numpy")):
+                what = "not a function of two numbers"
+            raise self.error(e, f"{ast.unparse(f)} is {what}; not supported",
+                             f"{name}(a, b) and np.{name}imum(x, y) compare two values; "
+                             f"for the {name}imum of an array, keep running {name}ima "
+                             f"(y[k] += np.{name}imum(y[k - 1], x[k]))")
+        if name in ("maximum", "minimum") and isinstance(f, ast.Name):
+            raise self.error(e, f"{name}(...) is not defined", f"np.{name}(x, y)")
+        if name in ("max", "min") and arrays:
+            raise self.error(e, f"{name}() of arrays is an error in Python",
+                             f"np.{name}imum(x, y), element by element")
 
     def with_operands(self, args: list, use: Callable[[list], None],
                       cls: str | None = None) -> None:
