@@ -39,6 +39,7 @@ their shadows.
 from __future__ import annotations
 
 import ast
+import collections
 import functools
 
 import attrs
@@ -185,6 +186,13 @@ class _Lowering:
         for ins in reversed(done):
             if ins.args[0] != acc:
                 self.code.emit(isa.OPS[ins.op].inverse, *ins.args, line=ins.line)
+        # a temporary summed from several terms and taken apart again may keep a rounding
+        # residue (a*a + b*b - b*b - a*a need not be 0), which its next use would take
+        # in: cleared (ZERO: within the tolerance, then exactly 0.0), as the frontend does
+        summed = collections.Counter(ins.args[0] for ins in done if ins.args[0] != acc)
+        for t, count in summed.items():
+            if count > 1 and not self.head and isinstance(t, Reg) and t.cls == isa.FLOAT:
+                self.code.emit("ZERO", t, line=self.line)
         self.code.free = self.code.first_free
 
 
