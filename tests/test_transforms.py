@@ -501,3 +501,27 @@ def test_derived_programs_of_max_take_operands_whose_difference_overflows():
     assert rvm.grad(f, loss="out")(*args) == (1.0, 1e-300, 0.0)
     assert rvm.adjoint(f)(*args, 1.0, 0.0, 0.0)[3:] == (1.0, 1e-300, 0.0)
     assert rvm.jvp(f, args, (0.0, 1.0, 1.0))[1][0] == 1e-300
+
+
+def test_a_summed_scratch_register_is_cleared_before_its_next_use_in_either_direction():
+    """atan2's partials sum a*a + b*b into one scratch register; taken apart again it can
+    keep a rounding residue. Cleared on both sides of each use, so that the adjoint's
+    backward runs (its clean-up, through a frontend temporary) do not take it in: the
+    adjoint equals the gradient, and the Hessian is symmetric and right."""
+    f = rvm.reversible.source("import math\n\ndef f(out: float, a: float, b: float, "
+                              "c: float):\n    out += math.atan2(a, b)\n"
+                              "    out += math.atan2(c, a) * 2.0\n")
+    for args in [(0.0, 1e-9, 1.0, 0.5), (0.0, 7332.782915489681, 2719.6038235215146,
+                                         3147.5433575369816)]:
+        grads = rvm.grad(f, loss="out")(*args)
+        adj = rvm.adjoint(f)(*args, 1.0, 0.0, 0.0, 0.0)
+        assert adj[4:] == pytest.approx(grads, rel=1e-15, abs=1e-300)
+    a, b, c = args[1:]
+    H = rvm.hessian(f, loss="out", wrt=("a", "b", "c"))(*args)
+    # the exact Hessian: d2/dx2 of atan2(a, b) + 2 atan2(c, a)
+    r1, r2 = a * a + b * b, c * c + a * a
+    want = np.array([[-2 * a * b / r1 ** 2 + 4 * a * c / r2 ** 2,
+                      (a * a - b * b) / r1 ** 2, -2 * (a * a - c * c) / r2 ** 2],
+                     [(a * a - b * b) / r1 ** 2, 2 * a * b / r1 ** 2, 0.0],
+                     [-2 * (a * a - c * c) / r2 ** 2, 0.0, -4 * a * c / r2 ** 2]])
+    np.testing.assert_allclose(H, want, rtol=1e-9, atol=1e-9 * abs(want).max())

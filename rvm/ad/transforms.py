@@ -180,19 +180,23 @@ class _Lowering:
             self.emit(f"{add}.mul", acc, factor, self.atom(e))
         done = self.compute
         self.compute = []
+        # a temporary summed from several terms and taken apart again may keep a rounding
+        # residue (a*a + b*b - b*b - a*a need not be 0), which its next use would take
+        # in: cleared (ZERO: within the tolerance, then exactly 0.0), as the frontend
+        # does, on both sides, so that a run backwards clears it before its next use too
+        summed = collections.Counter(ins.args[0] for ins in done if ins.args[0] != acc)
+        summed = [t for t, count in summed.items() if count > 1 and not self.head and
+                  isinstance(t, Reg) and t.cls == isa.FLOAT]
+        for t in summed:
+            self.code.emit("ZERO", t, line=self.line)
         for ins in done:
             self.code.emit(ins.op, *ins.args, line=ins.line)
         # uncompute the temporaries: every instruction but the accumulations into acc
         for ins in reversed(done):
             if ins.args[0] != acc:
                 self.code.emit(isa.OPS[ins.op].inverse, *ins.args, line=ins.line)
-        # a temporary summed from several terms and taken apart again may keep a rounding
-        # residue (a*a + b*b - b*b - a*a need not be 0), which its next use would take
-        # in: cleared (ZERO: within the tolerance, then exactly 0.0), as the frontend does
-        summed = collections.Counter(ins.args[0] for ins in done if ins.args[0] != acc)
-        for t, count in summed.items():
-            if count > 1 and not self.head and isinstance(t, Reg) and t.cls == isa.FLOAT:
-                self.code.emit("ZERO", t, line=self.line)
+        for t in summed:
+            self.code.emit("ZERO", t, line=self.line)
         self.code.free = self.code.first_free
 
 

@@ -33,7 +33,7 @@ from ..core.inverse import invert
 from ..core.isa import FLOAT
 from ..core.program import Imm, Mem, Reg
 from ..core.program import View as ViewOperand
-from .expressions import BINARY_FAMILIES, FUNCS
+from .expressions import BINARY_FAMILIES, FUNCS, REDUCTIONS
 
 LOOP_HINT = "write the loop: for i in range(...): y[i] += ... (see docs/language.md, Arrays)"
 ARITH = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow, ast.FloorDiv, ast.Mod, ast.BitAnd,
@@ -756,7 +756,8 @@ class Emitter:
         shape = self.target_shape(f)
         if not shape:
             for n in ast.walk(f.value):         # (np.max(x): say what it is first)
-                if isinstance(n, ast.Call) and self.c.callee_name(n.func) in FUNCS:
+                if isinstance(n, ast.Call) and self.c.callee_name(n.func) in \
+                        (*FUNCS, *REDUCTIONS):
                     self.c.pairwise(n)
             raise self.c.error(f.value, f"{ast.unparse(f.value)} is an array; "
                                f"{self.target_name(f)} takes a number",

@@ -23,6 +23,7 @@ FUNCS = {"exp", "log", "sin", "cos", "tanh", "sqrt", "abs", "atan2", "arctan2", 
 # the families of the functions whose names differ from theirs (numpy's names)
 FUNC_FAMILIES = {"fmod": "mod", "arctan2": "atan2", "maximum": "max", "minimum": "min"}
 BINARY_FAMILIES = ("atan2", "mod", "max", "min")     # (the others take one argument)
+REDUCTIONS = ("max", "min", "amax", "amin")     # (numpy's np.max ...: refused, see pairwise)
 BITOPS = {ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<",
           ast.RShift: ">>"}
 # an update or swap may not read what it changes, in its index or its expression
@@ -333,6 +334,7 @@ class Lowering:
                 return family, list(e.args)
             if name in ("len", "nograd"):
                 return "", [e]
+            self.pairwise(e)        # (np.amax: numpy's reduction)
             raise self.error(e, f"{name}() cannot be used in an expression",
                              "expressions may use + - * / // % **, exp log sin cos tanh "
                              "sqrt abs atan2 fmod max min, len(A); call reversible functions as "
@@ -344,7 +346,8 @@ class Lowering:
         np.minimum(x, y) numpy's, element by element: numpy's np.max and np.min (the
         largest element) are neither, and Python's max of arrays is an error in Python."""
         f, name = e.func, self.callee_name(e.func)
-        if name in ("max", "min") and not isinstance(f, ast.Name):
+        if name in REDUCTIONS and (name in ("amax", "amin") or not isinstance(f, ast.Name)):
+            name = name.removeprefix("a")
             what = "numpy's reduction (the largest element)" if name == "max" else \
                 "numpy's reduction (the smallest element)"
             if not (isinstance(f, ast.Attribute) and ast.unparse(f.value) in ("np", "numpy")):
@@ -353,8 +356,6 @@ class Lowering:
                              f"{name}(a, b) and np.{name}imum(x, y) compare two values; "
                              f"for the {name}imum of an array, keep running {name}ima "
                              f"(y[k] += np.{name}imum(y[k - 1], x[k]))")
-        if name in ("maximum", "minimum") and isinstance(f, ast.Name):
-            raise self.error(e, f"{name}(...) is not defined", f"np.{name}(x, y)")
         if name in ("max", "min") and arrays:
             raise self.error(e, f"{name}() of arrays is an error in Python",
                              f"np.{name}imum(x, y), element by element")
