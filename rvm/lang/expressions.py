@@ -368,18 +368,22 @@ class Lowering:
         start, mark = len(self.code), len(self.address_temps)
         ops = [self.operand(a, cls) for a in args]
         compute = self.code[start:]
+        # a float summed from several terms and taken apart again may keep a rounding
+        # residue (1 + a + b - b - a - 1 need not be 0): cleared (ZERO: within the
+        # tolerance, then exactly 0.0, its shadow too) on both sides, or it would pass
+        # into the register's next use (run forwards, or backwards: a gradient pass, an
+        # uncall), where a small value beside it or a small divisor makes it large
+        summed = [op for op, a in zip(ops, args) if isinstance(op, Reg) and
+                  self.is_temp(a) and op.cls == isa.FLOAT and
+                  sum(ins.args[:1] == (op,) for _, ins in compute) > 1]
+        self.code[start:start] = [(None, Instruction("ZERO", (op,), self.lineno))
+                                  for op in summed]
         use(ops)
         self.code += invert(compute, self.fresh)
         self.addresses_done(mark)
         for op, a in reversed(list(zip(ops, args))):     # (the next statement's operands
             if isinstance(op, Reg) and self.is_temp(a):     # get the same registers)
-                # a float summed from several terms and taken apart again may keep a
-                # rounding residue (1 + a + b - b - a - 1 need not be 0): cleared here
-                # (ZERO: within the tolerance, then exactly 0.0, its shadow too), or it
-                # would pass into the register's next use, where a small divisor could
-                # make it large
-                if op.cls == isa.FLOAT and sum(ins.args[:1] == (op,)
-                                               for _, ins in compute) > 1:
+                if op in summed:
                     self.emit("ZERO", op)
                 self.release(op)
 
