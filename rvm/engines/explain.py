@@ -209,10 +209,10 @@ def _made_check(fn: Function, ins, line: int, path: str, R: list) -> str | None:
     text = source_line(path, line).strip() if path else ""
     where = f"line {line}" + (f" (`{text}`)" if text else "")
     if operands:
-        shown = [f"{o} = {R[fn.slot(a)]!r}" for o, a in zip(operands, args)
+        sides = [f"{o} = {R[fn.slot(a)]!r}" for o, a in zip(operands, args)
                  if isinstance(a, Reg)]
         said = f": it needs {operands[0]} {isa.CONDITIONS[op.partition('.')[2]]} " \
-            f"{operands[1]}" + (f", with {', '.join(shown)}" if shown else "")
+            f"{operands[1]}" + (f", with {', '.join(sides)}" if sides else "")
     else:
         try:
             tree = ast.parse(shown)
