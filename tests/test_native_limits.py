@@ -1399,7 +1399,9 @@ def test_a_gradient_of_an_array_program_that_overflows_in_a_loop_is_the_interpre
     errors = gradient_errors(f, (np.array([1e-300, 1e-300]), 1.0, 1.797693e308 / 900,
                                  1000, 0.0), ("interp", "native", "python"))
     assert errors[0] == errors[1] == errors[2], errors
-    assert "at ADD.mul" in errors[0][0]
+    # (x[0] is read into a temporary whose shadow is cleared before each statement's
+    # read, ZERO: the sum that overflows is the cell's, x's gradient)
+    assert "in the gradient of a heap cell at ADDM" in errors[0][0]
 
 
 @pytest.mark.parametrize("c,d", [(1e308, 0.5), (1.0, 1.797693e308 / 19_950)],
@@ -1430,9 +1432,9 @@ def test_a_gradient_of_an_array_program_that_overflows_late_in_a_long_pass_is_fo
         errors.append((str(e.value), e.value.function, e.value.index))
     assert errors[0] == errors[1], errors
     assert "`x` has inf or nan elements: not finite" in errors[1][0]
-    assert "stopped being finite in the gradient of f3 at ADD.mul" in errors[1][0]
+    assert "stopped being finite in the gradient of a heap cell at ADDM" in errors[1][0]
     assert (errors[1][2] == 2) == (c > 1.0)     # (the first product, or in the loop)
-    assert sum(taken) < 2 * SEARCHED, sum(taken)
+    assert sum(taken) < 3 * SEARCHED, sum(taken)    # (not the pass's 160,000 steps)
     assert True in builds[1], builds[1]     # (the carrying build's gradient passes)
 
 
@@ -1483,7 +1485,7 @@ def test_a_short_pass_over_a_large_heap_is_searched_without_testing_every_cell_e
         errors.append((str(e.value), e.value.function, e.value.index))
         assert sum(n >= x.size for n in tested) < 10, engine
     assert errors[0] == errors[1], errors
-    assert "stopped being finite in the gradient of f3 at ADD.mul" in errors[0][0]
+    assert "stopped being finite in the gradient of a heap cell at ADDM" in errors[0][0]
 
 
 UNCALLED = '''
@@ -1642,12 +1644,13 @@ def test_the_carrying_builds_gradient_pass_stops_in_the_interpreters_state(tmp_p
             m.run(-1)
         return ([(f.fn.name, f.state, list(f.R), list(f.G)) for f in m.stack],
                 list(m.hf[:m.top]), list(m.hg[:m.top]))
-    differ = 0
     for budget in [*range(1, 60), *range(60, 330, 7)]:
         want = stopped("interp", budget, False)
         assert stopped("native", budget, True) == want, budget
-        differ += stopped("native", budget, False) != want
-    assert differ > 0       # (the usual build's shadows stand apart: what is compared)
+        # (the frontend clears each float temporary before its read, ZERO, whose adjoint
+        # clears its shadow: the usual build's shadows, which it sets to zero there, are
+        # the interpreter's too; they stood apart before)
+        assert stopped("native", budget, False) == want, budget
 
 
 def test_stepping_to_the_end_clears_the_roots_residue_as_running_does():

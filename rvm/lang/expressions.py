@@ -373,11 +373,15 @@ class Lowering:
         # tolerance, then exactly 0.0, its shadow too) on both sides, or it would pass
         # into the register's next use (run forwards, or backwards: a gradient pass, an
         # uncall), where a small value beside it or a small divisor makes it large
-        summed = [op for op, a in zip(ops, args) if isinstance(op, Reg) and
-                  self.is_temp(a) and op.cls == isa.FLOAT and
-                  sum(ins.args[:1] == (op,) for _, ins in compute) > 1]
+        temps = [op for op, a in zip(ops, args) if isinstance(op, Reg) and
+                 self.is_temp(a) and op.cls == isa.FLOAT]
+        summed = [op for op in temps if sum(ins.args[:1] == (op,) for _, ins in compute) > 1]
+        # (and before every float temporary: a gradient pass, which runs the statements
+        # backwards, meets it last, and ZERO's adjoint clears the temporary's shadow, which
+        # the statement before would otherwise take on: a small term added to the stale
+        # shadow and taken back out lost its bits on the interpreter)
         self.code[start:start] = [(None, Instruction("ZERO", (op,), self.lineno))
-                                  for op in summed]
+                                  for op in temps]
         use(ops)
         self.code += invert(compute, self.fresh)
         self.addresses_done(mark)
