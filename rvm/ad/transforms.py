@@ -162,8 +162,8 @@ class _Lowering:
         elif isinstance(e, ast.Call) and ast.unparse(e.func) in _FUNCTIONS:
             self.emit(f"{add}.{_FUNCTIONS[ast.unparse(e.func)]}", t,
                       *(self.atom(a) for a in e.args), *self.shape)
-        elif _compared(e) is not None:         # (1.0 if a > b else 0.0): the gt family
-            self.emit(f"{add}.gt", t, *(self.atom(a) for a in _compared(e)), *self.shape)
+        elif (pair := _compared(e)) is not None:   # (1.0 if a > b else 0.0): gt's value
+            self.emit(f"{add}.gt", t, *(self.atom(a) for a in pair), *self.shape)
         else:   # the table's partials use only the forms above
             raise TransformError(f"cannot lower the partial derivative {ast.unparse(e)!r}")
 
@@ -184,8 +184,8 @@ class _Lowering:
         # residue (a*a + b*b - b*b - a*a need not be 0), which its next use would take
         # in: cleared (ZERO: within the tolerance, then exactly 0.0), as the frontend
         # does, on both sides, so that a run backwards clears it before its next use too
-        summed = collections.Counter(ins.args[0] for ins in done if ins.args[0] != acc)
-        summed = [t for t, count in summed.items() if count > 1 and not self.head and
+        terms = collections.Counter(ins.args[0] for ins in done if ins.args[0] != acc)
+        summed = [t for t, count in terms.items() if count > 1 and not self.head and
                   isinstance(t, Reg) and t.cls == isa.FLOAT]
         for t in summed:
             self.code.emit("ZERO", t, line=self.line)

@@ -198,6 +198,12 @@ def _cells_named(fn: Function, line: int, R: list, message: str) -> str | None:
     return None if named == message else f"{named} (line {line})"
 
 
+def _where(path: str, line: int) -> str:
+    """`line 7 (`y += x`)`: the line, and its source text where there is one."""
+    text = source_line(path, line).strip() if path else ""
+    return f"line {line}" + (f" (`{text}`)" if text else "")
+
+
 def _made_check(fn: Function, ins, line: int, path: str, R: list) -> str | None:
     """A check the compiler made for a statement (Function.checks: a slice's bounds, an
     overlap), in the source's terms: "line 7 (`y[a:a + n] += x`): the slice y[a:a + n]
@@ -206,8 +212,6 @@ def _made_check(fn: Function, ins, line: int, path: str, R: list) -> str | None:
     if made is None or made[3] is None:     # (None: two checks alike, see made_check)
         return None
     _, op, args, message, operands, hint, shown = made
-    text = source_line(path, line).strip() if path else ""
-    where = f"line {line}" + (f" (`{text}`)" if text else "")
     if operands:
         sides = [f"{o} = {R[fn.slot(a)]!r}" for o, a in zip(operands, args)
                  if isinstance(a, Reg)]
@@ -220,7 +224,7 @@ def _made_check(fn: Function, ins, line: int, path: str, R: list) -> str | None:
             tree = None
         values = {name: R[fn.slot(r)] for r, name in names_at(fn, line).items()}
         said = _values(tree, values) if tree is not None else ""
-    return f"{where}: {message}{said}" + (f"; {hint}" if hint else "")
+    return f"{_where(path, line)}: {message}{said}" + (f"; {hint}" if hint else "")
 
 
 def _requirement(fn: Function, ins, line: int, path: str, R: list) -> str | None:
@@ -238,10 +242,8 @@ def _requirement(fn: Function, ins, line: int, path: str, R: list) -> str | None
             shown.append(f"{name} = {R[fn.slot(a)]!r}")
         else:
             parts.append(repr(getattr(a, "value", a)))
-    text = source_line(path, line).strip() if path else ""
-    where = f"line {line}" + (f" (`{text}`)" if text else "")
-    return (f"{where} needs {parts[0]} {isa.CONDITIONS[ins.op.partition('.')[2]]} {parts[1]}: "
-            f"{', '.join(shown)}")
+    return (f"{_where(path, line)} needs {parts[0]} "
+            f"{isa.CONDITIONS[ins.op.partition('.')[2]]} {parts[1]}: {', '.join(shown)}")
 
 
 def explain_locals(fn: Function, line: int, bad: dict) -> str | None:

@@ -33,7 +33,7 @@ from ..core.inverse import invert
 from ..core.isa import FLOAT
 from ..core.program import Imm, Mem, Reg
 from ..core.program import View as ViewOperand
-from .expressions import BINARY_FAMILIES, FUNCS, REDUCTIONS
+from .expressions import BINARY_FAMILIES, FUNC_FAMILIES, FUNCS, REDUCTIONS
 
 LOOP_HINT = "write the loop: for i in range(...): y[i] += ... (see docs/language.md, Arrays)"
 ARITH = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow, ast.FloorDiv, ast.Mod, ast.BitAnd,
@@ -884,9 +884,7 @@ class Emitter:
 
 
 # ---------------------------------------------------------------------------- instructions
-CALL_FAMILIES = {"exp": "exp", "log": "log", "sin": "sin", "cos": "cos", "tanh": "tanh",
-                 "sqrt": "sqrt", "abs": "abs", "atan2": "atan2", "arctan2": "atan2",
-                 "fmod": "mod", "maximum": "max", "minimum": "min", "max": "max", "min": "min"}
+CALL_FAMILIES = {name: FUNC_FAMILIES.get(name, name) for name in FUNCS}
 OP_FAMILIES = {ast.Mult: "mul", ast.Div: "div", ast.Pow: "pow"}
 
 

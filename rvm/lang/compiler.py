@@ -20,7 +20,7 @@ from ..engines.arguments import convert
 from .arrays import Arrays
 from .arrays import statement as array_statement
 from .complexes import Complexes
-from .expressions import FLOAT, INT, Lowering, Var
+from .expressions import COMPARE, FLOAT, INT, Lowering, Var
 
 
 def is_function(value) -> bool:
@@ -78,10 +78,6 @@ def parse_annotation(ann, env: Callable[[str], Any]) -> tuple | None:
                              "Array[int], Array[float, 2], Array[int, 2] or Array[complex]")
         return ("array", {"float": FLOAT, "int": INT, "complex": "c"}[dtype], int(rank))
     return None
-
-
-# an ast comparison's ASSERT condition
-_COMPARED = {"Eq": "EQ", "NotEq": "NE", "Lt": "LT", "LtE": "LE", "Gt": "GT", "GtE": "GE"}
 
 
 class FunctionCompiler(Complexes, Lowering):
@@ -313,8 +309,8 @@ class FunctionCompiler(Complexes, Lowering):
         operation and operands: two checks alike on one line (two statements whose
         temporaries are the same registers) that mean different things are kept as one
         whose meaning is not known (no message rather than the other statement's)."""
-        compared = type(test.ops[0]).__name__ if isinstance(test, ast.Compare) else None
-        if _COMPARED.get(compared) != cc:       # (the sides as the ASSERT has them)
+        compared = type(test.ops[0]) if isinstance(test, ast.Compare) else None
+        if COMPARE.get(compared) != cc:         # (the sides as the ASSERT has them)
             operands = ()
         made = (ins.line, ins.op, ins.args, message, operands, hint, shown)
         for k, other in enumerate(self.checks):

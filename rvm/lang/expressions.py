@@ -368,18 +368,18 @@ class Lowering:
         start, mark = len(self.code), len(self.address_temps)
         ops = [self.operand(a, cls) for a in args]
         compute = self.code[start:]
-        # a float summed from several terms and taken apart again may keep a rounding
-        # residue (1 + a + b - b - a - 1 need not be 0): cleared (ZERO: within the
-        # tolerance, then exactly 0.0, its shadow too) on both sides, or it would pass
-        # into the register's next use (run forwards, or backwards: a gradient pass, an
-        # uncall), where a small value beside it or a small divisor makes it large
+        # every float temporary is cleared before its compute (ZERO: within the tolerance,
+        # then exactly 0.0, its shadow too): a gradient pass, which runs the statements
+        # backwards, meets it last, where its adjoint clears the temporary's shadow, which
+        # the statement before would otherwise take on (a small term added to the stale
+        # shadow and taken back out lost its bits). One summed from several terms is
+        # cleared after its uncompute too: taken apart again it may keep a rounding
+        # residue (1 + a + b - b - a - 1 need not be 0) that would pass into the
+        # register's next use, where a small value beside it or a small divisor makes it
+        # large, whichever way the program runs
         temps = [op for op, a in zip(ops, args) if isinstance(op, Reg) and
                  self.is_temp(a) and op.cls == isa.FLOAT]
         summed = [op for op in temps if sum(ins.args[:1] == (op,) for _, ins in compute) > 1]
-        # (and before every float temporary: a gradient pass, which runs the statements
-        # backwards, meets it last, and ZERO's adjoint clears the temporary's shadow, which
-        # the statement before would otherwise take on: a small term added to the stale
-        # shadow and taken back out lost its bits on the interpreter)
         self.code[start:start] = [(None, Instruction("ZERO", (op,), self.lineno))
                                   for op in temps]
         use(ops)
