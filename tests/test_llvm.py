@@ -675,7 +675,10 @@ def test_a_function_writes_its_records_in_one_place():
     text = llvm.ir_module(compiled(p, True, native=True).native_bodies, 1e-9, {}, {})
     body = re.search(r'define [^\n]*@"F1_fw_"\(.*?\n}', text, re.S).group(0)
     assert body.count("CALL") == 0 and len(re.findall(r'@"?F0_fw_"?\(', body)) == 12
-    assert 1 <= len(re.findall(r'call [^\n]*@"?rvm_record"?\(', body)) <= 2
+    records = re.findall(r'call [^\n]*@"?rvm_record"?\([^\n]*', body)
+    # (and one of the copy of the registers a look keeps: Lowering.from_kept)
+    kept = [r for r in records if "i64 4," in r]
+    assert len(kept) == 1 and 1 <= len(records) - len(kept) <= 2
     assert p.call("f", 0, 0.0, engine="native") == (0, 62.0)
     with pytest.raises(rvm.MachineError, match="step budget"):
         p.call("f", 0, 0.0, engine="native", max_steps=40)

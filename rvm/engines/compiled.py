@@ -942,8 +942,14 @@ class _Writer:
         # for its looks at the floats; see rvm.engines.lowering.for_)
         passes = "range({})"
         if self.c.native:
+            # (and what the registers are at the end of a chunk of passes, for a look's
+            # copy of them: `()` they are the general loop's at its back edge, `(counter,
+            # end, step)` but the counter, which steps only after the last pass, None not
+            # so (a register may hold a heap cell as read raw: see canonical))
+            hint = "None" if known is not None and self.known[k].raw else \
+                f"({rv!r}, {c.end}, {c.step})" if c.counter and not read else "()"
             passes = ("_finite_after" if c.later else "_passes") + \
-                f"(range({{}}), {cost + c.passed}, {c.passed}, {callees})"
+                f"(range({{}}), {cost + c.passed}, {c.passed}, {callees}, {hint})"
         if c.counter and read:
             self.emit(depth, f"for {rv} in " + passes.format(
                 f"{rv} {'+' if c.step > 0 else '-'} 1, {c.end} {'+' if c.step > 0 else '-'} "

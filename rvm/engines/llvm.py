@@ -58,8 +58,10 @@ from .lowering import (
     loop_over,
     name_id,
     native_tree,
+    reaching,
     returns_of,
     running_out,
+    writes_heap,
 )
 from .templates import SHADOWS, SHADOWS_BAD, STATE, Fault
 
@@ -741,7 +743,7 @@ class _Source:
             m = re.match(r"def (\w+)\(", chunk)
             if m:
                 self.texts[m.group(1)] = chunk
-        self.calls, self.stubs, tests = {}, {}, {}
+        self.calls, self.stubs, tests, writing = {}, {}, {}, set()
         for name in self.texts:
             node = self.node(name)
             if len(source) < self.KEEP:
@@ -763,6 +765,8 @@ class _Source:
                     below += getattr(n, "body", ()) + getattr(n, "orelse", ())
                 level = below
             self.calls[name], tests[name] = calls, count
+            if writes_heap(node, self.texts):
+                writing.add(name)
             kept = [ast.Assign([ast.Name(n, ast.Store())], ast.Constant(0.0), lineno=0)
                     for n in sorted(shadows)]
             types = [s for s in node.body if isinstance(s, ast.AnnAssign)]  # (declared)
@@ -770,6 +774,11 @@ class _Source:
                                                body=types + kept + ([ret] if ret else []),
                                                decorator_list=[])
         self.run_out = running_out(tests, self.calls)
+        # the functions with loops whose runs, their callees' included, write no heap
+        # cell (a look keeps a copy of their registers: rvm.engines.lowering,
+        # Lowering.keep)
+        self.quiet = frozenset(name for name, n in tests.items() if n > 1) - \
+            reaching(self.calls, writing)
 
     def node(self, name: str) -> ast.FunctionDef:
         """A generated function's tree as native code runs it (rvm.engines.lowering:
@@ -788,7 +797,7 @@ def _module(src: _Source, tol: float, fused: dict, batches: dict, runs,
 
     def declare(types, signature, suffix: str, wanted) -> dict:
         functions: dict = {"TOL": tol, "RUN_OUT": src.run_out, "CALLS": src.calls,
-                           "LOOKS": looks}
+                           "LOOKS": looks, "QUIET": src.quiet}
         for name in src.texts:
             if name in wanted:
                 ftype, params, returns = signature(ir, types, src.stubs[name])

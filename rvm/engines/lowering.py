@@ -25,11 +25,12 @@ _DOMAIN = {"math.sqrt": "<", "math.log": "<="}
 _MATH_ERRORS = {"math.exp", "math.pow", "math.fmod", "np.fmod", "dpow_db"}
 # fault codes: a failed check (or a limit); the heap is full (the cells wanted are left in
 # the state array's heap top); the step budget ran out; the run was interrupted (SIGINT);
-# the output buffer is full (see Lowering.said)
-FAULT, FULL, BUDGET, INTERRUPT, SAID = 1, 2, 3, 4, 5
+# the output buffer is full (see Lowering.said); a look found a float not finite and left
+# a record of the last look before it (see Lowering.kept)
+FAULT, FULL, BUDGET, INTERRUPT, SAID, LOOKED = 1, 2, 3, 4, 5, 6
 MESSAGES = {FAULT: "invertibility check failed", FULL: "heap capacity exceeded",
             BUDGET: "step budget exhausted", INTERRUPT: "interrupted",
-            SAID: "output buffer full"}
+            SAID: "output buffer full", LOOKED: "a float result not finite"}
 # the process-wide cell a SIGINT sets (rvm.engines.llvm: interrupts): native loops poll it
 INTERRUPT_CELL = "rvm_interrupt"
 POLL_EVERY = 1 << 16    # passes of a counted loop between two polls of the interrupt cell
@@ -278,6 +279,10 @@ class Lowering(ArrayLowering):
         # its end: a failure's, where it fails in the chunk; -1 elsewhere: see for_)
         self.last = self.mark = self.chunk_end = None
         self.record_slots = None    # (names, values, count) of its records (see record)
+        # the registers as the last look that found them finite saw them, with the block
+        # and the budget left there (-1: none yet): a function whose run, its callees'
+        # included, writes no heap cell keeps them (see keep)
+        self.kept_at = self.kept = self.kept_write = None
         self.records: dict = {}     # where a record goes next -> its shared block (shared)
         self.before = None          # the budget test before the next call (stop_at)
         self.looked = False         # a look at its float registers made (note_shadows)
@@ -294,9 +299,19 @@ class Lowering(ArrayLowering):
             self.b.store(t.i64(-1), self.last)
             self.b.store(t.i64(-1), self.chunk_end)
             self.b.store(self.next_look(self.b.load(self.slot(1))), self.mark)
+            if node.name in functions.get("QUIET", ()):
+                with self.b.goto_block(self.fn.entry_basic_block):
+                    self.kept_at = self.b.alloca(t.i64, size=t.i64(2), name="kept_at")
+                self.b.store(t.i64(-1), self.b.gep(self.kept_at, [t.i64(1)]))
         self.fault_block, self.full_block = self.exit(FAULT), self.exit(FULL)
         self.budget_block, self.interrupt_block = self.exit(BUDGET), self.exit(INTERRUPT)
         self.passed = self.exit(None)          # a callee's fault: return, its code kept
+        self.callee_failed = self.passed
+        if self.kept_at is not None:    # (a failed check, or a callee's, from a copy)
+            self.kept = self.b.alloca(t.i64, size=t.i64(max(len(self.frame_registers()), 1)),
+                                      name="kept")
+            self.fault_block = self.from_kept(self.fault_block, callee=False)
+            self.callee_failed = self.from_kept(self.passed, callee=True)
         self.body(node.body)
         if not self.b.block.is_terminated:
             self.b.unreachable()
@@ -306,27 +321,29 @@ class Lowering(ArrayLowering):
         for name, arg in zip(self.params, self.fn.args[5:]):
             self.b.store(arg, self.vars[name])
 
-    def exit(self, code: int | None):
-        """A block that sets the fault flag to `code` (if any) and returns."""
+    def exit(self, code: int | None, callee: bool = False):
+        """A block that sets the fault flag to `code` (if any) and returns (callee: after
+        a callee's failed check, whose places it keeps, as code None does)."""
         block = self.fn.append_basic_block(f"fault{code or ''}")
         with self.b.goto_block(block):
             if code is not None:
                 self.b.store(self.t.s64(code), self.flag)
-            if self.last is not None and code in (FAULT, BUDGET, None):
+            own = code is not None and not callee
+            if self.last is not None and code in (FAULT, BUDGET, LOOKED, None):
                 # where the run failed: the budget left at this frame's last budget test
                 # (a callee's fault: the callee's, or this frame's if it passed none)
                 last = self.b.load(self.last)
-                if code is None:
+                if not own:
                     last = self.b.select(self.b.icmp_signed("<", self.b.load(self.slot(1)),
                                                             self.t.i64(0)),
                                          last, self.b.load(self.slot(1)))
                 self.b.store(last, self.slot(1))
-            if self.last is not None and code in (FAULT, None):     # (Machine._general)
+            if self.last is not None and code in (FAULT, LOOKED, None):  # (Machine._general)
                 # where it failed: the budget left here, or in a counted loop's chunk (a
                 # callee's too: it counts from the budget left after the loop's charge
                 # for every pass) the budget the general loop would leave at its end
                 end = self.b.load(self.chunk_end)
-                n = self.b.load(self.vars["_n"] if code == FAULT else self.slot(NOW))
+                n = self.b.load(self.vars["_n"] if own else self.slot(NOW))
                 self.b.store(self.b.select(self.b.icmp_signed("<", end, self.t.i64(0)), n, end),
                              self.slot(NOW))
             self.b.ret(self.ir.Constant(self.fn.return_value.type, None))
@@ -765,8 +782,14 @@ class Lowering(ArrayLowering):
         b, t = self.b, self.t
         call, charge = s.iter, None
         later = isinstance(call, ast.Call) and _named(call.func, "_finite_after")
+        kept = None         # the registers at a chunk's end as a look keeps them (keep)
         if later or (isinstance(call, ast.Call) and _named(call.func, "_passes")):
-            call, charge = call.args[0], [a.value for a in call.args[1:]]
+            hint = call.args[4]
+            call, charge = call.args[0], [a.value for a in call.args[1:4]]
+            if isinstance(hint, ast.Tuple):
+                kept = hint.elts and (hint.elts[0].value, self.coerce(self.expr(hint.elts[1]),
+                                                                      t.i64),
+                                      ast.literal_eval(hint.elts[2]))
         if not (isinstance(call, ast.Call) and _named(call.func, "range") and
                 1 <= len(call.args) <= 3 and not s.orelse and
                 isinstance(s.target, ast.Name)):
@@ -800,7 +823,7 @@ class Lowering(ArrayLowering):
                 b.store(self.budget_at(stop, end, *charge[:2]), self.chunk_end)
             loop_over(b, start, stop, pass_)
             if looks:
-                self.look(stop, end, *charge[:2])
+                self.look(stop, end, *charge[:2], kept)
             self.poll()
         chunks = b.sdiv(b.add(b.sub(end, first), t.i64(every - 1)), t.i64(every))
         loop_over(b, t.i64(0), chunks, chunk)
@@ -810,7 +833,7 @@ class Lowering(ArrayLowering):
             flag, self.later = self.later, None
             self.guard(b.load(flag), self.fault_block)
 
-    def look(self, stop, end, charge: int, passed: int) -> None:
+    def look(self, stop, end, charge: int, passed: int, kept) -> None:
         """After a chunk of a counted loop's passes that is not its last: fault unless
         every float register (and every float the chunk stored) is finite, else note the
         budget the general loop would have left at the back edge after this pass (`last`,
@@ -819,8 +842,9 @@ class Lowering(ArrayLowering):
         they run (the budget left now). A value made not finite in the loop is then found
         within a chunk (about LOOK_EVERY steps, its callees' included) of it, and the
         replay stops at the chunk before (not the whole loop run, then a build without
-        counted loops)."""
-        b = self.b
+        counted loops); in a function that keeps copies of its registers, the copy
+        (kept: see for_) is made here."""
+        b, t = self.b, self.t
         body, after = self.fn.append_basic_block(), self.fn.append_basic_block()
         b.cbranch(b.icmp_signed("<", stop, end), body, after)
         b.position_at_end(body)
@@ -832,6 +856,11 @@ class Lowering(ArrayLowering):
         if bad is not None:     # (the fault's place: the chunk's end, see exit)
             self.guard(bad, self.fault_block)
         b.store(here, self.last)
+        if kept is not None and self.cases is not None:
+            # (a counted loop is a block that loops to itself: its back edge goes to it;
+            # a counter that steps only after the loop is `end` less the passes to go)
+            fix = kept and (kept[0], b.sub(kept[1], b.mul(b.sub(end, stop), t.i64(kept[2]))))
+            self.keep(self.case, here, fix or None)
         self.note_shadows(here)
         b.branch(after)
         b.position_at_end(after)
@@ -868,20 +897,75 @@ class Lowering(ArrayLowering):
         so that the machine can report the instruction where the budget ran out without
         re-running the whole pass (rvm.engines.machine: Machine._exhausted); each caller
         adds its own registers, and the block of its call, after it (see call)."""
-        nxt = getattr(self, "following", None)
-        if type(self) is not Lowering or self.cases is None:
-            return self.budget_block        # (rows in lockstep; no block loop)
-        if isinstance(nxt, ast.Continue):
-            block = self.case
-        elif isinstance(nxt, ast.Assign) and _named(nxt.targets[0], "_b") and \
-                isinstance(nxt.value, ast.Constant) and nxt.value.value >= 0:
-            block = nxt.value.value
-        else:
+        block = self.edge()
+        if block is None:
             return self.budget_block
         site = self.fn.append_basic_block()
         with self.b.goto_block(site):
             self.shared(AT_BACK_EDGE, block, self.b.load(self.vars["_n"]), self.budget_block)
         return site
+
+    def edge(self) -> int | None:
+        """The block the back edge being lowered goes to (None: rows in lockstep, no
+        block loop, or not known here)."""
+        nxt = getattr(self, "following", None)
+        if type(self) is not Lowering or self.cases is None:
+            return None
+        if isinstance(nxt, ast.Continue):
+            return self.case
+        if isinstance(nxt, ast.Assign) and _named(nxt.targets[0], "_b") and \
+                isinstance(nxt.value, ast.Constant) and nxt.value.value >= 0:
+            return nxt.value.value
+        return None
+
+    def keep(self, block: int | None, n, fix: tuple | None = None) -> None:
+        """At a look that found every float register finite, at the back edge to `block`
+        with n steps of budget left: a copy of the registers (see from_kept); fix: (a
+        register, its value there) where the register does not hold it yet."""
+        if self.kept_at is None or block is None:
+            return
+        b, t = self.b, self.t
+        for k, name in enumerate(self.frame_registers()):
+            v = fix[1] if fix and fix[0] == name else b.load(self.vars[name])
+            b.store(b.bitcast(v, t.i64) if v.type == t.f64 else v, b.gep(self.kept, [t.i64(k)]))
+        b.store(t.i64(block), self.kept_at)
+        b.store(n, b.gep(self.kept_at, [t.i64(1)]))
+
+    def from_kept(self, otherwise, callee: bool):
+        """The exit of a failed check (a float found not finite at a look, a check
+        where the value is used; callee: a callee's failed check) in a function whose
+        run, its callees' included, writes no heap cell: with a copy of the registers
+        from the last look (keep), a record of them (AT_LOOK: the block its back edge
+        went to, the budget left there) above the heap top and the LOOKED code (callers
+        add their records, as at the step budget's end), so that the interpreter steps
+        from that look to the failing instruction (rvm.engines.machine:
+        Machine._from_look) instead of native code running the pass again to that look;
+        without a copy yet (or, from a callee, another failure than a check's),
+        `otherwise`. The heap is what it was at that look, since nothing wrote it."""
+        b, t = self.b, self.t
+        block = self.fn.append_basic_block("from_kept")
+        write = self.kept_write
+        if write is None:       # (one record writer for both: see shared)
+            write = self.kept_write = self.fn.append_basic_block()
+            regs = self.frame_registers()
+            with b.goto_block(write):
+                b.call(_record_function(self.ir, t, b.module),
+                       [self.H, self.cap, b.load(self.slot(0)), t.i64(name_id(self.node.name)),
+                        t.i64(AT_LOOK), b.load(self.kept_at),
+                        b.load(b.gep(self.kept_at, [t.i64(1)])), t.i64(len(regs)),
+                        b.bitcast(_names(self.ir, t, b.module, regs), t.ptr), self.kept])
+                b.cbranch(b.icmp_signed("==", b.load(self.flag), t.i64(FAULT)),
+                          self.exit(LOOKED, callee=True), self.exit(LOOKED))
+        with b.goto_block(block):
+            none = b.icmp_signed("<", b.load(b.gep(self.kept_at, [t.i64(1)])), t.i64(0))
+            if callee:
+                none = b.or_(none, b.icmp_signed("!=", b.load(self.flag), t.i64(FAULT)))
+            b.cbranch(none, otherwise, write)
+        return block
+
+    def frame_registers(self) -> list[str]:
+        """The names of what a record of this frame keeps (registers, their shadows)."""
+        return sorted(n for n in self.vars if FRAME_REGISTER.fullmatch(n))
 
     def shared(self, kind: int, block, arg, then) -> None:
         """Branch to the function's one block that writes a record (see record) and goes
@@ -916,7 +1000,7 @@ class Lowering(ArrayLowering):
         `rvm_record` writes them (the walk past a callee's records, the room tests: a few
         instructions per site, not a loop in every function)."""
         b, t = self.b, self.t
-        regs = sorted(n for n in self.vars if FRAME_REGISTER.fullmatch(n))
+        regs = self.frame_registers()
         if self.record_slots is None:   # the function's: its registers' names (a constant
             with b.goto_block(self.fn.entry_basic_block):    # of the module), their values
                 values = b.alloca(t.i64, size=t.i64(max(len(regs), 1)))
@@ -993,6 +1077,7 @@ class Lowering(ArrayLowering):
         if bad is not None:
             self.guard(bad, self.fault_block)
         b.store(n, self.last)
+        self.keep(self.edge(), n)
         self.note_shadows(n)
         b.store(self.next_look(n), self.mark)
         b.branch(after)
@@ -1108,8 +1193,10 @@ class Lowering(ArrayLowering):
             failed = b.icmp_signed("!=", b.load(self.flag), t.i64(0))
             self.guard(failed, other)
             with b.goto_block(other):
-                budget = b.icmp_signed("==", b.load(self.flag), t.i64(BUDGET))
-                b.cbranch(budget, site, self.passed)
+                code = b.load(self.flag)    # (a look's record: joined the same way)
+                budget = b.or_(b.icmp_signed("==", code, t.i64(BUDGET)),
+                               b.icmp_signed("==", code, t.i64(LOOKED)))
+                b.cbranch(budget, site, self.callee_failed)
             # which of the block's calls of this callee (in the order of the code: a
             # counted loop's copy of its block records nothing), in the bits above the
             # callee's crc32
@@ -1119,9 +1206,9 @@ class Lowering(ArrayLowering):
                 self.shared(AT_CALL, self.case, t.i64(name_id(value.func.id) | nth << 32),
                             self.passed)
         else:
-            out = self.b.call(callee, args)
+            out = self.b.call(callee, args)     # (a counted loop's: from its copy)
             self.guard(self.b.icmp_signed("!=", self.b.load(self.flag), self.t.i64(0)),
-                       self.passed)
+                       self.callee_failed)
         for k, t_ in enumerate(target.elts):
             self.store(t_, self.b.extract_value(out, k))
 
@@ -1436,7 +1523,7 @@ def is_exact(test) -> bool:
 
 
 CHECKPOINT = 0x52564D434B505431     # "RVMCKPT1": the first cell of a checkpoint record
-AT_BACK_EDGE, AT_END, AT_CALL, AT_SITE = 0, 1, 2, 3    # its kinds
+AT_BACK_EDGE, AT_END, AT_CALL, AT_SITE, AT_LOOK = 0, 1, 2, 3, 4    # its kinds
 RECORD = 6                          # its cells before the registers
 FRAME_REGISTER = re.compile(r"(?:[rf]|gf)\d+")    # what a record keeps: registers, shadows
 GRAD_REGISTER = re.compile(r"gf\d+")              # a float register's shadow
@@ -1603,10 +1690,34 @@ def running_out(tests: dict, calls: dict) -> frozenset:
     """The generated functions whose step budget can run out midway: those with a budget
     test at a back edge (beside the one at their end; tests: {function: budget_tests}),
     and their callers."""
-    looping = {name for name, n in tests.items() if n > 1}
-    callers: dict = {name: [] for name in tests}    # (one walk back from them over the
-    for name in tests:          # calls, not one walk down from each function: a chain of
-        for callee in calls[name]:                  # n is n steps)
+    return reaching(calls, {name for name, n in tests.items() if n > 1})
+
+
+def reaching(calls: dict, roots) -> frozenset:
+    """The generated functions that run one of `roots`, themselves included (one walk
+    back from them over the calls, not one walk down from each function: a chain of n
+    is n steps)."""
+    callers: dict = {name: [] for name in calls}
+    for name in calls:
+        for callee in calls[name]:
             if callee in callers:
                 callers[callee].append(name)
-    return frozenset(callees(callers, looping))
+    return frozenset(callees(callers, roots))
+
+
+def writes_heap(node: ast.FunctionDef, generated) -> bool:
+    """Does this native tree write a heap cell itself (a store into HI, HF or HG, or a
+    machine operation: alloc, free, push, pop, an array instruction)? Calls of the
+    `generated` functions are not counted (see reaching)."""
+    for n in ast.walk(node):
+        if isinstance(n, (ast.Assign, ast.AugAssign)):
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+            if any(isinstance(x, ast.Subscript) and isinstance(x.value, ast.Name) and
+                   x.value.id in ("HI", "HF", "HG") for t in targets for x in ast.walk(t)):
+                return True
+        elif isinstance(n, ast.Call) and not (isinstance(n.func, ast.Name) and
+                                              n.func.id in generated) and \
+                ((isinstance(n.func, ast.Attribute) and _named(n.func.value, "M")) or
+                 any(isinstance(a, ast.Name) and a.id in _HEAP for a in n.args)):
+            return True
+    return False

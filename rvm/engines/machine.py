@@ -570,7 +570,8 @@ class Machine(Helpers):
                     # out of and run again, or let the reference engine find and report
                     # the failing instruction, leaving the state exactly where it stops
                     need = self._wanted()
-                    if "step budget exhausted" in str(e):
+                    if "step budget exhausted" in str(e) or \
+                            "a float result not finite" in str(e):
                         err = self._exhausted(direction)
                         if isinstance(err, MachineError):
                             raise err from None
@@ -592,7 +593,8 @@ class Machine(Helpers):
                             self._grow(min(max(need, 2 * self.cap), self.heap_room()))
                             continue
                     if "invertibility check failed" in str(e) or \
-                            "step budget exhausted" in str(e):
+                            "step budget exhausted" in str(e) or \
+                            "a float result not finite" in str(e):
                         # (a failed compiled run leaves the root frame as the pass began)
                         entry, taken = self._root_state(), None
                         self._made_before = False
@@ -683,8 +685,19 @@ class Machine(Helpers):
         -0.0 is taken as it is: native code makes a heap cell it read raw what the
         interpreter holds (0.0 + cell) before a back edge or a call, where records are
         left (rvm.engines.compiled: _Writer.goto); a shadow may hold -0.0 (no branch
-        reads one)."""
-        from .lowering import AT_BACK_EDGE, AT_CALL, AT_END, AT_SITE, CHECKPOINT, RECORD, name_id
+        reads one). A failed check in a function that writes no heap cell leaves, in
+        the same form, the registers its last look kept (AT_LOOK, with callers' records
+        as here): the machine goes there and steps forwards to the failure (_from_look)."""
+        from .lowering import (
+            AT_BACK_EDGE,
+            AT_CALL,
+            AT_END,
+            AT_LOOK,
+            AT_SITE,
+            CHECKPOINT,
+            RECORD,
+            name_id,
+        )
         heap, fr = self.__dict__.get("_native_heap"), self.stack[0]
         if heap is None or heap[0] is not self._buf or len(self.stack) != 1 or \
                 self.said_cells:    # (output: the interpreter's run prints it)
@@ -701,9 +714,10 @@ class Machine(Helpers):
             records.append((name, kind, block, arg, {int(k): int(v) for k, v in pairs}))
             pos = end
         stop = int(heap[4][STOP])   # (a budget test before a call stopped the run)
+        looked = bool(records) and records[0][1] == AT_LOOK
         if not records or (records[0][1] == AT_CALL and stop == NO_STOP) or \
-                (records[0][1] not in (AT_SITE, AT_CALL) and records[0][3] >= 0) or \
-                any(r[1] != AT_CALL for r in records[1:]):
+                (records[0][1] not in (AT_SITE, AT_CALL, AT_LOOK) and records[0][3] >= 0) or \
+                (looked and records[0][3] < 0) or any(r[1] != AT_CALL for r in records[1:]):
             return None     # (budget left at the test: a value not finite, see _replay)
         frames = []         # (machine state, registers, shadows), the root's first
         fn, e, owed = fr.fn, fr.dir * direction, 0
@@ -772,11 +786,12 @@ class Machine(Helpers):
                 if k + 1 < len(records):
                     owed += closures_cost(code[site + 1:end_of_block]) + 1
                 state = 2 * site
-            else:                   # AT_BACK_EDGE
+            else:                   # AT_BACK_EDGE, AT_LOOK
                 state = 2 * leaders[block]
+            edge = kind in (AT_BACK_EDGE, AT_LOOK)
             if e < 0:               # the inverse's state as the function's own
-                state = self._own_state(fn, code, state, R, G, kind == AT_BACK_EDGE)
-            elif kind == AT_BACK_EDGE and code[state >> 1].op in isa.COMEFROMS:
+                state = self._own_state(fn, code, state, R, G, edge)
+            elif edge and code[state >> 1].op in isa.COMEFROMS:
                 with contextlib.suppress(Fault):    # arrived by its jump? (its test tells)
                     self._code(fn, 1)[state + 1](list(R), None if G is None else list(G))
                     state += 1
@@ -798,22 +813,49 @@ class Machine(Helpers):
                 if G is not None:
                     top.G[:] = G
             self.steps = steps + direction * (self.max_steps - left)
-            moved = self._move(direction, left) if left > 0 else 0
-            if left >= 0 and self.at_boundary(direction):
-                return 0    # a budget test at a call stopped early (it counts a caller's
-                # steps after the call as taken): the budget held, the pass is done
-            while moved < -left:    # back over the steps past the budget, where exact
-                top = self.stack[-1]
-                i = top.index(-top.dir * direction)
-                if not 0 <= i < len(top.fn.code) or \
-                        not _undone_exactly(top.fn.code[i], grad):
-                    raise MachineError("not exactly")   # (then _replay, forwards)
-                if self._move(-direction, 1) != 1:
-                    break
-                moved += 1
-            if moved != abs(left) or self.at_boundary(direction):
-                raise MachineError("the checkpoint is not reachable")
+            if not looked:
+                moved = self._move(direction, left) if left > 0 else 0
+                if left >= 0 and self.at_boundary(direction):
+                    return 0    # a budget test at a call stopped early (it counts a caller's
+                    # steps after the call as taken): the budget held, the pass is done
+                while moved < -left:    # back over the steps past the budget, where exact
+                    top = self.stack[-1]
+                    i = top.index(-top.dir * direction)
+                    if not 0 <= i < len(top.fn.code) or \
+                            not _undone_exactly(top.fn.code[i], grad):
+                        raise MachineError("not exactly")   # (then _replay, forwards)
+                    if self._move(-direction, 1) != 1:
+                        break
+                    moved += 1
+                if moved != abs(left) or self.at_boundary(direction):
+                    raise MachineError("the checkpoint is not reachable")
         except (RvmError, Fault):   # (never, if native code and the interpreter agree)
+            self._restore(saved)
+            return None
+        if looked:      # (the interpreter's error, where it fails, goes to the caller)
+            return self._from_look(direction, left, records[0][3], saved)
+        return self._out_of_steps(self.max_steps, direction)
+
+    def _from_look(self, direction: int, left: int, at: int, saved: tuple) -> int | None:
+        """The machine placed at the last look before a native run failed (a check, or a
+        float found not finite), which left the registers of that look (an AT_LOOK
+        record, `at` steps of budget left there: rvm.engines.lowering, Lowering.from_kept;
+        nothing wrote the heap since), with `left` steps of budget: the interpreter steps
+        on to the failing instruction and raises its error there (about CLEAN_EVERY
+        steps and a pass from the look), as the whole run on the interpreter would; one
+        native run, not a second to that look. The steps taken where the interpreter
+        ends the pass (never, if native code and the interpreter agree), or None (the
+        root frame as before; the heap is the caller's to undo) where the failure is
+        more than FAR steps past the look (a counted loop's, after it: see _general)."""
+        now = self._failed_at()
+        if 0 <= now < at - FAR:
+            self._restore(saved)
+            return None
+        far = min(left, FAR)
+        taken = self._move(direction, far)      # (the interpreter's error, if it fails)
+        if self.at_boundary(direction):
+            return taken
+        if far < left:
             self._restore(saved)
             return None
         return self._out_of_steps(self.max_steps, direction)
