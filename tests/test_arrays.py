@@ -669,3 +669,33 @@ def test_maximum_and_minimum_of_arrays_and_max_of_numbers(engine):
     g = rvm.grad(f, loss=(0, 3), engine=engine)(np.zeros(4), x, z, 0.0, 2, 5)
     # the tie at element 3 (x = z = 0.7) splits evenly
     assert g[1][3] == 0.5 and g[2][3] == 0.5
+
+
+@pytest.mark.parametrize("engine", ["interp", "native"])
+def test_derived_programs_of_array_atan2_take_large_operands(engine):
+    """atan2's partials divide by a*a + b*b: built as two accumulations into one
+    temporary block, taken apart, a residue of the squares' rounding stayed (about 1e-8
+    at operands of 1e4) and freeing the block failed ("FREE of a cell that is not
+    zero") in the tangent, the adjoint and the Hessian-vector product; the sum is one
+    instruction (the plus family), taken back exactly."""
+    f = rvm.reversible.source("def at(s: float, y: Array[float], x: Array[float], "
+                              "w: Array[float]):\n"
+                              "    y += np.arctan2(x, w)\n"
+                              "    s += np.sum(y * y)\n", {"Array": Array, "np": np})
+    for scale in (1.0, 1e4, 1e8):
+        x, w = rng.normal(size=6) * scale, rng.uniform(0.5, 2.0, size=6) * scale
+        dx, dw = rng.normal(size=6), rng.normal(size=6)
+        args, dots = (0.0, np.zeros(6), x, w), (0.0, np.zeros(6), dx, dw)
+        r2 = x * x + w * w
+        da, db = w / r2, -x / r2
+        _, out = rvm.jvp(f, args, dots, engine=engine)
+        assert np.allclose(out[1], da * dx + db * dw, rtol=1e-12, atol=0)
+        grads = rvm.grad(f, loss="s", engine=engine)(*args)
+        y = np.arctan2(x, w)
+        assert np.allclose(grads[2], 2 * y * da, rtol=1e-12, atol=0)
+        hv = rvm.hvp(f, args, dots, loss="s", engine=engine)
+        yd = da * dx + db * dw      # d(2 y da)/dx . dx + ... by the product rule
+        d2a_dx = -2 * x * w / r2 ** 2
+        d2a_dw = (x * x - w * w) / r2 ** 2
+        assert np.allclose(hv[2], 2 * yd * da + 2 * y * (d2a_dx * dx + d2a_dw * dw),
+                           rtol=1e-9, atol=0)

@@ -39,7 +39,6 @@ their shadows.
 from __future__ import annotations
 
 import ast
-import collections
 import functools
 
 import attrs
@@ -154,8 +153,11 @@ class _Lowering:
         elif isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
             self.into(t, e.operand, -sign)
         elif isinstance(e, ast.BinOp) and isinstance(e.op, (ast.Add, ast.Sub)):
-            self.into(t, e.left, sign)
-            self.into(t, e.right, sign if isinstance(e.op, ast.Add) else -sign)
+            # one instruction (the plus family), whose undo takes back exactly what it
+            # added: two accumulations into t, taken apart, could leave a residue (a*a +
+            # b*b - b*b - a*a), which the next use, or freeing t's block, would meet
+            right = e.right if isinstance(e.op, ast.Add) else ast.UnaryOp(ast.USub(), e.right)
+            self.emit(f"{add}.plus", t, self.atom(e.left), self.atom(right), *self.shape)
         elif isinstance(e, ast.BinOp) and type(e.op) in _BINARY:
             self.emit(f"{add}.{_BINARY[type(e.op)]}", t, self.atom(e.left), self.atom(e.right),
                       *self.shape)
@@ -180,23 +182,13 @@ class _Lowering:
             self.emit(f"{add}.mul", acc, factor, self.atom(e))
         done = self.compute
         self.compute = []
-        # a temporary summed from several terms and taken apart again may keep a rounding
-        # residue (a*a + b*b - b*b - a*a need not be 0), which its next use would take
-        # in: cleared (ZERO: within the tolerance, then exactly 0.0), as the frontend
-        # does, on both sides, so that a run backwards clears it before its next use too
-        terms = collections.Counter(ins.args[0] for ins in done if ins.args[0] != acc)
-        summed = [t for t, count in terms.items() if count > 1 and not self.head and
-                  isinstance(t, Reg) and t.cls == isa.FLOAT]
-        for t in summed:
-            self.code.emit("ZERO", t, line=self.line)
+        # (each temporary takes one instruction, so its undo leaves exactly 0.0: see into)
         for ins in done:
             self.code.emit(ins.op, *ins.args, line=ins.line)
         # uncompute the temporaries: every instruction but the accumulations into acc
         for ins in reversed(done):
             if ins.args[0] != acc:
                 self.code.emit(isa.OPS[ins.op].inverse, *ins.args, line=ins.line)
-        for t in summed:
-            self.code.emit("ZERO", t, line=self.line)
         self.code.free = self.code.first_free
 
 

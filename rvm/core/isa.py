@@ -107,11 +107,15 @@ FAMILIES: dict[str, tuple[tuple[str, ...], str, tuple[str, ...], str | None]] = 
             "({b} if {b} < {a} else {a})"),
     # 1 where a > b, else 0: the partials of max and min use it
     "gt": (("a", "b"), _GT.format(x="{a}", y="{b}"), ("0.0", "0.0"), "(1 if {a} > {b} else 0)"),
+    # a + b, one rounding: the derived programs' sums (a sum made by two accumulations
+    # into one temporary need not come back to zero when taken apart: a*a + b*b - b*b -
+    # a*a; one instruction is taken back exactly)
+    "plus": (("a", "b"), "({a} + {b})", ("1.0", "1.0"), None),
 }
 # families added after the first bytecode release, in the order they came: their rows go
 # at the table's end (each batch's scalar forms, then its array forms), so that every
 # earlier opcode keeps its number
-ADDED = (("max", "min"), ("gt",))
+ADDED = (("max", "min"), ("gt",), ("plus",))
 ADDED_FAMILIES = tuple(f for batch in ADDED for f in batch)
 def family(name: str | None) -> tuple[tuple[str, ...], str, tuple[str, ...]]:
     """(operand names, float value, partial derivatives) of a function family by name, or
@@ -127,7 +131,7 @@ FAMILY_DOC = {
     "pow": "a ** b", "exp": "exp(a)", "log": "log(a)", "sin": "sin(a)", "cos": "cos(a)",
     "tanh": "tanh(a)", "sqrt": "sqrt(a)", "abs": "abs(a)", "atan2": "atan2(a, b)",
     "max": "max(a, b): a unless b > a", "min": "min(a, b): a unless b < a",
-    "gt": "1 where a > b, else 0",
+    "gt": "1 where a > b, else 0", "plus": "a + b (the derived programs' sums)",
     "sign": "sign(a): -1, 0 or 1", "trunc": "a rounded toward zero",
 }
 
