@@ -573,6 +573,10 @@ class Lowering(ArrayLowering):
             self.checked = checked      # (an address check's sum, for its address)
         elif isinstance(s, ast.AugAssign) and _named(s.target, "_fin"):
             pass                        # finiteness: see finite() and clean()
+        elif isinstance(s, ast.AugAssign) and _named(s.target, "_lost"):
+            # a register about to be overwritten that may hold e - e for an e that is not
+            # finite (rvm.engines.compiled: _Known.cancelled): tested, as when returned
+            self.finite(self.expr(s.value))
         elif isinstance(s, ast.AugAssign):
             self.store(s.target, self.binop(s.op, self.expr(s.target), self.expr(s.value)))
         elif isinstance(s, ast.If) and is_exact(s.test):
