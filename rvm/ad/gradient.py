@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ..core import isa
-from ..core.errors import InvertibilityError, MachineError, UsageError, user_facing
+from ..core.errors import InvertibilityError, MachineError, RvmError, UsageError, user_facing
 from ..core.inverse import inverse_function
 from ..core.program import Function, Mem, Program, Reg
 from ..engines.arguments import (
@@ -835,14 +835,25 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
     # (not native: a pass again would be the interpreter's)
     lo, hi = 0, 0
     if native:
-        # the pass natively, whole: the last look at a loop's (or a returning frame's)
-        # shadows before one found them not finite (rvm.engines.lowering: note_shadows);
-        # as a rule the place is soon after it. (A budget that ends a step before the
-        # look's back edge stops natively there, in one run.)
-        if looked is None:      # (not known from the call that found them)
+        # the pass natively, to the first look (every SEARCH_EVERY steps) that finds a
+        # shadow not finite, in a function that writes no heap cell: it stops there and
+        # leaves the look before it, where the machine is put and the interpreter steps
+        # the few steps to the place (rvm.engines.lowering: Lowering.keep). Elsewhere the
+        # pass runs whole: the last look at a loop's (or a returning frame's) shadows
+        # before one found them not finite (note_shadows); as a rule the place is soon
+        # after it. (A budget that ends a step before the look's back edge stops
+        # natively there, in one run.)
+        try:
             m.run(-1)
+        except RvmError as e:
+            if "a shadow not finite" in str(e) and m._exhausted(-1, place=True) == 0:
+                found = walk(FAR)
+                if found is not None:
+                    return found
+            m.restore(start)        # (else the searches below, from the start)
+        else:
             state = m._native_state()
-            if state[SHADOWS_BAD] and state[SHADOWS] >= 0:
+            if looked is None and state[SHADOWS_BAD] and state[SHADOWS] >= 0:
                 looked = int(state[SHADOWS])
         look = budget - looked - 1 if looked is not None else 0
         if look > 0 and not bad_after(look):

@@ -27,15 +27,19 @@ _MATH_ERRORS = {"math.exp", "math.pow", "math.fmod", "np.fmod", "dpow_db"}
 # the state array's heap top); the step budget ran out; the run was interrupted (SIGINT);
 # the output buffer is full (see Lowering.said); a look found a float not finite and left
 # a record of the last look before it (see Lowering.kept)
-FAULT, FULL, BUDGET, INTERRUPT, SAID, LOOKED = 1, 2, 3, 4, 5, 6
+# a look of the build that searches a gradient pass found a shadow not finite first and
+# left the last look's record (SHADOWED: see Lowering.keep)
+FAULT, FULL, BUDGET, INTERRUPT, SAID, LOOKED, SHADOWED = 1, 2, 3, 4, 5, 6, 7
 MESSAGES = {FAULT: "invertibility check failed", FULL: "heap capacity exceeded",
             BUDGET: "step budget exhausted", INTERRUPT: "interrupted",
-            SAID: "output buffer full", LOOKED: "a float result not finite"}
+            SAID: "output buffer full", LOOKED: "a float result not finite",
+            SHADOWED: "a shadow not finite"}
 # the process-wide cell a SIGINT sets (rvm.engines.llvm: interrupts): native loops poll it
 INTERRUPT_CELL = "rvm_interrupt"
 POLL_EVERY = 1 << 16    # passes of a counted loop between two polls of the interrupt cell
-# steps between two tests of every float register at a back edge (see Lowering.clean)
-CLEAN_EVERY = 1 << 8
+# steps between two tests of every float register at a back edge (see Lowering.clean); in
+# the build that searches a gradient pass for a shadow that stopped being finite, fewer
+CLEAN_EVERY, SEARCH_EVERY = 1 << 8, 1 << 5
 # steps of a counted loop's passes between two looks at its floats (see Lowering.look)
 LOOK_EVERY = 1 << 10
 
@@ -298,11 +302,11 @@ class Lowering(ArrayLowering):
                 self.chunk_end = self.b.alloca(t.i64, name="chunk_end")
             self.b.store(t.i64(-1), self.last)
             self.b.store(t.i64(-1), self.chunk_end)
-            self.b.store(self.next_look(self.b.load(self.slot(1))), self.mark)
             if node.name in functions.get("QUIET", ()):
                 with self.b.goto_block(self.fn.entry_basic_block):
                     self.kept_at = self.b.alloca(t.i64, size=t.i64(2), name="kept_at")
                 self.b.store(t.i64(-1), self.b.gep(self.kept_at, [t.i64(1)]))
+            self.b.store(self.next_look(self.b.load(self.slot(1))), self.mark)
         self.fault_block, self.full_block = self.exit(FAULT), self.exit(FULL)
         self.budget_block, self.interrupt_block = self.exit(BUDGET), self.exit(INTERRUPT)
         self.passed = self.exit(None)          # a callee's fault: return, its code kept
@@ -650,6 +654,7 @@ class Lowering(ArrayLowering):
             # (a look on leaving a function that looks; with LOOKS, every function)
             if (self.looked and self.last is not None) or \
                     (self.functions.get("LOOKS") and "_n" in self.vars):
+                self.stop_if_shadowed()
                 self.note_shadows(b.load(self.vars["_n"]))
             elts = s.value.elts if isinstance(s.value, ast.Tuple) else [s.value]
             out = ir.Constant(self.fn.return_value.type, None)
@@ -816,7 +821,8 @@ class Lowering(ArrayLowering):
         looks = charge is not None and self.last is not None
         # (chunks of LOOK_EVERY steps, callees' included: a failure in a chunk is placed
         # at its end, at most that far off)
-        every = min(POLL_EVERY, max(1, LOOK_EVERY // (charge[0] + charge[2]))) if looks \
+        span = SEARCH_EVERY if self.searching() else LOOK_EVERY
+        every = min(POLL_EVERY, max(1, span // (charge[0] + charge[2]))) if looks \
             else POLL_EVERY
 
         def chunk(c):           # `every` passes, then a poll of the interrupt cell
@@ -924,10 +930,53 @@ class Lowering(ArrayLowering):
 
     def keep(self, block: int | None, n, fix: tuple | None = None) -> None:
         """At a look that found every float register finite, at the back edge to `block`
-        with n steps of budget left: a copy of the registers (see from_kept); fix: (a
-        register, its value there) where the register does not hold it yet."""
+        with n steps of budget left: a copy of the registers (see from_kept), and in a
+        gradient pass of their shadows, kept where those are finite too; fix: (a
+        register, its value there) where the register does not hold it yet. In the
+        build that searches a gradient pass (LOOKS), the first look that finds a shadow
+        not finite leaves the copy of the look before as a record (AT_LOOK) and stops the
+        pass (SHADOWED): the interpreter steps from there, a few steps, to the shadow
+        that stopped being finite (rvm.ad.gradient.not_finite)."""
         if self.kept_at is None or block is None:
             return
+        b = self.b
+        bad = self.registers_not_finite(GRAD_REGISTER)
+        if bad is not None:
+            copy, after = self.fn.append_basic_block(), self.fn.append_basic_block()
+            self.stop_if_shadowed(bad)
+            b.cbranch(bad, after, copy)
+            b.position_at_end(copy)
+            self.copy(block, n, fix)
+            b.branch(after)
+            b.position_at_end(after)
+            return
+        self.copy(block, n, fix)
+
+    def searching(self) -> bool:
+        """Is this the build that searches a gradient pass (LOOKS), in a function that
+        keeps copies of its registers (keep)? Its looks come every SEARCH_EVERY steps."""
+        return bool(self.functions.get("LOOKS")) and self.kept_at is not None
+
+    def stop_if_shadowed(self, bad=None) -> None:
+        """In the build that searches a gradient pass (LOOKS), in a function that keeps
+        copies: where a look finds a shadow not finite (bad), the first in the pass, and
+        a copy is kept, leave that copy as a record and stop (SHADOWED; see keep)."""
+        if not self.searching():
+            return
+        b, t = self.b, self.t
+        bad = self.registers_not_finite(GRAD_REGISTER) if bad is None else bad
+        if bad is None:
+            return
+        first = b.and_(bad, b.icmp_signed("==", b.load(self.slot(SHADOWS_BAD)), t.i64(0)))
+        kept = b.icmp_signed(">=", b.load(b.gep(self.kept_at, [t.i64(1)])), t.i64(0))
+        stop = self.fn.append_basic_block()
+        self.guard(b.and_(first, kept), stop)
+        with b.goto_block(stop):
+            self.write_kept()
+            b.branch(self.exit(SHADOWED))
+
+    def copy(self, block: int, n, fix: tuple | None) -> None:
+        """The registers (and shadows) into the kept copy (see keep)."""
         b, t = self.b, self.t
         for k, name in enumerate(self.frame_registers()):
             v = fix[1] if fix and fix[0] == name else b.load(self.vars[name])
@@ -951,13 +1000,8 @@ class Lowering(ArrayLowering):
         write = self.kept_write
         if write is None:       # (one record writer for both: see shared)
             write = self.kept_write = self.fn.append_basic_block()
-            regs = self.frame_registers()
             with b.goto_block(write):
-                b.call(_record_function(self.ir, t, b.module),
-                       [self.H, self.cap, b.load(self.slot(0)), t.i64(name_id(self.node.name)),
-                        t.i64(AT_LOOK), b.load(self.kept_at),
-                        b.load(b.gep(self.kept_at, [t.i64(1)])), t.i64(len(regs)),
-                        b.bitcast(_names(self.ir, t, b.module, regs), t.ptr), self.kept])
+                self.write_kept()
                 b.cbranch(b.icmp_signed("==", b.load(self.flag), t.i64(FAULT)),
                           self.exit(LOOKED, callee=True), self.exit(LOOKED))
         with b.goto_block(block):
@@ -966,6 +1010,16 @@ class Lowering(ArrayLowering):
                 none = b.or_(none, b.icmp_signed("!=", b.load(self.flag), t.i64(FAULT)))
             b.cbranch(none, otherwise, write)
         return block
+
+    def write_kept(self) -> None:
+        """The kept copy (keep) as a record above the heap top (AT_LOOK)."""
+        b, t = self.b, self.t
+        regs = self.frame_registers()
+        b.call(_record_function(self.ir, t, b.module),
+               [self.H, self.cap, b.load(self.slot(0)), t.i64(name_id(self.node.name)),
+                t.i64(AT_LOOK), b.load(self.kept_at), b.load(b.gep(self.kept_at, [t.i64(1)])),
+                t.i64(len(regs)), b.bitcast(_names(self.ir, t, b.module, regs), t.ptr),
+                self.kept])
 
     def frame_registers(self) -> list[str]:
         """The names of what a record of this frame keeps (registers, their shadows)."""
@@ -1118,7 +1172,7 @@ class Lowering(ArrayLowering):
         """The budget left at the next look (see clean), never below -1 (the budget's own
         test)."""
         b, t = self.b, self.t
-        at = b.sub(n, t.i64(CLEAN_EVERY))
+        at = b.sub(n, t.i64(SEARCH_EVERY if self.searching() else CLEAN_EVERY))
         return b.select(b.icmp_signed("<", at, t.i64(-1)), t.i64(-1), at)
 
     def non_finite(self, values):
@@ -1198,8 +1252,9 @@ class Lowering(ArrayLowering):
             self.guard(failed, other)
             with b.goto_block(other):
                 code = b.load(self.flag)    # (a look's record: joined the same way)
-                budget = b.or_(b.icmp_signed("==", code, t.i64(BUDGET)),
-                               b.icmp_signed("==", code, t.i64(LOOKED)))
+                budget = b.or_(b.or_(b.icmp_signed("==", code, t.i64(BUDGET)),
+                                     b.icmp_signed("==", code, t.i64(LOOKED))),
+                               b.icmp_signed("==", code, t.i64(SHADOWED)))
                 b.cbranch(budget, site, self.callee_failed)
             # which of the block's calls of this callee (in the order of the code: a
             # counted loop's copy of its block records nothing), in the bits above the

@@ -569,6 +569,12 @@ class Machine(Helpers):
                     # undo the heap writes; then either grow a heap the compiled code ran
                     # out of and run again, or let the reference engine find and report
                     # the failing instruction, leaving the state exactly where it stops
+                    if "a shadow not finite" in str(e):
+                        # (the build that searches a gradient pass stopped at the first
+                        # look that found one, leaving the look before in a record: the
+                        # search puts the machine there, place=True)
+                        raise MachineError("a shadow not finite",
+                                           self.stack[0].fn.name) from None
                     need = self._wanted()
                     if "step budget exhausted" in str(e) or \
                             "a float result not finite" in str(e):
@@ -666,7 +672,7 @@ class Machine(Helpers):
                             "raise max_steps / --max-steps", top.fn.name,
                             top.index(top.dir * direction))
 
-    def _exhausted(self, direction: int) -> MachineError | int | None:
+    def _exhausted(self, direction: int, place: bool = False) -> MachineError | int | None:
         """After a native run of the root function ran out of steps (forwards or
         backwards, plain or in gradient mode): the machine put where the interpreter's
         run would have stopped, and the error it reports, or None (nothing changed) where
@@ -687,7 +693,8 @@ class Machine(Helpers):
         left (rvm.engines.compiled: _Writer.goto); a shadow may hold -0.0 (no branch
         reads one). A failed check in a function that writes no heap cell leaves, in
         the same form, the registers its last look kept (AT_LOOK, with callers' records
-        as here): the machine goes there and steps forwards to the failure (_from_look)."""
+        as here): the machine goes there and steps forwards to the failure (_from_look);
+        place=True: only goes there (0), where a search steps on its own way."""
         from .lowering import (
             AT_BACK_EDGE,
             AT_CALL,
@@ -832,6 +839,8 @@ class Machine(Helpers):
         except (RvmError, Fault):   # (never, if native code and the interpreter agree)
             self._restore(saved)
             return None
+        if looked and place:    # (placed: a search steps on: rvm.ad.gradient.not_finite)
+            return 0
         if looked:      # (the interpreter's error, where it fails, goes to the caller)
             return self._from_look(direction, left, records[0][3], saved)
         return self._out_of_steps(self.max_steps, direction)
