@@ -25,10 +25,10 @@ _DOMAIN = {"math.sqrt": "<", "math.log": "<="}
 _MATH_ERRORS = {"math.exp", "math.pow", "math.fmod", "np.fmod", "dpow_db"}
 # fault codes: a failed check (or a limit); the heap is full (the cells wanted are left in
 # the state array's heap top); the step budget ran out; the run was interrupted (SIGINT);
-# the output buffer is full (see Lowering.said); a look found a float not finite and left
-# a record of the last look before it (see Lowering.kept)
-# a look of the build that searches a gradient pass found a shadow not finite first and
-# left the last look's record (SHADOWED: see Lowering.keep)
+# the output buffer is full (see Lowering.said); a check failed and left a record of the
+# registers at the last look before it (LOOKED: see Lowering.from_kept); a look of the
+# build that searches a gradient pass found a shadow not finite first and left the last
+# look's record (SHADOWED: see Lowering.keep)
 FAULT, FULL, BUDGET, INTERRUPT, SAID, LOOKED, SHADOWED = 1, 2, 3, 4, 5, 6, 7
 MESSAGES = {FAULT: "invertibility check failed", FULL: "heap capacity exceeded",
             BUDGET: "step budget exhausted", INTERRUPT: "interrupted",
