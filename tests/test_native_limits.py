@@ -1753,3 +1753,90 @@ def test_a_nan_from_a_cancelled_overflow_is_not_overwritten_unseen(case):
         outcomes.append((str(e.value), e.value.index, m.steps,
                          [(f.fn.name, f.state, f.R) for f in m.stack]))
     assert outcomes[0] == outcomes[1] and "math range error" in outcomes[0][0]
+
+
+# a looping callee (its frame keeps copies and looks every SEARCH_EVERY steps in the
+# search's build) whose shadows overflow after a shadow of its caller's, or a cell's, did
+CALLEE_AFTER = {
+    "call": ('''
+from rvm import reversible
+
+@reversible
+def g(y: float, out: float):
+    for j in range(40):
+        out += y * 1e307
+
+@reversible
+def f(x: float, y: float, out: float):
+    g(y, out)
+    out += x * 1.797e308
+    out += x * 1.797e308
+''', (1e-300, 1e-300, 0.0)),
+    "uncall": ('''
+from rvm import reversible
+
+@reversible
+def g(y: float, out: float):
+    for j in range(40):
+        out -= y * 1e307
+
+@reversible
+def f(x: float, y: float, out: float):
+    ~g(y, out)
+    out += x * 1.797e308
+    out += x * 1.797e308
+''', (1e-300, 1e-300, 0.0)),
+    "an ancilla in a loop": ('''
+from rvm import ancilla, reversible
+
+@reversible
+def g(out: float, big: float, m: int):
+    with ancilla(t=0.0):
+        t += 1e-300
+        for j in range(m):
+            out += t * big
+        t -= 1e-300
+
+@reversible
+def f(x: float, big: float, d: float, n: int, k: int, out: float):
+    for i in range(n):
+        out += x * d
+        if i == k:
+            g(out, big, 40)
+''', (1e-300, 1e307, 1.797e308 * 1.000001, 5, 1, 0.0)),
+    "a heap cell": ('''
+from rvm import Array, reversible
+
+@reversible
+def g(y: float, out: float):
+    for j in range(40):
+        out += y * 1e307
+
+@reversible
+def f(x: Array[float], y: float, n: int, out: float):
+    g(y, out)
+    out += x[0] * 1.797e308
+    out += x[0] * 1.797e308
+    for i in range(n):
+        out += x[1] * 0.5
+''', (np.array([1e-300, 1e-300]), 1e-300, 30000, 0.0)),
+}
+
+
+@pytest.mark.parametrize("case", CALLEE_AFTER)
+def test_a_callee_that_stops_the_search_after_its_callers_shadow_overflowed(case, tmp_path):
+    """The search's build stops at the first look that finds a shadow not finite and
+    leaves the look before it; a callee's look sees its own frame only, so a caller's
+    shadow (or a cell's) that overflowed first was missed and native code named the
+    callee's later overflow. The machine now takes that look only where every frame's
+    shadows and every cell's are finite there, else searches as before: the
+    interpreter's place, on native code too."""
+    text, args = CALLEE_AFTER[case]
+    (tmp_path / "f.py").write_text(text)
+    f = rvm.load(tmp_path / "f.py")["f"]
+    errors = []
+    for engine in ("interp", "native"):
+        with pytest.raises(rvm.InvertibilityError) as e:
+            rvm.grad(f, loss="out", engine=engine)(*args)
+        errors.append((str(e.value), e.value.function, e.value.index))
+    assert errors[0] == errors[1] and errors[1][1] == "f", errors

@@ -846,7 +846,11 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
         try:
             m.run(-1)
         except RvmError as e:
-            if "a shadow not finite" in str(e) and m._exhausted(-1, place=True) == 0:
+            # (placed where every frame's shadows and every cell's are finite, as a look
+            # before the first that found one not finite is: a callee's look knows only
+            # its own frame, and a caller's shadow, or a cell's, may have overflowed first)
+            if "a shadow not finite" in str(e) and m._exhausted(-1, place=True) == 0 and \
+                    not heap_bad() and all(map(shadows_finite, m.stack)):
                 found = walk(FAR)
                 if found is not None:
                     return found
