@@ -839,26 +839,28 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
         # shadow not finite, in a function that writes no heap cell: it stops there and
         # leaves the look before it, where the machine is put and the interpreter steps
         # the few steps to the place (rvm.engines.lowering: Lowering.keep). Elsewhere the
-        # pass runs whole: the last look at a loop's (or a returning frame's) shadows
-        # before one found them not finite (note_shadows); as a rule the place is soon
-        # after it. (A budget that ends a step before the look's back edge stops
-        # natively there, in one run.)
-        try:
-            m.run(-1)
-        except RvmError as e:
-            # (placed where every frame's shadows and every cell's are finite, as a look
-            # before the first that found one not finite is: a callee's look knows only
-            # its own frame, and a caller's shadow, or a cell's, may have overflowed first)
-            if "a shadow not finite" in str(e) and m._exhausted(-1, place=True) == 0 and \
-                    not heap_bad() and all(map(shadows_finite, m.stack)):
-                found = walk(FAR)
-                if found is not None:
-                    return found
-            m.restore(start)        # (else the searches below, from the start)
-        else:
-            state = m._native_state()
-            if looked is None and state[SHADOWS_BAD] and state[SHADOWS] >= 0:
-                looked = int(state[SHADOWS])
+        # pass runs whole, where the failing call did not say it: the last look at a
+        # loop's (or a returning frame's) shadows before one found them not finite
+        # (note_shadows); as a rule the place is soon after it. (A budget that ends a
+        # step before the look's back edge stops natively there, in one run.)
+        if looked is None or not heap:     # (a gradient pass of a heap writes its cells)
+            try:
+                m.run(-1)
+            except RvmError as e:
+                # (placed where every frame's shadows and every cell's are finite, as a
+                # look before the first that found one not finite is: a callee's look
+                # knows only its own frame, and a caller's shadow, or a cell's, may have
+                # overflowed first)
+                if "a shadow not finite" in str(e) and m._exhausted(-1, place=True) == 0 \
+                        and not heap_bad() and all(map(shadows_finite, m.stack)):
+                    found = walk(FAR)
+                    if found is not None:
+                        return found
+                m.restore(start)        # (else the searches below, from the start)
+            else:
+                state = m._native_state()
+                if looked is None and state[SHADOWS_BAD] and state[SHADOWS] >= 0:
+                    looked = int(state[SHADOWS])
         look = budget - looked - 1 if looked is not None else 0
         if look > 0 and not bad_after(look):
             found = walk(FAR if small_heap else window)
