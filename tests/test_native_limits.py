@@ -1757,29 +1757,23 @@ def test_a_nan_from_a_cancelled_overflow_is_not_overwritten_unseen(case):
 
 # a looping callee (its frame keeps copies and looks every SEARCH_EVERY steps in the
 # search's build) whose shadows overflow after a shadow of its caller's, or a cell's, did
-CALLEE_AFTER = {
-    "call": ('''
-from rvm import reversible
+LOOPING_G = """
+from rvm import Array, reversible
 
 @reversible
 def g(y: float, out: float):
     for j in range(40):
-        out += y * 1e307
-
+        out {op}= y * 1e307
+"""
+CALLEE_AFTER = {
+    "call": (LOOPING_G.format(op="+") + '''
 @reversible
 def f(x: float, y: float, out: float):
     g(y, out)
     out += x * 1.797e308
     out += x * 1.797e308
 ''', (1e-300, 1e-300, 0.0)),
-    "uncall": ('''
-from rvm import reversible
-
-@reversible
-def g(y: float, out: float):
-    for j in range(40):
-        out -= y * 1e307
-
+    "uncall": (LOOPING_G.format(op="-") + '''
 @reversible
 def f(x: float, y: float, out: float):
     ~g(y, out)
@@ -1804,14 +1798,7 @@ def f(x: float, big: float, d: float, n: int, k: int, out: float):
         if i == k:
             g(out, big, 40)
 ''', (1e-300, 1e307, 1.797e308 * 1.000001, 5, 1, 0.0)),
-    "a heap cell": ('''
-from rvm import Array, reversible
-
-@reversible
-def g(y: float, out: float):
-    for j in range(40):
-        out += y * 1e307
-
+    "a heap cell": (LOOPING_G.format(op="+") + '''
 @reversible
 def f(x: Array[float], y: float, n: int, out: float):
     g(y, out)
