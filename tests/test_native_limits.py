@@ -774,7 +774,7 @@ def reports(p, name: str, args: tuple, monkeypatch) -> tuple[list, list]:
     outcomes = []
     for engine in ("interp", "native"):
         taken = steps_stepped(monkeypatch)
-        m = Machine(p, engine=engine, max_steps=10**9)
+        m = roomy(Machine(p, engine=engine, max_steps=10**9))
         m.enter(name, *args)
         with pytest.raises(rvm.RvmError) as e:
             m.run()
@@ -782,6 +782,14 @@ def reports(p, name: str, args: tuple, monkeypatch) -> tuple[list, list]:
         outcomes.append((type(e.value).__name__, str(e.value), e.value.index, m.steps,
                          [(f.fn.name, f.state, f.R) for f in m.stack]))
     return outcomes, taken
+
+
+def roomy(m: Machine) -> Machine:
+    """m with a heap of room for a large KEPT case's cells (see writing: no native run
+    that only finds the heap too small, then grows it)."""
+    from rvm.engines.lowering import SNAP_CELLS
+    m._grow(4 * SNAP_CELLS)
+    return m
 
 
 def builds_run(mp) -> list:
@@ -797,16 +805,38 @@ def builds_run(mp) -> list:
     return runs
 
 
-def writing(text: str, name: str) -> str:
+def writing(text: str, name: str, large: bool = False) -> str:
     """text with function `name` writing the heap (a PUSH and a POP of a zero register on
-    entry): a function whose run writes a heap cell keeps no copy of its registers at
-    its looks (rvm.engines.lowering: Lowering.keep), so a failure in it is found by
-    running native code again to the look before it."""
+    entry): a function whose run writes a heap cell keeps a copy of its registers at its
+    looks only in the root frame, with a snapshot of the heap (rvm.engines.lowering:
+    Lowering.snapshot), where the heap has at most SNAP_CELLS cells; large: with twice
+    that many allocated, it keeps none, and a failure in it is found by running native
+    code again to the look before it."""
+    from rvm.engines.lowering import SNAP_CELLS
     head = re.search(rf"(?m)^\.func {name}\(.*\n", text).group(0)
-    return text.replace(head, head + "        PUSH   r15\n        POP    r15\n")
+    body = head + "        PUSH   r15\n        POP    r15\n"
+    if not large:
+        return text.replace(head, body)
+    n = 2 * SNAP_CELLS
+    start = text.index(head)
+    end = text.index(".end", start)
+    return (text[:start] + body + f"        ALLOC  r14, {n}\n" + text[start + len(head):end] +
+            f"        FREE   r14, {n}\n" + text[end:])
 
 
-KEPT = pytest.mark.parametrize("kept", [True, False], ids=["kept", "heap-written"])
+def variant(text: str, name: str, kept: str) -> str:
+    """The program of a KEPT case: as it is (a function that writes no heap cell), or
+    writing the heap (see writing)."""
+    return text if kept == "kept" else writing(text, name, large=kept == "heap-large")
+
+
+def runs_wanted(kept: str) -> list:
+    """The native runs a failure of a KEPT case takes: one where the root frame keeps a
+    copy of its registers (and of a small heap) at its looks, two where it does not."""
+    return [False] if kept != "heap-large" else [False, False]
+
+
+KEPT = pytest.mark.parametrize("kept", ["kept", "heap-written", "heap-large"])
 
 
 def native_runs(p, name: str, args: tuple, max_steps: int) -> tuple[list, list, list]:
@@ -818,7 +848,7 @@ def native_runs(p, name: str, args: tuple, max_steps: int) -> tuple[list, list, 
         with pytest.MonkeyPatch.context() as mp:
             runs = builds_run(mp)
             taken = steps_stepped(mp)
-            m = Machine(p, engine=engine, max_steps=max_steps)
+            m = roomy(Machine(p, engine=engine, max_steps=max_steps))
             m.enter(name, *args)
             with pytest.raises(rvm.RvmError) as e:
                 m.run()
@@ -883,12 +913,12 @@ def test_a_failure_deep_in_a_counted_loop_is_replayed_near_it(head, kept, monkey
     still that build)."""
     from rvm.engines.lowering import LOOK_EVERY
     text = COUNTED_EXP.format(head=head)
-    p = rvm.assemble(text if kept else writing(text, "cnt"))
+    p = rvm.assemble(variant(text, "cnt", kept))
     with pytest.MonkeyPatch.context() as mp:    # (reports undoes monkeypatch's)
         runs = builds_run(mp)
         outcomes, taken = reports(p, "cnt", (2_000_000, 0.0, 0.0), monkeypatch)
     assert outcomes[0] == outcomes[1] and outcomes[1][3] > 3_000_000
-    assert runs == ([False] if kept else [False, False]), runs
+    assert runs == runs_wanted(kept), runs
     assert sum(taken) < 2 * LOOK_EVERY, taken
 
 
@@ -943,15 +973,15 @@ def test_counted_loops_with_calls_or_checks_fail_in_one_or_two_native_runs(case,
     theirs as they run: the look after a chunk of passes, and a failure's place in a
     chunk (in the loop or in a callee), are counted as the general loop counts them, and
     a budget too short for every pass and its callees' most steps runs the general loop.
-    Each failure is then one native run where the function writes no heap cell (the
-    interpreter steps from the copy of the registers the last look kept) and two where
-    it does, or where the budget runs out (they were the whole pass on the interpreter,
-    the build without counted loops, or three runs), and the report is the
-    interpreter's."""
+    Each failure is then one native run where the function writes no heap cell or a
+    small heap (the interpreter steps from the copy of the registers the last look kept,
+    and of the heap) and two where its heap is large, or where the budget runs out (they
+    were the whole pass on the interpreter, the build without counted loops, or three
+    runs), and the report is the interpreter's."""
     from rvm.engines.lowering import LOOK_EVERY
     body, callee, budget, message = CALLS_CASES[case]
     text = LOOP_CALLS.format(body=body, callee=callee)
-    p = rvm.assemble(text if kept else writing(text, "cnt"))
+    p = rvm.assemble(variant(text, "cnt", kept))
     # (with a budget: passes whose own steps fit it, 8 each, and not with the callee's 2)
     n = 70_000 if budget else 2_000_000
     outcomes, runs, taken = native_runs(p, "cnt", (n, 0, 0.0, 0.0, 0.0), budget or 10**12)
@@ -960,7 +990,7 @@ def test_counted_loops_with_calls_or_checks_fail_in_one_or_two_native_runs(case,
     if budget:      # (one run where the record tells the place, else two)
         assert runs in ([False], [False, False]), runs
     else:
-        assert runs == ([False] if kept else [False, False]), runs
+        assert runs == runs_wanted(kept), runs
     assert sum(taken) < 4 * LOOK_EVERY, taken
 
 
@@ -1065,9 +1095,10 @@ def test_a_failing_run_with_array_arguments_is_one_or_two_native_runs(kept, monk
     """The heap grows a little past the cells asked for, so native code's checkpoint
     records fit above a call's arrays: a run that fails leaves the copy of the registers
     its last look kept (the function only reads the heap), or, where it writes the
-    heap, is run natively once more, to the back edge before the failure (it was twice
-    more, the first to make room)."""
-    p = rvm.assemble(ARRAY_EXP if kept else writing(ARRAY_EXP, "k"))
+    heap (of 5,000 cells here: more than a look's snapshot holds), is run natively once
+    more, to the back edge before the failure (it was twice more, the first to make
+    room)."""
+    p = rvm.assemble(variant(ARRAY_EXP, "k", kept))
     a = np.arange(5000, dtype=np.int64)
     outcomes, runs = [], []
     for engine in ("interp", "native"):
@@ -1079,7 +1110,7 @@ def test_a_failing_run_with_array_arguments_is_one_or_two_native_runs(kept, monk
                 m.run()
         outcomes.append((str(e.value), e.value.index, m.steps))
     assert outcomes[0] == outcomes[1] and "math range error" in outcomes[1][0]
-    assert runs == ([False] if kept else [False, False]), runs
+    assert runs == ([False] if kept == "kept" else [False, False]), runs
 
 
 # each pass of a general loop runs a counted loop of 10,000 passes (40,000 steps, more
@@ -1118,16 +1149,76 @@ def test_a_failure_a_counted_loop_away_from_the_last_look_is_one_or_two_native_r
     failure, so that the counted loop, short of budget, runs as the general loop and
     stops there, and the interpreter steps the rest: two native runs, no second build
     (it was the interpreter over 65,536 steps, then the build without counted loops
-    twice). Where the function writes no heap cell, the counted loop's looks keep a
-    copy of the registers, the last in its last chunk, and the interpreter steps from
-    it: one native run."""
+    twice). Where the function writes no heap cell, or a small heap, the counted loop's
+    looks keep a copy of the registers (and of the heap), the last in its last chunk,
+    and the interpreter steps from it: one native run."""
     from rvm.engines.machine import GENERAL
-    p = rvm.assemble(INNER_COUNTED if kept else writing(INNER_COUNTED, "k"))
+    p = rvm.assemble(variant(INNER_COUNTED, "k", kept))
     outcomes, runs, taken = native_runs(p, "k", (10_000, 0, 0.0, 0.0, 100.0), 10**8)
     assert outcomes[0] == outcomes[1] and "math range error" in outcomes[1][0]
     assert outcomes[1][2] > 17 * 40_000
-    assert runs == ([False] if kept else [False, False]), runs
+    assert runs == runs_wanted(kept), runs
     assert sum(taken) < GENERAL + 100, taken
+
+
+# a loop that keeps a running sum of f0 in a heap cell (and, in `moving`, an ALLOC and
+# FREE each pass, so the top moves too) and adds exp(f0 - 3000) to f2, which overflows
+# 709 passes before the end; or that loop in a callee of a root without loops
+HEAP_SUM = """\
+.func {name}(f0, f1, f2, r0)
+        ALLOC  r1, 3
+top:    CF.NE  r0, 0, back
+        ADD    f0, 1.0
+        INC    r0
+{moving}        EXCH   f4, [r1 + 1]
+        ADD    f4, f0
+        EXCH   f4, [r1 + 1]
+        ADD    f3, f0
+        SUB    f3, 3000.0
+        ADD.exp f2, f3
+        SUB    f3, f0
+        ADD    f3, 3000.0
+exitbr: BR.GE  f0, f1, done
+back:   JMP    top
+done:   CF     exitbr
+        FREE   r1, 3
+.end
+"""
+MOVING = "        ALLOC  r5, 2\n        EXCH   f0, [r5]\n        EXCH   f0, [r5]\n" \
+    "        FREE   r5, 2\n"
+CALLER = ".func sum(f0, f1, f2, r0)\n        CALL   inner, f0, f1, f2, r0\n.end\n"
+
+
+@pytest.mark.parametrize("case", ["a cell", "a cell and the top", "a callee's cell"])
+def test_a_failure_after_heap_writes_is_placed_with_the_heap_of_the_look_before(
+        case, monkeypatch):
+    """A function that writes the heap keeps, at the looks of the run's root frame, a copy
+    of its registers and a snapshot of a small heap: a failure 709 passes on (every
+    pass has changed a cell since, and moved the top) puts the machine at the last look
+    with the heap as it was there, and the interpreter steps to the failure: one native
+    run, and the interpreter's report (message, instruction, steps, every frame, the
+    heap's top and cells). A looping function called from a root without loops is not
+    the root: native code runs again to the look before the failure."""
+    text = HEAP_SUM.format(name="inner" if "callee" in case else "sum",
+                           moving=MOVING if "top" in case else "")
+    if "callee" in case:
+        text = CALLER + text
+    p = rvm.assemble(text)
+    outcomes, runs, taken = [], [], []
+    for engine in ("interp", "native"):
+        with pytest.MonkeyPatch.context() as mp:
+            runs = builds_run(mp)
+            taken = steps_stepped(mp)
+            m = Machine(p, engine=engine, max_steps=10**8)
+            m.enter("sum", 0.0, 5000.0, 0.0, 0)
+            with pytest.raises(rvm.RvmError) as e:
+                m.run()
+        outcomes.append((str(e.value), e.value.index, m.steps, m.snapshot()))
+    assert outcomes[0] == outcomes[1] and "math range error" in outcomes[1][0]
+    heap = np.frombuffer(outcomes[1][3][2], np.float64)
+    assert heap[1] == sum(range(1, 3711)), heap       # (the sum to the failing pass)
+    assert runs == ([False, False] if "callee" in case else [False]), runs
+    assert sum(taken) < 4 * CLEAN_EVERY, taken
 
 
 def call_tree(depth: int, loop: str = "") -> str:
@@ -1311,9 +1402,10 @@ def test_the_failing_runs_benchmark_runs(tmp_path):
                          env={**os.environ, "RVM_CACHE_DIR": str(tmp_path)})
     assert out.returncode == 0, out.stderr
     rows = [line for line in out.stdout.splitlines() if "failing" in line]
-    assert [r.split("|")[1].strip() for r in rows] == ["general", "counted", "gradient",
-                                                       "gradient, an array"]
-    assert out.stdout.count("math range error") == 2 and "`x` is inf: not finite" in out.stdout
+    assert [r.split("|")[1].strip() for r in rows] == [
+        "general", "counted", "general, a heap cell written", "general, a large heap",
+        "gradient", "gradient, an array"]
+    assert out.stdout.count("math range error") == 4 and "`x` is inf: not finite" in out.stdout
     assert "`x` has inf or nan elements: not finite" in out.stdout
 
 

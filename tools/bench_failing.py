@@ -8,11 +8,15 @@ about 710 passes before the end: no check sees it in the pass that made it, and 
 error must still be the interpreter's, at the pass that made it. The succeeding run stops
 10 passes short of the overflow. The same loop counted by an integer (a counted loop,
 which native code runs without a budget test per pass and looks at the floats of after
-chunks of about 1,024 steps) is the second row. The third is a gradient (rvm.grad) of
+chunks of about 1,024 steps) is the second row; the third, the general loop adding f0
+into a heap cell and taking it out again in each pass (a function that writes the
+heap: its looks keep a snapshot of a small heap), and the fourth that loop with 2,048
+cells allocated (more than a snapshot holds: native code runs again to the look before
+the failure). The fifth is a gradient (rvm.grad) of
 a loop of PASSES / 50 passes whose gradient comes out inf from a product made before the
 loop: the error says where in the gradient pass a shadow stopped being finite, which
 native code does not test for (a bisection of native runs with step budgets finds it);
-the fourth, the same with x an array (a program with a heap).
+the sixth, the same with x an array (a program with a heap).
 Times are the best of 3 in one process (native code compiled before timing).
 """
 
@@ -58,6 +62,15 @@ done:   CF     exitbr
         SUB    r0, r1
 .end
 """
+# the general loop writing the heap: f0 added into cell r1 + 1 and taken out again in
+# each pass (so the cells are zero where the run ends: FREE), {cells} cells
+HEAP = LOOP.replace(".func spin(f0, f1, f2, r0)\n", ".func spin(f0, f1, f2, r0)\n"
+                    "        ALLOC  r1, {cells}\n").replace(
+    "        INC    r0\n", "        INC    r0\n        EXCH   f4, [r1 + 1]\n"
+    "        ADD    f4, f0\n        EXCH   f4, [r1 + 1]\n").replace(
+    "exitbr:", "        EXCH   f4, [r1 + 1]\n        SUB    f4, f0\n"
+    "        EXCH   f4, [r1 + 1]\nexitbr:").replace(
+    "done:   CF     exitbr\n", "done:   CF     exitbr\n        FREE   r1, {cells}\n")
 
 
 GRADIENT = """\
@@ -106,6 +119,7 @@ def timed(p, engine: str, end: float) -> tuple[float, str]:
     best, outcome = float("inf"), ""
     for _ in range(3):
         m = Machine(p, engine=engine, max_steps=10**10)
+        m._grow(4096)           # (room for the large heap: no native run to find it)
         counted = len(p.functions["spin"].params) == 5
         m.enter("spin", 0.0, end, 0.0, 0, *((int(end),) if counted else ()))
         t = time.perf_counter()
@@ -124,7 +138,9 @@ if __name__ == "__main__":
     k = int(sys.argv[1]) if len(sys.argv) > 1 else 50_000_000
     print(f"{k} passes, best of 3, native engine")
     print("| loop | run | seconds | ratio |\n|---|---|---|---|")
-    for name, text in (("general", LOOP), ("counted", COUNTED)):
+    for name, text in (("general", LOOP), ("counted", COUNTED),
+                       ("general, a heap cell written", HEAP.replace("{cells}", "3")),
+                       ("general, a large heap", HEAP.replace("{cells}", "2048"))):
         p = rvm.assemble(text.format(k=float(k)), "spin.rasm")
         timed(p, "native", 10.0)                # compiled before timing
         ok, _ = timed(p, "native", k + 700.0)

@@ -38,8 +38,10 @@ from .templates import (
     LEFT,
     NO_STOP,
     NOW,
+    ROOT,
     SHADOWS,
     SHADOWS_BAD,
+    SNAP,
     STATE,
     STOP,
     Fault,
@@ -1599,6 +1601,12 @@ class Compiled:
         cached[4][LAST] = cached[4][NOW] = -1      # (a run's own: see templates.STATE)
         cached[4][STOP] = NO_STOP
         cached[4][SHADOWS], cached[4][SHADOWS_BAD] = -1, 0
+        snap = machine.__dict__.get("_snapshot")
+        if snap is None:        # (the heap at a look in the root frame: Lowering.snapshot)
+            from .lowering import SNAP_CELLS, SNAP_HEAD
+            snap = machine._snapshot = np.zeros(SNAP_HEAD + 2 * SNAP_CELLS, np.int64)
+        snap[0] = -1            # (none taken in this run yet)
+        cached[4][ROOT], cached[4][SNAP] = -1, snap.ctypes.data     # (run names the root)
         if machine.said_cells:
             cached[4][2] = OUT0         # nothing written yet
         room = machine.heap_room()      # (compiled code keeps its frames' room free)
@@ -1627,6 +1635,9 @@ class Compiled:
         if self.native and machine.wants_gradient and mode == "fw":
             funcs.gradient(fn.name)       # this forward run's code comes with the gradient's
         function = funcs[self.name(fn.name, mode)]
+        if self.native:         # (its frame may keep snapshots: Lowering.claim)
+            from .lowering import name_id
+            heap[3][ROOT] = name_id(self.name(fn.name, mode))
         try:
             out = function(*heap, *args)
         except Fault as exc:

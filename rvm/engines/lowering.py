@@ -15,7 +15,7 @@ from ..core.isa import MIN_NORMAL
 from . import vectormath
 from .arraylowering import HELPERS as ARRAY_HELPERS
 from .arraylowering import ArrayLowering
-from .templates import LAST, NOW, SHADOWS, SHADOWS_BAD, STOP
+from .templates import LAST, NOW, ROOT, SHADOWS, SHADOWS_BAD, SNAP, STOP
 
 _REGISTER = re.compile(r"f\d+")     # a float register's value (not its shadow)
 # functions that raise in Python where machine code returns inf or nan: those whose
@@ -42,6 +42,12 @@ POLL_EVERY = 1 << 16    # passes of a counted loop between two polls of the inte
 CLEAN_EVERY, SEARCH_EVERY = 1 << 8, 1 << 5
 # steps of a counted loop's passes between two looks at its floats (see Lowering.look)
 LOOK_EVERY = 1 << 10
+# the machine's snapshot buffer (see Lowering.snapshot): a header of SNAP_HEAD cells (the
+# budget left at the look, the heap top, the function's name id), then room for the
+# cells of a heap of up to SNAP_CELLS cells and their shadows; a snapshot is taken at a
+# look when SNAP_SPACING steps per heap cell have passed since the last (its copy costs
+# well under a step per SNAP_SPACING steps)
+SNAP_HEAD, SNAP_CELLS, SNAP_SPACING = 4, 1 << 10, 64
 
 
 class Types:
@@ -285,8 +291,11 @@ class Lowering(ArrayLowering):
         self.record_slots = None    # (names, values, count) of its records (see record)
         # the registers as the last look that found them finite saw them, with the block
         # and the budget left there (-1: none yet): a function whose run, its callees'
-        # included, writes no heap cell keeps them (see keep)
+        # included, writes no heap cell keeps them (see keep), and one that writes the
+        # heap and no function calls, in the root frame, with a snapshot (see snapshot)
         self.kept_at = self.kept = self.kept_write = None
+        self.root = None            # is this frame the run's root (a function that writes
+        # the heap keeps copies only there, with a snapshot of the heap: see snapshot)
         self.records: dict = {}     # where a record goes next -> its shared block (shared)
         self.before = None          # the budget test before the next call (stop_at)
         self.looked = False         # a look at its float registers made (note_shadows)
@@ -302,10 +311,13 @@ class Lowering(ArrayLowering):
                 self.chunk_end = self.b.alloca(t.i64, name="chunk_end")
             self.b.store(t.i64(-1), self.last)
             self.b.store(t.i64(-1), self.chunk_end)
-            if node.name in functions.get("QUIET", ()):
+            snaps = node.name in functions.get("SNAP", ())
+            if node.name in functions.get("QUIET", ()) or snaps:
                 with self.b.goto_block(self.fn.entry_basic_block):
                     self.kept_at = self.b.alloca(t.i64, size=t.i64(2), name="kept_at")
                 self.b.store(t.i64(-1), self.b.gep(self.kept_at, [t.i64(1)]))
+            if snaps:
+                self.claim()
             self.b.store(self.next_look(self.b.load(self.slot(1))), self.mark)
         self.fault_block, self.full_block = self.exit(FAULT), self.exit(FULL)
         self.budget_block, self.interrupt_block = self.exit(BUDGET), self.exit(INTERRUPT)
@@ -940,6 +952,11 @@ class Lowering(ArrayLowering):
         if self.kept_at is None or block is None:
             return
         b = self.b
+        skip = None
+        if self.root is not None:       # (a function that writes the heap: see snapshot)
+            take, skip = self.fn.append_basic_block(), self.fn.append_basic_block()
+            b.cbranch(self.snapshot_due(n), take, skip)
+            b.position_at_end(take)
         bad = self.registers_not_finite(GRAD_REGISTER)
         if bad is not None:
             copy, after = self.fn.append_basic_block(), self.fn.append_basic_block()
@@ -949,8 +966,62 @@ class Lowering(ArrayLowering):
             self.copy(block, n, fix)
             b.branch(after)
             b.position_at_end(after)
-            return
-        self.copy(block, n, fix)
+        else:
+            self.copy(block, n, fix)
+        if skip is not None:
+            b.branch(skip)
+            b.position_at_end(skip)
+
+    def claim(self) -> None:
+        """On entry to a function with loops whose run writes the heap: is this frame the
+        run's root (the state array names its function, ROOT, and the machine gave a
+        snapshot buffer, SNAP)? The first such frame takes the name (-1), so a recursive
+        call of the root's function is not the root."""
+        b, t = self.b, self.t
+        with b.goto_block(self.fn.entry_basic_block):
+            self.root = b.alloca(t.i1, name="root")
+        named = b.load(self.slot(ROOT))
+        mine = b.and_(b.icmp_signed("==", named, t.i64(name_id(self.node.name))),
+                      b.icmp_signed("!=", b.load(self.slot(SNAP)), t.i64(0)))
+        b.store(mine, self.root)
+        b.store(b.select(mine, t.i64(-1), named), self.slot(ROOT))
+
+    def snapshot_due(self, n):
+        """At a look with n steps of budget left, in a function that writes the heap (see
+        snapshot): is this the root frame, its heap small enough (SNAP_CELLS), and either
+        no copy kept yet or SNAP_SPACING steps per heap cell (at least CLEAN_EVERY) gone
+        since the last?"""
+        b, t = self.b, self.t
+        top, last = b.load(self.slot(0)), b.load(b.gep(self.kept_at, [t.i64(1)]))
+        spacing = b.mul(top, t.i64(SNAP_SPACING))
+        spacing = b.select(b.icmp_signed("<", spacing, t.i64(CLEAN_EVERY)),
+                           t.i64(CLEAN_EVERY), spacing)
+        due = b.or_(b.icmp_signed("<", last, t.i64(0)),
+                    b.icmp_signed(">=", b.sub(last, n), spacing))
+        return b.and_(b.and_(b.load(self.root), b.icmp_unsigned("<=", top, t.i64(SNAP_CELLS))),
+                      due)
+
+    def snapshot(self, n) -> None:
+        """With the copy of the registers a look keeps (keep) in the root frame of a
+        function that writes the heap: the heap's cells (and in a gradient pass their
+        shadows) into the machine's snapshot buffer (SNAP), with the budget left here,
+        the heap top and the function's name id before them, so that a failure after it
+        puts the machine there, the heap as it was (rvm.engines.machine: Machine._exhausted),
+        and the interpreter steps on to the failing instruction: one native run, not a
+        second to the last look (the copy costs under a step per SNAP_SPACING steps)."""
+        b, t = self.b, self.t
+        snap = b.inttoptr(b.load(self.slot(SNAP)), t.ptr)
+        top = b.load(self.slot(0))
+        for k, v in enumerate((n, top, t.i64(name_id(self.node.name)))):
+            b.store(v, b.gep(snap, [t.i64(k)]))
+        grad = self.node.name.rsplit("_", 1)[-1].startswith("g")     # (a gradient pass)
+
+        def cell(i):        # (a loop LLVM makes a memcpy of)
+            b.store(b.load(b.gep(self.H, [i])), b.gep(snap, [b.add(i, t.i64(SNAP_HEAD))]))
+            if grad:
+                b.store(b.load(b.gep(self.G, [i])),
+                        b.gep(b.bitcast(snap, t.fptr), [b.add(i, t.i64(SNAP_HEAD + SNAP_CELLS))]))
+        loop_over(b, t.i64(0), top, cell)
 
     def searching(self) -> bool:
         """Is this the build that searches a gradient pass (LOOKS), in a function that
@@ -983,18 +1054,22 @@ class Lowering(ArrayLowering):
             b.store(b.bitcast(v, t.i64) if v.type == t.f64 else v, b.gep(self.kept, [t.i64(k)]))
         b.store(t.i64(block), self.kept_at)
         b.store(n, b.gep(self.kept_at, [t.i64(1)]))
+        if self.root is not None:
+            self.snapshot(n)
 
     def from_kept(self, otherwise, callee: bool):
         """The exit of a failed check (a float found not finite at a look, a check
         where the value is used; callee: a callee's failed check) in a function whose
-        run, its callees' included, writes no heap cell: with a copy of the registers
+        run, its callees' included, writes no heap cell (or in the root frame of one
+        that writes the heap, whose copies come with snapshots): with a copy of the registers
         from the last look (keep), a record of them (AT_LOOK: the block its back edge
         went to, the budget left there) above the heap top and the LOOKED code (callers
         add their records, as at the step budget's end), so that the interpreter steps
         from that look to the failing instruction (rvm.engines.machine:
         Machine._from_look) instead of native code running the pass again to that look;
         without a copy yet (or, from a callee, another failure than a check's),
-        `otherwise`. The heap is what it was at that look, since nothing wrote it."""
+        `otherwise`. The heap is what it was at that look, since nothing wrote it (or
+        the machine puts back the snapshot taken with the copy)."""
         b, t = self.b, self.t
         block = self.fn.append_basic_block("from_kept")
         write = self.kept_write

@@ -810,6 +810,8 @@ class Machine(Helpers):
         saved, steps = self._root_state(), self.steps
         hi[t:pos] = 0
         self.top = t
+        if looked and len(records) == 1:
+            self._from_snapshot(records[0], max(t, pos))
         try:
             for k, (state, R, G) in enumerate(frames):
                 top = self.stack[-1]
@@ -845,6 +847,25 @@ class Machine(Helpers):
             return self._from_look(direction, left, records[0][3], saved)
         return self._out_of_steps(self.max_steps, direction)
 
+    def _from_snapshot(self, record: tuple, end: int) -> None:
+        """A root frame's look record (AT_LOOK) in a function whose run writes the heap
+        comes with a snapshot of the heap at that look (rvm.engines.lowering:
+        Lowering.snapshot): the heap's cells (and in a gradient pass their shadows) as
+        they were there, the cells above its top zero (up to `end`, the records' end)."""
+        from .lowering import SNAP_CELLS, SNAP_HEAD
+        snap = self.__dict__.get("_snapshot")
+        if snap is None or snap[0] < 0 or snap[0] != record[3] or snap[2] != record[0]:
+            return          # (a function that writes no heap cell: the heap is as it was)
+        heap, top = self._native_heap, int(snap[1])
+        end = max(end, self.top)
+        heap[1][:top] = snap[SNAP_HEAD:SNAP_HEAD + top]
+        heap[1][top:end] = 0
+        if self.grad:
+            heap[3][:top] = snap[SNAP_HEAD + SNAP_CELLS:SNAP_HEAD + SNAP_CELLS + top].view(
+                np.float64)
+            heap[3][top:end] = 0.0
+        self.top = top
+
     def _from_look(self, direction: int, left: int, at: int, saved: tuple) -> int | None:
         """The machine placed at the last look before a native run failed (a check, or a
         float found not finite), which left the registers of that look (an AT_LOOK
@@ -855,12 +876,15 @@ class Machine(Helpers):
         native run, not a second to that look. The steps taken where the interpreter
         ends the pass (never, if native code and the interpreter agree), or None (the
         root frame as before; the heap is the caller's to undo) where the failure is
-        more than FAR steps past the look (a counted loop's, after it: see _general)."""
+        more than FAR steps past the look (a counted loop's, after it: see _general), or
+        than the steps native code ran to it over STEP_COST, where that is more (a
+        second native run to a look nearer it would cost more than these steps)."""
         now = self._failed_at()
-        if 0 <= now < at - FAR:
+        reach = max(FAR, (self.max_steps - now) // STEP_COST) if now >= 0 else FAR
+        if 0 <= now < at - reach:
             self._restore(saved)
             return None
-        far = min(left, FAR)
+        far = min(left, reach)
         taken = self._move(direction, far)      # (the interpreter's error, if it fails)
         if self.at_boundary(direction):
             return taken
@@ -1417,6 +1441,7 @@ def _undone_exactly(ins, grad: bool) -> bool:
 GENERAL = 1 << 10  # steps before a failure where Machine._general's native run stops
 SLACK = 1 << 12  # heap cells past those asked for when the heap grows (Machine._grow)
 FAR = 1 << 13   # interpreter steps from a replay's back edge before another way is tried
+STEP_COST = 1 << 8  # what an interpreter step costs, in native code's steps (about)
 
 
 def _leaders(code) -> list[int]:

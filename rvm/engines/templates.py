@@ -34,8 +34,11 @@ def fault(text: str) -> str:
 # the run (STOP, NO_STOP if none: rvm.engines.lowering, Lowering.call), and in a gradient
 # pass the budget left at the last look (Lowering.clean) before the first that found a
 # float register's shadow not finite (SHADOWS, -1 if none), and whether one did
-# (SHADOWS_BAD: rvm.ad.gradient.not_finite); every S holds at least STATE cells
-LEFT, LAST, NOW, STOP, SHADOWS, SHADOWS_BAD, STATE = 1, 4, 5, 6, 7, 8, 9
+# (SHADOWS_BAD: rvm.ad.gradient.not_finite), the root function's name id until the root
+# frame claims it (ROOT, -1 then and where no frame may) and the address of the machine's
+# snapshot buffer (SNAP, 0 if none: rvm.engines.lowering, Lowering.snapshot); every S
+# holds at least STATE cells
+LEFT, LAST, NOW, STOP, SHADOWS, SHADOWS_BAD, ROOT, SNAP, STATE = 1, 4, 5, 6, 7, 8, 9, 10, 11
 NO_STOP = -(1 << 63)
 
 
