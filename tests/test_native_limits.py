@@ -1953,3 +1953,68 @@ def f(x: float, c: float, n: int, out: float):
         errors.append((str(e.value), e.value.function, e.value.index))
     assert errors[0] == errors[1] and "`x` is inf: not finite" in errors[1][0]
     assert runs.count(True) == 1, runs
+
+
+# gradients of programs with arrays whose shadows stop being finite in a heap cell: after
+# the loop (x[0]'s, from two products of 1e308), in it (y[0]'s, 1e305 a pass, after some
+# 1,800 passes of the gradient pass), or in an ancilla's cell freed before the pass ends
+ARRAY_GRADIENTS = {
+    "after the loop": ("x", '''
+@reversible
+def f(x: Array[float], c: float, n: int, out: float):
+    out += x[0] * c
+    out += x[0] * c
+    for i in range(n):
+        out += x[0] * 0.5
+'''),
+    "in the loop": ("y", '''
+@reversible
+def f(y: Array[float], c: float, n: int, out: float):
+    for i in range(n):
+        out += y[0] * c
+'''),
+    "in a freed cell": ("x", '''
+@reversible
+def f(x: float, c: float, n: int, out: float):
+    with ancilla(a=zeros(2)):
+        a[0] += x
+        out += a[0] * c
+        out += a[0] * c
+        for i in range(n):
+            out += x * 0.5
+        a[0] -= x
+'''),
+}
+
+
+@pytest.mark.parametrize("case", ARRAY_GRADIENTS)
+def test_a_failing_gradient_with_arrays_is_found_from_a_snapshot_of_the_search(
+        case, tmp_path, monkeypatch):
+    """The search for the place where a gradient stopped being finite, in a program with
+    a small heap: the search's build takes snapshots of the heap and its shadows at the
+    looks of the root frame, tests the cells' shadows there (and before a FREE drops
+    them), and stops at the first that is not finite, leaving the snapshot before; the
+    interpreter steps from it to the place. One run of that build and a few hundred
+    interpreter steps (it was a bisection of some twenty runs: 43x a succeeding
+    gradient), and the interpreter's report."""
+    from rvm.engines.lowering import SEARCH_EVERY, SNAP_SPACING
+    name, body = ARRAY_GRADIENTS[case]
+    (tmp_path / "f.py").write_text("from rvm import Array, ancilla, reversible, zeros\n" + body)
+    f = rvm.load(tmp_path / "f.py")["f"]
+    first = 1e-300 if "freed" in case else np.array([1e-300])
+    c = 1e305 if name == "y" else 1e308
+    errors, walked = [], []
+    for engine in ("interp", "native"):
+        g = rvm.grad(f, loss="out", engine=engine)
+        g(first, 1.0, 10, 0.0)
+        runs: list = []
+        monkeypatch.setattr(Compiled, "run", lambda c, m, d, real=Compiled.run, runs=runs:
+                            runs.append(c.carry) or real(c, m, d))
+        walked = steps_stepped(monkeypatch)
+        with pytest.raises(rvm.InvertibilityError) as e:
+            g(first, c, 100_000, 0.0)
+        monkeypatch.undo()
+        errors.append((str(e.value), e.value.function, e.value.index))
+    assert errors[0] == errors[1] and "not finite" in errors[1][0], errors
+    assert runs.count(True) == 1, runs
+    assert sum(walked) < 4 * max(SEARCH_EVERY, 3 * SNAP_SPACING), walked

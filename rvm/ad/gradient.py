@@ -718,6 +718,7 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
     the interpreter alone."""
     from ..engines.compiled import compiled
     from ..engines.explain import names_at
+    from ..engines.lowering import SNAP_CELLS
     program, name, names = target(runner.fn, args)
     m = Machine(program, **runner.options)
     heap = any(ins.spec.group in HEAP_GROUPS for f in program.functions.values()
@@ -838,12 +839,15 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
         # the pass natively, to the first look (every SEARCH_EVERY steps) that finds a
         # shadow not finite, in a function that writes no heap cell: it stops there and
         # leaves the look before it, where the machine is put and the interpreter steps
-        # the few steps to the place (rvm.engines.lowering: Lowering.keep). Elsewhere the
-        # pass runs whole, where the failing call did not say it: the last look at a
-        # loop's (or a returning frame's) shadows before one found them not finite
-        # (note_shadows); as a rule the place is soon after it. (A budget that ends a
-        # step before the look's back edge stops natively there, in one run.)
-        if looked is None or not heap:     # (a gradient pass of a heap writes its cells)
+        # the few steps to the place (rvm.engines.lowering: Lowering.keep); in the root
+        # frame of a function that writes a small heap, its looks' copies come with
+        # snapshots of the heap and its shadows, whose shadows it tests (a cell's shadow
+        # not finite stops it too: Lowering.snapshot). Elsewhere the pass runs whole,
+        # where the failing call did not say it: the last look at a loop's (or a
+        # returning frame's) shadows before one found them not finite (note_shadows);
+        # as a rule the place is soon after it. (A budget that ends a step before the
+        # look's back edge stops natively there, in one run.)
+        if looked is None or not heap or m.top <= SNAP_CELLS:
             try:
                 m.run(-1)
             except RvmError as e:

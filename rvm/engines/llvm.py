@@ -806,7 +806,7 @@ def _module(src: _Source, tol: float, fused: dict, batches: dict, runs,
     def declare(types, signature, suffix: str, wanted) -> dict:
         functions: dict = {"TOL": tol, "RUN_OUT": src.run_out, "CALLS": src.calls,
                            "LOOKS": looks, "QUIET": src.quiet,
-                           "SNAP": () if looks else src.snapping}
+                           "SNAP": src.snapping}
         for name in src.texts:
             if name in wanted:
                 ftype, params, returns = signature(ir, types, src.stubs[name])

@@ -434,6 +434,7 @@ class Lowering(ArrayLowering):
                 b.store(t.f64(0.0), self.cell("HG", c))
             loop_over(b, d, end, zero)
             self.guard(b.load(any_bad), self.fault_block)
+            self.dropping(d, end)
             loop_over(b, d, end, clear)
             b.store(d, self.slot(0))
             return None
@@ -953,15 +954,17 @@ class Lowering(ArrayLowering):
             return
         b = self.b
         skip = None
+        bad = self.registers_not_finite(GRAD_REGISTER)
         if self.root is not None:       # (a function that writes the heap: see snapshot)
+            if bad is not None:         # (registers at every look, cells with a snapshot)
+                self.stop_if_shadowed(bad, cells=False)
             take, skip = self.fn.append_basic_block(), self.fn.append_basic_block()
             b.cbranch(self.snapshot_due(n), take, skip)
             b.position_at_end(take)
-        bad = self.registers_not_finite(GRAD_REGISTER)
-        if bad is not None:
+        if bad is not None or self.root is not None:
             copy, after = self.fn.append_basic_block(), self.fn.append_basic_block()
             self.stop_if_shadowed(bad)
-            b.cbranch(bad, after, copy)
+            b.cbranch(bad if bad is not None else self.t.i1(0), after, copy)
             b.position_at_end(copy)
             self.copy(block, n, fix)
             b.branch(after)
@@ -986,6 +989,40 @@ class Lowering(ArrayLowering):
         b.store(mine, self.root)
         b.store(b.select(mine, t.i64(-1), named), self.slot(ROOT))
 
+    def heap_shadows_not_finite(self):
+        """A flag: in the root frame (see claim), some heap cell's shadow is inf or nan
+        (one scan of the cells below the top, no branch per cell)."""
+        b, t = self.b, self.t
+        flag = self.new_flag()
+
+        def test(c):
+            g = b.load(self.cell("HG", c))
+            self.raise_flag(flag, b.fcmp_unordered("uno", b.fsub(g, g), t.f64(0.0)))
+        loop_over(b, t.i64(0), b.select(b.load(self.root), b.load(self.slot(0)), t.i64(0)),
+                  test)
+        return b.load(flag)
+
+    def dropping(self, d, end) -> None:
+        """In the build that searches a gradient pass (LOOKS): before heap cells d to end
+        drop their shadows (a FREE), a look at them: where one is not finite, the
+        search stops here if a look would (stop_if_shadowed), and it is noted
+        (SHADOWS_BAD, as note_shadows notes a register's), so that no later look stops
+        the search past it (rvm.ad.gradient.not_finite)."""
+        if not self.functions.get("LOOKS") or type(self) is not Lowering:
+            return
+        b, t = self.b, self.t
+        flag = self.new_flag()
+
+        def test(c):
+            g = b.load(self.cell("HG", c))
+            self.raise_flag(flag, b.fcmp_unordered("uno", b.fsub(g, g), t.f64(0.0)))
+        loop_over(b, d, end, test)
+        bad = b.load(flag)
+        regs = self.registers_not_finite(GRAD_REGISTER)
+        self.stop_if_shadowed(bad if regs is None else b.or_(bad, regs))
+        seen = b.icmp_signed("!=", b.load(self.slot(SHADOWS_BAD)), t.i64(0))
+        b.store(b.zext(b.or_(seen, bad), t.i64), self.slot(SHADOWS_BAD))
+
     def snapshot_due(self, n):
         """At a look with n steps of budget left, in a function that writes the heap (see
         snapshot): is this the root frame, its heap small enough (SNAP_CELLS), and either
@@ -993,9 +1030,9 @@ class Lowering(ArrayLowering):
         since the last?"""
         b, t = self.b, self.t
         top, last = b.load(self.slot(0)), b.load(b.gep(self.kept_at, [t.i64(1)]))
+        least = SEARCH_EVERY if self.searching() else CLEAN_EVERY
         spacing = b.mul(top, t.i64(SNAP_SPACING))
-        spacing = b.select(b.icmp_signed("<", spacing, t.i64(CLEAN_EVERY)),
-                           t.i64(CLEAN_EVERY), spacing)
+        spacing = b.select(b.icmp_signed("<", spacing, t.i64(least)), t.i64(least), spacing)
         due = b.or_(b.icmp_signed("<", last, t.i64(0)),
                     b.icmp_signed(">=", b.sub(last, n), spacing))
         return b.and_(b.and_(b.load(self.root), b.icmp_unsigned("<=", top, t.i64(SNAP_CELLS))),
@@ -1028,7 +1065,7 @@ class Lowering(ArrayLowering):
         keeps copies of its registers (keep)? Its looks come every SEARCH_EVERY steps."""
         return bool(self.functions.get("LOOKS")) and self.kept_at is not None
 
-    def stop_if_shadowed(self, bad=None) -> None:
+    def stop_if_shadowed(self, bad=None, cells: bool = True) -> None:
         """In the build that searches a gradient pass (LOOKS), in a function that keeps
         copies: where a look finds a shadow not finite (bad), the first in the pass, and
         a copy is kept, leave that copy as a record and stop (SHADOWED; see keep)."""
@@ -1036,6 +1073,9 @@ class Lowering(ArrayLowering):
             return
         b, t = self.b, self.t
         bad = self.registers_not_finite(GRAD_REGISTER) if bad is None else bad
+        if self.root is not None and cells:     # (and in the root frame of one that
+            heap = self.heap_shadows_not_finite()   # writes the heap, a cell's: snapshot)
+            bad = heap if bad is None else b.or_(bad, heap)
         if bad is None:
             return
         first = b.and_(bad, b.icmp_signed("==", b.load(self.slot(SHADOWS_BAD)), t.i64(0)))
