@@ -1095,16 +1095,16 @@ def test_a_failing_run_with_array_arguments_is_one_or_two_native_runs(kept, monk
     """The heap grows a little past the cells asked for, so native code's checkpoint
     records fit above a call's arrays: a run that fails leaves the copy of the registers
     its last look kept (the function only reads the heap), or, where it writes the
-    heap (of 5,000 cells here: more than a look's snapshot holds), is run natively once
-    more, to the back edge before the failure (it was twice more, the first to make
-    room)."""
+    heap, is run natively once more, to the back edge before the failure (it was twice
+    more, the first to make room): a heap of 5,000 cells has a snapshot every 320,000
+    steps, and the interpreter's steps from there would cost more than that run."""
     p = rvm.assemble(variant(ARRAY_EXP, "k", kept))
     a = np.arange(5000, dtype=np.int64)
     outcomes, runs = [], []
     for engine in ("interp", "native"):
         with pytest.MonkeyPatch.context() as mp:
             runs = builds_run(mp)
-            m = Machine(p, engine=engine, max_steps=10**8)
+            m = roomy(Machine(p, engine=engine, max_steps=10**8))
             m.enter("k", a, 0, 0.0, 0.0, 3000.0)
             with pytest.raises(rvm.RvmError) as e:
                 m.run()
@@ -1403,9 +1403,9 @@ def test_the_failing_runs_benchmark_runs(tmp_path):
     assert out.returncode == 0, out.stderr
     rows = [line for line in out.stdout.splitlines() if "failing" in line]
     assert [r.split("|")[1].strip() for r in rows] == [
-        "general", "counted", "general, a heap cell written", "general, a large heap",
-        "gradient", "gradient, an array"]
-    assert out.stdout.count("math range error") == 4 and "`x` is inf: not finite" in out.stdout
+        "general", "counted", "general, a heap cell written", "general, 4,096 cells",
+        "general, 131,072 cells", "gradient", "gradient, an array"]
+    assert out.stdout.count("math range error") == 5 and "`x` is inf: not finite" in out.stdout
     assert "`x` has inf or nan elements: not finite" in out.stdout
 
 

@@ -10,13 +10,14 @@ error must still be the interpreter's, at the pass that made it. The succeeding 
 which native code runs without a budget test per pass and looks at the floats of after
 chunks of about 1,024 steps) is the second row; the third, the general loop adding f0
 into a heap cell and taking it out again in each pass (a function that writes the
-heap: its looks keep a snapshot of a small heap), and the fourth that loop with 2,048
-cells allocated (more than a snapshot holds: native code runs again to the look before
-the failure). The fifth is a gradient (rvm.grad) of
+heap: its looks keep a snapshot of a small heap), the fourth that loop with 4,096 cells
+allocated (snapshots every 262,144 steps), and the fifth with 131,072 (more than a
+snapshot holds: native code runs again to the look before the failure). The sixth is a
+gradient (rvm.grad) of
 a loop of PASSES / 50 passes whose gradient comes out inf from a product made before the
 loop: the error says where in the gradient pass a shadow stopped being finite, which
 native code does not test for (a bisection of native runs with step budgets finds it);
-the sixth, the same with x an array (a program with a heap).
+the seventh, the same with x an array (a program with a heap).
 Times are the best of 3 in one process (native code compiled before timing).
 """
 
@@ -119,7 +120,7 @@ def timed(p, engine: str, end: float) -> tuple[float, str]:
     best, outcome = float("inf"), ""
     for _ in range(3):
         m = Machine(p, engine=engine, max_steps=10**10)
-        m._grow(4096)           # (room for the large heap: no native run to find it)
+        m._grow(1 << 18)        # (room for the large heap: no native run to find it)
         counted = len(p.functions["spin"].params) == 5
         m.enter("spin", 0.0, end, 0.0, 0, *((int(end),) if counted else ()))
         t = time.perf_counter()
@@ -140,7 +141,8 @@ if __name__ == "__main__":
     print("| loop | run | seconds | ratio |\n|---|---|---|---|")
     for name, text in (("general", LOOP), ("counted", COUNTED),
                        ("general, a heap cell written", HEAP.replace("{cells}", "3")),
-                       ("general, a large heap", HEAP.replace("{cells}", "2048"))):
+                       ("general, 4,096 cells", HEAP.replace("{cells}", "4096")),
+                       ("general, 131,072 cells", HEAP.replace("{cells}", "131072"))):
         p = rvm.assemble(text.format(k=float(k)), "spin.rasm")
         timed(p, "native", 10.0)                # compiled before timing
         ok, _ = timed(p, "native", k + 700.0)

@@ -1602,9 +1602,11 @@ class Compiled:
         cached[4][STOP] = NO_STOP
         cached[4][SHADOWS], cached[4][SHADOWS_BAD] = -1, 0
         snap = machine.__dict__.get("_snapshot")
-        if snap is None:        # (the heap at a look in the root frame: Lowering.snapshot)
-            from .lowering import SNAP_CELLS, SNAP_HEAD
-            snap = machine._snapshot = np.zeros(SNAP_HEAD + 2 * SNAP_CELLS, np.int64)
+        from .lowering import SNAP_CELLS, SNAP_HEAD
+        room = min(machine.cap, SNAP_CELLS)
+        if snap is None or snap[3] < room:  # (the heap at a look in the root frame, as
+            snap = machine._snapshot = np.zeros(SNAP_HEAD + 2 * room, np.int64)  # large:
+            snap[3] = room                  # Lowering.snapshot)
         snap[0] = -1            # (none taken in this run yet)
         cached[4][ROOT], cached[4][SNAP] = -1, snap.ctypes.data     # (run names the root)
         if machine.said_cells:

@@ -43,11 +43,12 @@ CLEAN_EVERY, SEARCH_EVERY = 1 << 8, 1 << 5
 # steps of a counted loop's passes between two looks at its floats (see Lowering.look)
 LOOK_EVERY = 1 << 10
 # the machine's snapshot buffer (see Lowering.snapshot): a header of SNAP_HEAD cells (the
-# budget left at the look, the heap top, the function's name id), then room for the
-# cells of a heap of up to SNAP_CELLS cells and their shadows; a snapshot is taken at a
-# look when SNAP_SPACING steps per heap cell have passed since the last (its copy costs
-# well under a step per SNAP_SPACING steps)
-SNAP_HEAD, SNAP_CELLS, SNAP_SPACING = 4, 1 << 10, 64
+# budget left at the look, the heap top, the function's name id, the room: cells it
+# holds, as large as the heap, at most SNAP_CELLS), then the cells of a heap of up to
+# that many cells and their shadows; a snapshot is taken at a look when SNAP_SPACING
+# steps per heap cell have passed since the last (its copy costs well under a step per
+# SNAP_SPACING steps)
+SNAP_HEAD, SNAP_CELLS, SNAP_SPACING = 4, 1 << 16, 64
 
 
 class Types:
@@ -299,6 +300,7 @@ class Lowering(ArrayLowering):
         self.records: dict = {}     # where a record goes next -> its shared block (shared)
         self.before = None          # the budget test before the next call (stop_at)
         self.looked = False         # a look at its float registers made (note_shadows)
+        self.dropped = None         # with LOOKS: a dropped shadow was not finite (drop_look)
         self.zeroed: set = set()    # shadows set to 0.0 so far (with LOOKS: see statement)
         self.checked = None         # (base, offset, sum) of the last address check
         self.worked_out: dict = {}  # a counted loop's entry test's values (exact), by
@@ -319,6 +321,10 @@ class Lowering(ArrayLowering):
             if snaps:
                 self.claim()
             self.b.store(self.next_look(self.b.load(self.slot(1))), self.mark)
+            if functions.get("LOOKS"):
+                with self.b.goto_block(self.fn.entry_basic_block):
+                    self.dropped = self.b.alloca(t.i1, name="dropped")
+                self.b.store(t.i1(0), self.dropped)
         self.fault_block, self.full_block = self.exit(FAULT), self.exit(FULL)
         self.budget_block, self.interrupt_block = self.exit(BUDGET), self.exit(INTERRUPT)
         self.passed = self.exit(None)          # a callee's fault: return, its code kept
@@ -344,6 +350,9 @@ class Lowering(ArrayLowering):
         with self.b.goto_block(block):
             if code is not None:
                 self.b.store(self.t.s64(code), self.flag)
+            if self.dropped is not None:    # (what drop_look found, for the machine)
+                self.b.store(self.b.zext(self.shadows_seen(), self.t.i64),
+                             self.slot(SHADOWS_BAD))
             own = code is not None and not callee
             if self.last is not None and code in (FAULT, BUDGET, LOOKED, None):
                 # where the run failed: the budget left at this frame's last budget test
@@ -576,7 +585,7 @@ class Lowering(ArrayLowering):
                     # LOOKS, a look first at what it held; not where a local's shadow
                     # is first set, which the look would read unset)
                     if target.id in self.zeroed or target.id in self.params:
-                        self.note_shadows(b.load(self.vars["_n"]), placed=False)
+                        self.drop_look(target.id)
                     self.zeroed.add(target.id)
                 self.store(target, self.expr(s.value))
         elif isinstance(s, ast.AugAssign) and _named(s.target, "_ok"):
@@ -983,11 +992,20 @@ class Lowering(ArrayLowering):
         b, t = self.b, self.t
         with b.goto_block(self.fn.entry_basic_block):
             self.root = b.alloca(t.i1, name="root")
+            self.room = b.alloca(t.i64, name="room")
         named = b.load(self.slot(ROOT))
         mine = b.and_(b.icmp_signed("==", named, t.i64(name_id(self.node.name))),
                       b.icmp_signed("!=", b.load(self.slot(SNAP)), t.i64(0)))
         b.store(mine, self.root)
         b.store(b.select(mine, t.i64(-1), named), self.slot(ROOT))
+        b.store(t.i64(-1), self.room)       # (the snapshot's room, read where there is one)
+        claimed, after = self.fn.append_basic_block(), self.fn.append_basic_block()
+        b.cbranch(mine, claimed, after)
+        b.position_at_end(claimed)
+        b.store(b.load(b.gep(b.inttoptr(b.load(self.slot(SNAP)), t.ptr), [t.i64(3)])),
+                self.room)
+        b.branch(after)
+        b.position_at_end(after)
 
     def heap_shadows_not_finite(self):
         """A flag: in the root frame (see claim), some heap cell's shadow is inf or nan
@@ -1025,8 +1043,8 @@ class Lowering(ArrayLowering):
 
     def snapshot_due(self, n):
         """At a look with n steps of budget left, in a function that writes the heap (see
-        snapshot): is this the root frame, its heap small enough (SNAP_CELLS), and either
-        no copy kept yet or SNAP_SPACING steps per heap cell (at least CLEAN_EVERY) gone
+        snapshot): is this the root frame, its heap small enough (the snapshot's room),
+        and either no copy kept yet or SNAP_SPACING steps per heap cell (at least CLEAN_EVERY) gone
         since the last?"""
         b, t = self.b, self.t
         top, last = b.load(self.slot(0)), b.load(b.gep(self.kept_at, [t.i64(1)]))
@@ -1035,7 +1053,7 @@ class Lowering(ArrayLowering):
         spacing = b.select(b.icmp_signed("<", spacing, t.i64(least)), t.i64(least), spacing)
         due = b.or_(b.icmp_signed("<", last, t.i64(0)),
                     b.icmp_signed(">=", b.sub(last, n), spacing))
-        return b.and_(b.and_(b.load(self.root), b.icmp_unsigned("<=", top, t.i64(SNAP_CELLS))),
+        return b.and_(b.and_(b.load(self.root), b.icmp_signed("<=", top, b.load(self.room))),
                       due)
 
     def snapshot(self, n) -> None:
@@ -1052,12 +1070,13 @@ class Lowering(ArrayLowering):
         for k, v in enumerate((n, top, t.i64(name_id(self.node.name)))):
             b.store(v, b.gep(snap, [t.i64(k)]))
         grad = self.node.name.rsplit("_", 1)[-1].startswith("g")     # (a gradient pass)
+        shadows = b.add(b.load(b.gep(snap, [t.i64(3)])), t.i64(SNAP_HEAD))   # (after room)
 
         def cell(i):        # (a loop LLVM makes a memcpy of)
             b.store(b.load(b.gep(self.H, [i])), b.gep(snap, [b.add(i, t.i64(SNAP_HEAD))]))
             if grad:
                 b.store(b.load(b.gep(self.G, [i])),
-                        b.gep(b.bitcast(snap, t.fptr), [b.add(i, t.i64(SNAP_HEAD + SNAP_CELLS))]))
+                        b.gep(b.bitcast(snap, t.fptr), [b.add(i, shadows)]))
         loop_over(b, t.i64(0), top, cell)
 
     def searching(self) -> bool:
@@ -1078,7 +1097,7 @@ class Lowering(ArrayLowering):
             bad = heap if bad is None else b.or_(bad, heap)
         if bad is None:
             return
-        first = b.and_(bad, b.icmp_signed("==", b.load(self.slot(SHADOWS_BAD)), t.i64(0)))
+        first = b.and_(bad, b.not_(self.shadows_seen()))
         kept = b.icmp_signed(">=", b.load(b.gep(self.kept_at, [t.i64(1)])), t.i64(0))
         stop = self.fn.append_basic_block()
         self.guard(b.and_(first, kept), stop)
@@ -1265,17 +1284,35 @@ class Lowering(ArrayLowering):
         returns are not finite, this is where the search for the first shadow that
         stopped being finite starts (rvm.ad.gradient.not_finite). placed=False: a look
         inside a block, where n (charged when the block began) is not the budget left
-        here: it notes a shadow not finite, not the budget."""
+        here: it notes a shadow not finite, not the budget (and drop_look's)."""
         bad = self.registers_not_finite(GRAD_REGISTER)
         self.looked = True
         if bad is None:
             return
         b, t = self.b, self.t
-        seen = b.icmp_signed("!=", b.load(self.slot(SHADOWS_BAD)), t.i64(0))
+        seen = self.shadows_seen()
         if placed:
             fine = b.not_(b.or_(seen, bad))
             b.store(b.select(fine, n, b.load(self.slot(SHADOWS))), self.slot(SHADOWS))
         b.store(b.zext(b.or_(seen, bad), t.i64), self.slot(SHADOWS_BAD))
+
+    def drop_look(self, name: str) -> None:
+        """With LOOKS, before a shadow is dropped (set to 0.0: an ancilla's at the end
+        of its block, a temporary's): whether it was not finite, in a flag of the frame
+        (no store to the state array in a loop: LLVM keeps it in a register) that the
+        looks, the function's exits and the search's stops read with SHADOWS_BAD
+        (shadows_seen). Only the dropped shadow: the others are seen at the next look,
+        or where they are dropped."""
+        self.looked = True
+        bad = self.non_finite([self.b.load(self.vars[name])])
+        if bad is not None and self.dropped is not None:
+            self.raise_flag(self.dropped, bad)
+
+    def shadows_seen(self):
+        """A flag: a look (or a dropped shadow) found a shadow not finite (SHADOWS_BAD)."""
+        b, t = self.b, self.t
+        seen = b.icmp_signed("!=", b.load(self.slot(SHADOWS_BAD)), t.i64(0))
+        return seen if self.dropped is None else b.or_(seen, b.load(self.dropped))
 
     def registers_not_finite(self, names=_REGISTER):
         """A flag: some float register (or, names=GRAD_REGISTER, some float register's

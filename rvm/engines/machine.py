@@ -852,7 +852,7 @@ class Machine(Helpers):
         comes with a snapshot of the heap at that look (rvm.engines.lowering:
         Lowering.snapshot): the heap's cells (and in a gradient pass their shadows) as
         they were there, the cells above its top zero (up to `end`, the records' end)."""
-        from .lowering import SNAP_CELLS, SNAP_HEAD
+        from .lowering import SNAP_HEAD
         snap = self.__dict__.get("_snapshot")
         if snap is None or snap[0] < 0 or snap[0] != record[3] or snap[2] != record[0]:
             return          # (a function that writes no heap cell: the heap is as it was)
@@ -861,8 +861,8 @@ class Machine(Helpers):
         heap[1][:top] = snap[SNAP_HEAD:SNAP_HEAD + top]
         heap[1][top:end] = 0
         if self.grad:
-            heap[3][:top] = snap[SNAP_HEAD + SNAP_CELLS:SNAP_HEAD + SNAP_CELLS + top].view(
-                np.float64)
+            room = SNAP_HEAD + int(snap[3])
+            heap[3][:top] = snap[room:room + top].view(np.float64)
             heap[3][top:end] = 0.0
         self.top = top
 
