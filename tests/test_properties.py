@@ -107,8 +107,8 @@ def test_run_then_uncall_restores_inputs(seed, args):
     # 1e15 and 2e11, seed 1393179 1.3e4 and 1.9e-5 (1.4e-9 of it) (the same on every
     # engine, the interpreter's included, and on earlier versions). So floats are compared
     # within 1e-8 of the largest magnitude the run reached (stepped through on the
-    # interpreter), where that is at most 1e6 (every engine's uncall is compared with the interpreter's by the random-program
-    # fuzzing: tests/test_fuzz.py, tools/fuzz.py).
+    # interpreter), where that is at most 1e6 (every engine's uncall is compared with the
+    # interpreter's by the random-program fuzzing: tests/test_fuzz.py, tools/fuzz.py).
     scale = peak(p, args)
     for a, b in zip(back, args):
         if isinstance(b, int):
