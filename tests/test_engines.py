@@ -1651,6 +1651,28 @@ def test_python_frontend_print_on_every_engine(capsys, engine):
     assert failed[0][1] == "i 1 s 100.3 [1.0, -0.0, 2.5]\ni 2 s 100.3 [1.0, -0.0, 2.5]\n"
 
 
+@pytest.mark.parametrize("engine", ENGINES[1:])
+def test_a_counted_loop_prints_its_counter_in_every_pass(capsys, engine):
+    """A loop counted by an integer that only a print reads: native code ran it as a
+    counted loop whose counter steps once, after the last pass, and printed `i = 0` in
+    every pass (from 8 passes on). Forwards, backwards and down."""
+    @rvm.reversible
+    def f(out: float, n: int):
+        for i in range(n):
+            print("i =", i)
+            out += 1.0
+        for j in range(n, 0, -1):
+            print("j =", j)
+            out -= 0.5
+
+    for n in (3, 12, 40):
+        want = _printed(capsys, lambda n=n: (f(0.0, n, engine="interp"),
+                                             (~f)(n / 2, n, engine="interp")))
+        got = _printed(capsys, lambda n=n: (f(0.0, n, engine=engine),
+                                            (~f)(n / 2, n, engine=engine)))
+        assert got == want and f"i = {n - 1}\n" in want[1], (n, got[1][:80])
+
+
 @pytest.mark.skipif(not native.available, reason="llvmlite is not installed")
 def test_a_gradient_of_a_scalar_function_that_prints_stays_native(capsys):
     """A program without heap but with output has no scalar fused call (its output lives

@@ -535,7 +535,7 @@ def counted(w: _Writer, k: int, start: int, end: int) -> Counted | None:
             checks.append(_RANGE[_MIRROR[must]].format(z=text(p)))
         else:
             return None
-    counter = not any(reg in _mentioned(ins) for i, ins in body if i < at)
+    counter = not any(reg in w.mentioned(ins) for i, ins in body if i < at)
     floats = tuple(sorted({_local(r)[0] for r in written if r.cls == isa.FLOAT}))
     for _, ins in body:
         regs = _mentioned(ins)
@@ -747,6 +747,13 @@ class _Writer:
             return line
         return "_s = 0.0" if line == "_s = M.dscale" else "pass"
 
+    def mentioned(self, ins) -> set:
+        """The registers ins reads or writes, an output statement's (a NOP that prints)
+        included: a counted loop whose counter a print shows steps it in every pass (it
+        showed the first value in every pass, natively)."""
+        regs = _mentioned(ins)
+        return regs | self.c.said_regs(self.fn.name, ins.line) if ins.op == "NOP" else regs
+
     def shown(self, depth: int, known: _Known | None, ins) -> None:
         """Before an output statement (native): the raw registers it shows made `0.0 +
         cell`, so that it shows what the interpreter's registers hold (see _Known)."""
@@ -952,7 +959,7 @@ class _Writer:
         self.emit(depth, f"if _exact({test}):" if self.c.native else f"if {test}:")
         depth += 1
         self.emit(depth, f"_n -= {trips} * {cost + c.passed} - {c.passed}")
-        read = any(c.reg in _mentioned(code[i]) for i in range(start, end - 1)
+        read = any(c.reg in self.mentioned(code[i]) for i in range(start, end - 1)
                    if i != c.at and i not in c.skip and code[i].op not in isa.COMEFROMS)
         # (native code: `_finite_after(range(...), K, P, C)` or `_passes(...)`: the steps a
         # pass charges, the comefrom steps of the back edge and its callees' most steps,

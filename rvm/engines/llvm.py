@@ -46,6 +46,7 @@ from .lowering import (
     INTERRUPT_CELL,
     MESSAGES,
     RECORD,
+    SNAP_HEAD,
     Lowering,
     Types,
     Unsupported,
@@ -395,6 +396,7 @@ def _entry(ir, t: Types, module, name: str, inner, returns: list[str], fused=Non
         forward = run(first, rest[:nparams])
         if not split:       # (a split forward run leaves its ancilla arrays allocated)
             left_allocated()
+            _forward_end(b, t, S, H, budget)
         else:
             whole_run_fits(b, t, budget, b.load(state(1)), fused[4], code, fault)
         b.store(budget, state(1))
@@ -581,6 +583,31 @@ def whole_run_fits(b, t: Types, budget, left, tail, code, done) -> None:
         b.store(t.i64(BUDGET), code)
         b.branch(done)
     guard(b, over, leave)
+
+
+def _forward_end(b, t: Types, S, H, budget) -> None:
+    """In a value-and-gradient call given a snapshot buffer (the state's SNAP, as the
+    direct calls with arrays give one: rvm.ad.gradient, _Direct.make_arrays), the heap
+    where the forward run ended, if the buffer holds it (its room, cell 3): marked -2 in
+    cell 0, the top in cell 1 and the forward run's steps in cell 2. Where the gradient
+    then comes out not finite, the search for where it stopped being finite starts
+    there (rvm.ad.gradient.not_finite), not with the forward run again."""
+    fn = b.function
+    snap_at = b.load(b.gep(S, [t.i64(SNAP)]))
+    given, copy, after = (fn.append_basic_block() for _ in range(3))
+    b.cbranch(b.icmp_signed("!=", snap_at, t.i64(0)), given, after)
+    b.position_at_end(given)
+    snap = b.inttoptr(snap_at, t.ptr)
+    top = b.load(b.gep(S, [t.i64(0)]))
+    b.cbranch(b.icmp_signed("<=", top, b.load(b.gep(snap, [t.i64(3)]))), copy, after)
+    b.position_at_end(copy)
+    loop_over(b, t.i64(0), top, lambda i: b.store(
+        b.load(b.gep(H, [i])), b.gep(snap, [b.add(i, t.i64(SNAP_HEAD))])))
+    b.store(t.i64(-2), b.gep(snap, [t.i64(0)]))
+    b.store(top, b.gep(snap, [t.i64(1)]))
+    b.store(b.sub(budget, b.load(b.gep(S, [t.i64(1)]))), b.gep(snap, [t.i64(2)]))
+    b.branch(after)
+    b.position_at_end(after)
 
 
 def _end_checkpoint(b, t: Types, function: str, S, H, cap, out, names: list[str]) -> None:
@@ -785,8 +812,12 @@ class _Source:
         # the root frame keeps a copy of the registers with a snapshot of a small heap
         # (Lowering.snapshot; in every function with loops, the GMM example's first
         # gradient compiled in 10 s instead of 7)
+        # (and only the runs a machine starts: a value-and-gradient call's split runs
+        # never take snapshots)
         called = {c for name in self.calls for c in self.calls[name]}
-        self.snapping = looping - self.quiet - called
+        self.snapping = frozenset(
+            name for name in looping - self.quiet - called
+            if name.rsplit("_", 1)[-1] in ("fw", "bw", "gfw", "gbw"))
 
     def node(self, name: str) -> ast.FunctionDef:
         """A generated function's tree as native code runs it (rvm.engines.lowering:

@@ -39,7 +39,7 @@ INTERRUPT_CELL = "rvm_interrupt"
 POLL_EVERY = 1 << 16    # passes of a counted loop between two polls of the interrupt cell
 # steps between two tests of every float register at a back edge (see Lowering.clean); in
 # the build that searches a gradient pass for a shadow that stopped being finite, fewer
-CLEAN_EVERY, SEARCH_EVERY = 1 << 8, 1 << 5
+CLEAN_EVERY, SEARCH_EVERY = 1 << 8, 1 << 6
 # steps of a counted loop's passes between two looks at its floats (see Lowering.look)
 LOOK_EVERY = 1 << 10
 # the machine's snapshot buffer (see Lowering.snapshot): a header of SNAP_HEAD cells (the
@@ -993,12 +993,14 @@ class Lowering(ArrayLowering):
         with b.goto_block(self.fn.entry_basic_block):
             self.root = b.alloca(t.i1, name="root")
             self.room = b.alloca(t.i64, name="room")
+            self.snap_top = b.alloca(t.i64, name="snap_top")
         named = b.load(self.slot(ROOT))
         mine = b.and_(b.icmp_signed("==", named, t.i64(name_id(self.node.name))),
                       b.icmp_signed("!=", b.load(self.slot(SNAP)), t.i64(0)))
         b.store(mine, self.root)
         b.store(b.select(mine, t.i64(-1), named), self.slot(ROOT))
         b.store(t.i64(-1), self.room)       # (the snapshot's room, read where there is one)
+        b.store(t.i64(0), self.snap_top)    # (the heap top at the last snapshot)
         claimed, after = self.fn.append_basic_block(), self.fn.append_basic_block()
         b.cbranch(mine, claimed, after)
         b.position_at_end(claimed)
@@ -1044,12 +1046,13 @@ class Lowering(ArrayLowering):
     def snapshot_due(self, n):
         """At a look with n steps of budget left, in a function that writes the heap (see
         snapshot): is this the root frame, its heap small enough (the snapshot's room),
-        and either no copy kept yet or SNAP_SPACING steps per heap cell (at least CLEAN_EVERY) gone
-        since the last?"""
+        and either no copy kept yet or SNAP_SPACING steps per cell of the last snapshot's
+        heap (at least CLEAN_EVERY) gone since it? (Per cell of the last: a heap that grows
+        faster than a cell per SNAP_SPACING steps still gets snapshots.)"""
         b, t = self.b, self.t
         top, last = b.load(self.slot(0)), b.load(b.gep(self.kept_at, [t.i64(1)]))
         least = SEARCH_EVERY if self.searching() else CLEAN_EVERY
-        spacing = b.mul(top, t.i64(SNAP_SPACING))
+        spacing = b.mul(b.load(self.snap_top), t.i64(SNAP_SPACING))
         spacing = b.select(b.icmp_signed("<", spacing, t.i64(least)), t.i64(least), spacing)
         due = b.or_(b.icmp_signed("<", last, t.i64(0)),
                     b.icmp_signed(">=", b.sub(last, n), spacing))
@@ -1067,6 +1070,7 @@ class Lowering(ArrayLowering):
         b, t = self.b, self.t
         snap = b.inttoptr(b.load(self.slot(SNAP)), t.ptr)
         top = b.load(self.slot(0))
+        b.store(top, self.snap_top)
         for k, v in enumerate((n, top, t.i64(name_id(self.node.name)))):
             b.store(v, b.gep(snap, [t.i64(k)]))
         grad = self.node.name.rsplit("_", 1)[-1].startswith("g")     # (a gradient pass)
