@@ -1921,40 +1921,6 @@ def test_a_callee_that_stops_the_search_after_its_callers_shadow_overflowed(case
     assert errors[0] == errors[1] and errors[1][1] == "f", errors
 
 
-def test_a_failing_gradient_of_a_program_with_a_heap_runs_the_search_to_its_look_once(
-        tmp_path, monkeypatch):
-    """A program with a heap (here an ancilla array) keeps no copies in the search's
-    build, which then never stops early: where the failing call noted its last look,
-    the search runs that build once, to the look, not first the whole pass as well."""
-    (tmp_path / "f.py").write_text('''
-from rvm import ancilla, reversible, zeros
-
-@reversible
-def f(x: float, c: float, n: int, out: float):
-    with ancilla(a=zeros(2)):
-        a[0] += x
-        out += a[0] * c
-        out += a[0] * c
-        for i in range(n):
-            out += x * 0.5
-        a[0] -= x
-''')
-    f = rvm.load(tmp_path / "f.py")["f"]
-    errors = []
-    for engine in ("interp", "native"):
-        g = rvm.grad(f, loss="out", engine=engine)
-        g(1e-300, 1.0, 10, 0.0)
-        runs: list = []
-        monkeypatch.setattr(Compiled, "run", lambda c, m, d, real=Compiled.run, runs=runs:
-                            runs.append(c.carry) or real(c, m, d))
-        with pytest.raises(rvm.InvertibilityError) as e:
-            g(1e-300, 1e308, 200_000, 0.0)
-        monkeypatch.undo()
-        errors.append((str(e.value), e.value.function, e.value.index))
-    assert errors[0] == errors[1] and "`x` is inf: not finite" in errors[1][0]
-    assert runs.count(True) == 1, runs
-
-
 # gradients of programs with arrays whose shadows stop being finite in a heap cell: after
 # the loop (x[0]'s, from two products of 1e308), in it (y[0]'s, 1e305 a pass, after some
 # 1,800 passes of the gradient pass; or from y[1], which the forward run sets to 1e305),
