@@ -1995,3 +1995,25 @@ def test_a_failing_gradient_with_arrays_is_found_from_a_snapshot_of_the_search(
     # run again)
     assert runs == ([False, True] if "freed" in case else [True]), runs
     assert sum(walked) < 4 * max(SEARCH_EVERY, 3 * SNAP_SPACING), walked
+
+
+def test_a_failing_gradient_with_an_array_nothing_reads_is_the_interpreters(tmp_path):
+    """A function with an array argument and no heap instruction: the direct call with
+    arrays kept where its forward run ended, which is not the arguments' final values
+    a program without a heap starts its search from (they were taken for them: `argument
+    1 of f is a 1-D array, which takes 2 integer parameters`)."""
+    (tmp_path / "f.py").write_text('''
+from rvm import Array, reversible
+
+@reversible
+def f(y: Array[float], s: float, out: float):
+    out += s * 1e308
+    out += s * 1e308
+''')
+    f = rvm.load(tmp_path / "f.py")["f"]
+    errors = []
+    for engine in ("interp", "native"):
+        with pytest.raises(rvm.InvertibilityError) as e:
+            rvm.grad(f, loss="out", engine=engine)(np.zeros(2), 1e-300, 0.0)
+        errors.append((str(e.value), e.value.function, e.value.index))
+    assert errors[0] == errors[1] and "`s` is inf" in errors[1][0], errors

@@ -697,8 +697,10 @@ def _value_and_grad(fn, loss: Loss, machine_options: dict,
             target = find_argument(m.bindings, m.stack[0].fn, loss, "loss")
             fast = m.results(), runner.backward(m, target)
         if not finite(fast[1]):
+            native = direct.native(args)
             raise not_finite(runner, args, loss, fast[1], direct.looked(args),
-                             fast[0] if direct.native(args) else direct.ended(args))
+                             fast[0] if native else None,
+                             None if native else direct.ended(args))
         return fast
 
     def batch(columns: list):
@@ -723,7 +725,7 @@ def finite(grads) -> bool:
 
 
 def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
-               ended: tuple | None = None) -> MachineError:
+               ended: tuple | None = None, forward_end: tuple | None = None) -> MachineError:
     """The error for gradients that came out inf or nan: which argument's, and where in
     the gradient pass a shadow first stopped being finite (a shadow that overflows where
     nothing reads it, a constant's, is not an error). Native code does not test shadows
@@ -736,12 +738,14 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
     ended: the arguments' final values from the native call that found the gradients
     not finite: the search starts from them, at the function's end, without running
     the forward pass again (a program without a heap, its locals checked to be zero
-    there, ends with nothing else). The native runs are of the build whose gradient
-    passes carry every shadow as the interpreter does and look at them where one is
-    dropped and where a function returns (Compiled.carry; the usual code sets a
-    known-zero register's to zero where a value is read into it: rvm.engines.compiled,
-    _exact); a program with a heap whose pass is short (INTERPRETED) is searched by
-    the interpreter alone."""
+    there, ends with nothing else); forward_end: the final registers of the forward
+    run of a direct call with arrays, the heap's cells there and its steps
+    (_Direct.ended), where the search of a program with a heap starts likewise. The
+    native runs are of the build whose gradient passes carry every shadow as the
+    interpreter does and look at them where one is dropped and where a function returns
+    (Compiled.carry; the usual code sets a known-zero register's to zero where a value
+    is read into it: rvm.engines.compiled, _exact); a program with a heap whose pass
+    is short (INTERPRETED) is searched by the interpreter alone."""
     from ..engines.compiled import compiled
     from ..engines.explain import names_at
     from ..engines.lowering import SNAP_CELLS
@@ -754,11 +758,12 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
         fr = m.enter(name, *ended, names=names)
         fr.state = 2 * len(fr.fn.code)
         m._compiled = compiled(program, m.checks, native=True, carry=True)
-    elif ended is not None and m.checks and heap and len(ended) == 3 and \
-            _at_forward_end(m, name, args, names, ended):
+    elif forward_end is not None and m.checks and heap and \
+            _at_forward_end(m, name, args, names, forward_end):
         m._compiled = compiled(program, m.checks, native=True, carry=True)
-        steps = ended[2]
+        steps = forward_end[2]
     else:
+        m = Machine(program, **runner.options)      # (_at_forward_end may have entered)
         m.enter(name, *args, names=names)
         m.run(1)
     native = m._compiled is not None and m._compiled.native
