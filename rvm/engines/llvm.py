@@ -808,12 +808,11 @@ class _Source:
         # Lowering.keep)
         looping = frozenset(name for name, n in tests.items() if n > 1)
         self.quiet = looping - reaching(self.calls, writing)
-        # the others with loops that no function calls (where a run starts): a look in
-        # the root frame keeps a copy of the registers with a snapshot of a small heap
+        # the others with loops that no function calls, in the modes a machine starts a
+        # run in (a value-and-gradient call's split runs never take one): a look in the
+        # root frame keeps a copy of the registers with a snapshot of a small heap
         # (Lowering.snapshot; in every function with loops, the GMM example's first
         # gradient compiled in 10 s instead of 7)
-        # (and only the runs a machine starts: a value-and-gradient call's split runs
-        # never take snapshots)
         called = {c for name in self.calls for c in self.calls[name]}
         self.snapping = frozenset(
             name for name in looping - self.quiet - called

@@ -1009,39 +1009,33 @@ class Lowering(ArrayLowering):
         b.branch(after)
         b.position_at_end(after)
 
-    def heap_shadows_not_finite(self):
-        """A flag: in the root frame (see claim), some heap cell's shadow is inf or nan
-        (one scan of the cells below the top, no branch per cell)."""
+    def heap_shadows_not_finite(self, lo=None, hi=None):
+        """A flag: some heap cell's shadow from lo to hi is inf or nan (one scan, no
+        branch per cell); by default, in the root frame (see claim), the cells below the
+        top."""
         b, t = self.b, self.t
+        if lo is None:
+            lo, hi = t.i64(0), b.select(b.load(self.root), b.load(self.slot(0)), t.i64(0))
         flag = self.new_flag()
 
         def test(c):
             g = b.load(self.cell("HG", c))
             self.raise_flag(flag, b.fcmp_unordered("uno", b.fsub(g, g), t.f64(0.0)))
-        loop_over(b, t.i64(0), b.select(b.load(self.root), b.load(self.slot(0)), t.i64(0)),
-                  test)
+        loop_over(b, lo, hi, test)
         return b.load(flag)
 
     def dropping(self, d, end) -> None:
         """In the build that searches a gradient pass (LOOKS): before heap cells d to end
         drop their shadows (a FREE), a look at them: where one is not finite, the
         search stops here if a look would (stop_if_shadowed), and it is noted
-        (SHADOWS_BAD, as note_shadows notes a register's), so that no later look stops
-        the search past it (rvm.ad.gradient.not_finite)."""
-        if not self.functions.get("LOOKS") or type(self) is not Lowering:
+        (as drop_look notes a register's), so that no later look stops the search past
+        it (rvm.ad.gradient.not_finite)."""
+        if self.dropped is None:
             return
-        b, t = self.b, self.t
-        flag = self.new_flag()
-
-        def test(c):
-            g = b.load(self.cell("HG", c))
-            self.raise_flag(flag, b.fcmp_unordered("uno", b.fsub(g, g), t.f64(0.0)))
-        loop_over(b, d, end, test)
-        bad = b.load(flag)
+        bad = self.heap_shadows_not_finite(d, end)
         regs = self.registers_not_finite(GRAD_REGISTER)
-        self.stop_if_shadowed(bad if regs is None else b.or_(bad, regs))
-        seen = b.icmp_signed("!=", b.load(self.slot(SHADOWS_BAD)), t.i64(0))
-        b.store(b.zext(b.or_(seen, bad), t.i64), self.slot(SHADOWS_BAD))
+        self.stop_if_shadowed(bad if regs is None else self.b.or_(bad, regs))
+        self.raise_flag(self.dropped, bad)
 
     def snapshot_due(self, n):
         """At a look with n steps of budget left, in a function that writes the heap (see

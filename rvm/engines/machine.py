@@ -857,7 +857,6 @@ class Machine(Helpers):
         if snap is None or snap[0] < 0 or snap[0] != record[3] or snap[2] != record[0]:
             return          # (a function that writes no heap cell: the heap is as it was)
         heap, top = self._native_heap, int(snap[1])
-        end = max(end, self.top)
         heap[1][:top] = snap[SNAP_HEAD:SNAP_HEAD + top]
         heap[1][top:end] = 0
         if self.grad:
