@@ -491,7 +491,8 @@ class _Direct:
                 if fused is not None:   # (which tests the whole run's bound itself)
                     if snap is not None:
                         top[SNAP] = forward_end[2]   # (and ROOT 0: no frame claims it)
-                    forward_end[0], back = fused(*heap, *r, *seed)
+                    forward_end[0] = None       # (this call's, or none: a call that fails
+                    forward_end[0], back = fused(*heap, *r, *seed)  # goes the general way)
                     finals = None
                 else:
                     out = fw(*heap, *r)
