@@ -1934,6 +1934,14 @@ def f(x: Array[float], c: float, n: int, out: float):
     for i in range(n):
         out += x[0] * 0.5
 '''),
+    "after the loop, an array of 2,000": ("x", '''
+@reversible
+def f(x: Array[float], c: float, n: int, out: float):
+    out += x[0] * c
+    out += x[0] * c
+    for i in range(n):
+        out += x[0] * 0.5
+'''),
     "in the loop": ("y", '''
 @reversible
 def f(y: Array[float], c: float, n: int, out: float):
@@ -1977,6 +1985,9 @@ def test_a_failing_gradient_with_arrays_is_found_from_a_snapshot_of_the_search(
     (tmp_path / "f.py").write_text("from rvm import Array, ancilla, reversible, zeros\n" + body)
     f = rvm.load(tmp_path / "f.py")["f"]
     first = 1e-300 if "freed" in case else np.array([1e-300, 0.0])
+    if "2,000" in case:     # (more cells than the forward run's end is kept for, and a
+        first = np.zeros(2000)      # snapshot of the search's every 2,000 steps: they were
+        first[0] = 1e-300           # 128,000 apart, the place some 94,000 steps past one)
     c = 1e305 if name == "y" else 1e308
     errors, walked = [], []
     for engine in ("interp", "native"):
@@ -1987,14 +1998,14 @@ def test_a_failing_gradient_with_arrays_is_found_from_a_snapshot_of_the_search(
                             runs.append(c.carry) or real(c, m, d))
         walked = steps_stepped(monkeypatch)
         with pytest.raises(rvm.InvertibilityError) as e:
-            g(first, c, 100_000, 0.0)
+            g(first, c, 110_000 if "2,000" in case else 100_000, 0.0)
         monkeypatch.undo()
         errors.append((str(e.value), e.value.function, e.value.index))
     assert errors[0] == errors[1] and "not finite" in errors[1][0], errors
     # (and, where the call took arrays, from where its forward run ended: no forward
     # run again)
-    assert runs == ([False, True] if "freed" in case else [True]), runs
-    assert sum(walked) < 4 * max(SEARCH_EVERY, 3 * SNAP_SPACING), walked
+    assert runs == ([False, True] if "freed" in case or "2,000" in case else [True]), runs
+    assert sum(walked) < 4 * max(SEARCH_EVERY, 3 * SNAP_SPACING, np.size(first)), walked
 
 
 def test_a_failing_gradient_with_an_array_nothing_reads_is_the_interpreters(tmp_path):

@@ -797,10 +797,11 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
 
     def cells_bad(fr, ins) -> bool:
         """After a step of ins (a heap instruction) in fr: is a cell's shadow that it may
-        have changed not finite? (Every cell's, where the heap is small or ins is an
-        array instruction; else the cell its memory operand names, if any: a test of a
-        large heap at every step took minutes.)"""
-        if small_heap or ins.spec.group == "array":
+        have changed not finite? (Every cell's, where the heap has at most SCANNED cells
+        or ins is an array instruction; else the cell its memory operand names, if any:
+        a test of a large heap at every step took minutes, and of 2,000 cells made the
+        interpreter's steps from a snapshot cost more than the search.)"""
+        if m.top <= SCANNED or ins.spec.group == "array":
             return heap_bad()
         for a in ins.args:
             if isinstance(a, Mem):
@@ -939,6 +940,8 @@ def _at_forward_end(m: Machine, name: str, args, names, ended: tuple) -> bool:
     return True
 
 
+SCANNED = 1 << 8        # a heap of at most this many cells is scanned whole at a step of
+# a heap instruction while the search steps (more: the cell the instruction names)
 FORWARD_END = 1 << 10   # a direct call with arrays on a heap of at most this many cells
 # keeps the heap where its forward run ended (a copy per call: 0.3 us; 10^4 cells cost a
 # small call 15% of its time), for the search where its gradient is not finite

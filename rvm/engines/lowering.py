@@ -49,6 +49,9 @@ LOOK_EVERY = 1 << 10
 # steps per heap cell have passed since the last (its copy costs well under a step per
 # SNAP_SPACING steps)
 SNAP_HEAD, SNAP_CELLS, SNAP_SPACING = 4, 1 << 16, 64
+# in the build that searches a gradient pass: a step per heap cell, for heaps of at most
+# SEARCH_CELLS cells (the interpreter then steps at most about that far from a snapshot)
+SEARCH_CELLS = 1 << 12
 
 
 class Types:
@@ -1042,16 +1045,22 @@ class Lowering(ArrayLowering):
         snapshot): is this the root frame, its heap small enough (the snapshot's room),
         and either no copy kept yet or SNAP_SPACING steps per cell of the last snapshot's
         heap (at least CLEAN_EVERY) gone since it? (Per cell of the last: a heap that grows
-        faster than a cell per SNAP_SPACING steps still gets snapshots.)"""
+        faster than a cell per SNAP_SPACING steps still gets snapshots.) In the build that
+        searches a gradient pass, a step per cell (at least SEARCH_EVERY), for heaps of
+        at most SEARCH_CELLS cells: the interpreter steps from the snapshot to the place."""
         b, t = self.b, self.t
         top, last = b.load(self.slot(0)), b.load(b.gep(self.kept_at, [t.i64(1)]))
-        least = SEARCH_EVERY if self.searching() else CLEAN_EVERY
-        spacing = b.mul(b.load(self.snap_top), t.i64(SNAP_SPACING))
+        search = self.searching()
+        least = SEARCH_EVERY if search else CLEAN_EVERY
+        spacing = b.mul(b.load(self.snap_top), t.i64(1 if search else SNAP_SPACING))
         spacing = b.select(b.icmp_signed("<", spacing, t.i64(least)), t.i64(least), spacing)
         due = b.or_(b.icmp_signed("<", last, t.i64(0)),
                     b.icmp_signed(">=", b.sub(last, n), spacing))
-        return b.and_(b.and_(b.load(self.root), b.icmp_signed("<=", top, b.load(self.room))),
-                      due)
+        room = b.load(self.room)
+        if search:
+            room = b.select(b.icmp_signed("<", room, t.i64(SEARCH_CELLS)), room,
+                            t.i64(SEARCH_CELLS))
+        return b.and_(b.and_(b.load(self.root), b.icmp_signed("<=", top, room)), due)
 
     def snapshot(self, n) -> None:
         """With the copy of the registers a look keeps (keep) in the root frame of a
