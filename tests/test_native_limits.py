@@ -1925,23 +1925,17 @@ def test_a_callee_that_stops_the_search_after_its_callers_shadow_overflowed(case
 # the loop (x[0]'s, from two products of 1e308), in it (y[0]'s, 1e305 a pass, after some
 # 1,800 passes of the gradient pass; or from y[1], which the forward run sets to 1e305),
 # or in an ancilla's cell freed before the pass ends
+AFTER_THE_LOOP = '''
+@reversible
+def f(x: Array[float], c: float, n: int, out: float):
+    out += x[0] * c
+    out += x[0] * c
+    for i in range(n):
+        out += x[0] * 0.5
+'''
 ARRAY_GRADIENTS = {
-    "after the loop": ("x", '''
-@reversible
-def f(x: Array[float], c: float, n: int, out: float):
-    out += x[0] * c
-    out += x[0] * c
-    for i in range(n):
-        out += x[0] * 0.5
-'''),
-    "after the loop, an array of 2,000": ("x", '''
-@reversible
-def f(x: Array[float], c: float, n: int, out: float):
-    out += x[0] * c
-    out += x[0] * c
-    for i in range(n):
-        out += x[0] * 0.5
-'''),
+    "after the loop": ("x", AFTER_THE_LOOP),
+    "after the loop, an array of 2,000": ("x", AFTER_THE_LOOP),
     "in the loop": ("y", '''
 @reversible
 def f(y: Array[float], c: float, n: int, out: float):
