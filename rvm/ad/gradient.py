@@ -393,8 +393,8 @@ class _Direct:
     def ended(self, args) -> tuple | None:
         """After this thread's direct call with arrays returned gradients that are not
         finite: (the forward run's final registers, the heap's cells where it ended, its
-        steps), or None (not a fused native call, or a heap larger than a snapshot
-        holds)."""
+        steps), or None (not a fused native call, or a heap of more than FORWARD_END
+        cells)."""
         plan = self.plans.get(call_kind(args))
         forward, snap, _ = getattr(plan, "forward_end", (None, None, None))
         if forward is None or snap is None or snap[0] != -2:
@@ -749,7 +749,7 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
     is short (INTERPRETED) is searched by the interpreter alone."""
     from ..engines.compiled import compiled
     from ..engines.explain import names_at
-    from ..engines.lowering import SNAP_CELLS
+    from ..engines.lowering import SEARCH_CELLS
     program, name, names = target(runner.fn, args)
     m = Machine(program, **runner.options)
     heap = any(ins.spec.group in HEAP_GROUPS for f in program.functions.values()
@@ -880,14 +880,14 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
         # shadow not finite, in a function that writes no heap cell: it stops there and
         # leaves the look before it, where the machine is put and the interpreter steps
         # the few steps to the place (rvm.engines.lowering: Lowering.keep); in the root
-        # frame of a function that writes a small heap, its looks' copies come with
-        # snapshots of the heap and its shadows, whose shadows it tests (a cell's shadow
-        # not finite stops it too: Lowering.snapshot). Elsewhere the pass runs whole,
-        # where the failing call did not say it: the last look at a loop's (or a
-        # returning frame's) shadows before one found them not finite (note_shadows);
-        # as a rule the place is soon after it. (A budget that ends a step before the
-        # look's back edge stops natively there, in one run.)
-        if looked is None or not heap or m.top <= SNAP_CELLS:
+        # frame of a function that writes a heap of at most SEARCH_CELLS cells, its
+        # looks' copies come with snapshots of the heap and its shadows, whose shadows
+        # it tests (a cell's shadow not finite stops it too: Lowering.snapshot).
+        # Elsewhere the pass runs whole, where the failing call did not say it: the last
+        # look at a loop's (or a returning frame's) shadows before one found them not
+        # finite (note_shadows); as a rule the place is soon after it. (A budget that
+        # ends a step before the look's back edge stops natively there, in one run.)
+        if looked is None or not heap or m.top <= SEARCH_CELLS:
             try:
                 m.run(-1)
             except RvmError as e:
