@@ -46,7 +46,6 @@ from .lowering import (
     INTERRUPT_CELL,
     MESSAGES,
     RECORD,
-    SNAP_HEAD,
     Lowering,
     Types,
     Unsupported,
@@ -62,6 +61,7 @@ from .lowering import (
     reaching,
     returns_of,
     running_out,
+    snapshot_cells,
     writes_heap,
 )
 from .templates import ROOT, SHADOWS, SHADOWS_BAD, SNAP, STATE, Fault
@@ -601,11 +601,8 @@ def _forward_end(b, t: Types, S, H, budget) -> None:
     top = b.load(b.gep(S, [t.i64(0)]))
     b.cbranch(b.icmp_signed("<=", top, b.load(b.gep(snap, [t.i64(3)]))), copy, after)
     b.position_at_end(copy)
-    loop_over(b, t.i64(0), top, lambda i: b.store(
-        b.load(b.gep(H, [i])), b.gep(snap, [b.add(i, t.i64(SNAP_HEAD))])))
-    b.store(t.i64(-2), b.gep(snap, [t.i64(0)]))
-    b.store(top, b.gep(snap, [t.i64(1)]))
-    b.store(b.sub(budget, b.load(b.gep(S, [t.i64(1)]))), b.gep(snap, [t.i64(2)]))
+    snapshot_cells(b, t, snap, (t.i64(-2), top, b.sub(budget, b.load(b.gep(S, [t.i64(1)])))),
+                   H, top)
     b.branch(after)
     b.position_at_end(after)
 

@@ -244,6 +244,23 @@ def loop_over(b, lo, hi, body, after=None) -> None:
     b.position_at_end(after)
 
 
+def snapshot_cells(b, t: Types, snap, header: tuple, H, top, shadows=None) -> None:
+    """Into a snapshot buffer (see Lowering.snapshot): its header cells from cell 0, the
+    heap's cells 0..top from SNAP_HEAD on and, given shadows = (their view, the
+    buffer's room), their shadows after the room: one loop, which LLVM makes memcpys
+    of (also where a value-and-gradient call's forward run ended: rvm.engines.llvm)."""
+    for k, v in enumerate(header):
+        b.store(v, b.gep(snap, [t.i64(k)]))
+    at = None if shadows is None else b.add(shadows[1], t.i64(SNAP_HEAD))
+
+    def cell(i):
+        b.store(b.load(b.gep(H, [i])), b.gep(snap, [b.add(i, t.i64(SNAP_HEAD))]))
+        if shadows is not None:
+            b.store(b.load(b.gep(shadows[0], [i])),
+                    b.gep(b.bitcast(snap, t.fptr), [b.add(i, at)]))
+    loop_over(b, t.i64(0), top, cell)
+
+
 def guard(b, bad, block) -> None:
     """Leave through `block` where `bad` holds; go on where it does not."""
     ok = b.function.append_basic_block()
@@ -1071,20 +1088,12 @@ class Lowering(ArrayLowering):
         and the interpreter steps on to the failing instruction: one native run, not a
         second to the last look (the copy costs under a step per SNAP_SPACING steps)."""
         b, t = self.b, self.t
-        snap = b.inttoptr(b.load(self.slot(SNAP)), t.ptr)
         top = b.load(self.slot(0))
         b.store(top, self.snap_top)
-        for k, v in enumerate((n, top, t.i64(name_id(self.node.name)))):
-            b.store(v, b.gep(snap, [t.i64(k)]))
         grad = self.node.name.rsplit("_", 1)[-1].startswith("g")     # (a gradient pass)
-        shadows = b.add(b.load(b.gep(snap, [t.i64(3)])), t.i64(SNAP_HEAD))   # (after room)
-
-        def cell(i):        # (a loop LLVM makes a memcpy of)
-            b.store(b.load(b.gep(self.H, [i])), b.gep(snap, [b.add(i, t.i64(SNAP_HEAD))]))
-            if grad:
-                b.store(b.load(b.gep(self.G, [i])),
-                        b.gep(b.bitcast(snap, t.fptr), [b.add(i, shadows)]))
-        loop_over(b, t.i64(0), top, cell)
+        snapshot_cells(b, t, b.inttoptr(b.load(self.slot(SNAP)), t.ptr),
+                       (n, top, t.i64(name_id(self.node.name))), self.H, top,
+                       (self.G, b.load(self.room)) if grad else None)
 
     def searching(self) -> bool:
         """Is this the build that searches a gradient pass (LOOKS), in a function that
