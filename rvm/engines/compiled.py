@@ -1608,14 +1608,17 @@ class Compiled:
         cached[4][LAST] = cached[4][NOW] = -1      # (a run's own: see templates.STATE)
         cached[4][STOP] = NO_STOP
         cached[4][SHADOWS], cached[4][SHADOWS_BAD] = -1, 0
-        snap = machine.__dict__.get("_snapshot")
+        # the heap at a look in the root frame, as large as the heap (Lowering.snapshot),
+        # and its address (numpy's costs a microsecond a run)
+        snap, at = machine.__dict__.get("_snapshot") or (None, 0)
         from .lowering import SNAP_CELLS, SNAP_HEAD
         room = min(machine.cap, SNAP_CELLS)
-        if snap is None or snap[3] < room:  # (the heap at a look in the root frame, as
-            snap = machine._snapshot = np.zeros(SNAP_HEAD + 2 * room, np.int64)  # large:
-            snap[3] = room                  # Lowering.snapshot)
+        if snap is None or snap[3] < room:
+            snap = np.zeros(SNAP_HEAD + 2 * room, np.int64)
+            snap[3], at = room, snap.ctypes.data
+            machine._snapshot = snap, at
         snap[0] = -1            # (none taken in this run yet)
-        cached[4][ROOT], cached[4][SNAP] = -1, snap.ctypes.data     # (run names the root)
+        cached[4][ROOT], cached[4][SNAP] = -1, at       # (run names the root)
         if machine.said_cells:
             cached[4][2] = OUT0         # nothing written yet
         room = machine.heap_room()      # (compiled code keeps its frames' room free)

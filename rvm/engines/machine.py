@@ -853,7 +853,7 @@ class Machine(Helpers):
         Lowering.snapshot): the heap's cells (and in a gradient pass their shadows) as
         they were there, the cells above its top zero (up to `end`, the records' end)."""
         from .lowering import SNAP_HEAD
-        snap = self.__dict__.get("_snapshot")
+        snap = self.__dict__.get("_snapshot", (None,))[0]
         if snap is None or snap[0] < 0 or snap[0] != record[3] or snap[2] != record[0]:
             return          # (a function that writes no heap cell: the heap is as it was)
         heap, top = self._native_heap, int(snap[1])
