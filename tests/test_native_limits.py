@@ -787,8 +787,8 @@ def reports(p, name: str, args: tuple, monkeypatch) -> tuple[list, list]:
 def roomy(m: Machine) -> Machine:
     """m with a heap of room for a large KEPT case's cells (see writing: no native run
     that only finds the heap too small, then grows it)."""
-    from rvm.engines.lowering import SNAP_CELLS
-    m._grow(4 * SNAP_CELLS)
+    from rvm.engines.lowering import SNAP_NOW
+    m._grow(4 * SNAP_NOW)
     return m
 
 
@@ -809,15 +809,16 @@ def writing(text: str, name: str, large: bool = False) -> str:
     """text with function `name` writing the heap (a PUSH and a POP of a zero register on
     entry): a function whose run writes a heap cell keeps a copy of its registers at its
     looks only in the root frame, with a snapshot of the heap (rvm.engines.lowering:
-    Lowering.snapshot), where the heap has at most SNAP_CELLS cells; large: with twice
-    that many allocated, it keeps none, and a failure in it is found by running native
-    code again to the look before it."""
-    from rvm.engines.lowering import SNAP_CELLS
+    Lowering.snapshot), at once where the heap has at most SNAP_NOW cells; large: with
+    twice that many allocated, its first snapshot comes after SNAP_SPACING steps per
+    cell, so a short run keeps none, and a failure in it is found by running native code
+    again to the look before it."""
+    from rvm.engines.lowering import SNAP_NOW
     head = re.search(rf"(?m)^\.func {name}\(.*\n", text).group(0)
     body = head + "        PUSH   r15\n        POP    r15\n"
     if not large:
         return text.replace(head, body)
-    n = 2 * SNAP_CELLS
+    n = 2 * SNAP_NOW
     start = text.index(head)
     end = text.index(".end", start)
     return (text[:start] + body + f"        ALLOC  r14, {n}\n" + text[start + len(head):end] +
@@ -1166,7 +1167,7 @@ def test_a_failure_a_counted_loop_away_from_the_last_look_is_one_or_two_native_r
 # 709 passes before the end; or that loop in a callee of a root without loops
 HEAP_SUM = """\
 .func {name}(f0, f1, f2, r0)
-        ALLOC  r1, 3
+        ALLOC  r1, {cells}
 top:    CF.NE  r0, 0, back
         ADD    f0, 1.0
         INC    r0
@@ -1174,14 +1175,14 @@ top:    CF.NE  r0, 0, back
         ADD    f4, f0
         EXCH   f4, [r1 + 1]
         ADD    f3, f0
-        SUB    f3, 3000.0
+        SUB    f3, {shift}
         ADD.exp f2, f3
         SUB    f3, f0
-        ADD    f3, 3000.0
+        ADD    f3, {shift}
 exitbr: BR.GE  f0, f1, done
 back:   JMP    top
 done:   CF     exitbr
-        FREE   r1, 3
+        FREE   r1, {cells}
 .end
 """
 MOVING = "        ALLOC  r5, 2\n        EXCH   f0, [r5]\n        EXCH   f0, [r5]\n" \
@@ -1200,7 +1201,7 @@ def test_a_failure_after_heap_writes_is_placed_with_the_heap_of_the_look_before(
     heap's top and cells). A looping function called from a root without loops is not
     the root: native code runs again to the look before the failure."""
     text = HEAP_SUM.format(name="inner" if "callee" in case else "sum",
-                           moving=MOVING if "top" in case else "")
+                           moving=MOVING if "top" in case else "", cells=3, shift=3000.0)
     if "callee" in case:
         text = CALLER + text
     p = rvm.assemble(text)
@@ -1219,6 +1220,77 @@ def test_a_failure_after_heap_writes_is_placed_with_the_heap_of_the_look_before(
     assert heap[1] == sum(range(1, 3711)), heap       # (the sum to the failing pass)
     assert runs == ([False, False] if "callee" in case else [False]), runs
     assert sum(taken) < 4 * CLEAN_EVERY, taken
+
+
+def budgets_run(mp) -> list:
+    """Records, through the monkeypatch context mp, each native run's step budget."""
+    from rvm.engines.compiled import Compiled
+    budgets, real = [], Compiled.run
+
+    def run(self, machine, direction):
+        budgets.append(machine.max_steps)
+        return real(self, machine, direction)
+    mp.setattr(Compiled, "run", run)
+    return budgets
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_a_failure_far_from_the_last_snapshot_resumes_native_code_from_it(grad,
+                                                                          monkeypatch):
+    """Snapshots of 1,024 cells come every 65,536 steps; the failure comes some 400,000
+    steps in, further from the last than the interpreter steps: native code starts again
+    from that look (its registers, its block, the heap of its snapshot), with a budget
+    that ends just before the failure, and the interpreter steps the rest: the
+    interpreter's report (message, instruction, steps, frames, heap), in plain and in
+    gradient mode, from a second native run of at most a snapshot's spacing, not a
+    second run of the whole pass from the start."""
+    from rvm.engines.lowering import SNAP_SPACING
+    p = rvm.assemble(HEAP_SUM.format(name="sum", moving="", cells=1024, shift=30000.0))
+    outcomes = []
+    for engine in ("interp", "native"):
+        with pytest.MonkeyPatch.context() as mp:
+            budgets = budgets_run(mp)
+            taken = steps_stepped(mp)
+            m = Machine(p, engine=engine, max_steps=10**8, grad=grad)
+            m.enter("sum", 0.0, 40000.0, 0.0, 0)
+            with pytest.raises(rvm.RvmError) as e:
+                m.run()
+        outcomes.append((str(e.value), e.value.index, m.steps, m.snapshot()))
+    assert outcomes[0] == outcomes[1] and "math range error" in outcomes[1][0]
+    assert outcomes[1][2] > 390_000
+    assert len(budgets) == 2 and budgets[0] == 10**8, budgets
+    assert budgets[1] <= SNAP_SPACING * 1024 + 4 * CLEAN_EVERY, budgets
+    assert sum(taken) < 4 * CLEAN_EVERY, taken
+
+
+def test_a_large_heaps_first_snapshot_waits_and_a_late_failure_resumes_from_one(
+        monkeypatch):
+    """A heap of more than SNAP_NOW cells gets its first snapshot after SNAP_SPACING
+    steps per cell (a short run copies none): with 131,072 cells, a failure some 10^7
+    steps in resumes native code from the last snapshot, and is reported as where
+    native code runs the whole pass again (the interpreter's report, checked on smaller
+    heaps above), at most a snapshot's spacing of steps before it."""
+    from rvm.engines.lowering import SNAP_NOW, SNAP_SPACING
+    cells = 2 * SNAP_NOW
+    p = rvm.assemble(HEAP_SUM.format(name="sum", moving="", cells=cells, shift=700000.0))
+    outcomes = []
+    for resume in (False, True):
+        with pytest.MonkeyPatch.context() as mp:
+            if not resume:
+                mp.setattr(Machine, "_resumable", lambda m, record: None)
+            budgets = budgets_run(mp)
+            m = Machine(p, engine="native", max_steps=10**9)
+            m._grow(2 * cells)
+            m.enter("sum", 0.0, 800000.0, 0.0, 0)
+            with pytest.raises(rvm.RvmError) as e:
+                m.run()
+        outcomes.append((str(e.value), e.value.index, m.steps, m.snapshot()))
+        if resume:
+            assert len(budgets) == 2 and budgets[1] <= SNAP_SPACING * cells, budgets
+        else:
+            assert len(budgets) == 2 and budgets[1] > 9 * 10**6, budgets
+    assert outcomes[0] == outcomes[1] and "math range error" in outcomes[1][0]
+    assert outcomes[1][2] > 9 * 10**6
 
 
 def call_tree(depth: int, loop: str = "") -> str:

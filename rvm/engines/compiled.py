@@ -38,6 +38,7 @@ from .templates import (
     LEFT,
     NO_STOP,
     NOW,
+    RESUME,
     ROOT,
     SHADOWS,
     SHADOWS_BAD,
@@ -1619,6 +1620,9 @@ class Compiled:
             machine._snapshot = snap, at
         snap[0] = -1            # (none taken in this run yet)
         cached[4][ROOT], cached[4][SNAP] = -1, at       # (run names the root)
+        # a look's record the root frame starts from (Machine._resume), else its entry
+        resume = machine.__dict__.get("_resume_record")
+        cached[4][RESUME] = 0 if resume is None else resume.ctypes.data
         if machine.said_cells:
             cached[4][2] = OUT0         # nothing written yet
         room = machine.heap_room()      # (compiled code keeps its frames' room free)

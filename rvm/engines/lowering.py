@@ -15,7 +15,7 @@ from ..core.isa import MIN_NORMAL
 from . import vectormath
 from .arraylowering import HELPERS as ARRAY_HELPERS
 from .arraylowering import ArrayLowering
-from .templates import LAST, NOW, ROOT, SHADOWS, SHADOWS_BAD, SNAP, STOP
+from .templates import LAST, NOW, RESUME, ROOT, SHADOWS, SHADOWS_BAD, SNAP, STOP
 
 _REGISTER = re.compile(r"f\d+")     # a float register's value (not its shadow)
 # functions that raise in Python where machine code returns inf or nan: those whose
@@ -47,8 +47,9 @@ LOOK_EVERY = 1 << 10
 # holds, as large as the heap, at most SNAP_CELLS), then the cells of a heap of up to
 # that many cells and their shadows; a snapshot is taken at a look when SNAP_SPACING
 # steps per heap cell have passed since the last (its copy costs well under a step per
-# SNAP_SPACING steps)
-SNAP_HEAD, SNAP_CELLS, SNAP_SPACING = 4, 1 << 16, 64
+# SNAP_SPACING steps), or since the frame's entry where the heap has more than SNAP_NOW
+# cells (below, at the first look: a short run of a large heap copies none)
+SNAP_HEAD, SNAP_CELLS, SNAP_SPACING, SNAP_NOW = 4, 1 << 20, 64, 1 << 16
 # in the build that searches a gradient pass: a step per heap cell, for heaps of at most
 # SEARCH_CELLS cells (the interpreter then steps at most about that far from a snapshot)
 SEARCH_CELLS = 1 << 12
@@ -1014,13 +1015,19 @@ class Lowering(ArrayLowering):
             self.root = b.alloca(t.i1, name="root")
             self.room = b.alloca(t.i64, name="room")
             self.snap_top = b.alloca(t.i64, name="snap_top")
+            self.snapped = b.alloca(t.i64, name="snapped")
         named = b.load(self.slot(ROOT))
         mine = b.and_(b.icmp_signed("==", named, t.i64(name_id(self.node.name))),
                       b.icmp_signed("!=", b.load(self.slot(SNAP)), t.i64(0)))
         b.store(mine, self.root)
         b.store(b.select(mine, t.i64(-1), named), self.slot(ROOT))
         b.store(t.i64(-1), self.room)       # (the snapshot's room, read where there is one)
-        b.store(t.i64(0), self.snap_top)    # (the heap top at the last snapshot)
+        # the heap top at the last snapshot and the budget left there (-1: none yet; a
+        # heap of more than SNAP_NOW cells: as if one were taken on entry)
+        top = b.load(self.slot(0))
+        later = b.icmp_signed(">", top, t.i64(SNAP_NOW))
+        b.store(b.select(later, top, t.i64(0)), self.snap_top)
+        b.store(b.select(later, b.load(self.slot(1)), t.i64(-1)), self.snapped)
         claimed, after = self.fn.append_basic_block(), self.fn.append_basic_block()
         b.cbranch(mine, claimed, after)
         b.position_at_end(claimed)
@@ -1061,12 +1068,13 @@ class Lowering(ArrayLowering):
         """At a look with n steps of budget left, in a function that writes the heap (see
         snapshot): is this the root frame, its heap small enough (the snapshot's room),
         and either no copy kept yet or SNAP_SPACING steps per cell of the last snapshot's
-        heap (at least CLEAN_EVERY) gone since it? (Per cell of the last: a heap that grows
+        heap (at least CLEAN_EVERY) gone since it (a heap of more than SNAP_NOW cells on
+        entry: since the entry, see claim)? (Per cell of the last: a heap that grows
         faster than a cell per SNAP_SPACING steps still gets snapshots.) In the build that
         searches a gradient pass, a step per cell (at least SEARCH_EVERY), for heaps of
         at most SEARCH_CELLS cells: the interpreter steps from the snapshot to the place."""
         b, t = self.b, self.t
-        top, last = b.load(self.slot(0)), b.load(b.gep(self.kept_at, [t.i64(1)]))
+        top, last = b.load(self.slot(0)), b.load(self.snapped)
         search = self.searching()
         least = SEARCH_EVERY if search else CLEAN_EVERY
         spacing = b.mul(b.load(self.snap_top), t.i64(1 if search else SNAP_SPACING))
@@ -1090,6 +1098,7 @@ class Lowering(ArrayLowering):
         b, t = self.b, self.t
         top = b.load(self.slot(0))
         b.store(top, self.snap_top)
+        b.store(n, self.snapped)
         grad = self.node.name.rsplit("_", 1)[-1].startswith("g")     # (a gradient pass)
         snapshot_cells(b, t, b.inttoptr(b.load(self.slot(SNAP)), t.ptr),
                        (n, top, t.i64(name_id(self.node.name))), self.H, top,
@@ -1362,6 +1371,8 @@ class Lowering(ArrayLowering):
         head, after = self.fn.append_basic_block(), self.fn.append_basic_block()
         blocks = {k: self.fn.append_basic_block() for k in cases}
         outer, self.cases = self.cases, (head, after, blocks)
+        if outer is None and self.root is not None:
+            self.resume(head)
         b.branch(head)
         b.position_at_end(head)
         at = b.load(self.vars["_b"])
@@ -1376,6 +1387,29 @@ class Lowering(ArrayLowering):
                 b.branch(head)           # no transfer: the same case again, as in Python
         self.cases = outer
         b.position_at_end(after)
+
+    def resume(self, head) -> None:
+        """Before the block loop of a frame that may claim the root (claim): where the
+        state array gives the address of a look's record (RESUME: the block its back edge
+        went to, the number of registers, then their bits in the order of
+        frame_registers, as from_kept left them), the root frame starts there instead of
+        at its entry, the heap as the snapshot taken with that look put it back
+        (rvm.engines.machine: Machine._resume): a failure far from the last snapshot
+        costs a native run from there, not a second run of the whole pass."""
+        b, t = self.b, self.t
+        at = b.load(self.slot(RESUME))
+        go, stay = self.fn.append_basic_block("resume"), self.fn.append_basic_block()
+        b.cbranch(b.and_(b.load(self.root), b.icmp_signed("!=", at, t.i64(0))), go, stay)
+        b.position_at_end(go)
+        b.store(t.i64(0), self.slot(RESUME))
+        record = b.inttoptr(at, t.ptr)
+        for k, name in enumerate(self.frame_registers()):
+            bits = b.load(b.gep(record, [t.i64(2 + k)]))
+            var = self.vars[name]
+            b.store(b.bitcast(bits, t.f64) if var.type.pointee == t.f64 else bits, var)
+        b.store(b.load(record), self.vars["_b"])
+        b.branch(head)
+        b.position_at_end(stay)
 
     def jump(self, k: int) -> None:
         head, after, blocks = self.cases

@@ -844,7 +844,7 @@ class Machine(Helpers):
         if looked and place:    # (placed: a search steps on: rvm.ad.gradient.not_finite)
             return 0
         if looked:      # (the interpreter's error, where it fails, goes to the caller)
-            return self._from_look(direction, left, records[0][3], saved)
+            return self._from_look(direction, left, records[0], saved)
         return self._out_of_steps(self.max_steps, direction)
 
     def _from_snapshot(self, record: tuple, end: int) -> None:
@@ -865,24 +865,30 @@ class Machine(Helpers):
             heap[3][top:end] = 0.0
         self.top = top
 
-    def _from_look(self, direction: int, left: int, at: int, saved: tuple) -> int | None:
+    def _from_look(self, direction: int, left: int, record: tuple, saved: tuple) -> int | None:
         """The machine placed at the last look before a native run failed (a check, or a
         float found not finite), which left the registers of that look (an AT_LOOK
         record, `at` steps of budget left there: rvm.engines.lowering, Lowering.from_kept;
-        nothing wrote the heap since), with `left` steps of budget: the interpreter steps
-        on to the failing instruction and raises its error there (about CLEAN_EVERY
-        steps and a pass from the look), as the whole run on the interpreter would; one
-        native run, not a second to that look. The steps taken where the interpreter
-        ends the pass (never, if native code and the interpreter agree), or None (the
-        root frame as before; the heap is the caller's to undo) where the failure is
-        more than FAR steps past the look (a counted loop's, after it: see _general), or
-        than the steps native code ran to it over STEP_COST, where that is more (a
-        second native run to a look nearer it would cost more than these steps)."""
+        nothing wrote the heap since, or the snapshot taken with the look put it back),
+        with `left` steps of budget: the interpreter steps on to the failing instruction
+        and raises its error there (about CLEAN_EVERY steps and a pass from the look), as
+        the whole run on the interpreter would; one native run, not a second to that
+        look. Where the failure is more than FAR steps past the look, and than the steps
+        native code ran to it over STEP_COST (the interpreter's steps would cost more
+        than a native run), native code starts again from the look in the root frame of
+        a function whose looks take snapshots (_resume), else (the root frame as before;
+        the heap is the caller's to undo) None, as where the interpreter does not end
+        the pass (never, if native code and the interpreter agree) or does not find the
+        failure within its steps (a counted loop's, after it: see _general)."""
+        at = record[3]
         now = self._failed_at()
         reach = max(FAR, (self.max_steps - now) // STEP_COST) if now >= 0 else FAR
-        if 0 <= now < at - reach:
-            self._restore(saved)
-            return None
+        resumable = self._resumable(record)
+        if (resumable is not None and 0 <= now < at - RESUMED) or 0 <= now < at - reach:
+            taken = None if resumable is None else self._resume(direction, at, *resumable)
+            if taken is None:
+                self._restore(saved)
+            return taken
         far = min(left, reach)
         taken = self._move(direction, far)      # (the interpreter's error, if it fails)
         if self.at_boundary(direction):
@@ -891,6 +897,51 @@ class Machine(Helpers):
             self._restore(saved)
             return None
         return self._out_of_steps(self.max_steps, direction)
+
+    def _resumable(self, record: tuple) -> tuple | None:
+        """For _resume, where the machine was put back to the snapshot taken with a root
+        frame's look (its AT_LOOK record): the steps from there to one step before the
+        last budget test (a back edge where every float was finite: _last_clean) the
+        failed run passed after it, and the look's block and registers as native code
+        starts from them (Lowering.resume); else None."""
+        name, _, block, at, found = record
+        last = self._last_clean()
+        snap = self.__dict__.get("_snapshot", (None,))[0]
+        if snap is None or snap[0] != at or snap[2] != name or not 0 <= last < at or \
+                self.said_cells:
+            return None
+        return at - last - 1, np.array([block, len(found), *found.values()], np.int64)
+
+    def _resume(self, direction: int, at: int, stop: int, record) -> int | None:
+        """The machine placed at a look in the root frame, `at` steps of budget left
+        there, with the heap of the snapshot taken there, before the failure of the
+        native run that left the look's record (_resumable): native code starts the root
+        frame at that look (its registers and block: rvm.engines.lowering,
+        Lowering.resume: `record`) with a budget of `stop` steps, which ends one step before the
+        last budget test the failed run passed, where it stops and leaves its record
+        (_exhausted puts the machine there); the interpreter steps on to the failure and
+        raises its error. So a failure far from the look costs a native run from its
+        snapshot, not a second run of the whole pass, nor the interpreter's steps from
+        the look. None (the heap is the caller's to undo) where the run from the look
+        does not stop where it should."""
+        budget, start = self.max_steps, self.steps
+        self.max_steps, self._resume_record = stop, record
+        try:
+            self.pending.clear()
+            self._compiled.run(self, direction)
+            return None                 # (never: it stops before)
+        except RvmError as e:
+            if "step budget exhausted" not in str(e) or self._exhausted(direction) is None:
+                return None
+        finally:
+            self.max_steps = budget
+            self.pending.clear()
+            self.__dict__.pop("_resume_record", None)
+        rest = at - stop                # (the budget left where the machine stands)
+        taken = self._move(direction, rest)
+        if taken >= rest and not self.at_boundary(direction):
+            raise self._out_of_steps(budget, direction)
+        return abs(self.steps - start)
 
     def _inverse(self, fn: Function) -> Function:
         """fn's inverse (rvm.core.inverse), made once per program."""
@@ -1441,6 +1492,9 @@ GENERAL = 1 << 10  # steps before a failure where Machine._general's native run 
 SLACK = 1 << 12  # heap cells past those asked for when the heap grows (Machine._grow)
 FAR = 1 << 13   # interpreter steps from a replay's back edge before another way is tried
 STEP_COST = 1 << 8  # what an interpreter step costs, in native code's steps (about)
+RESUMED = 1 << 9    # a failure further than this from a look with a snapshot: native code
+# starts again from the look (Machine._resume), not the interpreter (a native run's own
+# costs, and the snapshot's copy, are about this many interpreter steps)
 
 
 def _leaders(code) -> list[int]:

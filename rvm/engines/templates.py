@@ -36,9 +36,11 @@ def fault(text: str) -> str:
 # float register's shadow not finite (SHADOWS, -1 if none), and whether one did
 # (SHADOWS_BAD: rvm.ad.gradient.not_finite), the root function's name id until the root
 # frame claims it (ROOT, -1 then and where no frame may) and the address of the machine's
-# snapshot buffer (SNAP, 0 if none: rvm.engines.lowering, Lowering.snapshot); every S
-# holds at least STATE cells
-LEFT, LAST, NOW, STOP, SHADOWS, SHADOWS_BAD, ROOT, SNAP, STATE = 1, 4, 5, 6, 7, 8, 9, 10, 11
+# snapshot buffer (SNAP, 0 if none: rvm.engines.lowering, Lowering.snapshot), and the
+# address of a look's registers the root frame starts from instead of its entry (RESUME, 0
+# if none: Lowering.resume); every S holds at least STATE cells
+LEFT, LAST, NOW, STOP, SHADOWS, SHADOWS_BAD, ROOT, SNAP, RESUME, STATE = \
+    1, 4, 5, 6, 7, 8, 9, 10, 11, 12
 NO_STOP = -(1 << 63)
 
 
