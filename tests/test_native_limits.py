@@ -1476,9 +1476,10 @@ def test_the_failing_runs_benchmark_runs(tmp_path):
     rows = [line for line in out.stdout.splitlines() if "failing" in line]
     assert [r.split("|")[1].strip() for r in rows] == [
         "general", "counted", "general, a heap cell written", "general, 4,096 cells",
-        "general, 131,072 cells", "gradient", "gradient, an array"]
+        "general, 131,072 cells", "gradient", "gradient, an array",
+        "gradient, an array of 100,000 cells"]
     assert out.stdout.count("math range error") == 5 and "`x` is inf: not finite" in out.stdout
-    assert "`x` has inf or nan elements: not finite" in out.stdout
+    assert out.stdout.count("`x` has inf or nan elements: not finite") == 2
 
 
 @pytest.mark.parametrize("case", CALLS_CASES)
@@ -2094,3 +2095,39 @@ def f(y: Array[float], s: float, out: float):
             rvm.grad(f, loss="out", engine=engine)(np.zeros(2), 1e-300, 0.0)
         errors.append((str(e.value), e.value.function, e.value.index))
     assert errors[0] == errors[1] and "`s` is inf" in errors[1][0], errors
+
+
+@pytest.mark.parametrize("case", ["after the loop", "in the loop",
+                                  "from a cell the forward run wrote"])
+def test_a_failing_gradient_beside_a_large_array_is_found_from_the_look_before(
+        case, tmp_path, monkeypatch):
+    """The search for the place where a gradient stopped being finite, in a program whose
+    heap is too large for the search's snapshots (an array of 20,000 cells): the
+    search's build notes, in the frame, a cell's shadow made not finite, so its looks
+    (every SEARCH_EVERY steps) leave the last before it; one native run to that look,
+    and the interpreter steps from there to the place: the forward run, two runs of the
+    search's build and a few hundred interpreter steps (it was a bisection of some
+    twenty runs: 34x a succeeding gradient beside 10^5 cells), and the interpreter's
+    report."""
+    from rvm.engines.lowering import SEARCH_EVERY
+    name, body = ARRAY_GRADIENTS[case]
+    (tmp_path / "f.py").write_text("from rvm import Array, ancilla, reversible, zeros\n" + body)
+    f = rvm.load(tmp_path / "f.py")["f"]
+    first = np.zeros(20_000)
+    first[0] = 1e-300
+    c = 1e305 if name == "y" else 1e308
+    errors, walked, runs = [], [], []
+    for engine in ("interp", "native"):
+        g = rvm.grad(f, loss="out", engine=engine)
+        g(first, 1.0, 10, 0.0)
+        runs = []
+        monkeypatch.setattr(Compiled, "run", lambda c, m, d, real=Compiled.run, runs=runs:
+                            runs.append(c.carry) or real(c, m, d))
+        walked = steps_stepped(monkeypatch)
+        with pytest.raises(rvm.InvertibilityError) as e:
+            g(first, c, 100_000, 0.0)
+        monkeypatch.undo()
+        errors.append((str(e.value), e.value.function, e.value.index))
+    assert errors[0] == errors[1] and "not finite" in errors[1][0], errors
+    assert runs == [False, True, True], runs
+    assert sum(walked) < 8 * SEARCH_EVERY, walked

@@ -17,7 +17,8 @@ gradient (rvm.grad) of
 a loop of PASSES / 50 passes whose gradient comes out inf from a product made before the
 loop: the error says where in the gradient pass a shadow stopped being finite, which
 native code does not test for (a bisection of native runs with step budgets finds it);
-the seventh, the same with x an array (a program with a heap).
+the seventh, the same with x an array (a program with a heap), the eighth with x an
+array of 10^5 cells (too large for the snapshots of the search's build).
 Times are the best of 3 in one process (native code compiled before timing).
 """
 
@@ -86,16 +87,18 @@ def f(x: float, c: float, n: int, out: float):
 """
 
 
-def gradient_row(passes: int, heap: bool = False) -> None:
+def gradient_row(passes: int, heap: int = 0) -> None:
     """The succeeding and the failing gradient (c = 1e308: two products of 1e308 add up
-    to inf in x's shadow at the end of the gradient pass); heap: x an array whose first
-    element the products read (a program with a heap: its search runs a build that
-    carries every shadow as the interpreter does)."""
+    to inf in x's shadow at the end of the gradient pass); heap: x an array of that
+    many cells whose first element the products read (a program with a heap: its
+    search runs a build that carries every shadow as the interpreter does)."""
     text, x, row = GRADIENT, 1e-300, "gradient"
     if heap:
         text = text.replace("import reversible", "import Array, reversible").replace(
             "x: float", "x: Array[float]").replace("x * ", "x[0] * ")
-        x, row = np.array([1e-300]), "gradient, an array"
+        x, row = np.zeros(heap), "gradient, an array" + (f" of {heap:,} cells" if heap > 1
+                                                         else "")
+        x[0] = 1e-300
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "f.py").write_text(text)
         g = rvm.grad(rvm.load(Path(tmp) / "f.py")["f"], loss="out", engine="native")
@@ -152,4 +155,5 @@ if __name__ == "__main__":
               f"{bad / ok:.2f} |")
         print(f"|  | {what.splitlines()[0]} | | |")
     gradient_row(k // 50)
-    gradient_row(k // 50, heap=True)
+    gradient_row(k // 50, heap=1)
+    gradient_row(k // 50, heap=100_000)

@@ -749,7 +749,7 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
     is short (INTERPRETED) is searched by the interpreter alone."""
     from ..engines.compiled import compiled
     from ..engines.explain import names_at
-    from ..engines.lowering import SEARCH_CELLS
+    from ..engines.lowering import SEARCH_EVERY
     program, name, names = target(runner.fn, args)
     m = Machine(program, **runner.options)
     heap = any(ins.spec.group in HEAP_GROUPS for f in program.functions.values()
@@ -883,31 +883,33 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
         # frame of a function that writes a heap of at most SEARCH_CELLS cells, its
         # looks' copies come with snapshots of the heap and its shadows, whose shadows
         # it tests (a cell's shadow not finite stops it too: Lowering.snapshot).
-        # Elsewhere the pass runs whole, where the failing call did not say it: the last
-        # look at a loop's (or a returning frame's) shadows before one found them not
-        # finite (note_shadows); as a rule the place is soon after it. (A budget that
-        # ends a step before the look's back edge stops natively there, in one run.)
-        if looked is None or not heap or m.top <= SEARCH_CELLS:
-            try:
-                m.run(-1)
-            except RvmError as e:
-                # (placed where every frame's shadows and every cell's are finite, as a
-                # look before the first that found one not finite is: a callee's look
-                # knows only its own frame, and a caller's shadow, or a cell's, may have
-                # overflowed first)
-                if "a shadow not finite" in str(e) and m._exhausted(-1, place=True) == 0 \
-                        and not heap_bad() and all(map(shadows_finite, m.stack)):
-                    found = walk(FAR)
-                    if found is not None:
-                        return found
-                m.restore(start)        # (else the searches below, from the start)
-            else:
-                state = m._native_state()
-                if looked is None and state[SHADOWS_BAD] and state[SHADOWS] >= 0:
-                    looked = int(state[SHADOWS])
+        # Elsewhere the pass runs whole, and notes the last look at a loop's (or a
+        # returning frame's) shadows before one found them not finite, or a cell's
+        # shadow made not finite since (note_shadows, shadow_made); as a rule the place
+        # is soon after it. (A budget that ends a step before the look's back edge stops
+        # natively there, in one run.)
+        try:
+            m.run(-1)
+        except RvmError as e:
+            # (placed where every frame's shadows and every cell's are finite, as a
+            # look before the first that found one not finite is: a callee's look
+            # knows only its own frame, and a caller's shadow, or a cell's, may have
+            # overflowed first)
+            if "a shadow not finite" in str(e) and m._exhausted(-1, place=True) == 0 \
+                    and not heap_bad() and all(map(shadows_finite, m.stack)):
+                found = walk(FAR)
+                if found is not None:
+                    return found
+            m.restore(start)        # (else the searches below, from the start)
+        # (the look that pass noted: its looks come more often than the failing call's,
+        # and they count a cell's shadow made not finite since the last:
+        # rvm.engines.lowering, Lowering.shadow_made)
+        state = m._native_state()
+        if state[SHADOWS_BAD] and state[SHADOWS] >= 0:
+            looked = int(state[SHADOWS])
         look = budget - looked - 1 if looked is not None else 0
         if look > 0 and not bad_after(look):
-            found = walk(FAR if small_heap else window)
+            found = walk(FAR if small_heap else max(window, 4 * SEARCH_EVERY))
             if found is not None:
                 return found
             lo = look

@@ -322,6 +322,7 @@ class Lowering(ArrayLowering):
         self.before = None          # the budget test before the next call (stop_at)
         self.looked = False         # a look at its float registers made (note_shadows)
         self.dropped = None         # with LOOKS: a dropped shadow was not finite (drop_look)
+        self.heap_bad = None        # with LOOKS: a cell's shadow was made not finite (store)
         self.zeroed: set = set()    # shadows set to 0.0 so far (with LOOKS: see statement)
         self.checked = None         # (base, offset, sum) of the last address check
         self.worked_out: dict = {}  # a counted loop's entry test's values (exact), by
@@ -345,7 +346,9 @@ class Lowering(ArrayLowering):
             if functions.get("LOOKS"):
                 with self.b.goto_block(self.fn.entry_basic_block):
                     self.dropped = self.b.alloca(t.i1, name="dropped")
+                    self.heap_bad = self.b.alloca(t.i1, name="heap_bad")
                 self.b.store(t.i1(0), self.dropped)
+                self.b.store(t.i1(0), self.heap_bad)
         self.fault_block, self.full_block = self.exit(FAULT), self.exit(FULL)
         self.budget_block, self.interrupt_block = self.exit(BUDGET), self.exit(INTERRUPT)
         self.passed = self.exit(None)          # a callee's fault: return, its code kept
@@ -372,7 +375,8 @@ class Lowering(ArrayLowering):
             if code is not None:
                 self.b.store(self.t.s64(code), self.flag)
             if self.dropped is not None:    # (what drop_look found, for the machine)
-                self.b.store(self.b.zext(self.shadows_seen(), self.t.i64),
+                self.b.store(self.b.zext(self.b.or_(self.shadows_seen(),
+                                                    self.b.load(self.heap_bad)), self.t.i64),
                              self.slot(SHADOWS_BAD))
             own = code is not None and not callee
             if self.last is not None and code in (FAULT, BUDGET, LOOKED, None):
@@ -480,7 +484,9 @@ class Lowering(ArrayLowering):
             b.store(self.coerce(v, ptr.type.pointee), ptr)
             b.store(b.add(at, t.i64(1)), self.slot(0))
             if name == "gpush":
-                b.store(self.coerce(value(4), t.f64), self.cell("HG", at))
+                g = self.coerce(value(4), t.f64)
+                self.shadow_made(g)
+                b.store(g, self.cell("HG", at))
             return None
         if name == "said":                      # said(k, values...): an output record
             self.said(args)
@@ -698,7 +704,7 @@ class Lowering(ArrayLowering):
             if (self.looked and self.last is not None) or \
                     (self.functions.get("LOOKS") and "_n" in self.vars):
                 self.stop_if_shadowed()
-                self.note_shadows(b.load(self.vars["_n"]))
+                self.note_shadows(b.load(self.vars["_n"]), leaving=True)
             elts = s.value.elts if isinstance(s.value, ast.Tuple) else [s.value]
             out = ir.Constant(self.fn.return_value.type, None)
             # after the results, a gradient function's float locals' shadows (end_shadows)
@@ -1300,7 +1306,7 @@ class Lowering(ArrayLowering):
         b.branch(after)
         b.position_at_end(after)
 
-    def note_shadows(self, n, placed: bool = True) -> None:
+    def note_shadows(self, n, placed: bool = True, leaving: bool = False) -> None:
         """At a look in a gradient pass: until a look finds a float register's shadow
         that is not finite, the budget left here (n) in the state array (SHADOWS; and
         SHADOWS_BAD once one did). Shadows are not tested as they are made (a shadow
@@ -1309,17 +1315,25 @@ class Lowering(ArrayLowering):
         returns are not finite, this is where the search for the first shadow that
         stopped being finite starts (rvm.ad.gradient.not_finite). placed=False: a look
         inside a block, where n (charged when the block began) is not the budget left
-        here: it notes a shadow not finite, not the budget (and drop_look's)."""
+        here: it notes a shadow not finite, not the budget (and drop_look's). leaving:
+        the look where the frame returns."""
+        b, t = self.b, self.t
         bad = self.registers_not_finite(GRAD_REGISTER)
         self.looked = True
-        if bad is None:
+        # (a cell's shadow made not finite, shadow_made: no later look is noted; it is
+        # told the machine where the frame leaves, not at every look, so that a look of
+        # the root frame that tests the cells' shadows still stops the search there)
+        heap = None if self.heap_bad is None else b.load(self.heap_bad)
+        if bad is None and heap is None:
             return
-        b, t = self.b, self.t
         seen = self.shadows_seen()
+        said = seen if bad is None else b.or_(seen, bad)
         if placed:
-            fine = b.not_(b.or_(seen, bad))
+            fine = b.not_(said if heap is None else b.or_(said, heap))
             b.store(b.select(fine, n, b.load(self.slot(SHADOWS))), self.slot(SHADOWS))
-        b.store(b.zext(b.or_(seen, bad), t.i64), self.slot(SHADOWS_BAD))
+        if leaving and heap is not None:
+            said = b.or_(said, heap)
+        b.store(b.zext(said, t.i64), self.slot(SHADOWS_BAD))
 
     def drop_look(self, name: str) -> None:
         """With LOOKS, before a shadow is dropped (set to 0.0: an ancilla's at the end
@@ -1483,9 +1497,23 @@ class Lowering(ArrayLowering):
         else:
             raise Unsupported(ast.unparse(target))
         if value.type == self.t.f64 and isinstance(target, ast.Subscript) and \
-                state_index(target) is None and target.value.id != "HG":
-            self.finite(value)          # a value leaving the registers for the heap
+                state_index(target) is None:
+            if target.value.id != "HG":
+                self.finite(value)      # a value leaving the registers for the heap
+            else:
+                self.shadow_made(value)
         self.b.store(self.coerce(value, ptr.type.pointee), ptr)
+
+    def shadow_made(self, value) -> None:
+        """In the build that searches a gradient pass (LOOKS): a cell's shadow written
+        here, noted in a flag of the frame (heap_bad) where it is not finite, so that no
+        later look counts as one before the first shadow that stopped being finite (see
+        note_shadows): the looks test the registers' shadows, not the heap's (a large
+        heap's scan at every look would cost more than the pass)."""
+        if self.heap_bad is not None:
+            bad = self.non_finite([value])
+            if bad is not None:
+                self.raise_flag(self.heap_bad, bad)
 
     # ----------------------------------------------------------- expressions
     def coerce(self, v, ty):
