@@ -397,11 +397,12 @@ class _Direct:
         cells)."""
         plan = self.plans.get(call_kind(args))
         forward, snap, _ = getattr(plan, "forward_end", (None, None, None))
-        if forward is None or snap is None or snap[0] != -2:
+        from ..engines.lowering import SNAP_AT, SNAP_HEAD, SNAP_NAME, SNAP_TOP
+        if forward is None or snap is None or snap[SNAP_AT] != -2:
             return None
-        from ..engines.lowering import SNAP_HEAD
-        return (tuple(forward), snap[SNAP_HEAD:SNAP_HEAD + int(snap[1])].copy(),
-                int(snap[2]))
+        # (the header as the forward run's end leaves it: -2, the top, its steps)
+        return (tuple(forward), snap[SNAP_HEAD:SNAP_HEAD + int(snap[SNAP_TOP])].copy(),
+                int(snap[SNAP_NAME]))
 
     def make_arrays(self, args):
         """Arguments with arrays, on native code: the forward and the gradient functions
@@ -463,11 +464,11 @@ class _Direct:
         # (a fused call on a heap of at most FORWARD_END cells leaves the heap where its
         # forward run ended in a snapshot buffer, and its final registers here: where
         # its gradient is not finite, the search starts from them: see ended, not_finite)
-        from ..engines.lowering import SNAP_HEAD
+        from ..engines.lowering import SNAP_AT, SNAP_HEAD, SNAP_ROOM
         snap = np.zeros(SNAP_HEAD + total, np.int64) \
             if fused is not None and total <= FORWARD_END else None
         if snap is not None:
-            snap[0], snap[3] = -1, total
+            snap[SNAP_AT], snap[SNAP_ROOM] = -1, total
         forward_end: list = [None, snap, None if snap is None else snap.ctypes.data]
         convert = coercers(fn.params, fn.name)
         scalars = [(j, a.params[0], convert[a.params[0]])

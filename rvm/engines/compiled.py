@@ -1612,13 +1612,13 @@ class Compiled:
         # the heap at a look in the root frame, as large as the heap (Lowering.snapshot),
         # and its address (numpy's costs a microsecond a run)
         snap, at = machine.__dict__.get("_snapshot") or (None, 0)
-        from .lowering import SNAP_CELLS, SNAP_HEAD
+        from .lowering import SNAP_AT, SNAP_CELLS, SNAP_HEAD, SNAP_ROOM
         room = min(machine.cap, SNAP_CELLS)
-        if snap is None or snap[3] < room:
+        if snap is None or snap[SNAP_ROOM] < room:
             snap = np.zeros(SNAP_HEAD + 2 * room, np.int64)
-            snap[3], at = room, snap.ctypes.data
+            snap[SNAP_ROOM], at = room, snap.ctypes.data
             machine._snapshot = snap, at
-        snap[0] = -1            # (none taken in this run yet)
+        snap[SNAP_AT] = -1      # (none taken in this run yet)
         cached[4][ROOT], cached[4][SNAP] = -1, at       # (run names the root)
         # a look's record the root frame starts from (Machine._resume), else its entry
         resume = machine.__dict__.get("_resume_record")

@@ -46,6 +46,7 @@ from .lowering import (
     INTERRUPT_CELL,
     MESSAGES,
     RECORD,
+    SNAP_ROOM,
     Lowering,
     Types,
     Unsupported,
@@ -599,7 +600,7 @@ def _forward_end(b, t: Types, S, H, budget) -> None:
     b.position_at_end(given)
     snap = b.inttoptr(snap_at, t.ptr)
     top = b.load(b.gep(S, [t.i64(0)]))
-    b.cbranch(b.icmp_signed("<=", top, b.load(b.gep(snap, [t.i64(3)]))), copy, after)
+    b.cbranch(b.icmp_signed("<=", top, b.load(b.gep(snap, [t.i64(SNAP_ROOM)]))), copy, after)
     b.position_at_end(copy)
     snapshot_cells(b, t, snap, (t.i64(-2), top, b.sub(budget, b.load(b.gep(S, [t.i64(1)])))),
                    H, top)

@@ -43,13 +43,15 @@ CLEAN_EVERY, SEARCH_EVERY = 1 << 8, 1 << 6
 # steps of a counted loop's passes between two looks at its floats (see Lowering.look)
 LOOK_EVERY = 1 << 10
 # the machine's snapshot buffer (see Lowering.snapshot): a header of SNAP_HEAD cells (the
-# budget left at the look, the heap top, the function's name id, the room: cells it
-# holds, as large as the heap, at most SNAP_CELLS), then the cells of a heap of up to
-# that many cells and their shadows; a snapshot is taken at a look when SNAP_SPACING
+# budget left at the look, -1 where none was taken, SNAP_AT; the heap top, SNAP_TOP; the
+# function's name id, SNAP_NAME; the room, SNAP_ROOM: cells it holds, as large as the
+# heap, at most SNAP_CELLS), then the cells of a heap of up to that many cells and their
+# shadows; a snapshot is taken at a look when SNAP_SPACING
 # steps per heap cell have passed since the last (its copy costs well under a step per
 # SNAP_SPACING steps), or since the frame's entry where the heap has more than SNAP_NOW
 # cells (below, at the first look: a short run of a large heap copies none)
-SNAP_HEAD, SNAP_CELLS, SNAP_SPACING, SNAP_NOW = 4, 1 << 20, 64, 1 << 16
+SNAP_AT, SNAP_TOP, SNAP_NAME, SNAP_ROOM, SNAP_HEAD = range(5)
+SNAP_CELLS, SNAP_SPACING, SNAP_NOW = 1 << 20, 64, 1 << 16
 # in the build that searches a gradient pass: a step per heap cell, for heaps of at most
 # SEARCH_CELLS cells (the interpreter then steps at most about that far from a snapshot)
 SEARCH_CELLS = 1 << 12
@@ -1037,7 +1039,7 @@ class Lowering(ArrayLowering):
         claimed, after = self.fn.append_basic_block(), self.fn.append_basic_block()
         b.cbranch(mine, claimed, after)
         b.position_at_end(claimed)
-        b.store(b.load(b.gep(b.inttoptr(b.load(self.slot(SNAP)), t.ptr), [t.i64(3)])),
+        b.store(b.load(b.gep(b.inttoptr(b.load(self.slot(SNAP)), t.ptr), [t.i64(SNAP_ROOM)])),
                 self.room)
         b.branch(after)
         b.position_at_end(after)

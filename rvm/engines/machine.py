@@ -847,20 +847,28 @@ class Machine(Helpers):
             return self._from_look(direction, left, records[0], saved)
         return self._out_of_steps(self.max_steps, direction)
 
+    def _snapshot_of(self, record: tuple) -> bool:
+        """Is the machine's snapshot (Lowering.snapshot) the one taken with this look's
+        record (AT_LOOK: the same function, the same budget left)?"""
+        from .lowering import SNAP_AT, SNAP_NAME
+        snap = self.__dict__.get("_snapshot", (None,))[0]
+        return snap is not None and 0 <= snap[SNAP_AT] == record[3] and \
+            snap[SNAP_NAME] == record[0]
+
     def _from_snapshot(self, record: tuple, end: int) -> None:
         """A root frame's look record (AT_LOOK) in a function whose run writes the heap
         comes with a snapshot of the heap at that look (rvm.engines.lowering:
         Lowering.snapshot): the heap's cells (and in a gradient pass their shadows) as
         they were there, the cells above its top zero (up to `end`, the records' end)."""
-        from .lowering import SNAP_HEAD
-        snap = self.__dict__.get("_snapshot", (None,))[0]
-        if snap is None or snap[0] < 0 or snap[0] != record[3] or snap[2] != record[0]:
+        from .lowering import SNAP_HEAD, SNAP_ROOM, SNAP_TOP
+        if not self._snapshot_of(record):
             return          # (a function that writes no heap cell: the heap is as it was)
-        heap, top = self._native_heap, int(snap[1])
+        snap = self._snapshot[0]
+        heap, top = self._native_heap, int(snap[SNAP_TOP])
         heap[1][:top] = snap[SNAP_HEAD:SNAP_HEAD + top]
         heap[1][top:end] = 0
         if self.grad:
-            room = SNAP_HEAD + int(snap[3])
+            room = SNAP_HEAD + int(snap[SNAP_ROOM])
             heap[3][:top] = snap[room:room + top].view(np.float64)
             heap[3][top:end] = 0.0
         self.top = top
@@ -904,11 +912,9 @@ class Machine(Helpers):
         last budget test (a back edge where every float was finite: _last_clean) the
         failed run passed after it, and the look's block and registers as native code
         starts from them (Lowering.resume); else None."""
-        name, _, block, at, found = record
+        _, _, block, at, found = record
         last = self._last_clean()
-        snap = self.__dict__.get("_snapshot", (None,))[0]
-        if snap is None or snap[0] != at or snap[2] != name or not 0 <= last < at or \
-                self.said_cells:
+        if not self._snapshot_of(record) or not 0 <= last < at or self.said_cells:
             return None
         return at - last - 1, np.array([block, len(found), *found.values()], np.int64)
 
