@@ -1244,11 +1244,13 @@ def test_a_failure_far_from_the_last_snapshot_resumes_native_code_from_it(grad,
     interpreter's report (message, instruction, steps, frames, heap), in plain and in
     gradient mode, from a second native run of at most a snapshot's spacing, not a
     second run of the whole pass from the start."""
+    from rvm.engines import machine
     from rvm.engines.lowering import SNAP_SPACING
     p = rvm.assemble(HEAP_SUM.format(name="sum", moving="", cells=1024, shift=30000.0))
     outcomes = []
     for engine in ("interp", "native"):
         with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(machine, "RESUME_STEPS", 0)      # (a short run resumes too)
             budgets = budgets_run(mp)
             taken = steps_stepped(mp)
             m = Machine(p, engine=engine, max_steps=10**8, grad=grad)
@@ -1274,10 +1276,12 @@ def test_a_large_heaps_first_snapshot_waits_and_a_late_failure_resumes_from_one(
     cells = 2 * SNAP_NOW
     p = rvm.assemble(HEAP_SUM.format(name="sum", moving="", cells=cells, shift=700000.0))
     outcomes = []
+    from rvm.engines import machine
     for resume in (False, True):
         with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(machine, "RESUME_STEPS", 0)      # (a short run resumes too)
             if not resume:
-                mp.setattr(Machine, "_resumable", lambda m, record: None)
+                mp.setattr(Machine, "_resumable", lambda m, record, now: None)
             budgets = budgets_run(mp)
             m = Machine(p, engine="native", max_steps=10**9)
             m._grow(2 * cells)
@@ -1291,6 +1295,116 @@ def test_a_large_heaps_first_snapshot_waits_and_a_late_failure_resumes_from_one(
             assert len(budgets) == 2 and budgets[1] > 9 * 10**6, budgets
     assert outcomes[0] == outcomes[1] and "math range error" in outcomes[1][0]
     assert outcomes[1][2] > 9 * 10**6
+
+
+LOOP_FIRST = """\
+.func sum(r1, r2, f0, f1, f2, r0)
+top:    CF.NE  r0, 0, back
+        ADD    f0, 1.0
+        INC    r0
+        EXCH   f4, [r1 + 1]
+        ADD    f4, f0
+        EXCH   f4, [r1 + 1]
+        ADD    f3, f0
+        SUB    f3, 30000.0
+        ADD.exp f2, f3
+        SUB    f3, f0
+        ADD    f3, 30000.0
+exitbr: BR.GE  f0, f1, done
+back:   JMP    top
+done:   CF     exitbr
+.end
+"""
+
+
+@pytest.mark.parametrize("resumed", ["resumed", "a resume that fails"])
+def test_a_root_that_starts_with_its_loop_resumes_from_its_look(resumed, monkeypatch):
+    """A root function whose first instruction is its loop's conditional come-from (a
+    Python `while` at the top of a function), writing an array argument's cells: native
+    code started again at the look must not test that come-from on the look's
+    registers (they make it true: the resumed run failed at once, and the pass went to
+    the interpreter, 1,000 times as long); it is entered with the registers of the
+    failed run's entry. A resume that fails leaves the failed run's state for the way
+    taken then (a second native run to the last back edge): in neither case does the
+    interpreter step more than a few hundred steps."""
+    from rvm.engines import machine
+    p = rvm.assemble(LOOP_FIRST)
+    outcomes = []
+    for engine in ("interp", "native"):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(machine, "RESUME_STEPS", 0)      # (a short run resumes too)
+            if resumed != "resumed":        # (a block that is none: the resumed run
+                def failing(m, record, now, real=Machine._resumable):   # fails at
+                    out = real(m, record, now)                          # its end)
+                    if out is not None:
+                        out[1][0] = 10**6
+                    return out
+                mp.setattr(Machine, "_resumable", failing)
+            budgets = budgets_run(mp)
+            taken = steps_stepped(mp)
+            m = Machine(p, engine=engine, max_steps=10**8)
+            m.enter("sum", np.zeros(1000), 0.0, 40000.0, 0.0, 0)
+            with pytest.raises(rvm.RvmError) as e:
+                m.run()
+        outcomes.append((str(e.value), e.value.index, m.steps, m.snapshot()))
+    assert outcomes[0] == outcomes[1] and "math range error" in outcomes[1][0]
+    assert sum(taken) < 4 * CLEAN_EVERY, taken
+    if resumed == "resumed":
+        assert len(budgets) == 2 and budgets[1] < 10**6, budgets
+    else:
+        assert len(budgets) == 3 and budgets[2] > 3 * 10**5, budgets
+
+
+def test_only_a_long_failing_run_makes_the_build_that_resumes(monkeypatch):
+    """The usual native code has no second way into the root's block loop (it cost a
+    loop 4-5%): native code that starts at a look is a build of its own, compiled where
+    a failed run took RESUME_STEPS steps or more (a shorter run's second run costs less
+    than a compile), and used from then on. Both report what native code running the
+    pass again reports (the interpreter's report: see above)."""
+    from rvm.engines import machine
+    from rvm.engines.compiled import Compiled
+    def made(p) -> bool:        # (native code of the build that resumes)
+        build = p.cache.get(("compiled", True, True, "resume"))
+        return build is not None and any(map(len, build._native.values()))
+
+    def report(p, shift, resume=True):
+        with pytest.MonkeyPatch.context() as mp:
+            if not resume:
+                mp.setattr(Machine, "_resumable", lambda m, record, now: None)
+            builds = []
+            mp.setattr(Compiled, "run", lambda c, m, d, real=Compiled.run:
+                       builds.append(c.resume) or real(c, m, d))
+            m = Machine(p, engine="native", max_steps=10**10)
+            m.enter("sum", 0.0, 2 * shift, 0.0, 0)
+            with pytest.raises(rvm.RvmError) as e:
+                m.run()
+        return (str(e.value), e.value.index, m.steps, m.snapshot()), builds
+
+    short = rvm.assemble(HEAP_SUM.format(name="sum", moving="", cells=4096, shift=30000.0))
+    outcome, builds = report(short, 30000.0)
+    assert builds == [False, False] and not made(short), builds
+    assert outcome == report(short, 30000.0, resume=False)[0]
+    passes = machine.RESUME_STEPS // 10             # (about 14 steps a pass)
+    long = rvm.assemble(HEAP_SUM.format(name="sum", moving="", cells=1024,
+                                        shift=float(passes)))
+    outcome, builds = report(long, float(passes))
+    assert builds == [False, True] and made(long), builds
+    assert outcome == report(long, float(passes), resume=False)[0]
+
+
+def test_a_large_heap_allocated_in_the_run_waits_for_its_first_snapshot():
+    """A root function that allocates more than SNAP_NOW cells itself takes its first
+    snapshot once SNAP_SPACING steps per cell of the heap have gone (a short run copies
+    none: it cost a short run of 200,000 cells a third more); a longer run takes one."""
+    from rvm.engines.lowering import SNAP_AT, SNAP_NOW, SNAP_SPACING
+    cells = 2 * SNAP_NOW
+    text = HEAP_SUM.format(name="sum", moving="", cells=cells, shift=1e9)
+    p = rvm.assemble(text.replace("ADD    f4, f0\n", "ADD    f4, f0\n        SUB    f4, f0\n"))
+    for passes, taken in ((1_000, False), (SNAP_SPACING * cells // 10, True)):
+        m = Machine(p, engine="native", max_steps=10**10)
+        m._grow(2 * cells)
+        m.call("sum", 0.0, float(passes), 0.0, 0)
+        assert (m._snapshot[0][SNAP_AT] >= 0) == taken, passes
 
 
 def call_tree(depth: int, loop: str = "") -> str:
@@ -2103,13 +2217,14 @@ def test_a_failing_gradient_beside_a_large_array_is_found_from_the_look_before(
         case, tmp_path, monkeypatch):
     """The search for the place where a gradient stopped being finite, in a program whose
     heap is too large for the search's snapshots (an array of 20,000 cells): the
-    search's build notes, in the frame, a cell's shadow made not finite, so its looks
-    (every SEARCH_EVERY steps) leave the last before it; one native run to that look,
+    search's build (its variant for large heaps, CELL_LOOKS) notes, in the frame, a
+    cell's shadow made not finite, so its looks (every SEARCH_EVERY steps) leave the
+    last before it; one native run to that look,
     and the interpreter steps from there to the place: the forward run, two runs of the
     search's build and a few hundred interpreter steps (it was a bisection of some
     twenty runs: 34x a succeeding gradient beside 10^5 cells), and the interpreter's
     report."""
-    from rvm.engines.lowering import SEARCH_EVERY
+    from rvm.engines.lowering import CELL_LOOKS, SEARCH_EVERY
     name, body = ARRAY_GRADIENTS[case]
     (tmp_path / "f.py").write_text("from rvm import Array, ancilla, reversible, zeros\n" + body)
     f = rvm.load(tmp_path / "f.py")["f"]
@@ -2129,5 +2244,5 @@ def test_a_failing_gradient_beside_a_large_array_is_found_from_the_look_before(
         monkeypatch.undo()
         errors.append((str(e.value), e.value.function, e.value.index))
     assert errors[0] == errors[1] and "not finite" in errors[1][0], errors
-    assert runs == [False, True, True], runs
+    assert runs == [False, CELL_LOOKS, CELL_LOOKS], runs
     assert sum(walked) < 8 * SEARCH_EVERY, walked

@@ -750,7 +750,7 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
     is short (INTERPRETED) is searched by the interpreter alone."""
     from ..engines.compiled import compiled
     from ..engines.explain import names_at
-    from ..engines.lowering import SEARCH_EVERY
+    from ..engines.lowering import CELL_LOOKS, SEARCH_CELLS, SEARCH_EVERY
     program, name, names = target(runner.fn, args)
     m = Machine(program, **runner.options)
     heap = any(ins.spec.group in HEAP_GROUPS for f in program.functions.values()
@@ -773,8 +773,11 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
         if steps is None:
             steps = m.max_steps - int(m._native_state()[LEFT])
         native = steps > INTERPRETED
-    if native and not m._compiled.carry:
-        m._compiled = compiled(program, m.checks, native=True, carry=True)
+    # (a heap larger than the search's snapshots take: the build that notes a cell's
+    # shadow made not finite, rvm.engines.lowering: Lowering.shadow_made)
+    carry = CELL_LOOKS if heap and m.top > SEARCH_CELLS else True
+    if native and m._compiled.carry != carry:
+        m._compiled = compiled(program, m.checks, native=True, carry=carry)
         m._compiled_functions = None
     which = [b.name for b, g in zip(m.bindings, grads) if g is not None and not finite([g])]
     shown = next(g for g in grads if g is not None and not finite([g]))

@@ -1287,7 +1287,7 @@ class Compiled:
     a compute-copy-uncompute function the split value and gradient)."""
 
     def __init__(self, program: Program, checks: bool = True, native: bool = False,
-                 strict: bool = False, carry: bool = False):
+                 strict: bool = False, carry: bool | str = False, resume: bool = False):
         self.program, self.checks, self.native = program, checks, native
         # native code that runs no loop as a counted loop (whose checks are made after
         # its last pass, and which has no back edge to stop at): run only to find where
@@ -1295,8 +1295,13 @@ class Compiled:
         self.strict = strict
         # native code whose gradient passes carry every shadow as the interpreter does
         # (see _exact), so that a budget stops one in the interpreter's state: run only
-        # to find where a gradient stopped being finite (rvm.ad.gradient.not_finite)
+        # to find where a gradient stopped being finite (rvm.ad.gradient.not_finite);
+        # rvm.engines.lowering.CELL_LOOKS: over a large heap
         self.carry = carry
+        # native code whose root frame may start at a look with a snapshot (the same
+        # functions, a second way into the root's block loop): run only to go on from
+        # a snapshot far before a failure (Machine._resume)
+        self.resume = resume
         self.names = {name: f"F{k}" for k, name in enumerate(program.functions)}
         self.recursive = program.call_order()[1]      # (never native code)
         # function -> (where B starts, where its fws stops, registers checked around B)
@@ -1491,7 +1496,7 @@ class Compiled:
         print (every field, debug symbols included) and the text of the code that writes
         them, for finding the machine code in the disk cache without writing them."""
         return f"{_generator_digest()}|{self.checks}|{self.native}|{self.strict}|" \
-            f"{self.carry}|" \
+            f"{self.carry}|{self.resume}|" \
             f"{[repr(fn) for fn in self.program.functions.values()]}"
 
     @functools.cached_property
@@ -1680,11 +1685,12 @@ class Compiled:
 
 
 def compiled(program: Program, checks: bool = True, native: bool = False,
-             strict: bool = False, carry: bool = False) -> Compiled:
+             strict: bool = False, carry: bool | str = False,
+             resume: bool = False) -> Compiled:
     key = ("compiled", checks, native) + (("strict",) if strict else ()) + \
-        (("carry",) if carry else ())
+        (("carry", carry) if carry else ()) + (("resume",) if resume else ())
     if key not in program.cache:
         with _COMPILING:        # threads wanting it at once share one (and its native code)
             if key not in program.cache:
-                program.cache[key] = Compiled(program, checks, native, strict, carry)
+                program.cache[key] = Compiled(program, checks, native, strict, carry, resume)
     return program.cache[key]

@@ -732,7 +732,7 @@ def _groups(b, t: Types, lanes: tuple, mode: str, columns: tuple, seed, split: i
 
 
 def ir_module(source: str, tol: float, fused: dict, batches: dict, runs=None,
-              looks: bool = False) -> str:
+              looks: bool | str = False, resume: bool = False) -> str:
     """LLVM IR for the generated functions in `source` (the native engine's text) that the
     entries run: an entry `rvm_py_<name>` for each of `runs` (names of generated
     functions; None: all of them), for each of `fused` ({name: (forward, gradient pass,
@@ -740,15 +740,16 @@ def ir_module(source: str, tol: float, fused: dict, batches: dict, runs=None,
     pass, split)}), the batches with rows in lockstep where the functions allow it
     (rvm.engines.lanes). looks: a gradient pass looks at its shadows where any function
     returns, not only one with loops, and before a shadow is dropped (see
-    Lowering.note_shadows)."""
+    Lowering.note_shadows). resume: the root frame of a function that takes snapshots
+    may start at a look (Lowering.resume)."""
     from . import lanes
     src = _Source(source)
     if runs is None:
         runs = list(src.texts)
     if batches and lanes.enabled:
         with contextlib.suppress(Unsupported):
-            return _module(src, tol, fused, batches, runs, True, looks)
-    return _module(src, tol, fused, batches, runs, False, looks)
+            return _module(src, tol, fused, batches, runs, True, looks, resume)
+    return _module(src, tol, fused, batches, runs, False, looks, resume)
 
 
 _CALLS = re.compile(r"\b([A-Za-z_]\w*)\(")
@@ -824,7 +825,7 @@ class _Source:
 
 
 def _module(src: _Source, tol: float, fused: dict, batches: dict, runs,
-            lockstep: bool, looks: bool = False) -> str:
+            lockstep: bool, looks: bool | str = False, resume: bool = False) -> str:
     """The module's IR: the generated functions the entries run, and the entries."""
     _, ir, _ = _llvm()
     t = Types(ir)
@@ -834,7 +835,7 @@ def _module(src: _Source, tol: float, fused: dict, batches: dict, runs,
     def declare(types, signature, suffix: str, wanted) -> dict:
         functions: dict = {"TOL": tol, "RUN_OUT": src.run_out, "CALLS": src.calls,
                            "LOOKS": looks, "QUIET": src.quiet,
-                           "SNAP": src.snapping}
+                           "SNAP": src.snapping, "RESUME": resume}
         for name in src.texts:
             if name in wanted:
                 ftype, params, returns = signature(ir, types, src.stubs[name])
@@ -1116,7 +1117,7 @@ def _lowering_digest() -> str:
 
 def functions(source, fused: dict, batches: dict, tol: float, runs=None,
               key: str | None = None, kinds: dict | None = None,
-              looks: bool = False) -> dict:
+              looks: bool | str = False, resume: bool = False) -> dict:
     """Callables for generated functions: a Run for each of `runs` (names of generated
     functions; None: every function in `source`), one for each of `fused` ({name:
     (forward, gradient pass, budget argument?, split)}: a Fused with the budget argument,
@@ -1127,7 +1128,7 @@ def functions(source, fused: dict, batches: dict, tol: float, runs=None,
     functions some names run (rvm.engines.compiled.Compiled.native_text), with `key`
     (text that determines it) and `kinds` (as _kinds gives them): it is then made only if
     the machine code is not in the cache (making it takes longer than loading the code:
-    seconds for a large program). looks: see ir_module."""
+    seconds for a large program). looks, resume: see ir_module."""
     from . import cache, lanes
     ll, _, tm = _llvm()
     if key is None:
@@ -1140,14 +1141,14 @@ def functions(source, fused: dict, batches: dict, tol: float, runs=None,
     stamp = f"{_lowering_digest()}|{ll.llvm_version_info}|{tm.triple}|" \
         f"{ll.get_host_cpu_name()}|{ll.get_host_cpu_features().flatten()}|{sys.version}|" \
         f"{tol!r}|{lanes.enabled and lanes.LANES}|{vectormath.variant()}|" \
-        f"{sorted(fused.items())}|{sorted(batches.items())}|{runs}|{looks}"
+        f"{sorted(fused.items())}|{sorted(batches.items())}|{runs}|{looks}|{resume}"
     text = stamp + key
 
     def make() -> bytes:
         roots = {*runs, *(f for entry in (*fused.values(), *batches.values())
                           for f in entry if isinstance(f, str) and f.startswith("F"))}
         return compile_ir(ir_module(source(sorted(roots)), tol, fused, batches, runs,
-                                    looks))
+                                    looks, resume))
     lib = Library(cache.load_object(text, make))
     out: dict = {name: Run(lib, name) for name in runs}
     out.update({name: (Fused if budget else Run)(lib, name)

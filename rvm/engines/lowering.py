@@ -55,6 +55,7 @@ SNAP_CELLS, SNAP_SPACING, SNAP_NOW = 1 << 20, 64, 1 << 16
 # in the build that searches a gradient pass: a step per heap cell, for heaps of at most
 # SEARCH_CELLS cells (the interpreter then steps at most about that far from a snapshot)
 SEARCH_CELLS = 1 << 12
+CELL_LOOKS = "cells"    # the build that searches a pass over a larger heap (shadow_made)
 
 
 class Types:
@@ -324,7 +325,8 @@ class Lowering(ArrayLowering):
         self.before = None          # the budget test before the next call (stop_at)
         self.looked = False         # a look at its float registers made (note_shadows)
         self.dropped = None         # with LOOKS: a dropped shadow was not finite (drop_look)
-        self.heap_bad = None        # with LOOKS: a cell's shadow was made not finite (store)
+        self.heap_bad = None        # with LOOKS = CELL_LOOKS: a cell's shadow was made not
+        # finite (shadow_made)
         self.zeroed: set = set()    # shadows set to 0.0 so far (with LOOKS: see statement)
         self.checked = None         # (base, offset, sum) of the last address check
         self.worked_out: dict = {}  # a counted loop's entry test's values (exact), by
@@ -348,8 +350,10 @@ class Lowering(ArrayLowering):
             if functions.get("LOOKS"):
                 with self.b.goto_block(self.fn.entry_basic_block):
                     self.dropped = self.b.alloca(t.i1, name="dropped")
-                    self.heap_bad = self.b.alloca(t.i1, name="heap_bad")
                 self.b.store(t.i1(0), self.dropped)
+            if functions.get("LOOKS") == CELL_LOOKS:
+                with self.b.goto_block(self.fn.entry_basic_block):
+                    self.heap_bad = self.b.alloca(t.i1, name="heap_bad")
                 self.b.store(t.i1(0), self.heap_bad)
         self.fault_block, self.full_block = self.exit(FAULT), self.exit(FULL)
         self.budget_block, self.interrupt_block = self.exit(BUDGET), self.exit(INTERRUPT)
@@ -377,9 +381,10 @@ class Lowering(ArrayLowering):
             if code is not None:
                 self.b.store(self.t.s64(code), self.flag)
             if self.dropped is not None:    # (what drop_look found, for the machine)
-                self.b.store(self.b.zext(self.b.or_(self.shadows_seen(),
-                                                    self.b.load(self.heap_bad)), self.t.i64),
-                             self.slot(SHADOWS_BAD))
+                seen = self.shadows_seen()
+                if self.heap_bad is not None:
+                    seen = self.b.or_(seen, self.b.load(self.heap_bad))
+                self.b.store(self.b.zext(seen, self.t.i64), self.slot(SHADOWS_BAD))
             own = code is not None and not callee
             if self.last is not None and code in (FAULT, BUDGET, LOOKED, None):
                 # where the run failed: the budget left at this frame's last budget test
@@ -1024,18 +1029,18 @@ class Lowering(ArrayLowering):
             self.room = b.alloca(t.i64, name="room")
             self.snap_top = b.alloca(t.i64, name="snap_top")
             self.snapped = b.alloca(t.i64, name="snapped")
+            self.entered = b.alloca(t.i64, name="entered")
         named = b.load(self.slot(ROOT))
         mine = b.and_(b.icmp_signed("==", named, t.i64(name_id(self.node.name))),
                       b.icmp_signed("!=", b.load(self.slot(SNAP)), t.i64(0)))
         b.store(mine, self.root)
         b.store(b.select(mine, t.i64(-1), named), self.slot(ROOT))
         b.store(t.i64(-1), self.room)       # (the snapshot's room, read where there is one)
-        # the heap top at the last snapshot and the budget left there (-1: none yet; a
-        # heap of more than SNAP_NOW cells: as if one were taken on entry)
-        top = b.load(self.slot(0))
-        later = b.icmp_signed(">", top, t.i64(SNAP_NOW))
-        b.store(b.select(later, top, t.i64(0)), self.snap_top)
-        b.store(b.select(later, b.load(self.slot(1)), t.i64(-1)), self.snapped)
+        # the heap top at the last snapshot and the budget left there (-1: none yet),
+        # and the budget on entry (see snapshot_due)
+        b.store(t.i64(0), self.snap_top)
+        b.store(t.i64(-1), self.snapped)
+        b.store(b.load(self.slot(1)), self.entered)
         claimed, after = self.fn.append_basic_block(), self.fn.append_basic_block()
         b.cbranch(mine, claimed, after)
         b.position_at_end(claimed)
@@ -1076,9 +1081,10 @@ class Lowering(ArrayLowering):
         """At a look with n steps of budget left, in a function that writes the heap (see
         snapshot): is this the root frame, its heap small enough (the snapshot's room),
         and either no copy kept yet or SNAP_SPACING steps per cell of the last snapshot's
-        heap (at least CLEAN_EVERY) gone since it (a heap of more than SNAP_NOW cells on
-        entry: since the entry, see claim)? (Per cell of the last: a heap that grows
-        faster than a cell per SNAP_SPACING steps still gets snapshots.) In the build that
+        heap (at least CLEAN_EVERY) gone since it (the first where the heap has more than
+        SNAP_NOW cells: as many per cell of the heap now since the entry)? (Per cell of
+        the last: a heap that grows faster than a cell per SNAP_SPACING steps still gets
+        snapshots.) In the build that
         searches a gradient pass, a step per cell (at least SEARCH_EVERY), for heaps of
         at most SEARCH_CELLS cells: the interpreter steps from the snapshot to the place."""
         b, t = self.b, self.t
@@ -1087,8 +1093,13 @@ class Lowering(ArrayLowering):
         least = SEARCH_EVERY if search else CLEAN_EVERY
         spacing = b.mul(b.load(self.snap_top), t.i64(1 if search else SNAP_SPACING))
         spacing = b.select(b.icmp_signed("<", spacing, t.i64(least)), t.i64(least), spacing)
-        due = b.or_(b.icmp_signed("<", last, t.i64(0)),
-                    b.icmp_signed(">=", b.sub(last, n), spacing))
+        # (the first: at once in a heap of at most SNAP_NOW cells, else once SNAP_SPACING
+        # steps per cell of the heap now have gone since the frame's entry)
+        first = b.or_(b.icmp_signed("<=", top, t.i64(SNAP_NOW)),
+                      b.icmp_signed(">=", b.sub(b.load(self.entered), n),
+                                    b.mul(top, t.i64(SNAP_SPACING))))
+        due = b.select(b.icmp_signed("<", last, t.i64(0)), first,
+                       b.icmp_signed(">=", b.sub(last, n), spacing))
         room = b.load(self.room)
         if search:
             room = b.select(b.icmp_signed("<", room, t.i64(SEARCH_CELLS)), room,
@@ -1387,7 +1398,7 @@ class Lowering(ArrayLowering):
         head, after = self.fn.append_basic_block(), self.fn.append_basic_block()
         blocks = {k: self.fn.append_basic_block() for k in cases}
         outer, self.cases = self.cases, (head, after, blocks)
-        if outer is None and self.root is not None:
+        if outer is None and self.root is not None and self.functions.get("RESUME"):
             self.resume(head)
         b.branch(head)
         b.position_at_end(head)
@@ -1411,11 +1422,17 @@ class Lowering(ArrayLowering):
         frame_registers, as from_kept left them), the root frame starts there instead of
         at its entry, the heap as the snapshot taken with that look put it back
         (rvm.engines.machine: Machine._resume): a failure far from the last snapshot
-        costs a native run from there, not a second run of the whole pass."""
+        costs a native run from there, not a second run of the whole pass. Only in the
+        build that resumes (RESUME: rvm.engines.compiled, Compiled.resume): the loop
+        head's second way in costs LLVM what it knew of the registers on entry (a loop
+        of the usual build was 4-5% slower where it was there)."""
         b, t = self.b, self.t
         at = b.load(self.slot(RESUME))
         go, stay = self.fn.append_basic_block("resume"), self.fn.append_basic_block()
-        b.cbranch(b.and_(b.load(self.root), b.icmp_signed("!=", at, t.i64(0))), go, stay)
+        expect = b.module.declare_intrinsic("llvm.expect", [t.i1],
+                                            self.ir.FunctionType(t.i1, [t.i1, t.i1]))
+        wanted = b.and_(b.load(self.root), b.icmp_signed("!=", at, t.i64(0)))
+        b.cbranch(b.call(expect, [wanted, t.i1(0)]), go, stay)     # (rarely)
         b.position_at_end(go)
         b.store(t.i64(0), self.slot(RESUME))
         record = b.inttoptr(at, t.ptr)
@@ -1507,15 +1524,24 @@ class Lowering(ArrayLowering):
         self.b.store(self.coerce(value, ptr.type.pointee), ptr)
 
     def shadow_made(self, value) -> None:
-        """In the build that searches a gradient pass (LOOKS): a cell's shadow written
-        here, noted in a flag of the frame (heap_bad) where it is not finite, so that no
-        later look counts as one before the first shadow that stopped being finite (see
-        note_shadows): the looks test the registers' shadows, not the heap's (a large
-        heap's scan at every look would cost more than the pass)."""
-        if self.heap_bad is not None:
-            bad = self.non_finite([value])
-            if bad is not None:
-                self.raise_flag(self.heap_bad, bad)
+        """In the build that searches a gradient pass over a large heap (LOOKS =
+        CELL_LOOKS): a cell's shadow written here, noted in a flag of the frame
+        (heap_bad) where it is not finite, so that no later look counts as one before
+        the first shadow that stopped being finite (see note_shadows): the looks test
+        the registers' shadows, not the heap's (a large heap's scan at every look would
+        cost more than the pass). Over a small heap the root frame's snapshots test the
+        cells (the test at every store costs a short loop's pass 15%)."""
+        bad = None if self.heap_bad is None else self.non_finite([value])
+        if bad is not None:         # (a branch, rarely taken: a flag or-ed in at every
+            b, t = self.b, self.t   # store, or a sum, made each pass of a short loop
+            made, after = self.fn.append_basic_block(), self.fn.append_basic_block()
+            expect = b.module.declare_intrinsic(  # wait for the last: the search's pass
+                "llvm.expect", [t.i1], self.ir.FunctionType(t.i1, [t.i1, t.i1]))  # +25%)
+            b.cbranch(b.call(expect, [bad, t.i1(0)]), made, after)
+            b.position_at_end(made)
+            b.store(t.i1(1), self.heap_bad)
+            b.branch(after)
+            b.position_at_end(after)
 
     # ----------------------------------------------------------- expressions
     def coerce(self, v, ty):

@@ -891,9 +891,10 @@ class Machine(Helpers):
         at = record[3]
         now = self._failed_at()
         reach = max(FAR, (self.max_steps - now) // STEP_COST) if now >= 0 else FAR
-        resumable = self._resumable(record)
-        if (resumable is not None and 0 <= now < at - RESUMED) or 0 <= now < at - reach:
-            taken = None if resumable is None else self._resume(direction, at, *resumable)
+        resumable = self._resumable(record, now) if 0 <= now < at - RESUMED else None
+        if resumable is not None or 0 <= now < at - reach:
+            taken = None if resumable is None else \
+                self._resume(direction, at, *resumable, saved)
             if taken is None:
                 self._restore(saved)
             return taken
@@ -906,43 +907,74 @@ class Machine(Helpers):
             return None
         return self._out_of_steps(self.max_steps, direction)
 
-    def _resumable(self, record: tuple) -> tuple | None:
+    def _resumable(self, record: tuple, now: int) -> tuple | None:
         """For _resume, where the machine was put back to the snapshot taken with a root
-        frame's look (its AT_LOOK record): the steps from there to one step before the
-        last budget test (a back edge where every float was finite: _last_clean) the
-        failed run passed after it, and the look's block and registers as native code
-        starts from them (Lowering.resume); else None."""
+        frame's look (its AT_LOOK record) and the failed run failed with `now` steps of
+        budget left: the steps from there to one step before the last budget test (a
+        back edge where every float was finite: _last_clean) the failed run passed
+        after it, the look's block and registers as native code starts from them
+        (Lowering.resume), and the build that does (Compiled.resume: compiled on first
+        need, where the failed run took RESUME_STEPS steps or more: a shorter one's
+        second run costs less than the compile); else None."""
+        from .compiled import compiled
         _, _, block, at, found = record
         last = self._last_clean()
         if not self._snapshot_of(record) or not 0 <= last < at or self.said_cells:
             return None
-        return at - last - 1, np.array([block, len(found), *found.values()], np.int64)
+        usual = self._compiled
+        build = compiled(self.program, self.checks, native=True, strict=usual.strict,
+                         resume=True)
+        functions = build.bind(self)
+        fr = self.stack[0]
+        mode = ("g" if self.grad else "") + ("fw" if fr.dir > 0 else "bw")
+        if build.name(fr.fn.name, mode) not in functions and \
+                self.max_steps - now < RESUME_STEPS:
+            return None
+        return (at - last - 1, np.array([block, len(found), *found.values()], np.int64),
+                build, functions)
 
-    def _resume(self, direction: int, at: int, stop: int, record) -> int | None:
+    def _resume(self, direction: int, at: int, stop: int, record, build, functions,
+                entry: tuple) -> int | None:
         """The machine placed at a look in the root frame, `at` steps of budget left
         there, with the heap of the snapshot taken there, before the failure of the
         native run that left the look's record (_resumable): native code starts the root
         frame at that look (its registers and block: rvm.engines.lowering,
-        Lowering.resume: `record`) with a budget of `stop` steps, which ends one step before the
+        Lowering.resume: `record`; native code of `build`, whose `functions` are made
+        on first need) with a budget of `stop` steps, which ends one step before the
         last budget test the failed run passed, where it stops and leaves its record
         (_exhausted puts the machine there); the interpreter steps on to the failure and
         raises its error. So a failure far from the look costs a native run from its
         snapshot, not a second run of the whole pass, nor the interpreter's steps from
-        the look. None (the heap is the caller's to undo) where the run from the look
-        does not stop where it should."""
+        the look. The root frame is entered with the registers it was entered with in
+        the failed run (`entry`: its checks on entry hold as they did there) before it
+        takes the look's. None (the heap is the caller's to undo, the state array as
+        the failed run left it) where the run from the look does not stop where it
+        should."""
         budget, start = self.max_steps, self.steps
+        state = self._native_heap[4]
+        failed = state.copy()           # (the failed run's, for the way taken otherwise)
+        fr = self.stack[0]
+        fr.R[:] = entry[0]
+        if entry[1] is not None:
+            fr.G[:] = entry[1]
+        usual = self._compiled, self._compiled_functions
         self.max_steps, self._resume_record = stop, record
+        self._compiled, self._compiled_functions = build, functions
         try:
             self.pending.clear()
             self._compiled.run(self, direction)
-            return None                 # (never: it stops before)
+            stopped = False             # (never: it stops before)
         except RvmError as e:
-            if "step budget exhausted" not in str(e) or self._exhausted(direction) is None:
-                return None
+            stopped = "step budget exhausted" in str(e) and \
+                self._exhausted(direction) is not None
         finally:
             self.max_steps = budget
             self.pending.clear()
             self.__dict__.pop("_resume_record", None)
+            self._compiled, self._compiled_functions = usual
+        if not stopped:
+            self._native_heap[4][:len(failed)] = failed
+            return None
         rest = at - stop                # (the budget left where the machine stands)
         taken = self._move(direction, rest)
         if taken >= rest and not self.at_boundary(direction):
@@ -1501,6 +1533,8 @@ STEP_COST = 1 << 8  # what an interpreter step costs, in native code's steps (ab
 RESUMED = 1 << 9    # a failure further than this from a look with a snapshot: native code
 # starts again from the look (Machine._resume), not the interpreter (a native run's own
 # costs, and the snapshot's copy, are about this many interpreter steps)
+RESUME_STEPS = 1 << 27  # ... where the build that does is made, or the failed run took
+# this many steps (about 0.1 s: less, and a second run costs less than its compile)
 
 
 def _leaders(code) -> list[int]:

@@ -215,7 +215,7 @@ class Functions(dict):
             # rvm.ad.gradient.not_finite)
             self.update(llvm.functions(comp.native_text, fused, batches, self.tol,
                                        runs=runs, key=comp.key, kinds=comp.param_kinds(),
-                                       looks=comp.carry))
+                                       looks=comp.carry, resume=comp.resume))
 
     def gradient(self, fname: str, forward: bool = True) -> None:
         """Compile function fname's gradient group, if not made yet: what a gradient's
