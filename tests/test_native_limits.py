@@ -792,17 +792,23 @@ def roomy(m: Machine) -> Machine:
     return m
 
 
-def builds_run(mp) -> list:
-    """Records, for each native run, whether it was the build without counted loops
-    (Compiled.strict), through the monkeypatch context mp."""
+def each_run(mp, what) -> list:
+    """Records what(build, machine) for each native run, through the monkeypatch context
+    mp."""
     from rvm.engines.compiled import Compiled
     runs, real = [], Compiled.run
 
     def run(self, machine, direction):
-        runs.append(self.strict)
+        runs.append(what(self, machine))
         return real(self, machine, direction)
     mp.setattr(Compiled, "run", run)
     return runs
+
+
+def builds_run(mp) -> list:
+    """Records, for each native run, whether it was the build without counted loops
+    (Compiled.strict), through the monkeypatch context mp."""
+    return each_run(mp, lambda build, m: build.strict)
 
 
 def writing(text: str, name: str, large: bool = False) -> str:
@@ -1224,14 +1230,7 @@ def test_a_failure_after_heap_writes_is_placed_with_the_heap_of_the_look_before(
 
 def budgets_run(mp) -> list:
     """Records, through the monkeypatch context mp, each native run's step budget."""
-    from rvm.engines.compiled import Compiled
-    budgets, real = [], Compiled.run
-
-    def run(self, machine, direction):
-        budgets.append(machine.max_steps)
-        return real(self, machine, direction)
-    mp.setattr(Compiled, "run", run)
-    return budgets
+    return each_run(mp, lambda build, m: m.max_steps)
 
 
 @pytest.mark.parametrize("grad", [False, True])
@@ -1362,7 +1361,7 @@ def test_only_a_long_failing_run_makes_the_build_that_resumes(monkeypatch):
     than a compile), and used from then on. Both report what native code running the
     pass again reports (the interpreter's report: see above)."""
     from rvm.engines import machine
-    from rvm.engines.compiled import Compiled
+
     def made(p) -> bool:        # (native code of the build that resumes)
         build = p.cache.get(("compiled", True, True, "resume"))
         return build is not None and any(map(len, build._native.values()))
@@ -1371,9 +1370,7 @@ def test_only_a_long_failing_run_makes_the_build_that_resumes(monkeypatch):
         with pytest.MonkeyPatch.context() as mp:
             if not resume:
                 mp.setattr(Machine, "_resumable", lambda m, record, now: None)
-            builds = []
-            mp.setattr(Compiled, "run", lambda c, m, d, real=Compiled.run:
-                       builds.append(c.resume) or real(c, m, d))
+            builds = each_run(mp, lambda build, m: build.resume)
             m = Machine(p, engine="native", max_steps=10**10)
             m.enter("sum", 0.0, 2 * shift, 0.0, 0)
             with pytest.raises(rvm.RvmError) as e:
