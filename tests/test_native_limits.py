@@ -2243,3 +2243,39 @@ def test_a_failing_gradient_beside_a_large_array_is_found_from_the_look_before(
     assert errors[0] == errors[1] and "not finite" in errors[1][0], errors
     assert runs == [False, CELL_LOOKS, CELL_LOOKS], runs
     assert sum(walked) < 8 * SEARCH_EVERY, walked
+
+
+@pytest.mark.parametrize("first", ["a register's", "a cell's"])
+def test_a_failing_gradient_beside_a_large_array_names_what_stopped_being_finite_first(
+        first, tmp_path):
+    """Over a heap too large for the search's snapshots, a register's shadow (`s`, in a
+    loop) and a cell's (`y[0]`, in a loop before it in the gradient pass, or finite):
+    the search's pass notes the last look before the first of them to stop being
+    finite, one native run goes there, and the interpreter steps to it: the
+    interpreter's report, naming that one."""
+    from rvm.engines.lowering import CELL_LOOKS
+    d = 1e305 if first == "a cell's" else 1.0
+    (tmp_path / "f.py").write_text('''from rvm import Array, reversible
+
+@reversible
+def f(y: Array[float], s: float, c: float, d: float, n: int, out: float):
+    for i in range(n):
+        out += s * c
+    for i in range(n):
+        out += y[0] * d
+''')
+    f = rvm.load(tmp_path / "f.py")["f"]
+    y = np.zeros(20_000)
+    y[0] = 1e-300
+    errors, runs = [], []
+    for engine in ("interp", "native"):
+        g = rvm.grad(f, loss="out", engine=engine)
+        g(y, 1e-300, 1.0, 1.0, 10, 0.0)
+        with pytest.MonkeyPatch.context() as mp:
+            runs = each_run(mp, lambda build, m: build.carry)
+            with pytest.raises(rvm.InvertibilityError) as e:
+                g(y, 1e-300, 1e305, d, 100_000, 0.0)
+        errors.append((str(e.value), e.value.function, e.value.index))
+    assert errors[0] == errors[1] and "not finite" in errors[1][0], errors
+    assert ("in the gradient of a heap cell" in errors[1][0]) == (first == "a cell's"), errors
+    assert runs == [False, CELL_LOOKS, CELL_LOOKS], runs

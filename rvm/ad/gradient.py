@@ -750,7 +750,7 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
     is short (INTERPRETED) is searched by the interpreter alone."""
     from ..engines.compiled import compiled
     from ..engines.explain import names_at
-    from ..engines.lowering import CELL_LOOKS, SEARCH_CELLS, SEARCH_EVERY
+    from ..engines.lowering import CELL_LOOKS, LOOK_EVERY, SEARCH_CELLS
     program, name, names = target(runner.fn, args)
     m = Machine(program, **runner.options)
     heap = any(ins.spec.group in HEAP_GROUPS for f in program.functions.values()
@@ -913,7 +913,7 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
             looked = int(state[SHADOWS])
         look = budget - looked - 1 if looked is not None else 0
         if look > 0 and not bad_after(look):
-            found = walk(FAR if small_heap else max(window, 4 * SEARCH_EVERY))
+            found = walk(FAR if small_heap else max(window, 2 * LOOK_EVERY))
             if found is not None:
                 return found
             lo = look
