@@ -1717,3 +1717,27 @@ procedure main()
                    .call("f", 3000, 0, a))
     assert got == want and want[0][0] is rvm.MachineError and \
         10 < want[1].count("\n") < 500
+
+
+def test_a_function_whose_last_instruction_branches_back_to_its_first_loops_on_every_engine():
+    """One block whose last instruction is the loop's branch back to the first (a
+    do-while with nothing after it): the compiled engines ran its body once and
+    returned (1.0, 10.0, 1), silently, where the interpreter loops ten times; native
+    code could not be made for it (a warning, then the python engine's answer)."""
+    import warnings
+
+    from rvm.engines.machine import Machine
+    p = rvm.assemble("""
+.func root(f0, f1, r0)
+top:    CF.NE  r0, 0, back
+        ADD    f0, 1.0
+        INC    r0
+back:   BR.LT  f0, f1, top
+.end
+""")
+    for engine in ("interp", "python", "native"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            m = Machine(p, engine=engine)
+            assert m.call("root", 0.0, 10.0, 0) == (10.0, 10.0, 10), engine
+            assert m.uncall("root", 10.0, 10.0, 10) == (0.0, 10.0, 0), engine

@@ -787,8 +787,8 @@ def reports(p, name: str, args: tuple, monkeypatch) -> tuple[list, list]:
 def roomy(m: Machine) -> Machine:
     """m with a heap of room for a large KEPT case's cells (see writing: no native run
     that only finds the heap too small, then grows it)."""
-    from rvm.engines.lowering import SNAP_NOW
-    m._grow(4 * SNAP_NOW)
+    from rvm.engines.lowering import SNAP_CELLS
+    m._grow(4 * SNAP_CELLS)
     return m
 
 
@@ -815,16 +815,15 @@ def writing(text: str, name: str, large: bool = False) -> str:
     """text with function `name` writing the heap (a PUSH and a POP of a zero register on
     entry): a function whose run writes a heap cell keeps a copy of its registers at its
     looks only in the root frame, with a snapshot of the heap (rvm.engines.lowering:
-    Lowering.snapshot), at once where the heap has at most SNAP_NOW cells; large: with
-    twice that many allocated, its first snapshot comes after SNAP_SPACING steps per
-    cell, so a short run keeps none, and a failure in it is found by running native code
-    again to the look before it."""
-    from rvm.engines.lowering import SNAP_NOW
+    Lowering.snapshot), where the heap has at most SNAP_CELLS cells; large: with twice
+    that many allocated, it keeps none, and a failure in it is found by running native
+    code again to the look before it."""
+    from rvm.engines.lowering import SNAP_CELLS
     head = re.search(rf"(?m)^\.func {name}\(.*\n", text).group(0)
     body = head + "        PUSH   r15\n        POP    r15\n"
     if not large:
         return text.replace(head, body)
-    n = 2 * SNAP_NOW
+    n = 2 * SNAP_CELLS
     start = text.index(head)
     end = text.index(".end", start)
     return (text[:start] + body + f"        ALLOC  r14, {n}\n" + text[start + len(head):end] +
@@ -1264,38 +1263,6 @@ def test_a_failure_far_from_the_last_snapshot_resumes_native_code_from_it(grad,
     assert sum(taken) < 4 * CLEAN_EVERY, taken
 
 
-def test_a_large_heaps_first_snapshot_waits_and_a_late_failure_resumes_from_one(
-        monkeypatch):
-    """A heap of more than SNAP_NOW cells gets its first snapshot after SNAP_SPACING
-    steps per cell (a short run copies none): with 131,072 cells, a failure some 10^7
-    steps in resumes native code from the last snapshot, and is reported as where
-    native code runs the whole pass again (the interpreter's report, checked on smaller
-    heaps above), at most a snapshot's spacing of steps before it."""
-    from rvm.engines.lowering import SNAP_NOW, SNAP_SPACING
-    cells = 2 * SNAP_NOW
-    p = rvm.assemble(HEAP_SUM.format(name="sum", moving="", cells=cells, shift=700000.0))
-    outcomes = []
-    from rvm.engines import machine
-    for resume in (False, True):
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(machine, "RESUME_STEPS", 0)      # (a short run resumes too)
-            if not resume:
-                mp.setattr(Machine, "_resumable", lambda m, record, now: None)
-            budgets = budgets_run(mp)
-            m = Machine(p, engine="native", max_steps=10**9)
-            m._grow(2 * cells)
-            m.enter("sum", 0.0, 800000.0, 0.0, 0)
-            with pytest.raises(rvm.RvmError) as e:
-                m.run()
-        outcomes.append((str(e.value), e.value.index, m.steps, m.snapshot()))
-        if resume:
-            assert len(budgets) == 2 and budgets[1] <= SNAP_SPACING * cells, budgets
-        else:
-            assert len(budgets) == 2 and budgets[1] > 9 * 10**6, budgets
-    assert outcomes[0] == outcomes[1] and "math range error" in outcomes[1][0]
-    assert outcomes[1][2] > 9 * 10**6
-
-
 LOOP_FIRST = """\
 .func sum(r1, r2, f0, f1, f2, r0)
 top:    CF.NE  r0, 0, back
@@ -1333,8 +1300,8 @@ def test_a_root_that_starts_with_its_loop_resumes_from_its_look(resumed, monkeyp
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(machine, "RESUME_STEPS", 0)      # (a short run resumes too)
             if resumed != "resumed":        # (a block that is none: the resumed run
-                def failing(m, record, now, real=Machine._resumable):   # fails at
-                    out = real(m, record, now)                          # its end)
+                def failing(m, record, now, direction, real=Machine._resumable):
+                    out = real(m, record, now, direction)       # (fails at its end)
                     if out is not None:
                         out[1][0] = 10**6
                     return out
@@ -1369,7 +1336,7 @@ def test_only_a_long_failing_run_makes_the_build_that_resumes(monkeypatch):
     def report(p, shift, resume=True):
         with pytest.MonkeyPatch.context() as mp:
             if not resume:
-                mp.setattr(Machine, "_resumable", lambda m, record, now: None)
+                mp.setattr(Machine, "_resumable", lambda m, record, now, direction: None)
             builds = each_run(mp, lambda build, m: build.resume)
             m = Machine(p, engine="native", max_steps=10**10)
             m.enter("sum", 0.0, 2 * shift, 0.0, 0)
@@ -1387,21 +1354,6 @@ def test_only_a_long_failing_run_makes_the_build_that_resumes(monkeypatch):
     outcome, builds = report(long, float(passes))
     assert builds == [False, True] and made(long), builds
     assert outcome == report(long, float(passes), resume=False)[0]
-
-
-def test_a_large_heap_allocated_in_the_run_waits_for_its_first_snapshot():
-    """A root function that allocates more than SNAP_NOW cells itself takes its first
-    snapshot once SNAP_SPACING steps per cell of the heap have gone (a short run copies
-    none: it cost a short run of 200,000 cells a third more); a longer run takes one."""
-    from rvm.engines.lowering import SNAP_AT, SNAP_NOW, SNAP_SPACING
-    cells = 2 * SNAP_NOW
-    text = HEAP_SUM.format(name="sum", moving="", cells=cells, shift=1e9)
-    p = rvm.assemble(text.replace("ADD    f4, f0\n", "ADD    f4, f0\n        SUB    f4, f0\n"))
-    for passes, taken in ((1_000, False), (SNAP_SPACING * cells // 10, True)):
-        m = Machine(p, engine="native", max_steps=10**10)
-        m._grow(2 * cells)
-        m.call("sum", 0.0, float(passes), 0.0, 0)
-        assert (m._snapshot[0][SNAP_AT] >= 0) == taken, passes
 
 
 def call_tree(depth: int, loop: str = "") -> str:

@@ -1038,7 +1038,9 @@ class _Writer:
                 local(value, TYPES[r.cls], "0" if r.cls == isa.INT else "0.0")
             if self.gradient and r.cls == isa.FLOAT and r not in params:
                 local(shadow, "float", "0.0")
-        scratch = _scratch(fn, len(leaders) > 1, self.derived is not None) if native else {}
+        # (a block loop: several blocks, or one whose last instruction branches back to it)
+        loop = len(leaders) > 1 or any(ins.op in isa.BRANCHES for ins in code)
+        scratch = _scratch(fn, loop, self.derived is not None) if native else {}
         for other, kind in scratch.items():
             self.emit(2, f"{other}: {kind}")
         if self.derived is not None:
@@ -1046,7 +1048,6 @@ class _Writer:
         self.arrive(2, 0, False)
         self.emit(2, "_n = M.budget")
         self.emit(2, "_fin = 0.0")
-        loop = len(leaders) > 1
         if loop:
             self.emit(2, "_b = 0")
             self.emit(2, "while _b >= 0:")

@@ -46,12 +46,12 @@ LOOK_EVERY = 1 << 10
 # budget left at the look, -1 where none was taken, SNAP_AT; the heap top, SNAP_TOP; the
 # function's name id, SNAP_NAME; the room, SNAP_ROOM: cells it holds, as large as the
 # heap, at most SNAP_CELLS), then the cells of a heap of up to that many cells and their
-# shadows; a snapshot is taken at a look when SNAP_SPACING
-# steps per heap cell have passed since the last (its copy costs well under a step per
-# SNAP_SPACING steps), or since the frame's entry where the heap has more than SNAP_NOW
-# cells (below, at the first look: a short run of a large heap copies none)
+# shadows; a snapshot is taken at a look when SNAP_SPACING steps per heap cell have
+# passed since the last (its copy costs well under a step per SNAP_SPACING steps). (Up to
+# 2^20 cells, with the first deferred in a large heap, cost a loop with a counted inner
+# loop 5-15% in every way tried: the look's code shapes the loop's.)
 SNAP_AT, SNAP_TOP, SNAP_NAME, SNAP_ROOM, SNAP_HEAD = range(5)
-SNAP_CELLS, SNAP_SPACING, SNAP_NOW = 1 << 20, 64, 1 << 16
+SNAP_CELLS, SNAP_SPACING = 1 << 16, 64
 # in the build that searches a gradient pass: a step per heap cell, for heaps of at most
 # SEARCH_CELLS cells (the interpreter then steps at most about that far from a snapshot)
 SEARCH_CELLS = 1 << 12
@@ -1028,19 +1028,13 @@ class Lowering(ArrayLowering):
             self.root = b.alloca(t.i1, name="root")
             self.room = b.alloca(t.i64, name="room")
             self.snap_top = b.alloca(t.i64, name="snap_top")
-            self.snapped = b.alloca(t.i64, name="snapped")
-            self.entered = b.alloca(t.i64, name="entered")
         named = b.load(self.slot(ROOT))
         mine = b.and_(b.icmp_signed("==", named, t.i64(name_id(self.node.name))),
                       b.icmp_signed("!=", b.load(self.slot(SNAP)), t.i64(0)))
         b.store(mine, self.root)
         b.store(b.select(mine, t.i64(-1), named), self.slot(ROOT))
         b.store(t.i64(-1), self.room)       # (the snapshot's room, read where there is one)
-        # the heap top at the last snapshot and the budget left there (-1: none yet),
-        # and the budget on entry (see snapshot_due)
-        b.store(t.i64(0), self.snap_top)
-        b.store(t.i64(-1), self.snapped)
-        b.store(b.load(self.slot(1)), self.entered)
+        b.store(t.i64(0), self.snap_top)    # (the heap top at the last snapshot)
         claimed, after = self.fn.append_basic_block(), self.fn.append_basic_block()
         b.cbranch(mine, claimed, after)
         b.position_at_end(claimed)
@@ -1081,25 +1075,19 @@ class Lowering(ArrayLowering):
         """At a look with n steps of budget left, in a function that writes the heap (see
         snapshot): is this the root frame, its heap small enough (the snapshot's room),
         and either no copy kept yet or SNAP_SPACING steps per cell of the last snapshot's
-        heap (at least CLEAN_EVERY) gone since it (the first where the heap has more than
-        SNAP_NOW cells: as many per cell of the heap now since the entry)? (Per cell of
-        the last: a heap that grows faster than a cell per SNAP_SPACING steps still gets
-        snapshots.) In the build that
+        heap (at least CLEAN_EVERY) gone since it? (Per cell of the last: a heap that
+        grows faster than a cell per SNAP_SPACING steps still gets snapshots.) In the
+        build that
         searches a gradient pass, a step per cell (at least SEARCH_EVERY), for heaps of
         at most SEARCH_CELLS cells: the interpreter steps from the snapshot to the place."""
         b, t = self.b, self.t
-        top, last = b.load(self.slot(0)), b.load(self.snapped)
+        top, last = b.load(self.slot(0)), b.load(b.gep(self.kept_at, [t.i64(1)]))
         search = self.searching()
         least = SEARCH_EVERY if search else CLEAN_EVERY
         spacing = b.mul(b.load(self.snap_top), t.i64(1 if search else SNAP_SPACING))
         spacing = b.select(b.icmp_signed("<", spacing, t.i64(least)), t.i64(least), spacing)
-        # (the first: at once in a heap of at most SNAP_NOW cells, else once SNAP_SPACING
-        # steps per cell of the heap now have gone since the frame's entry)
-        first = b.or_(b.icmp_signed("<=", top, t.i64(SNAP_NOW)),
-                      b.icmp_signed(">=", b.sub(b.load(self.entered), n),
-                                    b.mul(top, t.i64(SNAP_SPACING))))
-        due = b.select(b.icmp_signed("<", last, t.i64(0)), first,
-                       b.icmp_signed(">=", b.sub(last, n), spacing))
+        due = b.or_(b.icmp_signed("<", last, t.i64(0)),
+                    b.icmp_signed(">=", b.sub(last, n), spacing))
         room = b.load(self.room)
         if search:
             room = b.select(b.icmp_signed("<", room, t.i64(SEARCH_CELLS)), room,
@@ -1117,7 +1105,6 @@ class Lowering(ArrayLowering):
         b, t = self.b, self.t
         top = b.load(self.slot(0))
         b.store(top, self.snap_top)
-        b.store(n, self.snapped)
         grad = self.node.name.rsplit("_", 1)[-1].startswith("g")     # (a gradient pass)
         snapshot_cells(b, t, b.inttoptr(b.load(self.slot(SNAP)), t.ptr),
                        (n, top, t.i64(name_id(self.node.name))), self.H, top,

@@ -891,7 +891,8 @@ class Machine(Helpers):
         at = record[3]
         now = self._failed_at()
         reach = max(FAR, (self.max_steps - now) // STEP_COST) if now >= 0 else FAR
-        resumable = self._resumable(record, now) if 0 <= now < at - RESUMED else None
+        resumable = self._resumable(record, now, direction) \
+            if 0 <= now < at - RESUMED else None
         if resumable is not None or 0 <= now < at - reach:
             taken = None if resumable is None else \
                 self._resume(direction, at, *resumable, saved)
@@ -907,7 +908,7 @@ class Machine(Helpers):
             return None
         return self._out_of_steps(self.max_steps, direction)
 
-    def _resumable(self, record: tuple, now: int) -> tuple | None:
+    def _resumable(self, record: tuple, now: int, direction: int) -> tuple | None:
         """For _resume, where the machine was put back to the snapshot taken with a root
         frame's look (its AT_LOOK record) and the failed run failed with `now` steps of
         budget left: the steps from there to one step before the last budget test (a
@@ -926,7 +927,7 @@ class Machine(Helpers):
                          resume=True)
         functions = build.bind(self)
         fr = self.stack[0]
-        mode = ("g" if self.grad else "") + ("fw" if fr.dir > 0 else "bw")
+        mode = ("g" if self.grad else "") + ("fw" if fr.dir * direction > 0 else "bw")
         if build.name(fr.fn.name, mode) not in functions and \
                 self.max_steps - now < RESUME_STEPS:
             return None
