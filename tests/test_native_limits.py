@@ -2231,3 +2231,47 @@ def f(y: Array[float], s: float, c: float, d: float, n: int, out: float):
     assert errors[0] == errors[1] and "not finite" in errors[1][0], errors
     assert ("in the gradient of a heap cell" in errors[1][0]) == (first == "a cell's"), errors
     assert runs == [False, CELL_LOOKS, CELL_LOOKS], runs
+
+
+def test_a_looping_callee_after_a_cells_shadow_went_bad_does_not_move_the_search_past_it(
+        tmp_path):
+    """Over a large heap, a cell's shadow of the caller's made not finite (an ancilla's,
+    freed again) before a looping callee runs in the gradient pass: the caller tells the
+    machine before the call, so the callee's looks do not note a look past the place (a
+    bisection of 37 native runs followed; a skeptic's case). The interpreter's report,
+    two runs of the search's build."""
+    from rvm.engines.lowering import CELL_LOOKS
+    (tmp_path / "f.py").write_text('''from rvm import Array, ancilla, reversible, zeros
+
+@reversible
+def g(y: Array[float], n: int, out: float):
+    for i in range(n):
+        out += y[1] * 0.5
+
+@reversible
+def f(x: Array[float], c: float, n: int, out: float):
+    out += x[0] * c
+    out += x[0] * c
+    g(x, n, out)
+    with ancilla(a=zeros(3)):
+        a[0] += 1e-300
+        out += a[0] * c
+        out += a[0] * c
+        a[0] -= 1e-300
+    for i in range(n):
+        out += x[2] * 0.5
+''')
+    f = rvm.load(tmp_path / "f.py")["f"]
+    x = np.zeros(20_000)
+    x[0] = 1e-300
+    errors, runs = [], []
+    for engine in ("interp", "native"):
+        g = rvm.grad(f, loss="out", engine=engine)
+        g(x, 1.0, 10, 0.0)
+        with pytest.MonkeyPatch.context() as mp:
+            runs = each_run(mp, lambda build, m: build.carry)
+            with pytest.raises(rvm.InvertibilityError) as e:
+                g(x, 1e308, 30_000, 0.0)
+        errors.append((str(e.value), e.value.function, e.value.index))
+    assert errors[0] == errors[1] and "not finite" in errors[1][0], errors
+    assert runs == [False, CELL_LOOKS, CELL_LOOKS], runs

@@ -1455,6 +1455,11 @@ class Lowering(ArrayLowering):
             self.coerce(self.expr(a), ty)
             for a, ty in zip(value.args[4:], callee.function_type.args[5:])]
         before, self.before = self.before, None
+        if self.heap_bad is not None:   # (a cell's shadow made not finite here: the
+            b = self.b                  # callee's looks are after it, as this frame's)
+            seen = b.icmp_signed("!=", b.load(self.slot(SHADOWS_BAD)), self.t.i64(0))
+            b.store(b.zext(b.or_(seen, b.load(self.heap_bad)), self.t.i64),
+                    self.slot(SHADOWS_BAD))
         if type(self) is Lowering and not self.counting:
             # the callee ran out of steps: this frame, at the call, joins its checkpoint
             # (the registers still hold what they held before the call); so does a
