@@ -2197,6 +2197,27 @@ def test_a_failing_gradient_beside_a_large_array_is_found_from_the_look_before(
     assert sum(walked) < 8 * SEARCH_EVERY, walked
 
 
+def searched_beside_an_array(path, warm: tuple, failing: tuple) -> tuple[list, list]:
+    """f of the file at path, its first argument an array of 20,000 cells (the first
+    1e-300): the error its gradient (loss `out`) raises for the arguments `failing` on
+    the interpreter and on native code, after a call with `warm`, and the builds of the
+    native runs the latter took (Compiled.carry). Asserts the two errors are equal."""
+    f = rvm.load(path)["f"]
+    y = np.zeros(20_000)
+    y[0] = 1e-300
+    errors, runs = [], []
+    for engine in ("interp", "native"):
+        g = rvm.grad(f, loss="out", engine=engine)
+        g(y, *warm)
+        with pytest.MonkeyPatch.context() as mp:
+            runs = each_run(mp, lambda build, m: build.carry)
+            with pytest.raises(rvm.InvertibilityError) as e:
+                g(y, *failing)
+        errors.append((str(e.value), e.value.function, e.value.index))
+    assert errors[0] == errors[1] and "not finite" in errors[1][0], errors
+    return errors, runs
+
+
 @pytest.mark.parametrize("first", ["a register's", "a cell's"])
 def test_a_failing_gradient_beside_a_large_array_names_what_stopped_being_finite_first(
         first, tmp_path):
@@ -2216,19 +2237,8 @@ def f(y: Array[float], s: float, c: float, d: float, n: int, out: float):
     for i in range(n):
         out += y[0] * d
 ''')
-    f = rvm.load(tmp_path / "f.py")["f"]
-    y = np.zeros(20_000)
-    y[0] = 1e-300
-    errors, runs = [], []
-    for engine in ("interp", "native"):
-        g = rvm.grad(f, loss="out", engine=engine)
-        g(y, 1e-300, 1.0, 1.0, 10, 0.0)
-        with pytest.MonkeyPatch.context() as mp:
-            runs = each_run(mp, lambda build, m: build.carry)
-            with pytest.raises(rvm.InvertibilityError) as e:
-                g(y, 1e-300, 1e305, d, 100_000, 0.0)
-        errors.append((str(e.value), e.value.function, e.value.index))
-    assert errors[0] == errors[1] and "not finite" in errors[1][0], errors
+    errors, runs = searched_beside_an_array(tmp_path / "f.py", (1e-300, 1.0, 1.0, 10, 0.0),
+                                            (1e-300, 1e305, d, 100_000, 0.0))
     assert ("in the gradient of a heap cell" in errors[1][0]) == (first == "a cell's"), errors
     assert runs == [False, CELL_LOOKS, CELL_LOOKS], runs
 
@@ -2261,17 +2271,6 @@ def f(x: Array[float], c: float, n: int, out: float):
     for i in range(n):
         out += x[2] * 0.5
 ''')
-    f = rvm.load(tmp_path / "f.py")["f"]
-    x = np.zeros(20_000)
-    x[0] = 1e-300
-    errors, runs = [], []
-    for engine in ("interp", "native"):
-        g = rvm.grad(f, loss="out", engine=engine)
-        g(x, 1.0, 10, 0.0)
-        with pytest.MonkeyPatch.context() as mp:
-            runs = each_run(mp, lambda build, m: build.carry)
-            with pytest.raises(rvm.InvertibilityError) as e:
-                g(x, 1e308, 30_000, 0.0)
-        errors.append((str(e.value), e.value.function, e.value.index))
-    assert errors[0] == errors[1] and "not finite" in errors[1][0], errors
+    _, runs = searched_beside_an_array(tmp_path / "f.py", (1.0, 10, 0.0),
+                                       (1e308, 30_000, 0.0))
     assert runs == [False, CELL_LOOKS, CELL_LOOKS], runs
