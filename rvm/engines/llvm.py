@@ -589,10 +589,10 @@ def whole_run_fits(b, t: Types, budget, left, tail, code, done) -> None:
 def _forward_end(b, t: Types, S, H, budget) -> None:
     """In a value-and-gradient call given a snapshot buffer (the state's SNAP, as the
     direct calls with arrays give one: rvm.ad.gradient, _Direct.make_arrays), the heap
-    where the forward run ended, if the buffer holds it (its room, cell 3): marked -2 in
-    cell 0, the top in cell 1 and the forward run's steps in cell 2. Where the gradient
-    then comes out not finite, the search for where it stopped being finite starts
-    there (rvm.ad.gradient.not_finite), not with the forward run again."""
+    where the forward run ended, if the buffer holds it (its room, SNAP_ROOM): marked -2
+    in SNAP_AT, the top in SNAP_TOP and the forward run's steps in SNAP_NAME's cell.
+    Where the gradient then comes out not finite, the search for where it stopped being
+    finite starts there (rvm.ad.gradient.not_finite), not with the forward run again."""
     fn = b.function
     snap_at = b.load(b.gep(S, [t.i64(SNAP)]))
     given, copy, after = (fn.append_basic_block() for _ in range(3))

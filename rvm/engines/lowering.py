@@ -1077,9 +1077,9 @@ class Lowering(ArrayLowering):
         and either no copy kept yet or SNAP_SPACING steps per cell of the last snapshot's
         heap (at least CLEAN_EVERY) gone since it? (Per cell of the last: a heap that
         grows faster than a cell per SNAP_SPACING steps still gets snapshots.) In the
-        build that
-        searches a gradient pass, a step per cell (at least SEARCH_EVERY), for heaps of
-        at most SEARCH_CELLS cells: the interpreter steps from the snapshot to the place."""
+        build that searches a gradient pass, a step per cell (at least SEARCH_EVERY), for
+        heaps of at most SEARCH_CELLS cells: the interpreter steps from the snapshot to
+        the place."""
         b, t = self.b, self.t
         top, last = b.load(self.slot(0)), b.load(b.gep(self.kept_at, [t.i64(1)]))
         search = self.searching()
@@ -1291,9 +1291,7 @@ class Lowering(ArrayLowering):
         n = b.load(self.vars["_n"])
         slow, after = self.fn.append_basic_block(), self.fn.append_basic_block()
         due = b.icmp_signed("<=", n, b.load(self.mark))
-        expect = b.module.declare_intrinsic("llvm.expect", [t.i1],
-                                            self.ir.FunctionType(t.i1, [t.i1, t.i1]))
-        b.cbranch(b.call(expect, [due, t.i1(0)]), slow, after)     # (rarely)
+        b.cbranch(self.rarely(due), slow, after)
         b.position_at_end(slow)
         self.guard(b.icmp_signed("<", n, t.i64(0)), self.checkpoint())
         bad = self.registers_not_finite()
@@ -1416,10 +1414,8 @@ class Lowering(ArrayLowering):
         b, t = self.b, self.t
         at = b.load(self.slot(RESUME))
         go, stay = self.fn.append_basic_block("resume"), self.fn.append_basic_block()
-        expect = b.module.declare_intrinsic("llvm.expect", [t.i1],
-                                            self.ir.FunctionType(t.i1, [t.i1, t.i1]))
         wanted = b.and_(b.load(self.root), b.icmp_signed("!=", at, t.i64(0)))
-        b.cbranch(b.call(expect, [wanted, t.i1(0)]), go, stay)     # (rarely)
+        b.cbranch(self.rarely(wanted), go, stay)
         b.position_at_end(go)
         b.store(t.i64(0), self.slot(RESUME))
         record = b.inttoptr(at, t.ptr)
@@ -1430,6 +1426,14 @@ class Lowering(ArrayLowering):
         b.store(b.load(record), self.vars["_b"])
         b.branch(head)
         b.position_at_end(stay)
+
+    def rarely(self, flag):
+        """flag, for a branch on it that is rarely taken (llvm.expect: LLVM lays the
+        code out for the other way)."""
+        t = self.t
+        expect = self.b.module.declare_intrinsic("llvm.expect", [t.i1],
+                                                 self.ir.FunctionType(t.i1, [t.i1, t.i1]))
+        return self.b.call(expect, [flag, t.i1(0)])
 
     def jump(self, k: int) -> None:
         head, after, blocks = self.cases
@@ -1527,10 +1531,8 @@ class Lowering(ArrayLowering):
         if bad is not None:         # (a branch, rarely taken: a flag or-ed in at every
             b, t = self.b, self.t   # store, or a sum, made each pass of a short loop
             made, after = self.fn.append_basic_block(), self.fn.append_basic_block()
-            expect = b.module.declare_intrinsic(  # wait for the last: the search's pass
-                "llvm.expect", [t.i1], self.ir.FunctionType(t.i1, [t.i1, t.i1]))  # +25%)
-            b.cbranch(b.call(expect, [bad, t.i1(0)]), made, after)
-            b.position_at_end(made)
+            b.cbranch(self.rarely(bad), made, after)    # wait for the last: the search's
+            b.position_at_end(made)                     # pass +25%)
             b.store(t.i1(1), self.heap_bad)
             b.branch(after)
             b.position_at_end(after)
