@@ -391,6 +391,24 @@ def test_a_long_dot_product_goes_through_blas_and_agrees(steps, engine, monkeypa
         assert any(f"@\"{llvm.BLAS_DOT}\"(" in text for text in calls)
 
 
+@pytest.mark.filterwarnings("error")       # (and no overflow warning on the way)
+@pytest.mark.parametrize("engine", ENGINES)
+def test_array_gradients_too_large_to_square_are_finite_and_one_past_them_is_not(engine):
+    # s += x @ w twice: x's gradient is 2 w. The test that gradients are finite squares
+    # them first (a dot product): w = 1e160 overflows there and still counts as finite;
+    # w = 1e308 makes a gradient that is not (2e308), and x @ w stays finite (w x = 1)
+    p = rvm.assemble(".func d(r0, r1, r2, r3, r4, r5)\n"
+                     "  VMADD [r0 : 0, 0], [r2 : 0, 1], [r4 : 1, 0], 1, r3, 1\n"
+                     "  VMADD [r0 : 0, 0], [r2 : 0, 1], [r4 : 1, 0], 1, r3, 1\n.end\n")
+    g = rvm.grad(p["d"], loss=(0, 0), engine=engine)
+    k = 1000
+    x, w = np.full(k, 1e-160), np.full(k, 1e160)
+    assert np.array_equal(g(np.zeros(1), x, w)[1], 2 * w)
+    x[7], w[7] = 1e-308, 1e308
+    with pytest.raises(rvm.RvmError, match="not finite"):
+        g(np.zeros(1), x, w)
+
+
 def test_native_code_makes_one_function_per_kind_of_array_instruction(monkeypatch):
     # each array instruction is a call of a function made once per (helper, family,
     # sign, constants): three alike use one, so the IR does not grow by a loop nest per use
@@ -519,26 +537,28 @@ done:   CF     exitbr
                 m.run()
 
 
+@pytest.mark.parametrize("shape", [(3, 5, 130), (6000, 3, 2), (1000, 5, 1)],
+                         ids=["small", "narrow rows", "a column"])
 @pytest.mark.parametrize("layout", ["plain", "b transposed"])
 @pytest.mark.parametrize("sign", ["VMADD", "VMSUB"])
-def test_a_product_below_blas_is_each_elements_sum_in_order_in_native_code(layout, sign):
-    # an inner dimension under 8 goes to loops, 64 elements of a row at a time (a vector
-    # lane an element): each element's sum is still taken from 0 in the order of the
-    # inner index, then added once (magnitudes far apart: order shows)
-    m, k, n = 3, 5, 130
+def test_a_product_below_blas_is_each_elements_sum_in_order_in_native_code(layout, sign,
+                                                                          shape):
+    # a small product goes to loops, 64 elements of a row at a time (a vector lane an
+    # element), and so does a large one with rows narrower than 8 and an inner dimension
+    # under 16, one element at a time (BLAS is slower there): each element's sum is
+    # still taken from 0 in the order of the inner index, then added once (magnitudes
+    # far apart: order shows)
+    m, k, n = shape
     A = rng.normal(size=(m, k)) * 10.0 ** rng.uniform(-8, 8, size=(m, k))
     B = rng.normal(size=(k, n) if layout == "plain" else (n, k))
     Bt = B if layout == "plain" else B.T
     b = "[r6 : r8, 1]" if layout == "plain" else "[r6 : 1, r8]"
     p = program(f"{sign} [r0 : r2, 1], [r3 : r5, 1], {b}, {m}, {k}, {n}")
     Y = rng.normal(size=(m, n))
-    want = Y.copy()
-    for i in range(m):
-        for j in range(n):
-            acc = 0.0
-            for l_ in range(k):
-                acc += A[i, l_] * Bt[l_, j]
-            want[i, j] += acc if sign == "VMADD" else -acc
+    acc = np.zeros((m, n))          # (numpy's elementwise operations: the same roundings
+    for l_ in range(k):             # as a scalar loop over l, element by element)
+        acc += A[:, l_, None] * Bt[None, l_, :]
+    want = Y + acc if sign == "VMADD" else Y - acc
     assert np.array_equal(run(p, "native", Y, A, B)[0], want)
 
 

@@ -5,7 +5,12 @@ hand-written gradient (the forward and the vector-Jacobian products: A.T @ ybar 
 outer(ybar, x) for GEMV) and JAX's jit(grad) of a loss that reads every output
 (sum(w * (A @ x))), so that no peer may skip work rvm does.
 
-    taskset -c 1 python tools/bench_arrays.py [--engines interp,native]
+    taskset -c 1 python tools/bench_arrays.py [--engines interp,native] [--products]
+
+--products: instead, native code's time per multiply-add for C += A @ B with m = 10^4 rows
+and narrow to wide rows (n) and shallow to deep inner dimensions (k), each product run
+100 times in one call, beside numpy's `C += A @ B` (where native code calls BLAS and
+where it runs its own loops: rvm.engines.arraylowering).
 """
 
 import argparse
@@ -67,10 +72,45 @@ def jax_grad(loss, args, seed):
     return per_call(lambda: jax.block_until_ready(g(*a, w)))
 
 
+REPEATED = rvm.assemble("""
+.func gemm(r0, r1, r2, r3, r4, r5, r6, r7, r8, r9)   ; C += A @ B, r9 times
+top:    CF.NE   r10, 0, back
+        VMADD [r0 : r2, 1], [r3 : r5, 1], [r6 : r8, 1], r1, r5, r8
+        INC     r10
+exitbr: BR.GE   r10, r9, done
+back:   JMP     top
+done:   CF      exitbr
+        SUB     r10, r9
+.end
+""")
+
+
+def products(rng, m=10_000, reps=100):
+    depths, widths = (1, 2, 4, 8, 16, 64), (1, 2, 4, 8, 16, 128)
+    machine = rvm.Machine(REPEATED, engine="native", max_steps=10**12)
+    print(f"ns per multiply-add of C += A @ B, C {m:,} x n, A {m:,} x k: rvm native / "
+          "numpy")
+    print("| n \\ k | " + " | ".join(map(str, depths)) + " |")
+    print("|---" * (len(depths) + 1) + "|")
+    for n in widths:
+        cells = []
+        for k in depths:
+            C, A, B = np.zeros((m, n)), rng.normal(size=(m, k)), rng.normal(size=(k, n))
+            once, many = (per_call(lambda r=r, C=C, A=A, B=B: machine.call("gemm", C, A, B, r))
+                          for r in (1, 1 + reps))
+            ours = (many - once) / reps / (m * k * n) * 1e9
+            theirs = per_call(lambda C=C, A=A, B=B: np.add(C, A @ B, out=C)) / (m * k * n) * 1e9
+            cells.append(f"{ours:.2f} / {theirs:.2f}")
+        print(f"| {n} | " + " | ".join(cells) + " |", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--engines", default="interp,native")
+    ap.add_argument("--products", action="store_true")
     opts = ap.parse_args()
+    if opts.products:
+        return products(np.random.default_rng(0))
     rng = np.random.default_rng(0)
     print("| operation | numpy forward | numpy gradient by hand | JAX jit(grad) | engine "
           "| rvm forward | rvm gradient | gradient / numpy's by hand |")

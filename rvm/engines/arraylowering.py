@@ -36,7 +36,8 @@ BLAS_GEMM = "rvm_dgemm"        # cblas_dgemm with 64-bit integers (rvm.engines.l
 BLAS_DOT = "rvm_ddot"          # cblas_ddot, the same (a 1 x k by k x 1 product: dgemm's
                                # kernel for it takes 2.3x as long)
 BLAS_WORK = 1 << 14            # m * k * n from which a product calls BLAS (below: loops)
-BLAS_DEPTH = 2                 # ... and its inner dimension k from which it does
+BLAS_WIDE, BLAS_DEEP = 8, 16   # ... where its rows (n) are this wide or its inner
+                               # dimension (k) this deep (see ArrayLowering._gemm)
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 COLUMNS = 64                   # the columns a sum per column takes at once
 
@@ -484,11 +485,12 @@ class ArrayLowering:
         okC, tc, ldc = self._layout(C[0], m, n)
         work = b.mul(b.mul(m, k), n)
         big = b.and_(self._some(m, n), b.icmp_signed(">=", work, t.i64(BLAS_WORK)))
-        # (an inner dimension under BLAS_DEPTH, an outer product: BLAS takes its slow
-        # path there, 8 ms for 10^6 x 1 x 1 where the loop takes 1; from 2 on, BLAS is
-        # 1.8-3.5x faster than the loops: 200 x k @ k x 1000, k = 2 to 6)
-        big = b.and_(big, b.icmp_signed(">=", k, t.i64(BLAS_DEPTH)))
-        use = b.and_(b.and_(big, b.and_(okA, okB)),
+        # (at m = 10^4, BLAS's dgemm is 1.5-5x faster than the loops from rows of 8 on,
+        # k = 1 to 64, and from an inner dimension of 16 on; with narrower rows and a
+        # shallower inner dimension it is up to 3.4x slower)
+        fit = b.or_(b.icmp_signed(">=", n, t.i64(BLAS_WIDE)),
+                    b.icmp_signed(">=", k, t.i64(BLAS_DEEP)))
+        use = b.and_(b.and_(b.and_(big, fit), b.and_(okA, okB)),
                      b.and_(okC, b.icmp_signed("==", tc, self.ir.IntType(32)(NO_TRANS))))
         blas, loops, after = (self.fn.append_basic_block() for _ in range(3))
         # a dot product (1 x k by k x 1, its elements any positive distance apart): ddot
@@ -532,7 +534,7 @@ class ArrayLowering:
         """_gemm's loops: C[i, j] += alpha * the sum of A[i, l] B[l, j] over l, from 0 in
         the order of l, a row of C at a time, a block of its elements at a time
         (_in_blocks, the inner loop along a row of B: the same sums, bit for bit, as one
-        element at a time)."""
+        element at a time), or one element at a time for rows narrower than BLAS_WIDE."""
         b, t = self.b, self.t
         zero = t.i64(0)
         load = lambda X, i, j: b.load(self.cell(X[1], self._at(X[0], i, j)))
@@ -548,14 +550,28 @@ class ArrayLowering:
                     self.loop_over(b, zero, w, one)
                 self.loop_over(b, zero, k, term)
 
-            def out(j, v):
-                ptr = self.cell(C[1], self._at(C[0], i, j))
-                new = b.fadd(b.load(ptr), v if alpha == 1.0 else b.fmul(t.f64(alpha), v))
-                if flag is not None:
-                    self.raise_flag(flag, self.non_finite([new]))
-                b.store(new, ptr)
-            self._in_blocks(n, fill, out)
+            self._in_blocks(n, fill, lambda j, v: out(i, j, v))
+
+        def out(i, j, v):
+            ptr = self.cell(C[1], self._at(C[0], i, j))
+            new = b.fadd(b.load(ptr), v if alpha == 1.0 else b.fmul(t.f64(alpha), v))
+            if flag is not None:
+                self.raise_flag(flag, self.non_finite([new]))
+            b.store(new, ptr)
+
+        def element(i, j):      # (the same sum: from 0, in the order of l)
+            out(i, j, self._dot(k, lambda l_: b.fmul(load(A, i, l_), load(B, l_, j))))
+        # rows narrower than BLAS_WIDE: a sum per element (a block's loops cost 2.6-6.7x
+        # as much there: 4,000 x 1 x 4, 500 x 1 x 2, 10^5 x 1 x 1)
+        wide, narrow, after = (self.fn.append_basic_block() for _ in range(3))
+        b.cbranch(b.icmp_signed(">=", n, t.i64(BLAS_WIDE)), wide, narrow)
+        b.position_at_end(wide)
         self.loop_over(b, zero, m, row)
+        b.branch(after)
+        b.position_at_end(narrow)
+        self._each(m, n, element)
+        b.branch(after)
+        b.position_at_end(after)
 
     def _vmm(self, s, y, a, c, m, k, n):
         b = self.b

@@ -1490,9 +1490,8 @@ class Machine(Helpers):
                 heap[2][:] = 0
                 return None
             results = [out[b.params[0]] for b in bindings]
-            for k, lo, hi_, shape, view in arrays:
-                results[k] = view[lo:hi_].reshape(shape).copy()
-                view[lo:hi_] = 0
+            for k, lo, hi_, shape, view in arrays:     # (left there: the next call's
+                results[k] = view[lo:hi_].reshape(shape).copy()  # arrays overwrite them)
             return tuple(results)
         return direct
 
