@@ -349,7 +349,34 @@ FRONTEND_ERRORS = [
     ("r: int, x: int", "    r += [x][0]", "only array variables"),
     ("r: int, x: int", "    r += x if x else 1", "IfExp is not supported"),
     ("r: float, x: float", "    r += x & 1", "needs integer operands"),
+    ("r: int, x: int, n: int", "    r += x ** n", "needs a constant exponent from 0 to 64"),
+    ("r: int, x: int", "    r += x ** 65", "needs a constant exponent from 0 to 64"),
+    ("r: int, x: int", "    r += x ** -1", "cannot absorb a float expression"),
+    ("r: int, x: float", "    r += x ** 2", "cannot absorb a float expression"),
 ]
+
+
+@pytest.mark.parametrize("engine", ["interp", "python", "native"])
+def test_an_int_to_a_constant_power_is_an_int_as_in_python(tmp_path, engine):
+    # `x ** k` of ints with a constant k >= 0 is an int in Python: the product x * x * ...
+    # (1 for k = 0), into an integer target, a condition, an index, an int array statement
+    path = tmp_path / "p.py"
+    path.write_text("import numpy as np\nfrom rvm import Array, reversible\n\n"
+                    "@reversible\ndef f(r: int, x: int, A: Array[int], y: Array[int]):\n"
+                    "    r += x ** 0 + x ** 1 - x ** 3 + (x + 1) ** 2\n"
+                    "    r ^= x ** 2\n"
+                    "    if x ** 2 > 4:\n"
+                    "        r += A[x ** 2 - 5]\n"
+                    "    y += A ** 2\n")
+    f = rvm.load(path)["f"]
+    for x in (3, -7, 0):
+        A, y = np.arange(60), np.arange(60) - 30
+        want = (0 + 1 + x - x ** 3 + (x + 1) ** 2) ^ x ** 2
+        want += A[x ** 2 - 5] if x ** 2 > 4 else 0
+        out = f(0, x, A, y, engine=engine)
+        assert out[0] == want and np.array_equal(out[3], y + A ** 2)
+        back = (~f)(*out, engine=engine)
+        assert back[0] == 0 and np.array_equal(back[3], y)
 
 
 @pytest.mark.parametrize("params,body,error", FRONTEND_ERRORS)

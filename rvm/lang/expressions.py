@@ -17,6 +17,7 @@ from ..core.inverse import Code, invert
 from ..core.program import Imm, Instruction, Label, Mem, Reg, Symbol
 
 INT, FLOAT = isa.INT, isa.FLOAT
+MAX_INT_POWER = 64     # (2 ** 64 wraps to 0 in int64 already)
 BINOPS = {ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "div", ast.Mod: "mod", ast.Pow: "pow"}
 FUNCS = {"exp", "log", "sin", "cos", "tanh", "sqrt", "abs", "atan2", "arctan2", "fmod", "max",
          "min", "maximum", "minimum"}
@@ -288,6 +289,25 @@ class Lowering:
             head + ("." + family if family else ""), target, *ops),
             cls=target.cls if family in ("", "abs") else None)
 
+    def int_power(self, e):
+        """`x ** k` of an int x and a constant k from 0 to MAX_INT_POWER as what Python's
+        int power is, a product (x * x * ..., 1 for k = 0; in int64, wrapping as `*`
+        does), or None where x or k is a float, or k a negative constant (a float in
+        Python). An int power of any other exponent is refused."""
+        if not (isinstance(e, ast.BinOp) and isinstance(e.op, ast.Pow)):
+            return None
+        kinds = self.typeof(e.left), self.typeof(e.right)
+        k = self.constant_or_none(e.right)
+        if kinds != ("int", "int") or (k is not None and k < 0):
+            return None
+        if k is None or k > MAX_INT_POWER:
+            raise self.error(e, f"an integer ** needs a constant exponent from 0 to "
+                             f"{MAX_INT_POWER}", "write the product as a loop, or use floats")
+        out = ast.copy_location(ast.Constant(1), e) if k == 0 else e.left
+        for _ in range(k - 1):
+            out = ast.copy_location(ast.BinOp(out, ast.Mult(), e.left), e)
+        return out
+
     def read_of(self, e) -> tuple:
         """(the element, "K") for `nograd(A[i])`, an element read as a constant (no gradient
         flows back into A; ADDK/SUBK), else (e, "M")."""
@@ -319,7 +339,11 @@ class Lowering:
             if isinstance(e.op, ast.Div) and cls == INT:
                 raise self.error(e, "/ gives a float", "use // for integer division")
             if family == "pow" and cls == INT:
-                raise self.error(e, "integer ** is not supported", "use a float target")
+                product = self.int_power(e)
+                if product is None:
+                    raise self.error(e, "** of a float gives a float; the target is an "
+                                     "integer", "use a float target")
+                return self.operation(product, cls)
             return family, [e.left, e.right]
         if isinstance(e, ast.Call):
             name = self.callee_name(e.func)
@@ -689,6 +713,8 @@ class Lowering:
                                  "complex variable")
             return "int" if var.dtype == INT else "float"
         if isinstance(e, ast.BinOp):
+            if isinstance(e.op, ast.Pow) and self.int_power(e) is not None:
+                return "int"
             if isinstance(e.op, (ast.Div, ast.Pow)):
                 self.typeof(e.left), self.typeof(e.right)
                 return "float"
