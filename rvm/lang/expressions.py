@@ -257,6 +257,8 @@ class Lowering:
         """target += e (sign 1) or target -= e (sign -1)."""
         kind = self.typeof(e)
         if target.cls == INT and kind == "float":
+            for n in ast.walk(e):       # (an int power of an exponent that is not a
+                self.int_power(n, refuse=True)      # constant: refused, saying so)
             raise self.error(e, "an integer target cannot absorb a float expression",
                              "use a float variable, or // for integer division")
         if isinstance(e, ast.BinOp) and isinstance(e.op, (ast.Add, ast.Sub)):
@@ -289,11 +291,12 @@ class Lowering:
             head + ("." + family if family else ""), target, *ops),
             cls=target.cls if family in ("", "abs") else None)
 
-    def int_power(self, e):
+    def int_power(self, e, refuse: bool = False):
         """`x ** k` of an int x and a constant k from 0 to MAX_INT_POWER as what Python's
         int power is, a product (x * x * ..., 1 for k = 0; in int64, wrapping as `*`
-        does), or None where x or k is a float, or k a negative constant (a float in
-        Python). An int power of any other exponent is refused."""
+        does), or None: x or k a float, k a negative constant (a float in Python), or
+        (refused if `refuse`: into an integer) any other int exponent (a float power
+        into a float)."""
         if not (isinstance(e, ast.BinOp) and isinstance(e.op, ast.Pow)):
             return None
         kinds = self.typeof(e.left), self.typeof(e.right)
@@ -301,6 +304,8 @@ class Lowering:
         if kinds != ("int", "int") or (k is not None and k < 0):
             return None
         if k is None or k > MAX_INT_POWER:
+            if not refuse:
+                return None
             raise self.error(e, f"an integer ** needs a constant exponent from 0 to "
                              f"{MAX_INT_POWER}", "write the product as a loop, or use floats")
         out = ast.copy_location(ast.Constant(1), e) if k == 0 else e.left
@@ -339,7 +344,7 @@ class Lowering:
             if isinstance(e.op, ast.Div) and cls == INT:
                 raise self.error(e, "/ gives a float", "use // for integer division")
             if family == "pow" and cls == INT:
-                product = self.int_power(e)
+                product = self.int_power(e, refuse=True)
                 if product is None:
                     raise self.error(e, "** of a float gives a float; the target is an "
                                      "integer", "use a float target")
