@@ -537,17 +537,18 @@ done:   CF     exitbr
                 m.run()
 
 
-@pytest.mark.parametrize("shape", [(3, 5, 130), (6000, 3, 2), (1000, 5, 1)],
-                         ids=["small", "narrow rows", "a column"])
+@pytest.mark.parametrize("shape", [(3, 5, 130), (6000, 3, 2), (1000, 5, 1), (2000, 10, 3)],
+                         ids=["small", "narrow rows", "a column", "narrow rows, deeper"])
 @pytest.mark.parametrize("layout", ["plain", "b transposed"])
 @pytest.mark.parametrize("sign", ["VMADD", "VMSUB"])
 def test_a_product_below_blas_is_each_elements_sum_in_order_in_native_code(layout, sign,
                                                                           shape):
     # a small product goes to loops, 64 elements of a row at a time (a vector lane an
     # element), and so does a large one with rows narrower than 8 and an inner dimension
-    # under 16, one element at a time (BLAS is slower there): each element's sum is
-    # still taken from 0 in the order of the inner index, then added once (magnitudes
-    # far apart: order shows)
+    # under 16 (BLAS is slower there), 64 elements of a column at a time, or one element
+    # at a time from an inner dimension of 8: each element's sum is still taken from 0
+    # in the order of the inner index, then added once (magnitudes far apart: order
+    # shows)
     m, k, n = shape
     A = rng.normal(size=(m, k)) * 10.0 ** rng.uniform(-8, 8, size=(m, k))
     B = rng.normal(size=(k, n) if layout == "plain" else (n, k))
