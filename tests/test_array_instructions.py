@@ -318,10 +318,13 @@ def test_hessian_vector_products_and_hessians(engine):
 
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("layout", ["plain", "a transposed", "b transposed"])
-def test_large_products_go_through_blas_and_agree(layout, engine):
-    # 40 x 50 @ 50 x 30: past the size from which native code calls BLAS's dgemm; a
-    # transposed operand is a view BLAS reads with its transpose flag
-    m, k, n = 40, 50, 30
+@pytest.mark.parametrize("shape", [(40, 50, 30), (9000, 4, 2)], ids=["wide", "narrow"])
+def test_large_products_go_through_blas_and_agree(layout, engine, shape):
+    # past the size from which native code calls BLAS's dgemm: into C (40 x 50 @ 50 x 30)
+    # or, for rows narrower than 8, into blocks of 4,096 rows of its own, then added to C
+    # (9000 x 4 @ 4 x 2: three blocks); a transposed operand is a view BLAS reads with
+    # its transpose flag
+    m, k, n = shape
     A = rng.normal(size=(m, k) if layout != "a transposed" else (k, m))
     B = rng.normal(size=(k, n) if layout != "b transposed" else (n, k))
     a = "[r3 : r5, 1]" if layout != "a transposed" else "[r3 : 1, r5]"
@@ -537,18 +540,17 @@ done:   CF     exitbr
                 m.run()
 
 
-@pytest.mark.parametrize("shape", [(3, 5, 130), (6000, 3, 2), (1000, 5, 1), (2000, 10, 3)],
+@pytest.mark.parametrize("shape", [(3, 5, 130), (2000, 3, 2), (1000, 5, 1), (500, 10, 3)],
                          ids=["small", "narrow rows", "a column", "narrow rows, deeper"])
 @pytest.mark.parametrize("layout", ["plain", "b transposed"])
 @pytest.mark.parametrize("sign", ["VMADD", "VMSUB"])
 def test_a_product_below_blas_is_each_elements_sum_in_order_in_native_code(layout, sign,
                                                                           shape):
-    # a small product goes to loops, 64 elements of a row at a time (a vector lane an
-    # element), and so does a large one with rows narrower than 8 and an inner dimension
-    # under 16 (BLAS is slower there), 64 elements of a column at a time, or one element
-    # at a time from an inner dimension of 8: each element's sum is still taken from 0
-    # in the order of the inner index, then added once (magnitudes far apart: order
-    # shows)
+    # a product under 16,384 multiply-adds goes to loops, 64 elements of a row at a time
+    # (a vector lane an element), with rows narrower than 8 64 elements of a column at a
+    # time, or one element at a time from an inner dimension of 8: each element's sum is
+    # still taken from 0 in the order of the inner index, then added once (magnitudes
+    # far apart: order shows)
     m, k, n = shape
     A = rng.normal(size=(m, k)) * 10.0 ** rng.uniform(-8, 8, size=(m, k))
     B = rng.normal(size=(k, n) if layout == "plain" else (n, k))

@@ -41,6 +41,7 @@ BLAS_WIDE, BLAS_DEEP = 8, 16   # ... where its rows (n) are this wide or its inn
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 COLUMNS = 64                   # the columns a sum per column takes at once
 NARROW_DEEP = 8                # (see ArrayLowering._product_loops)
+SCRATCH_ROWS, SCRATCH_DEPTH = 4096, 8    # (see ArrayLowering._gemm, _through_scratch)
 
 
 class ArrayLowering:
@@ -486,14 +487,17 @@ class ArrayLowering:
         okC, tc, ldc = self._layout(C[0], m, n)
         work = b.mul(b.mul(m, k), n)
         big = b.and_(self._some(m, n), b.icmp_signed(">=", work, t.i64(BLAS_WORK)))
-        # (at m = 10^4, BLAS's dgemm is 1.5-5x faster than the loops from rows of 8 on,
-        # k = 1 to 64, and from an inner dimension of 16 on; with narrower rows and a
-        # shallower inner dimension it is up to 3.4x slower)
+        # (at m = 10^4, BLAS's dgemm adding into C is 1.5-5x faster than the loops from
+        # rows of 8 on and from an inner dimension of 16 on; with narrower rows and a
+        # shallower inner dimension it is up to 3.4x slower, and 3-6x faster writing the
+        # product into a block of its own that is then added to C, as numpy does)
         fit = b.or_(b.icmp_signed(">=", n, t.i64(BLAS_WIDE)),
                     b.icmp_signed(">=", k, t.i64(BLAS_DEEP)))
-        use = b.and_(b.and_(b.and_(big, fit), b.and_(okA, okB)),
+        readable = b.and_(big, b.and_(okA, okB))
+        use = b.and_(b.and_(readable, fit),
                      b.and_(okC, b.icmp_signed("==", tc, self.ir.IntType(32)(NO_TRANS))))
         blas, loops, after = (self.fn.append_basic_block() for _ in range(3))
+        scratch, rest = self.fn.append_basic_block(), self.fn.append_basic_block()
         # a dot product (1 x k by k x 1, its elements any positive distance apart): ddot
         one = t.i64(1)
         dot = b.and_(b.and_(big, b.and_(b.icmp_signed("==", m, one),
@@ -514,7 +518,12 @@ class ArrayLowering:
         b.store(new, into)
         b.branch(after)
         b.position_at_end(general)
-        b.cbranch(use, blas, loops)
+        b.cbranch(use, blas, rest)
+        b.position_at_end(rest)
+        # (under 8 multiply-adds an element the loops down C's columns are faster still:
+        # 1.3-2.6x at n = 1, k = 1 to 4)
+        deep = b.icmp_signed(">=", b.mul(n, k), t.i64(SCRATCH_DEPTH))
+        b.cbranch(b.and_(b.and_(readable, b.not_(fit)), deep), scratch, loops)
         b.position_at_end(blas)
         i32 = self.ir.IntType(32)
         gemm = self.declare(BLAS_GEMM, self.ir.VoidType(),
@@ -526,17 +535,54 @@ class ArrayLowering:
             self._each(m, n, lambda i, j: self.raise_flag(flag, self.non_finite(
                 [b.load(self.cell(C[1], self._at(C[0], i, j)))])))
         b.branch(after)
+        b.position_at_end(scratch)
+        self._through_scratch(gemm, alpha, (A, ta, lda), (B, tb, ldb), C, m, k, n, flag,
+                              loops, after)
         b.position_at_end(loops)
         self._product_loops(alpha, A, B, C, m, k, n, flag)
         b.branch(after)
         b.position_at_end(after)
 
+    def _through_scratch(self, gemm, alpha, A, B, C, m, k, n, flag, failed, after) -> None:
+        """C += alpha * A @ B (rows narrower than BLAS_WIDE): BLAS's dgemm writes the
+        product of SCRATCH_ROWS rows of A at a time into a block of memory of its own,
+        added to C's rows in turn; to `failed` (the loops) if that block cannot be had."""
+        b, t = self.b, self.t
+        i8p, f64p, i32 = self.ir.IntType(8).as_pointer(), t.fptr, self.ir.IntType(32)
+        (Av, ta, lda), (Bv, tb, ldb) = A, B
+        rows = self._min(m, t.i64(SCRATCH_ROWS))
+        raw = b.call(self.declare("malloc", i8p, [t.i64]), [b.mul(b.mul(rows, n), t.i64(8))])
+        got = self.fn.append_basic_block()
+        b.cbranch(b.icmp_unsigned("==", raw, i8p(None)), failed, got)
+        b.position_at_end(got)
+        block = b.bitcast(raw, f64p)
+        zero = t.i64(0)
+
+        def part(q):
+            i0 = b.mul(q, t.i64(SCRATCH_ROWS))
+            w = self._min(t.i64(SCRATCH_ROWS), b.sub(m, i0))
+            first = self.cell(Av[1], self._at(Av[0], i0, zero))
+            b.call(gemm, [i32(ROW_MAJOR), ta, tb, w, n, k, t.f64(alpha), first, lda,
+                          self.cell(Bv[1], Bv[0][0]), ldb, t.f64(0.0), block, n])
+
+            def add(r, j):
+                ptr = self.cell(C[1], self._at(C[0], b.add(i0, r), j))
+                new = b.fadd(b.load(ptr), b.load(b.gep(block, [b.add(b.mul(r, n), j)])))
+                if flag is not None:
+                    self.raise_flag(flag, self.non_finite([new]))
+                b.store(new, ptr)
+            self._each(w, n, add)
+        parts = b.sdiv(b.add(m, t.i64(SCRATCH_ROWS - 1)), t.i64(SCRATCH_ROWS))
+        self.loop_over(b, zero, parts, part)
+        b.call(self.declare("free", self.ir.VoidType(), [i8p]), [raw])
+        b.branch(after)
+
     def _product_loops(self, alpha: float, A, B, C, m, k, n, flag) -> None:
         """_gemm's loops: C[i, j] += alpha * the sum of A[i, l] B[l, j] over l, from 0 in
         the order of l, a row of C at a time, a block of its elements at a time
         (_in_blocks, the inner loop along a row of B: the same sums, bit for bit, as one
-        element at a time); for rows narrower than BLAS_WIDE, down a column of C a block
-        at a time, or one element at a time."""
+        element at a time); for rows narrower than BLAS_WIDE and a shallow inner
+        dimension, down a column of C a block at a time."""
         b, t = self.b, self.t
         zero = t.i64(0)
         load = lambda X, i, j: b.load(self.cell(X[1], self._at(X[0], i, j)))
@@ -572,26 +618,17 @@ class ArrayLowering:
                     self.loop_over(b, zero, w, one)
                 self.loop_over(b, zero, k, term)
             self._in_blocks(m, fill, lambda i, v: out(i, j, v))
-        def element(i, j):      # (the same sum: from 0, in the order of l)
-            out(i, j, self._dot(k, lambda l_: b.fmul(load(A, i, l_), load(B, l_, j))))
-        # rows narrower than BLAS_WIDE, where blocks along a row cost 2.6-6.7x as much as
-        # one element at a time (4,000 x 1 x 4, 500 x 1 x 2, 10^5 x 1 x 1): blocks down
-        # each column of C for an inner dimension under NARROW_DEEP (1.5-4.4x faster than
-        # one element at a time, m = 10^4, n < 8, k < 8), else one element at a time
-        # (1.8x faster than the columns at k = 8: each column reads all of A again)
-        wide, narrow, after = (self.fn.append_basic_block() for _ in range(3))
-        b.cbranch(b.icmp_signed(">=", n, t.i64(BLAS_WIDE)), wide, narrow)
-        b.position_at_end(wide)
+        # rows narrower than BLAS_WIDE and an inner dimension under NARROW_DEEP: blocks
+        # down each column of C (blocks along a row cost 2.6-6.7x as much there: 4,000 x
+        # 1 x 4, 500 x 1 x 2, 10^5 x 1 x 1; one element at a time, 1.5-4.4x)
+        rows, columns, after = (self.fn.append_basic_block() for _ in range(3))
+        b.cbranch(b.and_(b.icmp_signed("<", n, t.i64(BLAS_WIDE)),
+                         b.icmp_signed("<", k, t.i64(NARROW_DEEP))), columns, rows)
+        b.position_at_end(rows)
         self.loop_over(b, zero, m, row)
         b.branch(after)
-        b.position_at_end(narrow)
-        shallow, deep = (self.fn.append_basic_block() for _ in range(2))
-        b.cbranch(b.icmp_signed("<", k, t.i64(NARROW_DEEP)), shallow, deep)
-        b.position_at_end(shallow)
+        b.position_at_end(columns)
         self.loop_over(b, zero, n, column)
-        b.branch(after)
-        b.position_at_end(deep)
-        self._each(m, n, element)
         b.branch(after)
         b.position_at_end(after)
 
