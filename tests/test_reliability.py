@@ -349,9 +349,9 @@ FRONTEND_ERRORS = [
     ("r: int, x: int", "    r += [x][0]", "only array variables"),
     ("r: int, x: int", "    r += x if x else 1", "IfExp is not supported"),
     ("r: float, x: float", "    r += x & 1", "needs integer operands"),
-    ("r: int, x: int, n: int", "    r += x ** n", "needs a constant exponent from 0 to 64"),
-    ("f: float, x: int, n: int", "    f += x ** n + x ** 65", None),     # (float powers)
-    ("r: int, x: int", "    r += x ** 65", "needs a constant exponent from 0 to 64"),
+    ("r: int, x: int, n: int", "    r += x ** n", "needs a constant exponent from 0 to 8"),
+    ("f: float, x: int, n: int", "    f += x ** n + x ** 9", None),     # (float powers)
+    ("r: int, x: int", "    r += x ** 9", "needs a constant exponent from 0 to 8"),
     ("r: int, x: int", "    r += x ** -1", "cannot absorb a float expression"),
     ("r: int, x: float", "    r += x ** 2", "cannot absorb a float expression"),
 ]

@@ -582,7 +582,7 @@ class ArrayLowering:
         the order of l, a row of C at a time, a block of its elements at a time
         (_in_blocks, the inner loop along a row of B: the same sums, bit for bit, as one
         element at a time); for rows narrower than BLAS_WIDE and a shallow inner
-        dimension, down a column of C a block at a time."""
+        dimension, one element at a time."""
         b, t = self.b, self.t
         zero = t.i64(0)
         load = lambda X, i, j: b.load(self.cell(X[1], self._at(X[0], i, j)))
@@ -607,28 +607,20 @@ class ArrayLowering:
                 self.raise_flag(flag, self.non_finite([new]))
             b.store(new, ptr)
 
-        def column(j):          # (the same sums, a block of C's column at a time)
-            def fill(i0, w, at):
-                def term(l_):
-                    c = load(B, l_, j)
-
-                    def one(r):
-                        b.store(b.fadd(b.load(at(r)), b.fmul(load(A, b.add(i0, r), l_), c)),
-                                at(r))
-                    self.loop_over(b, zero, w, one)
-                self.loop_over(b, zero, k, term)
-            self._in_blocks(m, fill, lambda i, v: out(i, j, v))
-        # rows narrower than BLAS_WIDE and an inner dimension under NARROW_DEEP: blocks
-        # down each column of C (blocks along a row cost 2.6-6.7x as much there: 4,000 x
-        # 1 x 4, 500 x 1 x 2, 10^5 x 1 x 1; one element at a time, 1.5-4.4x)
-        rows, columns, after = (self.fn.append_basic_block() for _ in range(3))
+        def element(i, j):      # (the same sum: from 0, in the order of l)
+            out(i, j, self._dot(k, lambda l_: b.fmul(load(A, i, l_), load(B, l_, j))))
+        # rows narrower than BLAS_WIDE and an inner dimension under NARROW_DEEP: one
+        # element at a time (blocks along a row cost 2.6-6.7x as much there: 4,000 x 1 x
+        # 4, 500 x 1 x 2, 10^5 x 1 x 1; blocks down C's columns were faster still from
+        # 16 rows on, but cost a small program's first gradient 70% more compile time)
+        rows, elements, after = (self.fn.append_basic_block() for _ in range(3))
         b.cbranch(b.and_(b.icmp_signed("<", n, t.i64(BLAS_WIDE)),
-                         b.icmp_signed("<", k, t.i64(NARROW_DEEP))), columns, rows)
+                         b.icmp_signed("<", k, t.i64(NARROW_DEEP))), elements, rows)
         b.position_at_end(rows)
         self.loop_over(b, zero, m, row)
         b.branch(after)
-        b.position_at_end(columns)
-        self.loop_over(b, zero, n, column)
+        b.position_at_end(elements)
+        self._each(m, n, element)
         b.branch(after)
         b.position_at_end(after)
 

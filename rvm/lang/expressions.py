@@ -17,7 +17,8 @@ from ..core.inverse import Code, invert
 from ..core.program import Imm, Instruction, Label, Mem, Reg, Symbol
 
 INT, FLOAT = isa.INT, isa.FLOAT
-MAX_INT_POWER = 64     # (2 ** 64 wraps to 0 in int64 already)
+MAX_INT_POWER = 8      # (x ** k is a chain of k - 1 products, each through a temporary
+                       # made and taken back: 2^(k - 1) instructions; k = 16 took 70 s)
 BINOPS = {ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "div", ast.Mod: "mod", ast.Pow: "pow"}
 FUNCS = {"exp", "log", "sin", "cos", "tanh", "sqrt", "abs", "atan2", "arctan2", "fmod", "max",
          "min", "maximum", "minimum"}
