@@ -41,7 +41,7 @@ BLAS_WIDE, BLAS_DEEP = 8, 16   # ... where its rows (n) are this wide or its inn
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 COLUMNS = 64                   # the columns a sum per column takes at once
 NARROW_DEEP = 8                # (see ArrayLowering._product_loops)
-SCRATCH_ROWS, SCRATCH_DEPTH = 4096, 8    # (see ArrayLowering._gemm, _through_scratch)
+SCRATCH_ROWS = 4096            # (see ArrayLowering._through_scratch)
 
 
 class ArrayLowering:
@@ -520,10 +520,7 @@ class ArrayLowering:
         b.position_at_end(general)
         b.cbranch(use, blas, rest)
         b.position_at_end(rest)
-        # (under 8 multiply-adds an element the loops down C's columns are faster still:
-        # 1.3-2.6x at n = 1, k = 1 to 4)
-        deep = b.icmp_signed(">=", b.mul(n, k), t.i64(SCRATCH_DEPTH))
-        b.cbranch(b.and_(b.and_(readable, b.not_(fit)), deep), scratch, loops)
+        b.cbranch(b.and_(readable, b.not_(fit)), scratch, loops)
         b.position_at_end(blas)
         i32 = self.ir.IntType(32)
         gemm = self.declare(BLAS_GEMM, self.ir.VoidType(),
