@@ -182,6 +182,13 @@ def test_gradients_of_products_against_finite_differences():
     assert np.allclose(out[5], np.outer(ybar, X)) and np.allclose(out[7], 0.0)
 
 
+@pytest.mark.parametrize("bad", ["a", ["a", "b"], [[1.0], 2.0]])
+def test_a_tangent_that_is_not_numbers_is_a_usage_error(bad):
+    with pytest.raises(rvm.UsageError, match=r"the tangent of argument 2 is .*; it must be a "
+                       r"number or an array of floats"):
+        rvm.jvp(quad, (0.0, np.eye(4), X), (0.0, np.zeros((4, 4)), bad))
+
+
 def test_transforms():
     M = rng.normal(size=(4, 4))
     # jvp of out = x . (M x) along d: d . (M + M^T) x

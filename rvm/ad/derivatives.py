@@ -578,10 +578,15 @@ def _checked_tangents(tangents, floats: list[int], n: int, what: str) -> list:
                 raise UsageError(f"{what}: argument {k} is an integer; its tangent must "
                                  "be None")
         else:
-            if isinstance(t, (list, tuple)):        # as numpy converts it
-                t = np.asarray(t, dtype=np.float64)
-            out.append(0.0 if t is None else t if isinstance(t, (np.ndarray, complex))
-                       else float(t))
+            try:
+                if isinstance(t, (list, tuple)):        # as numpy converts it
+                    t = np.asarray(t, dtype=np.float64)
+                out.append(0.0 if t is None else t if isinstance(t, (np.ndarray, complex))
+                           else float(t))
+            except (TypeError, ValueError):
+                raise UsageError(f"{what}: the tangent of argument {k} is "
+                                 f"{type(t).__name__} {t!r:.40}; it must be a number or an "
+                                 "array of floats") from None
     return out
 
 
