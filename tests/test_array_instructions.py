@@ -404,7 +404,7 @@ def test_array_gradients_too_large_to_square_are_finite_and_one_past_them_is_not
                      "  VMADD [r0 : 0, 0], [r2 : 0, 1], [r4 : 1, 0], 1, r3, 1\n"
                      "  VMADD [r0 : 0, 0], [r2 : 0, 1], [r4 : 1, 0], 1, r3, 1\n.end\n")
     g = rvm.grad(p["d"], loss=(0, 0), engine=engine)
-    k = 1000
+    k = 5000                                # (past FINITE_BY_DOT: the dot product is tried)
     x, w = np.full(k, 1e-160), np.full(k, 1e160)
     assert np.array_equal(g(np.zeros(1), x, w)[1], 2 * w)
     x[7], w[7] = 1e-308, 1e308

@@ -715,6 +715,9 @@ def _value_and_grad(fn, loss: Loss, machine_options: dict,
     return run
 
 
+FINITE_BY_DOT = 1 << 12       # elements from which _finite_array tries a dot product
+
+
 def finite(grads) -> bool:
     """Are all these gradients (floats, arrays or None) finite?"""
     for g in grads:
@@ -727,11 +730,12 @@ def finite(grads) -> bool:
 
 
 def _finite_array(g) -> bool:
-    """Is every element of this array (or number) finite? For floats, first a dot product of the
-    array with itself, finite where every element is (3.5x faster than isfinite at 10^6
-    elements); an inf or nan makes it inf or nan, and so may elements too large to square:
-    then each element is tested."""
-    if type(g) is np.ndarray and g.dtype == np.float64 and g.size and g.flags.c_contiguous:
+    """Is every element of this array (or number) finite? For a large float array, first
+    a dot product of the array with itself, finite where every element is (1.35-3.5x
+    faster than isfinite at 10^6 elements; slower at 10^3); an inf or nan makes it inf or
+    nan, and so may elements too large to square: then each element is tested."""
+    if type(g) is np.ndarray and g.dtype == np.float64 and g.size >= FINITE_BY_DOT and \
+            g.flags.c_contiguous:
         x = g.reshape(-1)
         with np.errstate(all="ignore"):         # (no warning for an overflow here)
             if math.isfinite(x @ x):

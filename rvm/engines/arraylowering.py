@@ -554,25 +554,30 @@ class ArrayLowering:
         b.position_at_end(got)
         block = b.bitcast(raw, f64p)
         zero = t.i64(0)
+        first_b = self.cell(Bv[1], Bv[0][0])
 
         def part(q):
             i0 = b.mul(q, t.i64(SCRATCH_ROWS))
             w = self._min(t.i64(SCRATCH_ROWS), b.sub(m, i0))
             first = self.cell(Av[1], self._at(Av[0], i0, zero))
             b.call(gemm, [i32(ROW_MAJOR), ta, tb, w, n, k, t.f64(alpha), first, lda,
-                          self.cell(Bv[1], Bv[0][0]), ldb, t.f64(0.0), block, n])
-
-            def add(r, j):
-                ptr = self.cell(C[1], self._at(C[0], b.add(i0, r), j))
-                new = b.fadd(b.load(ptr), b.load(b.gep(block, [b.add(b.mul(r, n), j)])))
-                if flag is not None:
-                    self.raise_flag(flag, self.non_finite([new]))
-                b.store(new, ptr)
-            self._each(w, n, add)
+                          first_b, ldb, t.f64(0.0), block, n])
+            self._each(w, n, lambda r, j: self._add_into(
+                C, b.add(i0, r), j, b.load(b.gep(block, [b.add(b.mul(r, n), j)])), flag))
         parts = b.sdiv(b.add(m, t.i64(SCRATCH_ROWS - 1)), t.i64(SCRATCH_ROWS))
         self.loop_over(b, zero, parts, part)
         b.call(self.declare("free", self.ir.VoidType(), [i8p]), [raw])
         b.branch(after)
+
+    def _add_into(self, C, i, j, v, flag) -> None:
+        """C[i, j] += v (C a (view, heap) pair); flag raised where the result is not
+        finite."""
+        b = self.b
+        ptr = self.cell(C[1], self._at(C[0], i, j))
+        new = b.fadd(b.load(ptr), v)
+        if flag is not None:
+            self.raise_flag(flag, self.non_finite([new]))
+        b.store(new, ptr)
 
     def _product_loops(self, alpha: float, A, B, C, m, k, n, flag) -> None:
         """_gemm's loops: C[i, j] += alpha * the sum of A[i, l] B[l, j] over l, from 0 in
@@ -598,11 +603,7 @@ class ArrayLowering:
             self._in_blocks(n, fill, lambda j, v: out(i, j, v))
 
         def out(i, j, v):
-            ptr = self.cell(C[1], self._at(C[0], i, j))
-            new = b.fadd(b.load(ptr), v if alpha == 1.0 else b.fmul(t.f64(alpha), v))
-            if flag is not None:
-                self.raise_flag(flag, self.non_finite([new]))
-            b.store(new, ptr)
+            self._add_into(C, i, j, v if alpha == 1.0 else b.fmul(t.f64(alpha), v), flag)
 
         def element(i, j):      # (the same sum: from 0, in the order of l)
             out(i, j, self._dot(k, lambda l_: b.fmul(load(A, i, l_), load(B, l_, j))))

@@ -952,8 +952,8 @@ class Machine(Helpers):
         the failed run left it) where the run from the look does not stop where it
         should."""
         budget, start = self.max_steps, self.steps
-        failed = self._native_heap[4].copy()    # (the failed run's, for the way taken
-        # otherwise)
+        # (the failed run's state array, for the way taken otherwise)
+        failed = self._native_heap[4].copy()
         fr = self.stack[0]
         fr.R[:] = entry[0]
         if entry[1] is not None:
