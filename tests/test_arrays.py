@@ -678,6 +678,47 @@ def test_maximum_and_minimum_of_arrays_and_max_of_numbers(engine):
     assert g[1][3] == 0.5 and g[2][3] == 0.5
 
 
+@pytest.mark.parametrize("engine", EVERY_ENGINE)
+def test_an_ancillas_tangent_summed_from_several_terms_is_freed_at_large_magnitudes(engine):
+    """`y += x * z * x` goes through an ancilla block t = x * z; t's tangent is the sum of
+    two terms (x' z + x z'), taken back out one at a time, which leaves a residue of
+    their rounding (1.5e-8 at operands of 1e4, against a tol of 1e-8): a tangent cell's
+    zero test when freed scales with the derivatives' magnitudes, as a derived
+    register's does. (Refused with "FREE of a cell that is not zero" in 7 of 20 runs at
+    1e4, 19 of 20 at 1e5.)"""
+    f = rvm.reversible.source("def f(s: float, y: Array[float], x: Array[float], "
+                              "z: Array[float]):\n"
+                              "    y += x * z * x\n"
+                              "    s += np.sum(y * z)\n", {"Array": Array, "np": np})
+    for scale in (1e4, 1e5) * 5:
+        x, z, dx, dz = (rng.normal(size=5) * scale for _ in range(4))
+        args, dots = (0.0, np.zeros(5), x, z), (0.0, np.zeros(5), dx, dz)
+        _, out = rvm.jvp(f, args, dots, engine=engine)
+        assert np.allclose(out[1], 2 * x * z * dx + x * x * dz, rtol=1e-12, atol=0)
+        hv = rvm.hvp(f, args, dots, loss="s", engine=engine)       # s = sum(x^2 z^2)
+        assert np.allclose(hv[2], 2 * z * z * dx + 4 * x * z * dz, rtol=1e-9, atol=0)
+        assert np.allclose(hv[3], 4 * x * z * dx + 2 * x * x * dz, rtol=1e-9, atol=0)
+
+
+@pytest.mark.parametrize("engine", EVERY_ENGINE)
+def test_a_tangent_cell_left_far_from_zero_is_still_refused(engine):
+    """The scaled zero test of a freed tangent cell accepts rounding, not a tangent the
+    program failed to take back: an ancilla computed as x * x and uncomputed as x * z
+    comes back to zero where z = x, its tangent along x (2x, then less x) does not."""
+    f = rvm.reversible.source("def f(y: Array[float], x: Array[float], z: Array[float]):\n"
+                              "    with ancilla(t=zeros(len(x))):\n"
+                              "        t += x * x\n"
+                              "        y += t\n"
+                              "        t -= x * z\n",
+                              {"Array": Array, "np": np, "ancilla": ancilla,
+                               "zeros": zeros})
+    x = np.array([1e4, 2e4, -3e4])
+    f(np.zeros(3), x, x.copy(), engine=engine)          # z = x: the values come back
+    with pytest.raises(MachineError, match="FREE of a cell that is not zero"):
+        rvm.jvp(f, (np.zeros(3), x, x.copy()), (np.zeros(3), np.ones(3), np.zeros(3)),
+                engine=engine)
+
+
 @pytest.mark.parametrize("engine", ["interp", "native"])
 def test_derived_programs_of_array_atan2_take_large_operands(engine):
     """atan2's partials divide by a*a + b*b: built as two accumulations into one

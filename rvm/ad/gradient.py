@@ -29,7 +29,7 @@ from ..engines.arguments import (
     read_array,
     scalar,
 )
-from ..engines.compiled import DERIVED
+from ..engines.compiled import DERIVED, INTERLEAVED
 from ..engines.machine import (
     DIRECT_HEAP,
     FAR,
@@ -77,6 +77,8 @@ def with_inverse(program: Program, name: str) -> tuple[Program, str]:
         kept = {}       # a derived function's inverse is derived alike (DERIVED)
         if name in program.cache.get(DERIVED, {}):
             kept[DERIVED] = {**program.cache[DERIVED], inv.name: program.cache[DERIVED][name]}
+        if INTERLEAVED in program.cache:
+            kept[INTERLEAVED] = program.cache[INTERLEAVED]
         program.cache[key] = Program({**program.functions, inv.name: inv}, program.source,
                                      kept, engine=program.engine)
     return program.cache[key], f"{name}.inv"

@@ -48,7 +48,7 @@ from ..core.errors import RvmError
 from ..core.inverse import inverse_function
 from ..core.program import FuncRef, Function, Imm, Instruction, Label, Mem, Program, Reg, View
 from ..core.verify import verify
-from ..engines.compiled import DERIVED
+from ..engines.compiled import DERIVED, INTERLEAVED
 
 
 class TransformError(RvmError):
@@ -690,16 +690,20 @@ def tangent(program: Program, name: str, arrays: dict | None = None) -> tuple[Pr
     if arrays:
         funcs[f"{entry}.entry"] = _array_entry(funcs[entry], arrays)
         entry = f"{entry}.entry"
-    return _derived(verify(Program(funcs, program.source)), program, names), entry
+    return _derived(verify(Program(funcs, program.source)), program, names,
+                    interleaved), entry
 
 
-def _derived(out: Program, program: Program, names: dict) -> Program:
+def _derived(out: Program, program: Program, names: dict, interleaved: bool) -> Program:
     """out, a program derived from `program` (names: each source function's key -> the
     name of a function derived from it, the key a name or (name, flag)), with the float
     registers of each derived function's source noted (rvm.engines.compiled: DERIVED): its
     registers from there on are derivatives, whose ancillas' zero tests scale with the
-    largest magnitude a derivative has held (rvm.engines.compiled.derived_registers)."""
+    largest magnitude a derivative has held (rvm.engines.compiled.derived_registers); on
+    the interleaved heap, its odd cells likewise (INTERLEAVED)."""
     known = program.cache.get(DERIVED, {})
+    if interleaved:
+        out.cache[INTERLEAVED] = True
     out.cache[DERIVED] = {
         made: known.get(source, program.functions[source].n_float)
         for key, made in names.items()
@@ -927,7 +931,7 @@ def adjoint(program: Program, name: str, arrays: dict | None = None) -> tuple[Pr
     used = reachable(Program(funcs), entry)
     sweeps = {k: v for k, v in names.items() if k[1] is not None and k[0] in swept}
     return _derived(verify(Program({f: funcs[f] for f in used}, program.source)), program,
-                    {**sweeps, name: f"{name}.adjoint"}), entry
+                    {**sweeps, name: f"{name}.adjoint"}, interleaved), entry
 
 
 class _Cells:

@@ -27,6 +27,7 @@ import numpy as np
 
 from ..core.isa import FAMILIES, MAX_FLOAT, MIN_NORMAL, family
 from . import vectormath
+from .compiled import INTERLEAVED
 from .templates import Fault
 
 LIMIT = 1 << 31         # shapes and strides beyond this are refused (no int64 overflow)
@@ -194,11 +195,21 @@ class Helpers:
                 new = target + add
             self._finite(new, lambda k: flat[k], what)
             self._floats(shadows)[flat] = new
-            return
+            return None if shadows else self._noted(start, new)
         with np.errstate(all="ignore"):
             new = target + add
         self._finite(new, where, what)
         target[...] = new
+        if not shadows:
+            self._noted(start, new)
+
+    def _noted(self, start: int, new: np.ndarray) -> None:
+        """After an array instruction wrote derivatives (a view on the odd cells of a
+        derived program's interleaved heap, compiled.INTERLEAVED), their largest magnitude
+        noted in dscale: a derivative's residue left in such a cell when it is freed is
+        then judged as a derived register's is (Machine.free)."""
+        if start & 1 and new.size and self.program.cache.get(INTERLEAVED):
+            self.dscale = max(self.dscale, float(np.max(np.abs(new))))
 
     def _finite(self, new: np.ndarray, cell, what: str) -> None:
         bad = ~np.isfinite(new)
@@ -310,6 +321,7 @@ class Helpers:
                 raise Fault(f"heap cell {where(j)} = {float(old.ravel()[j])!r} {op} {c!r} "
                             "would leave the normal float range (to zero, a subnormal or "
                             "infinity) and could not be undone")
+            self._noted(x[0], new)
         cells[...] = new
 
     def vdotg(self, x, m: int, n: int) -> float:

@@ -105,6 +105,10 @@ def _scratch(fn: Function, loop: bool, derived: bool) -> dict[str, str]:
 # float registers of the function it was derived from}: its float registers from there on
 # are derivatives (shadows, tangents, their temporaries) of the source's
 DERIVED = "derived"
+# Program.cache key of a derived program on the interleaved heap (rvm.ad.transforms: the
+# source's cell a at 2a, its derivative at 2a + 1): its odd cells hold derivatives, whose
+# zero test when freed scales as a derived register's does (Machine.free)
+INTERLEAVED = "interleaved"
 
 
 def derived_registers(program: Program, fn: Function) -> list[Reg] | None:
@@ -719,7 +723,7 @@ class _Writer:
             self.emit(depth, f"if {left} < {min(need, INT64_MAX)}: _stop_before({left})")
         self.emit(depth, "M.budget = _n")
         if self.derived is not None:
-            self.emit(depth, self.dscale("M.dscale = _s"))
+            self.emit(depth, self.dscale("M.dscale = _s"))       # (_s >= M.dscale: track)
         call = f"{target}(M, {', '.join(outs)})"
         # a recursive program (python engine only) keeps the interpreter's count of live
         # frames and their registers (a failed test: the interpreter reports it)
@@ -766,7 +770,11 @@ class _Writer:
 
     def track(self, depth: int, ins) -> None:
         """The largest magnitude of a derivative so far, after ins wrote derived registers
-        (derived_registers; a call: its arguments, which the callee may have changed)."""
+        (derived_registers; a call: its arguments, which the callee may have changed; an
+        array instruction: the derivative cells it wrote, noted in M.dscale by its helper,
+        arrays.Helpers._noted)."""
+        if ins.op in isa.ARRAYS and self.derived is not None:
+            self.emit(depth, self.dscale("if M.dscale > _s: _s = M.dscale"))
         for r in ins.args[1:] if ins.op in isa.CALLS else ins.written:
             if r in (self.derived or ()):
                 x = _local(r)[0]

@@ -35,6 +35,7 @@ from .arguments import (
 )
 from .arrays import Helpers
 from .closures import END
+from .compiled import INTERLEAVED
 from .explain import explain, explain_locals
 from .templates import LAST, NO_STOP, NOW, STATE, STOP, Fault, Limit, show_value
 
@@ -148,6 +149,15 @@ class Machine(Helpers):
         v = abs(self.hf[c])
         return MIN_NORMAL <= v <= self.tol
 
+    def _derived_residue(self, c: int) -> bool:
+        """Is cell c a derivative's (an odd cell of a derived program's interleaved heap:
+        compiled.INTERLEAVED) holding a float residue within tol * the largest magnitude
+        a derivative has held (dscale, which array instructions writing derivatives
+        raise too: arrays.Helpers._noted), as a derived register's zero test scales?"""
+        if not (c & 1 and self.program.cache.get(INTERLEAVED)):
+            return False
+        return MIN_NORMAL <= abs(self.hf[c]) <= self.tol * self.dscale
+
     def alloc(self, n: int) -> int:
         if n < 0:
             raise Fault(f"ALLOC of a negative number of cells ({n})")
@@ -164,7 +174,7 @@ class Machine(Helpers):
             raise Fault(f"FREE of {n} cells at {d}, but the top block of the heap is "
                         f"{max(self.top - n, 0)}..{self.top - 1}: blocks are freed LIFO")
         for c in range(d, self.top):
-            if not self.is_zero_cell(c):
+            if not self.is_zero_cell(c) and not self._derived_residue(c):
                 raise Fault(f"FREE of a cell that is not zero: heap[{c}] = {self.hi[c]} "
                             f"(as float {self.hf[c]!r}); freeing would lose it")
         for c in range(d, self.top):
