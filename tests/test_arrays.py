@@ -189,6 +189,47 @@ def test_a_tangent_that_is_not_numbers_is_a_usage_error(bad):
         rvm.jvp(quad, (0.0, np.eye(4), X), (0.0, np.zeros((4, 4)), bad))
 
 
+def test_a_complex_tangent_of_a_real_argument_is_a_usage_error():
+    # (it was cast to real, with numpy's ComplexWarning, the imaginary part dropped)
+    for tangent in (np.ones(4) * 1j, 1j * X.tolist()[0]):
+        dots = (0.0, np.zeros((4, 4)), tangent) if np.ndim(tangent) else \
+            (tangent, np.zeros((4, 4)), np.zeros(4))
+        for run in (rvm.jvp, lambda *a: rvm.hvp(*a, loss="out")):
+            with pytest.raises(rvm.UsageError, match=r"the tangent of argument \d is "
+                               "complex, but the argument is real"):
+                run(quad, (0.0, np.eye(4), X), dots)
+
+
+def test_none_is_a_zero_tangent_for_an_array_as_for_a_number():
+    d = rng.normal(size=4)
+    M = rng.normal(size=(4, 4))
+    _, with_none = rvm.jvp(quad, (0.0, M, X), (None, None, d))
+    _, with_zeros = rvm.jvp(quad, (0.0, M, X), (0.0, np.zeros((4, 4)), d))
+    assert with_none[0] == with_zeros[0] == pytest.approx(d @ (M + M.T) @ X, rel=1e-12)
+    assert np.array_equal(with_none[1], np.zeros((4, 4)))
+    for _ in range(2):          # (the second call takes the plan the first made)
+        hv = rvm.hvp(quad, (0.0, M, X), (None, None, d), loss="out")
+        assert np.allclose(hv[2], (M + M.T) @ d)
+
+
+def test_hvp_of_scalars_takes_none_as_a_zero_tangent_on_every_call():
+    # the second call, through the first's plan, passed None on to the machine
+    @rvm.reversible
+    def cubic(out: float, x: float, y: float):
+        out += x * x * y
+    for _ in range(3):
+        assert rvm.hvp(cubic, (0.0, 2.0, 3.0), (0.0, None, 1.0), loss="out") == \
+            (0.0, 4.0, 0.0)
+
+
+def test_hessian_of_an_argument_out_of_range_says_so():
+    with pytest.raises(rvm.UsageError, match="hessian: wrt names argument 7, but the "
+                       "function takes 2 arguments"):
+        rvm.hessian(energy, loss="e", wrt=[7])(0.0, X)
+    H = rvm.hessian(energy, loss="e", wrt=[-1])(0.0, X)      # the last, as in Python
+    assert np.allclose(np.diag(H), 2 * (1 - X * X) / (X * X + 1.0) ** 2)
+
+
 def test_transforms():
     M = rng.normal(size=(4, 4))
     # jvp of out = x . (M x) along d: d . (M + M^T) x
@@ -301,6 +342,65 @@ def test_overlap_known_only_when_running_is_checked_then(engine):
                        r"with a = 0, b = 1; a whole-array update may not read its own "
                        r"target; write the loop"):
         f(np.arange(6.0), 0, 1, engine=engine)
+
+
+@pytest.mark.parametrize("engine", EVERY_ENGINE)
+def test_an_element_may_take_the_sum_of_a_slice_of_its_own_array_apart_from_it(engine):
+    # (refused with "Slice is not supported in expressions": the element's check
+    # against other elements of its array read the slice as an index)
+    f = rvm.reversible.source("def f(s: float, x: Array[float], i: int, j: int):\n"
+                              "    x[i] += np.sum(x[j:] * x[j:])\n"
+                              "    x[0] += x[1:3] @ x[2:4]\n"
+                              "    s += x[i] * x[i]\n", {"Array": Array, "np": np})
+    x = np.array([0.5, 1.0, 2.0, 3.0])
+    # x[3] is in x[0:]: the run-time check refuses it, naming the values
+    with pytest.raises(MachineError, match=r"x\[i\] overlaps x\[j:\], which the statement "
+                       r"reads, with i = 3, j = 0"):
+        f(0.0, x, 3, 0, engine=engine)
+    out = f(0.0, x, 0, 1, engine=engine)
+    v = x[0] + np.sum(x[1:] ** 2)
+    assert out[1][0] == v + x[1] * x[2] + x[2] * x[3] and out[0] == out[1][0] ** 2
+    assert np.array_equal((~f)(*out, engine=engine)[1], x)
+    g = rvm.grad(f, loss="s", engine=engine)(0.0, x, 0, 1)[1]
+    h = 1e-6
+    fd = [(f(0.0, x + h * d, 0, 1)[0] - f(0.0, x - h * d, 0, 1)[0]) / (2 * h)
+          for d in np.eye(4)]
+    assert np.allclose(g, fd, rtol=1e-7)
+
+
+@pytest.mark.parametrize("body", ["x[0] += np.sum(x)", "A[1, 1] += np.sum(A[1:, :])"])
+def test_an_element_that_a_sum_of_its_array_always_reads_is_refused(body):
+    text = refused(f"def f(x: Array[float], A: Array[float, 2]):\n    {body}\n",
+                   np.ones(3), np.ones((3, 3)))
+    assert re.search(r":2:\d+: error: .* reads .*, which overlaps it", text), text
+
+
+@pytest.mark.parametrize("engine", EVERY_ENGINE)
+def test_an_index_of_a_transpose_is_its_arrays_index_swapped(engine):
+    # (A.T[0:2, 2:4] as a target was "the scalar target ... takes a number", and as an
+    # operand "index an array variable directly")
+    f = rvm.reversible.source(
+        "def f(A: Array[float, 2], B: Array[float, 2], x: Array[float], y: Array[float], "
+        "s: float):\n"
+        "    A.T[0:2, 2:4] += B\n"
+        "    x += A.T[1]\n"
+        "    x[0:2] += A.T[1, 2:4] + A.T[1:3, 0]\n"
+        "    B += A.T[1:3, 0:2] * 2.0\n"
+        "    y += A.T[0:2] @ x\n"
+        "    s += A.T[3, 0] * y[1]\n", {"Array": Array, "np": np})
+    A, B = rng.normal(size=(4, 4)), rng.normal(size=(2, 2))
+    x, y = rng.normal(size=4), np.zeros(2)
+    out = f(A, B, x, y, 0.0, engine=engine)
+    A2, B2, x2, y2 = A.copy(), B.copy(), x.copy(), y.copy()
+    A2.T[0:2, 2:4] += B2
+    x2 += A2.T[1]
+    x2[0:2] += A2.T[1, 2:4] + A2.T[1:3, 0]
+    B2 += A2.T[1:3, 0:2] * 2.0
+    y2 += A2.T[0:2] @ x2
+    for got, want in zip(out, (A2, B2, x2, y2, A2.T[3, 0] * y2[1])):
+        assert np.allclose(got, want, rtol=1e-13)
+    back = (~f)(*out, engine=engine)
+    assert all(np.allclose(a, b, rtol=1e-12) for a, b in zip(back, (A, B, x, y, 0.0)))
 
 
 @pytest.mark.parametrize("engine", EVERY_ENGINE)

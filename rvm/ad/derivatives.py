@@ -568,7 +568,10 @@ def adjoint(f, engine: str | None = None, **options) -> Transformed:
     return Transformed("adjoint", f, engine=engine, **options)
 
 
-def _checked_tangents(tangents, floats: list[int], n: int, what: str) -> list:
+def _checked_tangents(tangents, primals, floats: list[int], what: str) -> list:
+    """The float arguments' tangents as numbers or float arrays (None: zero, of the
+    argument's shape), refused with a UsageError where they cannot be its tangent."""
+    n = len(primals)
     if len(tangents) != n:
         raise UsageError(f"{what}: {len(tangents)} tangents for {n} arguments")
     out = []
@@ -577,16 +580,24 @@ def _checked_tangents(tangents, floats: list[int], n: int, what: str) -> list:
             if t is not None and not (np.ndim(t) == 0 and t == 0):
                 raise UsageError(f"{what}: argument {k} is an integer; its tangent must "
                                  "be None")
-        else:
-            try:
-                if isinstance(t, (list, tuple)):        # as numpy converts it
-                    t = np.asarray(t, dtype=np.float64)
-                out.append(0.0 if t is None else t if isinstance(t, (np.ndarray, complex))
-                           else float(t))
-            except (TypeError, ValueError):
-                raise UsageError(f"{what}: the tangent of argument {k} is "
-                                 f"{type(t).__name__} {t!r:.40}; it must be a number or an "
-                                 "array of floats") from None
+            continue
+        p = primals[k]
+        if t is None:                       # no tangent: zero
+            t = np.zeros(np.shape(p)) if isinstance(p, np.ndarray) else 0.0
+        try:
+            if isinstance(t, (list, tuple)):        # as numpy converts it
+                t = np.asarray(t)
+                t = t if t.dtype.kind == "c" else t.astype(np.float64)
+            if not isinstance(t, (np.ndarray, complex)):
+                t = float(t)
+        except (TypeError, ValueError):
+            raise UsageError(f"{what}: the tangent of argument {k} is "
+                             f"{type(t).__name__} {t!r:.40}; it must be a number or an "
+                             "array of floats") from None
+        if np.iscomplexobj(t) and not np.iscomplexobj(p):
+            raise UsageError(f"{what}: the tangent of argument {k} is complex, but the "
+                             "argument is real")
+        out.append(t)
     return out
 
 
@@ -611,7 +622,7 @@ def jvp(f, primals: Sequence, tangents: Sequence, **options) -> tuple[tuple, tup
     arrays as arrays."""
     primals = as_bound(f, primals)
     floats, n = float_arguments(f, primals), len(primals)
-    dots = _checked_tangents(tuple(tangents), floats, n, "jvp")
+    dots = _checked_tangents(tuple(tangents), primals, floats, "jvp")
     dots = [complex(t) if isinstance(primals[k], complex) else t for k, t in zip(floats, dots)]
     out = tangent(f)(*primals, *dots, **options)
     return tuple(out[:n]), _spread(out[n:], floats, n)
@@ -641,15 +652,15 @@ def _hvp(f, primals: Sequence, tangents: Sequence, loss, options: dict) -> tuple
         key = plan = None
     if plan is not None and plan[0] == "arrays":
         _, floats, g, _ = plan
-        return _hvp_packed(g, primals, _checked_tangents(tangents, floats, len(primals),
+        return _hvp_packed(g, primals, _checked_tangents(tangents, primals, floats,
                                                          "hvp"), floats)
     if plan is not None and all(type(t) in (float, int) for t in tangents if t is not None):
         m, name, floats, n, seed, _ = plan
-        out = m.call(name, *primals, *seed, *[tangents[k] for k in floats],
+        out = m.call(name, *primals, *seed, *[tangents[k] or 0.0 for k in floats],
                      *[0.0] * len(floats))
         return _spread(out[n + 2 * len(floats):], floats, n)
     floats, n = float_arguments(f, primals), len(primals)
-    dots = _checked_tangents(tangents, floats, n, "hvp")
+    dots = _checked_tangents(tangents, primals, floats, "hvp")
     which, element = loss_index(f, primals, loss)
     if element is not None:
         raise UsageError("hvp: the loss must be a float scalar argument, not an element")
@@ -758,7 +769,10 @@ def hessian(f, loss=0, wrt: Sequence | None = None, **options) -> Callable[..., 
 
 def _position(f, args, which) -> int:
     if isinstance(which, (int, np.integer)) and not isinstance(which, bool):
-        return int(which)
+        if not -len(args) <= which < len(args):
+            raise UsageError(f"hessian: wrt names argument {which}, but the function takes "
+                             f"{len(args)} arguments")
+        return int(which) % len(args)
     program, name, names = target(f, tuple(args))
     fn = program.functions[name]
     labels = list(names) if names else [str(p) for p in fn.params]

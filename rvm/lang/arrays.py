@@ -25,6 +25,7 @@ Two halves, kept apart:
 from __future__ import annotations
 
 import ast
+import copy
 from collections.abc import Callable
 
 import attrs
@@ -252,6 +253,42 @@ class Arrays:
             return any(isinstance(p, ast.Slice) for p in parts) or \
                 len(parts) < len(var.regs) - 1
         return False
+
+    def untransposed(self, s: ast.stmt) -> ast.stmt:
+        """s with each index of a transpose, A.T[...], written as the index of A it is:
+        A.T[i, j] is A[j, i], A.T[i] the column A[:, i], A.T[a:b] the transpose
+        A[:, a:b].T (a copy of s where there is any)."""
+        def is_transpose(n) -> bool:
+            return isinstance(n, ast.Subscript) and isinstance(n.value, ast.Attribute) \
+                and n.value.attr == "T" and isinstance(n.value.value, ast.Name) \
+                and (var := self.array_var(n.value.value.id)) is not None \
+                and len(var.regs) == 3
+
+        if not any(is_transpose(n) for n in ast.walk(s)):
+            return s
+
+        an = self
+
+        class Rewrite(ast.NodeTransformer):
+            def visit_Subscript(self, n):
+                self.generic_visit(n)
+                if not is_transpose(n):
+                    return n
+                parts = list(n.slice.elts) if isinstance(n.slice, ast.Tuple) else [n.slice]
+                if len(parts) > 2:
+                    raise an.c.error(n, f"{ast.unparse(n)} has {len(parts)} indices; "
+                                     f"{ast.unparse(n.value)} has 2 axes")
+                if len(parts) == 1:
+                    parts.append(ast.Slice())
+                index = ast.Tuple([parts[1], parts[0]], ast.Load())
+                out = ast.Subscript(n.value.value, index, n.ctx)
+                if all(isinstance(p, ast.Slice) for p in parts):
+                    out = ast.Attribute(out, "T", n.ctx)
+                for x in ast.walk(out):
+                    if "lineno" in x._attributes and not hasattr(x, "lineno"):
+                        ast.copy_location(x, n)
+                return out
+        return Rewrite().visit(copy.deepcopy(s))
 
     def has_array(self, e) -> bool:
         """Does the expression e have an array value somewhere (a view, @, np.dot,
@@ -565,27 +602,33 @@ class Arrays:
         """A target may not overlap what its statement reads: refused here where that is
         seen, else checked when the statement runs (the checks are returned)."""
         checks: list = []
-        if not isinstance(f.target, View):
+        target = f.target
+        element = isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) \
+            and self.array_var(target.value.id) is not None
+        if element:                 # a scalar target, an element (x[0] += np.sum(x[1:]))
+            target = self.view(target)
+        elif not isinstance(target, View):
             return checks
-        reads = self.read_views(f)
+        reads = [v for v in self.read_views(f) if not element or self.is_view(v.node)]
         for v in reads:
-            if v.name != f.target.name:
+            if v.name != target.name:
                 continue
-            test = self.disjoint(f.target, v)
+            test = self.disjoint(target, v)
             if test is True:
                 continue
-            if test is False or len(f.target.axes) == 2:
+            # (an instruction sees address ranges, which 2-D views can share apart)
+            if test is False or (len(target.axes) == 2 and not element):
                 what = "is swapped with" if f.kind == "swap" else "reads"
-                raise self.c.error(v.node, f"{f.target.describe()} {what} "
+                raise self.c.error(v.node, f"{target.describe()} {what} "
                                    f"{v.describe()}, which overlaps it",
                                    "a whole-array update may not read its own target; "
                                    + LOOP_HINT + ", or go through a zero ancilla array")
             how = "is swapped with" if f.kind == "swap" else "overlaps"
             whom = "which overlaps it" if f.kind == "swap" else "which the statement reads"
-            checks.append(Check(test, f"{f.target.describe()} {how} {v.describe()}, {whom}",
+            checks.append(Check(test, f"{target.describe()} {how} {v.describe()}, {whom}",
                                 (), "a whole-array update may not read its own target; "
                                 f"{LOOP_HINT}, or go through a zero ancilla array",
-                                f"{f.target.describe()}, {v.describe()}"))
+                                f"{target.describe()}, {v.describe()}"))
         return checks
 
     def read_views(self, f: Form) -> list[View]:

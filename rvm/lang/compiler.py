@@ -132,6 +132,8 @@ class FunctionCompiler(Complexes, Lowering):
         s = self.complex_statement(s)       # complex values become their real parts
         if s is None:
             return
+        if isinstance(s, (ast.AugAssign, ast.Assign, ast.Expr)):
+            s = Arrays(self).untransposed(s)    # A.T[i, j:k] as A[j:k, i]
         method = getattr(self, "stmt_" + type(s).__name__, None)
         if method is None:
             what = {"Return": "return", "Break": "break", "Continue": "continue",

@@ -845,6 +845,12 @@ class Lowering:
         whole = self.value_names(value) - {name} | (
             {name} if any(isinstance(n, ast.Name) and n.id == name for n in
                           self.outside_subscripts(value, name)) else set())
+        sliced = [r for r in reads if any(isinstance(k, ast.Slice) for k in (
+            r.slice.elts if isinstance(r.slice, ast.Tuple) else [r.slice]))]
+        if sliced and name not in whole:    # views of the array: an array statement's,
+            reads = [r for r in reads if r not in sliced]       # which checks them apart
+            if not reads:                   # from its target (Arrays.check_overlap)
+                return
         if isinstance(target, ast.Subscript) and name not in whole and reads and \
                 not isinstance(target.slice, ast.Tuple):
             for r in reads:
