@@ -37,7 +37,7 @@ BLAS_DOT = "rvm_ddot"          # cblas_ddot, the same (a 1 x k by k x 1 product:
                                # kernel for it takes 2.3x as long)
 BLAS_WORK = 1 << 14            # m * k * n from which a product calls BLAS (below: loops)
 BLAS_WIDE, BLAS_DEEP = 8, 16   # ... where its rows (n) are this wide or its inner
-                               # dimension (k) this deep (see ArrayLowering._gemm)
+                               # dimension (k) this deep (see ArrayLowering._gemm_body)
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 COLUMNS = 64                   # the columns a sum per column takes at once
 NARROW_DEEP = 8                # (see ArrayLowering._product_loops)
@@ -476,11 +476,45 @@ class ArrayLowering:
         return (b.or_(plain, flipped), b.select(plain, i32(NO_TRANS), i32(TRANS)),
                 b.select(plain, s0, s1))
 
-    def _gemm(self, alpha: float, A, B, C, m, k, n, flag=None) -> None:
+    def _shared_gemm(self, alpha: float, A, B, C, m, k, n) -> None:
         """C += alpha * A @ B (each a (view, heap) pair; C's cells apart from A's and
-        B's, and none repeated): BLAS's dgemm from BLAS_WORK multiply-adds on when the
-        views are laid out as BLAS reads them, else loops (a sum per element, in order).
-        flag: raised where a result is not finite."""
+        B's, and none repeated; no test of finiteness: a pullback's), through the
+        module's one function for it (made on first use), so that a module has one copy
+        of _gemm_body's paths for all its pullbacks' products (two each: a third of a
+        one-product program's compile time). A forward product stays inline: outlined,
+        its narrow rows (n <= 2, k <= 4) ran 7-10% slower."""
+        b, t = self.b, self.t
+        f = b.module.globals.get("rvm.gemm")
+        if f is None:
+            view = [t.i64] * 3 + [t.fptr]
+            f = self.ir.Function(b.module, self.ir.FunctionType(
+                self.ir.VoidType(), [t.f64] + view * 3 + [t.i64] * 3), "rvm.gemm")
+            f.linkage = "internal"
+            f.attributes.add("noinline")
+            saved = {k_: getattr(self, k_) for k_ in self._SAVED}
+            try:
+                self.fn, self.vars = f, {}
+                self.b = self.ir.IRBuilder(f.append_basic_block("entry"))
+                a = f.args
+                X = lambda o: ((a[o], a[o + 1], a[o + 2]), a[o + 3])
+                self._gemm_body(a[0], X(1), X(5), X(9), a[13], a[14], a[15], None)
+                self.b.ret_void()
+            finally:
+                for k_, v in saved.items():
+                    setattr(self, k_, v)
+        base = lambda X: self.cell(X[1], t.i64(0))
+        b.call(f, [t.f64(alpha), *A[0], base(A), *B[0], base(B), *C[0], base(C), m, k, n])
+
+    def _cellp(self, heap, index):
+        """A pointer to cell `index` of heap (a pointer to its first cell)."""
+        return self.b.gep(heap, [index])
+
+    def _gemm_body(self, alpha, A, B, C, m, k, n, flag) -> None:
+        """C += alpha * A @ B (C's cells apart from A's and B's, and none repeated):
+        BLAS's dgemm from BLAS_WORK multiply-adds on when the views are laid out as BLAS
+        reads them, else loops (a sum per element, in order). alpha a value (+-1.0: a
+        product by it is exact); each of A, B, C a (view, pointer to the heap's first
+        cell) pair; flag (or None) raised where a result is not finite."""
         b, t = self.b, self.t
         okA, ta, lda = self._layout(A[0], m, k)
         okB, tb, ldb = self._layout(B[0], k, n)
@@ -508,11 +542,11 @@ class ArrayLowering:
         b.cbranch(dot, ddot, general)
         b.position_at_end(ddot)
         f64p = t.f64.as_pointer()
-        ptr = lambda X: self.cell(X[1], X[0][0])
+        ptr = lambda X: self._cellp(X[1], X[0][0])
         sum_ = b.call(self.declare(BLAS_DOT, t.f64, [t.i64, f64p, t.i64, f64p, t.i64]),
                       [k, ptr(A), A[0][2], ptr(B), B[0][1]])
         into = ptr(C)
-        new = b.fadd(b.load(into), sum_ if alpha == 1.0 else b.fmul(t.f64(alpha), sum_))
+        new = b.fadd(b.load(into), b.fmul(alpha, sum_))
         if flag is not None:
             self.raise_flag(flag, self.non_finite([new]))
         b.store(new, into)
@@ -526,11 +560,11 @@ class ArrayLowering:
         gemm = self.declare(BLAS_GEMM, self.ir.VoidType(),
                             [i32, i32, i32, t.i64, t.i64, t.i64, t.f64, f64p, t.i64,
                              f64p, t.i64, t.f64, f64p, t.i64])
-        b.call(gemm, [i32(ROW_MAJOR), ta, tb, m, n, k, t.f64(alpha), ptr(A), lda, ptr(B),
+        b.call(gemm, [i32(ROW_MAJOR), ta, tb, m, n, k, alpha, ptr(A), lda, ptr(B),
                       ldb, t.f64(1.0), ptr(C), ldc])
         if flag is not None:
             self._each(m, n, lambda i, j: self.raise_flag(flag, self.non_finite(
-                [b.load(self.cell(C[1], self._at(C[0], i, j)))])))
+                [b.load(self._cellp(C[1], self._at(C[0], i, j)))])))
         b.branch(after)
         b.position_at_end(scratch)
         self._through_scratch(gemm, alpha, (A, ta, lda), (B, tb, ldb), C, m, k, n, flag,
@@ -554,13 +588,13 @@ class ArrayLowering:
         b.position_at_end(got)
         block = b.bitcast(raw, f64p)
         zero = t.i64(0)
-        first_b = self.cell(Bv[1], Bv[0][0])
+        first_b = self._cellp(Bv[1], Bv[0][0])
 
         def part(q):
             i0 = b.mul(q, t.i64(SCRATCH_ROWS))
             w = self._min(t.i64(SCRATCH_ROWS), b.sub(m, i0))
-            first = self.cell(Av[1], self._at(Av[0], i0, zero))
-            b.call(gemm, [i32(ROW_MAJOR), ta, tb, w, n, k, t.f64(alpha), first, lda,
+            first = self._cellp(Av[1], self._at(Av[0], i0, zero))
+            b.call(gemm, [i32(ROW_MAJOR), ta, tb, w, n, k, alpha, first, lda,
                           first_b, ldb, t.f64(0.0), block, n])
             self._each(w, n, lambda r, j: self._add_into(
                 C, b.add(i0, r), j, b.load(b.gep(block, [b.add(b.mul(r, n), j)])), flag))
@@ -573,21 +607,21 @@ class ArrayLowering:
         """C[i, j] += v (C a (view, heap) pair); flag raised where the result is not
         finite."""
         b = self.b
-        ptr = self.cell(C[1], self._at(C[0], i, j))
+        ptr = self._cellp(C[1], self._at(C[0], i, j))
         new = b.fadd(b.load(ptr), v)
         if flag is not None:
             self.raise_flag(flag, self.non_finite([new]))
         b.store(new, ptr)
 
-    def _product_loops(self, alpha: float, A, B, C, m, k, n, flag) -> None:
-        """_gemm's loops: C[i, j] += alpha * the sum of A[i, l] B[l, j] over l, from 0 in
-        the order of l, a row of C at a time, a block of its elements at a time
+    def _product_loops(self, alpha, A, B, C, m, k, n, flag) -> None:
+        """_gemm_body's loops: C[i, j] += alpha * the sum of A[i, l] B[l, j] over l, from
+        0 in the order of l, a row of C at a time, a block of its elements at a time
         (_in_blocks, the inner loop along a row of B: the same sums, bit for bit, as one
         element at a time); for rows narrower than BLAS_WIDE and a shallow inner
         dimension, one element at a time."""
         b, t = self.b, self.t
         zero = t.i64(0)
-        load = lambda X, i, j: b.load(self.cell(X[1], self._at(X[0], i, j)))
+        load = lambda X, i, j: b.load(self._cellp(X[1], self._at(X[0], i, j)))
 
         def row(i):
             def fill(j0, w, at):
@@ -603,7 +637,7 @@ class ArrayLowering:
             self._in_blocks(n, fill, lambda j, v: out(i, j, v))
 
         def out(i, j, v):
-            self._add_into(C, i, j, v if alpha == 1.0 else b.fmul(t.f64(alpha), v), flag)
+            self._add_into(C, i, j, b.fmul(alpha, v), flag)
 
         def element(i, j):      # (the same sum: from 0, in the order of l)
             out(i, j, self._dot(k, lambda l_: b.fmul(load(A, i, l_), load(B, l_, j))))
@@ -634,7 +668,8 @@ class ArrayLowering:
         plain, summed, after = (self.fn.append_basic_block() for _ in range(3))
         b.cbranch(self._repeats(yv, m, n), summed, plain)
         b.position_at_end(plain)
-        self._gemm(s, (av, "HF"), (cv, "HF"), (yv, "HF"), m, k, n, flag)
+        heap = self.cell("HF", self.t.i64(0))       # (inline: see _shared_gemm)
+        self._gemm_body(self.t.f64(s), (av, heap), (cv, heap), (yv, heap), m, k, n, flag)
         b.branch(after)
         b.position_at_end(summed)           # a target that sums (a dot product): in order
         self._into(yv, m, n, element, flag=flag)
@@ -649,8 +684,8 @@ class ArrayLowering:
         s = self._sign(s)
         yv, av, cv, m, k, n = self._product(y, a, c, m, k, n)
         tr = lambda v: (v[0], v[2], v[1])
-        self._gemm(s, (yv, "HG"), (tr(cv), "HF"), (av, "HG"), m, n, k)
-        self._gemm(s, (tr(av), "HF"), (yv, "HG"), (cv, "HG"), k, m, n)
+        self._shared_gemm(s, (yv, "HG"), (tr(cv), "HF"), (av, "HG"), m, n, k)
+        self._shared_gemm(s, (tr(av), "HF"), (yv, "HG"), (cv, "HG"), k, m, n)
 
     def _in_place(self, x, m, n):
         b = self.b
