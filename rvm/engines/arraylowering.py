@@ -21,9 +21,10 @@ from .arrays import LIMIT
 STATIC = {"vacc": (0, 1), "vgrad": (0, 1, 2), "vpull": (0, 1), "vmm": (0,),
           "vmm_pull": (0,), "vscale": (0, 5), "vdotg": (), "vswap": (4,), "vneg": (3,)}
 HELPERS = frozenset(STATIC)
-# helpers whose sign (their second argument) is a value, not fixed in the function: one
-# function serves += and -= (a multiply by -1.0 is exact: a - b == a + -1.0 * b)
-SIGNED = frozenset({"vacc", "vgrad", "vpull"})
+# helpers whose sign (the argument at this position) is a value, not fixed in the
+# function: one function serves += and -= (a multiply by -1.0 is exact: a - b == a +
+# -1.0 * b)
+SIGNED = {"vacc": 1, "vgrad": 1, "vpull": 1, "vmm": 0, "vmm_pull": 0}
 
 
 @functools.cache
@@ -68,7 +69,7 @@ class ArrayLowering:
             values.append(v)
             return ("value", len(values) - 1)
         for k, e in enumerate(args[4:]):            # (after HI, HF, HG, TOP)
-            if k == 1 and name in SIGNED:
+            if k == SIGNED.get(name):
                 parts.append(given(ast.Constant(float(ast.literal_eval(e)))))
             elif k in STATIC[name]:
                 parts.append(ast.literal_eval(e))
@@ -277,6 +278,10 @@ class ArrayLowering:
     def _sign(self, e):
         return float(e) if isinstance(e, (int, float)) else e
 
+    def _value(self, s):
+        """s (a constant or a value) as a value."""
+        return self.t.f64(s) if isinstance(s, float) else s
+
     def _signed(self, s, v):
         """s * v (s a constant or a value; v itself where s is the constant 1)."""
         if isinstance(s, float):
@@ -476,7 +481,7 @@ class ArrayLowering:
         return (b.or_(plain, flipped), b.select(plain, i32(NO_TRANS), i32(TRANS)),
                 b.select(plain, s0, s1))
 
-    def _shared_gemm(self, alpha: float, A, B, C, m, k, n) -> None:
+    def _shared_gemm(self, alpha, A, B, C, m, k, n) -> None:
         """C += alpha * A @ B (each a (view, heap) pair; C's cells apart from A's and
         B's, and none repeated; no test of finiteness: a pullback's), through the
         module's one function for it (made on first use), so that a module has one copy
@@ -503,7 +508,8 @@ class ArrayLowering:
                 for k_, v in saved.items():
                     setattr(self, k_, v)
         base = lambda X: self.cell(X[1], t.i64(0))
-        b.call(f, [t.f64(alpha), *A[0], base(A), *B[0], base(B), *C[0], base(C), m, k, n])
+        b.call(f, [self._value(alpha), *A[0], base(A), *B[0], base(B), *C[0], base(C),
+                   m, k, n])
 
     def _cellp(self, heap, index):
         """A pointer to cell `index` of heap (a pointer to its first cell)."""
@@ -663,13 +669,13 @@ class ArrayLowering:
         flag = self.new_flag()
 
         def element(i, j):
-            v = self._dot(k, lambda l_: b.fmul(self._load(av, i, l_), self._load(cv, l_, j)))
-            return v if s == 1.0 else b.fneg(v)
+            return self._signed(s, self._dot(k, lambda l_: b.fmul(self._load(av, i, l_),
+                                                                 self._load(cv, l_, j))))
         plain, summed, after = (self.fn.append_basic_block() for _ in range(3))
         b.cbranch(self._repeats(yv, m, n), summed, plain)
         b.position_at_end(plain)
         heap = self.cell("HF", self.t.i64(0))       # (inline: see _shared_gemm)
-        self._gemm_body(self.t.f64(s), (av, heap), (cv, heap), (yv, heap), m, k, n, flag)
+        self._gemm_body(self._value(s), (av, heap), (cv, heap), (yv, heap), m, k, n, flag)
         b.branch(after)
         b.position_at_end(summed)           # a target that sums (a dot product): in order
         self._into(yv, m, n, element, flag=flag)
