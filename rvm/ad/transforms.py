@@ -703,7 +703,7 @@ def _derived(out: Program, program: Program, names: dict, interleaved: bool) -> 
     the interleaved heap, its odd cells likewise (INTERLEAVED)."""
     known = program.cache.get(DERIVED, {})
     if interleaved:
-        out.cache[INTERLEAVED] = True
+        out.cache[INTERLEAVED] = program.cache.get(INTERLEAVED, 0) + 1
     out.cache[DERIVED] = {
         made: known.get(source, program.functions[source].n_float)
         for key, made in names.items()

@@ -195,20 +195,23 @@ class Helpers:
                 new = target + add
             self._finite(new, lambda k: flat[k], what)
             self._floats(shadows)[flat] = new
-            return None if shadows else self._noted(start, new)
+            return None if shadows else self._noted(view, new)
         with np.errstate(all="ignore"):
             new = target + add
         self._finite(new, where, what)
         target[...] = new
         if not shadows:
-            self._noted(start, new)
+            self._noted(view, new)
 
-    def _noted(self, start: int, new: np.ndarray) -> None:
-        """After an array instruction wrote derivatives (a view on the odd cells of a
-        derived program's interleaved heap, compiled.INTERLEAVED), their largest magnitude
-        noted in dscale: a derivative's residue left in such a cell when it is freed is
-        then judged as a derived register's is (Machine.free)."""
-        if start & 1 and new.size and self.program.cache.get(INTERLEAVED):
+    def _noted(self, view, new: np.ndarray) -> None:
+        """After an array instruction wrote derivatives, their largest magnitude noted in
+        dscale: a derivative's residue left in a heap cell when it is freed is then judged
+        as a derived register's is (Machine.free). In a derived program on the interleaved
+        heap (compiled.INTERLEAVED, d times), the views of the first source's values start
+        at a multiple of 2^d with strides that are; every other view holds derivatives or
+        a derivative program's temporaries (as the derived registers do)."""
+        depth = self.program.cache.get(INTERLEAVED)
+        if depth and new.size and (view[0] | view[1] | view[2]) & ((1 << depth) - 1):
             self.dscale = max(self.dscale, float(np.max(np.abs(new))))
 
     def _finite(self, new: np.ndarray, cell, what: str) -> None:
@@ -321,7 +324,7 @@ class Helpers:
                 raise Fault(f"heap cell {where(j)} = {float(old.ravel()[j])!r} {op} {c!r} "
                             "would leave the normal float range (to zero, a subnormal or "
                             "infinity) and could not be undone")
-            self._noted(x[0], new)
+            self._noted(x, new)
         cells[...] = new
 
     def vdotg(self, x, m: int, n: int) -> float:

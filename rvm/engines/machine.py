@@ -150,11 +150,13 @@ class Machine(Helpers):
         return MIN_NORMAL <= v <= self.tol
 
     def _derived_residue(self, c: int) -> bool:
-        """Is cell c a derivative's (an odd cell of a derived program's interleaved heap:
-        compiled.INTERLEAVED) holding a float residue within tol * the largest magnitude
-        a derivative has held (dscale, which array instructions writing derivatives
-        raise too: arrays.Helpers._noted), as a derived register's zero test scales?"""
-        if not (c & 1 and self.program.cache.get(INTERLEAVED)):
+        """Is cell c a derivative's (in a derived program on the interleaved heap, a cell
+        not at a multiple of 2^d: compiled.INTERLEAVED) holding a float residue within
+        tol * the largest magnitude a derivative has held (dscale, which array
+        instructions writing derivatives raise too: arrays.Helpers._noted), as a derived
+        register's zero test scales?"""
+        depth = self.program.cache.get(INTERLEAVED)
+        if not depth or not c & ((1 << depth) - 1):
             return False
         return MIN_NORMAL <= abs(self.hf[c]) <= self.tol * self.dscale
 
