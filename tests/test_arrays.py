@@ -189,6 +189,27 @@ def test_a_tangent_that_is_not_numbers_is_a_usage_error(bad):
         rvm.jvp(quad, (0.0, np.eye(4), X), (0.0, np.zeros((4, 4)), bad))
 
 
+@pytest.mark.parametrize("engine", EVERY_ENGINE)
+def test_the_adjoint_program_of_array_statements_with_ancilla_arrays(engine):
+    # `np.sin(x) * z` and the sum go through ancilla arrays (ALLOC'd): rvm.adjoint
+    # refused the program before; its sweep now leaves each block for the clean-up
+    f = rvm.reversible.source("def f(s: float, y: Array[float], x: Array[float], "
+                              "z: Array[float]):\n"
+                              "    y += np.sin(x) * z\n"
+                              "    s += np.sum(y * x)\n", {"Array": Array, "np": np})
+    x, z, yb = rng.normal(size=5), rng.normal(size=5), rng.normal(size=5)
+    a = rvm.adjoint(f)
+    out = a(0.0, np.zeros(5), x, z, 1.5, yb, np.zeros(5), np.zeros(5), engine=engine)
+    y = np.sin(x) * z               # s = sum(y x): cotangents 1.5 on s, yb on y
+    assert np.allclose(out[6], 1.5 * (y + x * np.cos(x) * z) + yb * np.cos(x) * z,
+                       rtol=1e-13)
+    assert np.allclose(out[7], (1.5 * x + yb) * np.sin(x), rtol=1e-13)
+    assert np.allclose(out[5], yb + 1.5 * x, rtol=1e-13) and out[4] == 1.5
+    back = (~a)(*out, engine=engine)
+    assert np.allclose(back[5], yb, rtol=1e-13) and np.allclose(back[6], 0.0, atol=1e-13)
+    assert np.array_equal(back[1], np.zeros(5)) and back[0] == 0.0
+
+
 def test_a_complex_tangent_of_a_real_argument_is_a_usage_error():
     # (it was cast to real, with numpy's ComplexWarning, the imaginary part dropped)
     for tangent in (np.ones(4) * 1j, 1j * X.tolist()[0]):

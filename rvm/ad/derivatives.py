@@ -190,11 +190,11 @@ def pack_tangents(inner, floats: list[int], extra) -> list:
 def _nested_error(fn, message: str) -> transforms.TransformError:
     """A derivative of a derivative the transforms refuse, told with its name
     (`tangent(adjoint(f))`) before the reason (`told`: the reason alone)."""
-    if ".adjoint" in message and "ALLOC" in message:     # an adjoint's own clean-up
-        message += (" (that is the clean-up of an adjoint program of arrays, which keeps "
-                    "their shadows in heap blocks: it has no adjoint program, so "
-                    "derivatives of arrays that need one, third derivatives in reverse "
-                    "mode among them, are not available)")
+    if ".adj" in message and "PUSH" in message:      # an adjoint's own sweep
+        message += (" (that is the sweep of an adjoint program, which keeps the shadows "
+                    "it would drop on the stack: it has no adjoint program, so "
+                    "derivatives that need one, third derivatives in reverse mode among "
+                    "them, are not available)")
     out = transforms.TransformError(f"{'~' if fn.backward else ''}{fn.name}: {message}")
     out.told = message
     return out

@@ -29,7 +29,8 @@ from ..engines.arguments import (
     read_array,
     scalar,
 )
-from ..engines.compiled import DERIVED, INTERLEAVED
+from ..engines.arrays import INTERLEAVED
+from ..engines.compiled import DERIVED
 from ..engines.machine import (
     DIRECT_HEAP,
     FAR,

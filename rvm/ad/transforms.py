@@ -48,7 +48,8 @@ from ..core.errors import RvmError
 from ..core.inverse import inverse_function
 from ..core.program import FuncRef, Function, Imm, Instruction, Label, Mem, Program, Reg, View
 from ..core.verify import verify
-from ..engines.compiled import DERIVED, INTERLEAVED
+from ..engines.arrays import INTERLEAVED
+from ..engines.compiled import DERIVED
 
 
 class TransformError(RvmError):
@@ -207,15 +208,14 @@ def _is_float(ins: Instruction) -> bool:
 
 
 def _heap_free(program: Program, name: str, functions: list[str]) -> None:
-    """Refuse heap instructions other than EXCH in `functions` (those the adjoint of
-    `name` sweeps): allocation and the stack would drop shadows of heap cells."""
+    """Refuse the stack (PUSH, POP) in `functions` (those the adjoint of `name` sweeps):
+    the sweep's own garbage shares the heap top with it."""
     for fname in functions:
         for i, ins in enumerate(program.functions[fname].code):
-            if ins.spec.group == "memory" and not _heap_access(ins):
+            if ins.op in ("PUSH", "POP"):
                 raise TransformError(
                     f"adjoint of {name}: {fname} uses {ins.op} (instruction {i}); adjoint "
-                    "programs read and write the caller's arrays (EXCH) but do not allocate "
-                    "or use the stack, whose freed cells would drop their shadows: "
+                    "programs do not use the stack, which their sweep's garbage shares: "
                     "rvm.grad, rvm.jacobian, rvm.hvp and rvm.hessian support the whole heap")
 
 
@@ -788,6 +788,8 @@ def interleaved_function(fn: Function, name: str, names: dict) -> Function:
             code.emit(ins.op, x, Mem(addr), line=ins.line)
             for u in undo:
                 code.emit(u.op, *u.args, line=ins.line)
+        elif ins.op in ("ALLOC", "FREE"):               # a block with room for shadows
+            _memory_rule(code, ins, {})
         elif ins.op in isa.CALLS:
             code.emit(ins.op, FuncRef(names[(ins.args[0].name, None)]), *ins.args[1:],
                       line=ins.line)
@@ -805,8 +807,25 @@ def interleaved_function(fn: Function, name: str, names: dict) -> Function:
 
 
 def _drops(program: Program, swept: list[str]) -> bool:
-    """Would the sweep drop a shadow (a float ancilla's, at its frame's entry)?"""
-    return any(r.cls == isa.FLOAT for f in swept for r in program.functions[f].locals)
+    """Would the sweep drop a shadow (a float ancilla's, at its frame's entry, or an
+    ancilla block's, where f allocated it: _left)?"""
+    return any(r.cls == isa.FLOAT for f in swept for r in program.functions[f].locals) or \
+        any(ins.op == "ALLOC" for f in swept for ins in program.functions[f].code)
+
+
+def _left(code: _Code, ins: Instruction) -> None:
+    """The sweep reaching the ALLOC of f's block `FREE d, n` (f's address d): the
+    values are zero again, but the shadows hold the gradient of the block's initial
+    value, which freeing would drop. So the block stays where it is, garbage that the
+    entry's clean-up takes back (as the pushed shadows of float locals), and d's
+    address goes onto the heap above it (with a zero partner: the interleaved heap's
+    blocks start at even cells)."""
+    d, _ = ins.args
+    t, partner = code.int_temps(2)
+    code.emit("ADD.mul", t, d, Imm(2), line=ins.line)
+    code.emit("SUB.div", d, t, Imm(2), line=ins.line)
+    code.emit("PUSH", t, line=ins.line)
+    code.emit("PUSH", partner, line=ins.line)
 
 
 def _adjoint_sweeps(program: Program, a: str, names: dict) -> dict[str, Function]:
@@ -867,8 +886,10 @@ def sweep_function(program: Program, fn: Function, names: dict, name: str,
             regs = list(ins.args[1:])
             extra = [sh[r] for r, p in zip(regs, callee.params) if p.cls == isa.FLOAT]
             code.emit("CALL", FuncRef(target), *regs, *extra, line=ins.line)
-        elif ins.op == "EXCH" and interleaved:          # the value and its shadow
-            _memory_rule(code, ins, sh)
+        elif ins.op in ("EXCH", "ALLOC") and interleaved:   # the value and its shadow;
+            _memory_rule(code, ins, sh)                     # f's FREE undone: zero again
+        elif ins.op == "FREE" and interleaved:          # f's ALLOC undone: see _left
+            _left(code, ins)
         elif ins.op in isa.READS and interleaved:
             _read_adjoint(code, ins, sh)
         elif ins.spec.group == "array":
@@ -948,27 +969,36 @@ class _Cells:
         self.sizes = [dims[0] if len(dims) == 1 else Reg(isa.INT, k + j)
                       for j, (_, dims) in enumerate(self.arrays)]
         k += len(self.arrays)
+        # (each block twice its array's size, its copies in the odd cells: they are
+        # derivatives, as those of the interleaved heap, whose blocks the sweep allocates
+        # above these at even cells; so a copy left at -0.0 is a zero when freed)
+        self.doubled = [Reg(isa.INT, k + j) for j in range(len(self.arrays))]
+        k += len(self.arrays)
         self.i, self.a, self.a2 = Reg(isa.INT, k), Reg(isa.INT, k + 1), Reg(isa.INT, k + 2)
+        self.b2 = Reg(isa.INT, k + 3)
         self.labels = 0
 
     def _sizes(self, sign: int) -> None:
-        for size, (_, dims) in zip(self.sizes, self.arrays):
+        steps = []
+        for size, twice, (_, dims) in zip(self.sizes, self.doubled, self.arrays):
             if len(dims) == 2:
-                self.code.emit("ADD.mul" if sign > 0 else "SUB.mul", size, *dims,
-                               line=self.line)
+                steps.append(("ADD.mul", size, *dims))
+            steps.append(("ADD.mul", twice, size, Imm(2)))
+        for op, *args in steps if sign > 0 else reversed(steps):
+            self.code.emit(op if sign > 0 else "SUB" + op[3:], *args, line=self.line)
 
     def alloc(self) -> None:
         self._sizes(1)
-        for block, size in zip(self.blocks, self.sizes):
-            self.code.emit("ALLOC", block, size, line=self.line)
+        for block, twice in zip(self.blocks, self.doubled):
+            self.code.emit("ALLOC", block, twice, line=self.line)
 
     def free(self) -> None:
-        for block, size in reversed(list(zip(self.blocks, self.sizes))):
-            self.code.emit("FREE", block, size, line=self.line)
+        for block, twice in reversed(list(zip(self.blocks, self.doubled))):
+            self.code.emit("FREE", block, twice, line=self.line)
         self._sizes(-1)
 
     def each(self, body) -> None:
-        """body(shadow cell, block cell) for every cell of every array."""
+        """body(shadow cell, its copy's cell) for every cell of every array."""
         code, i, a, a2, line = self.code, self.i, self.a, self.a2, self.line
         for (base, _), block, size in zip(self.arrays, self.blocks, self.sizes):
             self.labels += 1
@@ -980,7 +1010,11 @@ class _Cells:
             code.emit("ADD", a, base, line=line)            # a2 = 2 (base + i)
             code.emit("ADD", a, i, line=line)
             code.emit("ADD.mul", a2, a, Imm(2), line=line)
-            body(Mem(a2, 1), Mem(block, i))
+            code.emit("ADD.mul", self.b2, i, Imm(2), line=line)     # b2 = block + 2i
+            code.emit("ADD", self.b2, block, line=line)
+            body(Mem(a2, 1), Mem(self.b2, 1))
+            code.emit("SUB", self.b2, block, line=line)
+            code.emit("SUB.mul", self.b2, i, Imm(2), line=line)
             code.emit("SUB.mul", a2, a, Imm(2), line=line)
             code.emit("SUB", a, i, line=line)
             code.emit("SUB", a, base, line=line)

@@ -27,7 +27,6 @@ import numpy as np
 
 from ..core.isa import FAMILIES, MAX_FLOAT, MIN_NORMAL, family
 from . import vectormath
-from .compiled import INTERLEAVED
 from .templates import Fault
 
 LIMIT = 1 << 31         # shapes and strides beyond this are refused (no int64 overflow)
@@ -119,6 +118,14 @@ def _repeats(view, m: int, n: int) -> bool:
     return s0 == 0 or s1 == 0 or not (s1 * n <= s0 or s0 * m <= s1)
 
 
+# Program.cache key of a derived program on the interleaved heap (rvm.ad.transforms: the
+# source's cell a at 2a, its derivative at 2a + 1), with how many times it was interleaved,
+# d (a derivative of a derivative: 2): the cells of the first source are those at a
+# multiple of 2^d, the rest hold derivatives (and the derivative programs' temporaries),
+# whose zero test when freed scales as a derived register's does (Machine.free)
+INTERLEAVED = "interleaved"
+
+
 class Helpers:
     """Mixed into the Machine: the helpers the generated code calls (M.vacc(...) ...)."""
 
@@ -207,7 +214,7 @@ class Helpers:
         """After an array instruction wrote derivatives, their largest magnitude noted in
         dscale: a derivative's residue left in a heap cell when it is freed is then judged
         as a derived register's is (Machine.free). In a derived program on the interleaved
-        heap (compiled.INTERLEAVED, d times), the views of the first source's values start
+        heap (INTERLEAVED, d times), the views of the first source's values start
         at a multiple of 2^d with strides that are; every other view holds derivatives or
         a derivative program's temporaries (as the derived registers do)."""
         depth = self.program.cache.get(INTERLEAVED)

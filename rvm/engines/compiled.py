@@ -105,12 +105,6 @@ def _scratch(fn: Function, loop: bool, derived: bool) -> dict[str, str]:
 # float registers of the function it was derived from}: its float registers from there on
 # are derivatives (shadows, tangents, their temporaries) of the source's
 DERIVED = "derived"
-# Program.cache key of a derived program on the interleaved heap (rvm.ad.transforms: the
-# source's cell a at 2a, its derivative at 2a + 1), with how many times it was interleaved,
-# d (a derivative of a derivative: 2): the cells of the first source are those at a
-# multiple of 2^d, the rest hold derivatives (and the derivative programs' temporaries),
-# whose zero test when freed scales as a derived register's does (Machine.free)
-INTERLEAVED = "interleaved"
 
 
 def derived_registers(program: Program, fn: Function) -> list[Reg] | None:

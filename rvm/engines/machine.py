@@ -33,9 +33,8 @@ from .arguments import (
     read_array,
     scalar,
 )
-from .arrays import Helpers
+from .arrays import INTERLEAVED, Helpers
 from .closures import END
-from .compiled import INTERLEAVED
 from .explain import explain, explain_locals
 from .templates import LAST, NO_STOP, NOW, STATE, STOP, Fault, Limit, show_value
 
@@ -151,14 +150,15 @@ class Machine(Helpers):
 
     def _derived_residue(self, c: int) -> bool:
         """Is cell c a derivative's (in a derived program on the interleaved heap, a cell
-        not at a multiple of 2^d: compiled.INTERLEAVED) holding a float residue within
-        tol * the largest magnitude a derivative has held (dscale, which array
+        not at a multiple of 2^d: arrays.INTERLEAVED) holding a float zero or a residue
+        within tol * the largest magnitude (at least 1) a derivative has held (dscale, which array
         instructions writing derivatives raise too: arrays.Helpers._noted), as a derived
         register's zero test scales?"""
         depth = self.program.cache.get(INTERLEAVED)
         if not depth or not c & ((1 << depth) - 1):
             return False
-        return MIN_NORMAL <= abs(self.hf[c]) <= self.tol * self.dscale
+        v = abs(self.hf[c])         # (a float: -0.0 is a zero, not the int -2^63)
+        return v == 0.0 or MIN_NORMAL <= v <= self.tol * max(1.0, self.dscale)
 
     def alloc(self, n: int) -> int:
         if n < 0:

@@ -158,8 +158,8 @@ class Fn:
     def fallback(self, kinds: tuple):
         """For a derivative with an adjoint in it (adjoint(f), tangent(adjoint(f)),
         adjoint(adjoint(f)), adjoint(tangent(f))) of a function f that has no adjoint
-        program (it allocates heap arrays or uses the stack): the same function computed
-        from gradient mode (HeapDerivative), called on arguments of these kinds ((shape,
+        program (it uses the stack): the same function computed from gradient mode
+        (HeapDerivative), called on arguments of these kinds ((shape,
         'f' or 'i') each); None where the derivative's own program runs (every other
         function). Third derivatives of such a function are refused here, naming it."""
         if self.kind is None:
@@ -192,7 +192,7 @@ class Fn:
 
     def heap_refusal(self, kinds: tuple, example: tuple) -> str | None:
         """Why this (underived) function has no adjoint program for arguments of these
-        kinds (it allocates heap arrays or uses the stack), or None when it has one."""
+        kinds (it uses the stack), or None when it has one."""
         if kinds not in self._refused:
             from ..ad.derivatives import float_arguments
             from ..ad.transforms import TransformError
@@ -202,7 +202,7 @@ class Fn:
                 self.adjoint.fn.specialize(example + shadows)
                 self._refused[kinds] = None
             except TransformError as e:
-                heap = "do not allocate or use the stack" in str(e)
+                heap = "do not use the stack" in str(e)
                 self._refused[kinds] = str(e).split(";")[0] if heap else None
             except Exception:                   # (the call itself reports it)
                 self._refused[kinds] = None
@@ -313,10 +313,10 @@ def _example(kinds: tuple) -> tuple:
 
 
 class HeapDerivative:
-    """A derivative of f, for a function f without an adjoint program (it allocates heap
-    arrays, `zeros(n)` ancillas, or uses the stack), computed from gradient mode, which
-    takes the whole heap. With J the Jacobian of f's final values in its float
-    arguments and H_c the Hessian of <c, f(x)> (symmetric):
+    """A derivative of f, for a function f without an adjoint program (it uses the
+    stack), computed from gradient mode, which takes the whole heap. With J the
+    Jacobian of f's final values in its float arguments and H_c the Hessian of
+    <c, f(x)> (symmetric):
 
     - adjoint(f): (x, c) -> (x, J^T c), one rvm.grad pass per nonzero entry of c;
     - tangent(adjoint(f)): (x, c, xd, cd) -> (x, J^T c, xd, H_c xd + J^T cd);
