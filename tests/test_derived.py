@@ -265,18 +265,34 @@ def test_adjoint_of_adjoint_takes_arrays_and_inverts(f, args):
             j += 1
 
 
+@pytest.mark.parametrize("engine", ["interp", "python", "native"])
+def test_a_constant_exponents_partial_is_not_a_variable_of_the_derivative_program(engine):
+    # the tangent of a ** 2 computed 2 - 1 into a register, so the adjoint of the
+    # tangent took pow's partial in that exponent, a^b log a: log(-1.0) is undefined
+    @rvm.reversible
+    def square(s: float, x: float, y: float):
+        s += (x - y) ** 2
+    at = rvm.adjoint(rvm.tangent(square))
+    out = at(0.0, 1.0, 2.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, engine=engine)
+    assert out[6:9] == (1.0, -2.0, 2.0)             # s's shadow, then d s / dx, d s / dy
+    out = at(0.0, 1.0, 2.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, engine=engine)
+    assert out[7:9] == (2.0, -2.0)                  # (the Hessian along x' = 1)
+
+
 def test_derivatives_of_the_adjoint_of_a_heap_ancilla_program():
     """The graph-embedding loss allocates heap ancillas (`zeros(n)`): its adjoint
     program's sweep leaves each block, with the gradient of its initial value in its
     shadows, for the clean-up (refused before); the tangent of the adjoint is then its
-    Hessian-vector product, and the adjoint of the adjoint (x, s, xb, sb) -> (x, s, xb +
-    H_s sb, J sb), as rvm.hvp and rvm.jvp give them."""
+    Hessian-vector product, the adjoint of the adjoint (x, s, xb, sb) -> (x, s, xb +
+    H_s sb, J sb), and the adjoint of the tangent its transpose, as rvm.hvp, rvm.jvp
+    and rvm.grad give them."""
     from graph_embedding import embedding_loss, petersen
     l1, l2 = petersen()
     rng = np.random.default_rng(0)
     x, d = rng.normal(size=(10, 5)), rng.normal(size=(10, 5))
     z = np.zeros_like(x)
     hv = rvm.hvp(embedding_loss, (0.0, x, l1, l2), (0.0, d, None, None), loss=0)[1]
+    grad = rvm.grad(embedding_loss, loss=0)(0.0, x, l1, l2)[1]
     (_, *_), (dout, *_) = rvm.jvp(embedding_loss, (0.0, x, l1, l2), (0.0, d, None, None))
     for engine in ("python", "native"):
         ta = rvm.tangent(rvm.adjoint(embedding_loss))(0.0, x, l1, l2, 1.0, z, 0.0, d, 0.0, z,
@@ -286,6 +302,15 @@ def test_derivatives_of_the_adjoint_of_a_heap_ancilla_program():
                                                       engine=engine)
         assert np.allclose(aa[7], hv, rtol=1e-12, atol=1e-12)      # xb + H sb
         assert aa[8] == pytest.approx(dout, rel=1e-12) and np.allclose(aa[9], d)  # J sb
+        # the adjoint of the tangent program (a program on the interleaved heap: the
+        # sweep keeps its blocks at even cells of its own) along x' = d, seeded on out':
+        # (x, x', c, c') -> (x, x', J^T c + H_c' x', J^T c')
+        at = rvm.adjoint(rvm.tangent(embedding_loss))
+        out = at(0.0, x, l1, l2, 0.0, d, 0.0, z, 1.0, z, engine=engine)
+        assert np.allclose(out[7], hv, rtol=1e-10, atol=1e-12)
+        assert np.allclose(out[9], grad, rtol=1e-10, atol=1e-12)
+        back = (~at)(*out, engine=engine)
+        assert np.allclose(back[7], 0.0, atol=1e-12) and back[8] == 1.0
 
 
 def test_derivatives_that_need_the_adjoint_of_an_adjoint_programs_sweep_are_refused():

@@ -135,16 +135,34 @@ class _Lowering:
         return self.code.temp()
 
     def atom(self, e: ast.expr):
+        folded = self.constant(e)
+        if folded is not None:
+            return Imm(folded)
         if isinstance(e, ast.Name):
             return self.env[e.id]
-        if isinstance(e, ast.Constant):
-            return Imm(e.value)
-        if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub) and \
-                isinstance(e.operand, ast.Constant):
-            return Imm(-e.operand.value)
         t = self.temp()
         self.into(t, e, 1)
         return t
+
+    def constant(self, e: ast.expr):
+        """e's value where it is made of constants and immediate operands (pow's `b - 1`
+        for `x ** 2`), else None: a constant in a register would be an operand of the
+        instruction that uses it, and a derivative of the derivative program would take
+        a partial in it (pow's in its exponent is a^b log a: undefined for a < 0)."""
+        if isinstance(e, ast.Constant) and type(e.value) in (int, float):
+            return e.value
+        if isinstance(e, ast.Name):
+            v = self.env.get(e.id)
+            return v.value if isinstance(v, Imm) else None
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
+            v = self.constant(e.operand)
+            return None if v is None else -v
+        if isinstance(e, ast.BinOp) and isinstance(e.op, (ast.Add, ast.Sub)):
+            a, b = self.constant(e.left), self.constant(e.right)
+            if a is None or b is None:
+                return None
+            return a + b if isinstance(e.op, ast.Add) else a + -b   # (as the plus family)
+        return None
 
     def into(self, t, e: ast.expr, sign: int) -> None:
         """t (+|-)= e."""
@@ -813,19 +831,48 @@ def _drops(program: Program, swept: list[str]) -> bool:
         any(ins.op == "ALLOC" for f in swept for ins in program.functions[f].code)
 
 
-def _left(code: _Code, ins: Instruction) -> None:
+def _sweep_alloc(code: _Code, ins: Instruction, align: int) -> None:
+    """The sweep reaching f's `FREE d, n`: the block again (zero), with room for its
+    shadows. For f a program interleaved k times, whose own blocks (of its source's
+    cells) start at a multiple of align = 2^k of f's cells, each block the sweep makes
+    and each record it pushes (_left) take a multiple of `align` of f's cells, so that
+    f's top stays there: n + pad cells, pad = -n % align."""
+    d, n = ins.args
+    if align == 1:
+        return _memory_rule(code, ins, {})
+    line = ins.line
+    t, q, size, cells = code.int_temps(4)
+    steps = []                      # size = n + pad, f's cells; cells: twice that
+    if isinstance(n, Imm):
+        cells = Imm(2 * (n.value + -n.value % align))
+    else:
+        code.emit("ASSERT.LE", n, Imm(HALF), line=line)
+        steps = [("ADD", size, n), ("ADD", size, Imm(align - 1)), ("ADD.mod", q, size,
+                 Imm(align)), ("SUB", size, q), ("ADD.mul", cells, size, Imm(2))]
+    for op, *args in steps:
+        code.emit(op, *args, line=line)
+    code.emit("ASSERT.EQ", d, Imm(0), line=line)
+    code.emit("ALLOC", t, cells, line=line)
+    code.emit("ADD.div", d, t, Imm(2), line=line)
+    code.emit("SUB.mul", t, d, Imm(2), line=line)
+    for op, *args in reversed(steps):
+        code.emit(isa.OPS[op].inverse, *args, line=line)
+
+
+def _left(code: _Code, ins: Instruction, align: int) -> None:
     """The sweep reaching the ALLOC of f's block `FREE d, n` (f's address d): the
     values are zero again, but the shadows hold the gradient of the block's initial
     value, which freeing would drop. So the block stays where it is, garbage that the
     entry's clean-up takes back (as the pushed shadows of float locals), and d's
-    address goes onto the heap above it (with a zero partner: the interleaved heap's
-    blocks start at even cells)."""
+    address goes onto the heap above it, in a record of `align` of f's cells (twice as
+    many cells of the interleaved heap: see _sweep_alloc)."""
     d, _ = ins.args
-    t, partner = code.int_temps(2)
+    t, zero = code.int_temps(2)
     code.emit("ADD.mul", t, d, Imm(2), line=ins.line)
     code.emit("SUB.div", d, t, Imm(2), line=ins.line)
     code.emit("PUSH", t, line=ins.line)
-    code.emit("PUSH", partner, line=ins.line)
+    for _ in range(2 * align - 1):
+        code.emit("PUSH", zero, line=ins.line)
 
 
 def _adjoint_sweeps(program: Program, a: str, names: dict) -> dict[str, Function]:
@@ -878,6 +925,7 @@ def sweep_function(program: Program, fn: Function, names: dict, name: str,
     sh, first_free = _shadow_map(fn)
     code = _Code(first_free, fn.n_int)
     inv = inverse_function(fn)
+    align = 1 << program.cache.get(INTERLEAVED, 0)     # (see _sweep_alloc)
     for i, ins in enumerate(inv.code):
         code.pending = inv.labels_at(i)
         if ins.op in isa.CALLS:
@@ -886,10 +934,12 @@ def sweep_function(program: Program, fn: Function, names: dict, name: str,
             regs = list(ins.args[1:])
             extra = [sh[r] for r, p in zip(regs, callee.params) if p.cls == isa.FLOAT]
             code.emit("CALL", FuncRef(target), *regs, *extra, line=ins.line)
-        elif ins.op in ("EXCH", "ALLOC") and interleaved:   # the value and its shadow;
-            _memory_rule(code, ins, sh)                     # f's FREE undone: zero again
+        elif ins.op == "EXCH" and interleaved:          # the value and its shadow
+            _memory_rule(code, ins, sh)
+        elif ins.op == "ALLOC" and interleaved:         # f's FREE undone: zero again
+            _sweep_alloc(code, ins, align)
         elif ins.op == "FREE" and interleaved:          # f's ALLOC undone: see _left
-            _left(code, ins)
+            _left(code, ins, align)
         elif ins.op in isa.READS and interleaved:
             _read_adjoint(code, ins, sh)
         elif ins.spec.group == "array":
@@ -900,9 +950,14 @@ def sweep_function(program: Program, fn: Function, names: dict, name: str,
         else:
             code.emit(ins.op, *ins.args, line=ins.line)
     code.pending = []
-    for r in fn.locals:
-        if r.cls == isa.FLOAT:
-            code.emit("PUSH", sh[r], line=fn.line)
+    pushed = [sh[r] for r in fn.locals if r.cls == isa.FLOAT]
+    for r in pushed:
+        code.emit("PUSH", r, line=fn.line)
+        if interleaved:             # (a pair: one of f's cells, see _sweep_alloc)
+            code.emit("PUSH", code.int_temps(1)[0], line=fn.line)
+    for _ in range(-len(pushed) % align if interleaved and pushed else 0):
+        for _ in range(2):
+            code.emit("PUSH", code.int_temps(1)[0], line=fn.line)
     params = fn.params + tuple(sh[p] for p in _float_params(fn))
     out = code.function(name, params)
     return Function(name, out.params, out.code, out.labels, fn.line, fn.end_line,
@@ -944,7 +999,8 @@ def adjoint(program: Program, name: str, arrays: dict | None = None) -> tuple[Pr
         forward = names[(name, None)]
     entry = f"{name}.adjoint"
     funcs[entry] = attrs.evolve(_entry(program.functions[name], names,
-                                       _drops(program, swept), forward, arrays),
+                                       _drops(program, swept), forward, arrays,
+                                       1 << program.cache.get(INTERLEAVED, 0)),
                                 adjoint_of="" if interleaved else name)
     if arrays:
         funcs[f"{entry}.entry"] = _array_entry(funcs[entry], arrays)
@@ -959,8 +1015,9 @@ class _Cells:
     """Loops over the cells of the arrays an adjoint's entry is given, on the interleaved
     heap: each array's shadows (cell 2 (base + i) + 1) against a private block."""
 
-    def __init__(self, code: _Code, fn: Function, arrays: dict, first_int: int, t, u):
-        self.code, self.line, self.t, self.u = code, fn.line, t, u
+    def __init__(self, code: _Code, fn: Function, arrays: dict, first_int: int, t, u,
+                 align: int = 1):
+        self.code, self.line, self.t, self.u, self.align = code, fn.line, t, u, align
         self.arrays = [(fn.params[b], fn.params[b + 1:b + 1 + rank])
                        for b, rank in sorted(arrays.items())]
         k = first_int
@@ -971,7 +1028,8 @@ class _Cells:
         k += len(self.arrays)
         # (each block twice its array's size, its copies in the odd cells: they are
         # derivatives, as those of the interleaved heap, whose blocks the sweep allocates
-        # above these at even cells; so a copy left at -0.0 is a zero when freed)
+        # above these at even cells, and f's at a multiple of `align` of f's cells
+        # (_sweep_alloc): so `align` times that; a copy left at -0.0 is a zero when freed)
         self.doubled = [Reg(isa.INT, k + j) for j in range(len(self.arrays))]
         k += len(self.arrays)
         self.i, self.a, self.a2 = Reg(isa.INT, k), Reg(isa.INT, k + 1), Reg(isa.INT, k + 2)
@@ -983,7 +1041,7 @@ class _Cells:
         for size, twice, (_, dims) in zip(self.sizes, self.doubled, self.arrays):
             if len(dims) == 2:
                 steps.append(("ADD.mul", size, *dims))
-            steps.append(("ADD.mul", twice, size, Imm(2)))
+            steps.append(("ADD.mul", twice, size, Imm(2 * self.align)))
         for op, *args in steps if sign > 0 else reversed(steps):
             self.code.emit(op if sign > 0 else "SUB" + op[3:], *args, line=self.line)
 
@@ -1027,7 +1085,7 @@ class _Cells:
 
 
 def _entry(fn: Function, names: dict, drops: bool, forward: str,
-           arrays: dict | None = None) -> Function:
+           arrays: dict | None = None, align: int = 1) -> Function:
     """adjoint(f)(x, ybar): f forwards (the function `forward`), then its sweep; with
     dropped shadows, Bennett's clean-up leaves only J^T ybar in the shadows (see the
     module docstring). The shadows of arrays (`arrays`: base parameter -> rank) are the
@@ -1048,7 +1106,7 @@ def _entry(fn: Function, names: dict, drops: bool, forward: str,
         return done()
     copies = [Reg(isa.FLOAT, 2 * n + k) for k in range(len(shadows))]
     t, u = Reg(isa.FLOAT, 2 * n + len(shadows)), Reg(isa.FLOAT, 2 * n + len(shadows) + 1)
-    cells = _Cells(code, fn, arrays or {}, fn.n_int, t, u)
+    cells = _Cells(code, fn, arrays or {}, fn.n_int, t, u, align)
     line = fn.line
 
     def add_into(into):                 # into(block cell) += shadow cell
