@@ -542,6 +542,26 @@ def test_third_derivatives_of_a_heap_ancilla_function(engine):
         h.sum().backward()
 
 
+def test_first_and_second_derivatives_of_a_heap_ancilla_function_take_gradient_mode(
+        monkeypatch):
+    """Its adjoint program's clean-up runs the sweep three times: the bridges' reverse
+    mode and Hessians come from gradient mode (2x faster on the graph-embedding
+    Hessian), third derivatives from the adjoint program."""
+    from rvm.interop._common import HeapDerivative
+    ran = []
+    call = HeapDerivative.__call__
+    monkeypatch.setattr(HeapDerivative, "__call__",
+                        lambda self, *a: ran.append(self.path) or call(self, *a))
+    P = rvm.to_jax(centred_powers, engine="interp")
+    loss = lambda x: P(0.0, YS, x)[0]
+    jax.grad(loss)(XS)
+    jax.hessian(loss)(XS)
+    assert ("adjoint",) in ran and ("adjoint", "tangent") in ran      # (innermost first)
+    ran.clear()
+    jax.jacfwd(jax.hessian(loss))(XS)
+    assert ("adjoint", "tangent", "tangent") not in ran
+
+
 # ---------------------------------------------------------------------------- PyTorch
 
 def t64(*values):
