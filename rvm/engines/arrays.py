@@ -219,7 +219,7 @@ class Helpers:
         a derivative program's temporaries (as the derived registers do)."""
         depth = self.program.cache.get(INTERLEAVED)
         if depth and new.size and (view[0] | view[1] | view[2]) & ((1 << depth) - 1):
-            self.dscale = max(self.dscale, float(np.max(np.abs(new))))
+            self.dscale = max(self.dscale, float(abs(new).max()))
 
     def _finite(self, new: np.ndarray, cell, what: str) -> None:
         bad = ~np.isfinite(new)
