@@ -277,6 +277,16 @@ def test_a_constant_exponents_partial_is_not_a_variable_of_the_derivative_progra
     assert out[6:9] == (1.0, -2.0, 2.0)             # s's shadow, then d s / dx, d s / dy
     out = at(0.0, 1.0, 2.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, engine=engine)
     assert out[7:9] == (2.0, -2.0)                  # (the Hessian along x' = 1)
+    # tanh's partial 1 - tanh^2, whose tangent took the same partial in a constant
+    # exponent: the third derivative at x < 0 (a skeptic's finding) is -2 (1 - t^2)
+    # (1 - 3 t^2), t = tanh x
+    f = rvm.reversible.source("def g(y: Array[float], x: Array[float]):\n"
+                              "    y += np.tanh(x)\n", {"Array": Array, "np": np})
+    x, z, o = np.array([0.3, -0.7]), np.zeros(2), np.ones(2)
+    out = rvm.tangent(rvm.tangent(rvm.adjoint(f)))(z, x, o, z, z, o, z, z, z, o, z, z, z,
+                                                    z, z, z, engine=engine)
+    t = np.tanh(x)
+    assert np.allclose(out[-1], -2 * (1 - t * t) * (1 - 3 * t * t), rtol=1e-13)
 
 
 def test_derivatives_of_the_adjoint_of_a_heap_ancilla_program():
