@@ -31,9 +31,10 @@ Arrays: both transforms run on an interleaved heap (each cell of f followed by i
 or its shadow); the adjoint's clean-up copies array shadows into private heap blocks. An
 array instruction's views become views of every second cell (the values) and of the cells
 between (the derivatives), and its rule is the scalar one on views (`_array_rule`).
-Refused with a clear error (TransformError): allocation and the stack (ALLOC, FREE,
-PUSH, POP) in an adjoint's input outside calls of adjoints, whose freed cells would drop
-their shadows.
+f's blocks are doubled too; the adjoint's sweep leaves each where f allocated it, its
+shadows holding the gradient of its initial value, for the clean-up (`_left`). Refused
+with a clear error (TransformError): the stack (PUSH, POP) in an adjoint's input outside
+calls of adjoints, which the sweep's garbage shares.
 """
 
 from __future__ import annotations
@@ -718,7 +719,7 @@ def _derived(out: Program, program: Program, names: dict, interleaved: bool) -> 
     registers of each derived function's source noted (rvm.engines.compiled: DERIVED): its
     registers from there on are derivatives, whose ancillas' zero tests scale with the
     largest magnitude a derivative has held (rvm.engines.compiled.derived_registers); on
-    the interleaved heap, its odd cells likewise (INTERLEAVED)."""
+    the interleaved heap, its cells off the source's lattice likewise (INTERLEAVED)."""
     known = program.cache.get(DERIVED, {})
     if interleaved:
         out.cache[INTERLEAVED] = program.cache.get(INTERLEAVED, 0) + 1
