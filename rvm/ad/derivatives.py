@@ -664,7 +664,7 @@ def _hvp(f, primals: Sequence, tangents: Sequence, loss, options: dict) -> tuple
     which, element = loss_index(f, primals, loss)
     if element is not None:
         raise UsageError("hvp: the loss must be a float scalar argument, not an element")
-    if any(isinstance(a, np.ndarray) for a in primals) or _allocates(f, primals):
+    if any(isinstance(a, np.ndarray) for a in primals) or allocates(f, primals):
         g = _hvp_gradient(f, primals, dots, floats, which, options)
         if key is not None:
             _HVP_PLANS.plans[key] = ("arrays", floats, g, f)
@@ -699,10 +699,12 @@ def _identity(f):
                 getattr(f, "backward", False))
 
 
-def _allocates(f, primals) -> bool:
-    """Does f (or anything it calls) allocate, free, push or pop? Its adjoint program
-    would drop the shadows of freed cells, so its Hessian-vector products are taken
-    reverse over forward (rvm.grad of the tangent program), as for arrays."""
+def allocates(f, primals) -> bool:
+    """Does f (or anything it calls) allocate, free, push or pop? It has no adjoint
+    program (the stack), or one that holds every block until its sweep ends and runs
+    the sweep three times (docs/gradients.md, Heap ancillas): its Hessian-vector
+    products are taken reverse over forward (rvm.grad of the tangent program), as for
+    arrays, and the bridges take its first and second derivatives from gradient mode."""
     program, name, _ = target(f, tuple(primals))
     return any(ins.spec.group == "memory" and ins.op != "EXCH" and ins.op not in isa.READS
                for g in transforms.reachable(program, name)

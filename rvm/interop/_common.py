@@ -202,13 +202,13 @@ class Fn:
         the stack: the reason), or it allocates heap arrays (ALLOCATES: see fallback);
         None when its adjoint program serves."""
         if kinds not in self._refused:
-            from ..ad.derivatives import _allocates, float_arguments
+            from ..ad.derivatives import allocates, float_arguments
             from ..ad.transforms import TransformError
             try:
                 shadows = tuple(np.zeros_like(example[i]) if isinstance(
                     example[i], np.ndarray) else 0.0 for i in float_arguments(self.fn, example))
                 self.adjoint.fn.specialize(example + shadows)
-                self._refused[kinds] = ALLOCATES if _allocates(self.fn, example) else None
+                self._refused[kinds] = ALLOCATES if allocates(self.fn, example) else None
             except TransformError as e:
                 heap = "do not use the stack" in str(e)
                 self._refused[kinds] = str(e).split(";")[0] if heap else None
