@@ -214,9 +214,9 @@ class Helpers:
         """After an array instruction wrote derivatives, their largest magnitude noted in
         dscale: a derivative's residue left in a heap cell when it is freed is then judged
         as a derived register's is (Machine.free). In a derived program on the interleaved
-        heap (INTERLEAVED, d times), the views of the first source's values start
-        at a multiple of 2^d with strides that are; every other view holds derivatives or
-        a derivative program's temporaries (as the derived registers do)."""
+        heap (INTERLEAVED, d times), the views of the first source's values start at a
+        multiple of 2^d with strides that are; every other view holds derivatives or a
+        derivative program's temporaries (as the derived registers do)."""
         depth = self.program.cache.get(INTERLEAVED)
         if depth and new.size and (view[0] | view[1] | view[2]) & ((1 << depth) - 1):
             self.dscale = max(self.dscale, float(abs(new).max()))

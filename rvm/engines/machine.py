@@ -151,9 +151,9 @@ class Machine(Helpers):
     def _derived_residue(self, c: int) -> bool:
         """Is cell c a derivative's (in a derived program on the interleaved heap, a cell
         not at a multiple of 2^d: arrays.INTERLEAVED) holding a float zero or a residue
-        within tol * the largest magnitude (at least 1) a derivative has held (dscale, which array
-        instructions writing derivatives raise too: arrays.Helpers._noted), as a derived
-        register's zero test scales?"""
+        within tol times the largest magnitude (at least 1) a derivative has held
+        (dscale, which array instructions writing derivatives raise too:
+        arrays.Helpers._noted), as a derived register's zero test scales?"""
         depth = self.program.cache.get(INTERLEAVED)
         if not depth or not c & ((1 << depth) - 1):
             return False
