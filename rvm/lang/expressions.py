@@ -17,8 +17,8 @@ from ..core.inverse import Code, invert
 from ..core.program import Imm, Instruction, Label, Mem, Reg, Symbol
 
 INT, FLOAT = isa.INT, isa.FLOAT
-MAX_INT_POWER = 8      # (x ** k is a chain of k - 1 products, each through a temporary
-                       # made and taken back: 2^(k - 1) instructions; k = 16 took 70 s)
+MAX_INT_POWER = 64     # (x ** k is a balanced tree of products, each operand through a
+                       # temporary made and taken back: about k^2 instructions)
 BINOPS = {ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "div", ast.Mod: "mod", ast.Pow: "pow"}
 FUNCS = {"exp", "log", "sin", "cos", "tanh", "sqrt", "abs", "atan2", "arctan2", "fmod", "max",
          "min", "maximum", "minimum"}
@@ -309,10 +309,12 @@ class Lowering:
                 return None
             raise self.error(e, f"an integer ** needs a constant exponent from 0 to "
                              f"{MAX_INT_POWER}", "write the product as a loop, or use floats")
-        out = ast.copy_location(ast.Constant(1), e) if k == 0 else e.left
-        for _ in range(k - 1):
-            out = ast.copy_location(ast.BinOp(out, ast.Mult(), e.left), e)
-        return out
+        def power(j):       # a balanced tree of products (int64 products associate)
+            if j == 1:
+                return e.left
+            return ast.copy_location(ast.BinOp(power(j // 2), ast.Mult(), power(j - j // 2)),
+                                     e)
+        return ast.copy_location(ast.Constant(1), e) if k == 0 else power(k)
 
     def read_of(self, e) -> tuple:
         """(the element, "K") for `nograd(A[i])`, an element read as a constant (no gradient
