@@ -10,6 +10,7 @@ fault after the loop (the machine re-runs the pass on the interpreter, which rep
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import hashlib
 
@@ -88,22 +89,31 @@ class ArrayLowering:
     _SAVED = ("b", "fn", "vars", "S", "flag", "H", "G", "cap", "fault_block", "later",
               "adjoint", "checking")
 
-    def _outlined(self, key: str, name: str, parts: list, types: list):
-        """The module's function for one helper with these fixed arguments (made on first
-        use): the helper's checks and loops, on its parameters."""
-        module = self.b.module
-        f = module.globals.get(key)
-        if f is not None:
-            return f
-        ir, t = self.ir, self.t
-        f = ir.Function(module, ir.FunctionType(t.f64, [a.type for a in self.fn.args[:5]]
-                                                + types), key)
+    @contextlib.contextmanager
+    def _building(self, key: str, result, params: list):
+        """A new function of the module (internal, never inlined: one copy of its loops,
+        the point of it), built inside the block as this lowering's current function,
+        whose state is put back after."""
+        f = self.ir.Function(self.b.module, self.ir.FunctionType(result, params), key)
         f.linkage = "internal"
-        f.attributes.add("noinline")        # (one copy of the loops: the point of it)
+        f.attributes.add("noinline")
         saved = {k: getattr(self, k) for k in self._SAVED}
         try:
             self.fn, self.vars = f, {}
-            self.b = ir.IRBuilder(f.append_basic_block("entry"))
+            self.b = self.ir.IRBuilder(f.append_basic_block("entry"))
+            yield f
+        finally:
+            for k, v in saved.items():
+                setattr(self, k, v)
+
+    def _outlined(self, key: str, name: str, parts: list, types: list):
+        """The module's function for one helper with these fixed arguments (made on first
+        use): the helper's checks and loops, on its parameters."""
+        f = self.b.module.globals.get(key)
+        if f is not None:
+            return f
+        t = self.t
+        with self._building(key, t.f64, [a.type for a in self.fn.args[:5]] + types) as f:
             self.S, self.flag, self.H, self.G, self.cap = f.args[:5]
             self.later, self.adjoint, self.checking = None, False, False
             self.fault_block = f.append_basic_block("fault")
@@ -121,9 +131,6 @@ class ArrayLowering:
             real = [value(p) for p in parts]
             out = getattr(self, "_" + name)(*real)
             self.b.ret(out if out is not None else t.f64(0.0))
-        finally:
-            for k, v in saved.items():
-                setattr(self, k, v)
         return f
 
     # ---------------------------------------------------------------- pieces
@@ -492,21 +499,12 @@ class ArrayLowering:
         f = b.module.globals.get("rvm.gemm")
         if f is None:
             view = [t.i64] * 3 + [t.fptr]
-            f = self.ir.Function(b.module, self.ir.FunctionType(
-                self.ir.VoidType(), [t.f64] + view * 3 + [t.i64] * 3), "rvm.gemm")
-            f.linkage = "internal"
-            f.attributes.add("noinline")
-            saved = {k_: getattr(self, k_) for k_ in self._SAVED}
-            try:
-                self.fn, self.vars = f, {}
-                self.b = self.ir.IRBuilder(f.append_basic_block("entry"))
+            with self._building("rvm.gemm", self.ir.VoidType(),
+                                [t.f64] + view * 3 + [t.i64] * 3) as f:
                 a = f.args
                 X = lambda o: ((a[o], a[o + 1], a[o + 2]), a[o + 3])
                 self._gemm_body(a[0], X(1), X(5), X(9), a[13], a[14], a[15], None)
                 self.b.ret_void()
-            finally:
-                for k_, v in saved.items():
-                    setattr(self, k_, v)
         base = lambda X: self.cell(X[1], t.i64(0))
         b.call(f, [self._value(alpha), *A[0], base(A), *B[0], base(B), *C[0], base(C),
                    m, k, n])
