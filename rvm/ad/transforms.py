@@ -406,14 +406,10 @@ def _memory_rule(code: _Code, ins: Instruction, tan: dict) -> None:
         if isinstance(n, Reg):
             code.emit("ASSERT.LE", n, Imm(HALF), line=line)
             code.emit("ADD.mul", n2, n, Imm(2), line=line)
-        if op == "ALLOC":                  # 2n cells; d gets f's address, base / 2
-            code.emit("ASSERT.EQ", d, Imm(0), line=line)
-            code.emit("ALLOC", t, size, line=line)
-            code.emit("ADD.div", d, t, Imm(2), line=line)
-            code.emit("SUB.mul", t, d, Imm(2), line=line)
+        if op == "ALLOC":                  # 2n cells
+            _allocated(code, d, t, size, line)
         else:
-            code.emit("ADD.mul", t, d, Imm(2), line=line)
-            code.emit("SUB.div", d, t, Imm(2), line=line)
+            _addressed(code, d, t, line)
             code.emit("FREE", t, size, line=line)
         if isinstance(n, Reg):
             code.emit("SUB.mul", n2, n, Imm(2), line=line)
@@ -426,6 +422,22 @@ def _memory_rule(code: _Code, ins: Instruction, tan: dict) -> None:
             code.emit(o, r, line=line)
     else:
         raise TransformError(f"no memory rule for {op}")
+
+
+def _allocated(code: _Code, d: Reg, t: Reg, cells, line: int) -> None:
+    """A block of `cells` cells of the interleaved heap (its base into t, zero again
+    after), f's address of it, base / 2, into d (zero before)."""
+    code.emit("ASSERT.EQ", d, Imm(0), line=line)
+    code.emit("ALLOC", t, cells, line=line)
+    code.emit("ADD.div", d, t, Imm(2), line=line)
+    code.emit("SUB.mul", t, d, Imm(2), line=line)
+
+
+def _addressed(code: _Code, d: Reg, t: Reg, line: int) -> None:
+    """The interleaved heap's address of f's block at d into t (zero before), d zero
+    after: _allocated's address taken back."""
+    code.emit("ADD.mul", t, d, Imm(2), line=line)
+    code.emit("SUB.div", d, t, Imm(2), line=line)
 
 
 def _read_adjoint(code: _Code, ins: Instruction, sh: dict) -> None:
@@ -852,10 +864,7 @@ def _sweep_alloc(code: _Code, ins: Instruction, align: int) -> None:
                  Imm(align)), ("SUB", size, q), ("ADD.mul", cells, size, Imm(2))]
     for op, *args in steps:
         code.emit(op, *args, line=line)
-    code.emit("ASSERT.EQ", d, Imm(0), line=line)
-    code.emit("ALLOC", t, cells, line=line)
-    code.emit("ADD.div", d, t, Imm(2), line=line)
-    code.emit("SUB.mul", t, d, Imm(2), line=line)
+    _allocated(code, d, t, cells, line)
     for op, *args in reversed(steps):
         code.emit(isa.OPS[op].inverse, *args, line=line)
 
@@ -869,8 +878,7 @@ def _left(code: _Code, ins: Instruction, align: int) -> None:
     many cells of the interleaved heap: see _sweep_alloc)."""
     d, _ = ins.args
     t, zero = code.int_temps(2)
-    code.emit("ADD.mul", t, d, Imm(2), line=ins.line)
-    code.emit("SUB.div", d, t, Imm(2), line=ins.line)
+    _addressed(code, d, t, ins.line)
     code.emit("PUSH", t, line=ins.line)
     for _ in range(2 * align - 1):
         code.emit("PUSH", zero, line=ins.line)
