@@ -1031,7 +1031,7 @@ class Instructions:
         freed."""
         value = s.value.args[0] if isinstance(s, ast.Expr) else s.value
         self.c.no_index_alias([target], "update")
-        self.c.no_self_reference(target, value, s)
+        self.c.no_self_reference(target, value, s, self.an.is_view)
 
         def action(r: Reg):
             base = self.c.base_reg()

@@ -836,9 +836,11 @@ class Lowering:
             return set().union(*(self.base_names(x) for x in t.elts))
         return set()
 
-    def no_self_reference(self, target, value, node) -> None:
+    def no_self_reference(self, target, value, node, apart=lambda e: False) -> None:
         """The target may not be read by its own update. An array target may read other
-        elements of its array: a run-time check then makes sure the indices differ."""
+        elements of its array: a run-time check then makes sure the indices differ. Reads
+        for which `apart` holds the caller checks apart from the target itself (an array
+        statement's views: Arrays.check_overlap)."""
         name = next(iter(self.base_names(target)), None)
         if name is None or name not in self.value_names(value):
             return
@@ -847,11 +849,9 @@ class Lowering:
         whole = self.value_names(value) - {name} | (
             {name} if any(isinstance(n, ast.Name) and n.id == name for n in
                           self.outside_subscripts(value, name)) else set())
-        sliced = [r for r in reads if any(isinstance(k, ast.Slice) for k in (
-            r.slice.elts if isinstance(r.slice, ast.Tuple) else [r.slice]))]
-        if sliced and name not in whole:    # views of the array: an array statement's,
-            reads = [r for r in reads if r not in sliced]       # which checks them apart
-            if not reads:                   # from its target (Arrays.check_overlap)
+        if name not in whole and reads:
+            reads = [r for r in reads if not apart(r)]
+            if not reads:
                 return
         if isinstance(target, ast.Subscript) and name not in whole and reads and \
                 not isinstance(target.slice, ast.Tuple):
