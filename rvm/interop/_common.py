@@ -205,10 +205,14 @@ class Fn:
             from ..ad.derivatives import allocates, float_arguments
             from ..ad.transforms import TransformError
             try:
-                shadows = tuple(np.zeros_like(example[i]) if isinstance(
-                    example[i], np.ndarray) else 0.0 for i in float_arguments(self.fn, example))
-                self.adjoint.fn.specialize(example + shadows)
-                self._refused[kinds] = ALLOCATES if allocates(self.fn, example) else None
+                if allocates(self.fn, example):     # (else its adjoint program serves)
+                    shadows = tuple(np.zeros_like(example[i]) if isinstance(
+                        example[i], np.ndarray) else 0.0
+                        for i in float_arguments(self.fn, example))
+                    self.adjoint.fn.specialize(example + shadows)
+                    self._refused[kinds] = ALLOCATES
+                else:
+                    self._refused[kinds] = None
             except TransformError as e:
                 heap = "do not use the stack" in str(e)
                 self._refused[kinds] = str(e).split(";")[0] if heap else None
