@@ -389,6 +389,16 @@ def test_an_element_may_take_the_sum_of_a_slice_of_its_own_array_apart_from_it(e
     assert np.allclose(g, fd, rtol=1e-7)
 
 
+def test_an_element_may_take_the_sum_of_a_row_of_its_own_array():
+    # (a row view without a slice, A[1], was refused as "A occurs on both sides")
+    f = rvm.reversible.source("def f(A: Array[float, 2]):\n    A[0, 0] += np.sum(A[1])\n",
+                              {"Array": Array, "np": np})
+    A = np.arange(9.0).reshape(3, 3)
+    assert f(A)[0][0, 0] == 12.0
+    assert refused("def f(A: Array[float, 2]):\n    A[1, 0] += np.sum(A[1])\n", A) \
+        .count("A[1, 0] reads A[1], which overlaps it") == 1
+
+
 @pytest.mark.parametrize("body", ["x[0] += np.sum(x)", "A[1, 1] += np.sum(A[1:, :])"])
 def test_an_element_that_a_sum_of_its_array_always_reads_is_refused(body):
     text = refused(f"def f(x: Array[float], A: Array[float, 2]):\n    {body}\n",
