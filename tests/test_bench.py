@@ -237,3 +237,36 @@ def test_pinning_sets_only_real_xla_flags_and_the_default_run_numbas_threading_l
     xla, _ = out[1]
     assert xla and all(tok.startswith("--xla_") for tok in xla), xla   # none XLA ignores
     assert out[0] == [[], ["workqueue"]]      # prange peers off numba's spinning omp layer
+
+
+def test_the_compile_breakdown_takes_a_first_compile_apart():
+    """tools/bench_compile.py: the first native gradient of the Bessel function in a fresh
+    process, its IR module, and LLVM's part of it taken apart; the helpers' bodies are
+    taken out of a module that has them (each left declared, so LLVM still takes it)."""
+    pytest.importorskip("llvmlite")
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import bench_compile
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "bench_compile.py"), "bessel"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    row = r.stdout.splitlines()[-1].strip("|").split("|")
+    first, front, llvm = (float(x) for x in row[1:4])
+    assert row[0].strip().startswith("Bessel") and first >= llvm > 0 and front >= 0
+    assert int(row[4].split("(")[0].replace(",", "")) > 1000 and row[6].strip() == "(none)"
+    parse, optimise, code = (float(x) for x in row[5].split("/"))
+    assert parse >= 0 and optimise > 0 and code > 0
+    text = ('define internal double @"rvm_array_vacc_1"(double %".1")\n{\nentry:\n'
+            '  ret double %".1"\n}\n'
+            'define double @"F0_fw_"(double %".2")\n{\nentry:\n'
+            '  %".3" = call double @"rvm_array_vacc_1"(double %".2")\n  ret double %".3"\n}\n')
+    stripped = bench_compile.strip_helpers(text)
+    assert 'declare double @"rvm_array_vacc_1"(double %".1")' in stripped
+    assert stripped.count("ret double") == 1 and 'define double @"F0_fw_"' in stripped
+    import llvmlite.binding as ll
+
+    from rvm.engines import llvm as back_end
+    back_end._llvm()
+    ll.parse_assembly(stripped).verify()
