@@ -306,11 +306,11 @@ def cmd_grad(args) -> None:
     program, entry, values = _program(args)
     labels = _labels(program, entry, values)
     loss = _which(args.loss, labels, "--loss")
-    grads = grad(program[entry], loss=loss, **_options(args))(*values)
     wrt = args.wrt or [names[0] for names in labels]   # each under the name it was given
     keep = [_which(w, labels, "--wrt") for w in wrt]
+    grads = grad(program[entry], loss=loss, argnums=tuple(keep), **_options(args))(*values)
     _print_values([w if w in labels[k] else labels[k][0] for w, k in zip(wrt, keep)],
-                  [grads[k] for k in keep], args.json, prefix=f"d{args.loss}/d")
+                  list(grads), args.json, prefix=f"d{args.loss}/d")
 
 
 def _labels(program: Program, entry: str, values) -> list[list[str]]:

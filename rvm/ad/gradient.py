@@ -43,6 +43,7 @@ from ..engines.machine import (
 )
 from ..engines.native import on_threads
 from ..engines.templates import LEFT, SHADOWS, SHADOWS_BAD, SNAP, STATE
+from .activity import pruned
 
 Loss = int | str | tuple
 
@@ -157,20 +158,42 @@ def find_argument(bindings: list[Binding], fn, which: Loss, what: str,
 
 
 class Pass:
-    """One machine reused for the forward run and any number of backward passes."""
+    """One machine reused for the forward run and any number of backward passes.
+    active: the indices of the arguments whose gradients are asked for (None: all), for
+    which the program's array pullbacks that no such gradient needs are left out
+    (rvm.ad.activity)."""
 
-    def __init__(self, fn, machine_options: dict):
+    def __init__(self, fn, machine_options: dict, active: frozenset | None = None):
         if not hasattr(fn, "specialize"):
             target(fn, ())          # fail early on something that is not a function
-        self.fn, self.options = fn, machine_options
+        self.fn, self.options, self.active = fn, machine_options, active
         self.name = getattr(fn, "name", "fn")
+        self.pruned: dict = {}      # id(program) -> (program, its pruned program)
 
     def entered(self, args) -> Machine:
         """The machine with the function entered (its arguments checked), not run."""
         program, name, names = target(self.fn, args)
-        m = machine_for(program, **self.options)
+        known = self.pruned.get(id(program))
+        m = machine_for(program if known is None else known[1], **self.options)
         m.enter(name, *args, names=names)
+        if self.active is not None and known is None:
+            arrays = frozenset(b.params[0] for b in m.bindings if b.is_array)
+            active = frozenset(p for k, b in enumerate(m.bindings) if k in self.active and
+                               b.cls == isa.FLOAT for p in b.params[:1 if b.is_array else None])
+            less = pruned(program, name, arrays, active)
+            self.pruned[id(program)] = (program, less)
+            if less is not program:
+                m = machine_for(less, **self.options)
+                m.enter(name, *args, names=names)
         return m
+
+    def target(self, args) -> tuple:
+        """target(), with the array pullbacks left out that this gradient does not need
+        (the program its runs run)."""
+        program, name, names = target(self.fn, args)
+        if self.active is not None:
+            program = self.entered(args).program
+        return program, name, names
 
     def forward(self, args) -> Machine:
         m = self.entered(args)
@@ -598,7 +621,8 @@ def _value_and_grad_function(fn, loss: Loss, argnums, wrt, has_aux: bool,
     back as None, which lets a call with arrays run forwards and back in one native call."""
     check_options(machine_options)
     pick = _selector(fn, argnums, wrt)
-    core = _value_and_grad(fn, loss, machine_options, values or has_aux)
+    core = _value_and_grad(fn, loss, machine_options, values or has_aux,
+                           _requested(fn, argnums, wrt))
     plain = argnums is None and wrt is None and not has_aux
 
     @user_facing
@@ -679,6 +703,24 @@ def _selector(fn, argnums, wrt):
     return pick
 
 
+def _requested(fn, argnums, wrt) -> frozenset | None:
+    """The indices of the arguments whose gradients are asked for (None: all of them)."""
+    which = argnums if argnums is not None else wrt
+    if which is None or (argnums is not None and wrt is not None):
+        return None
+    items = [which] if isinstance(which, (int, str, np.integer)) else list(which)
+    names = parameter_names(fn) or []
+    out = set()
+    for w in items:
+        if isinstance(w, str):
+            if w not in names:
+                return None         # (pick says so)
+            out.add(names.index(w))
+        else:
+            out.add(int(w))
+    return frozenset(out)
+
+
 def loss_index(fn, args, loss) -> tuple[int, int | None]:
     """(argument index, element or None) of the loss."""
     program, name, names = target(fn, args)
@@ -688,9 +730,9 @@ def loss_index(fn, args, loss) -> tuple[int, int | None]:
     return m.bindings.index(b), element
 
 
-def _value_and_grad(fn, loss: Loss, machine_options: dict,
-                    values: bool = True) -> Callable[..., tuple]:
-    runner = Pass(fn, machine_options)
+def _value_and_grad(fn, loss: Loss, machine_options: dict, values: bool = True,
+                    active: frozenset | None = None) -> Callable[..., tuple]:
+    runner = Pass(fn, machine_options, active)
     direct = _Direct(runner, loss, values)
 
     def run(*args) -> tuple[tuple, tuple]:
@@ -771,7 +813,7 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
     from ..engines.compiled import compiled
     from ..engines.explain import names_at
     from ..engines.lowering import CELL_LOOKS, LOOK_EVERY, SEARCH_CELLS
-    program, name, names = target(runner.fn, args)
+    program, name, names = runner.target(args)
     m = Machine(program, **runner.options)
     heap = any(ins.spec.group in HEAP_GROUPS for f in program.functions.values()
                for ins in f.code)

@@ -23,7 +23,7 @@ def invert(code: Code, fresh: Callable[[str], str]) -> Code:
     for label, ins in reversed(code):
         args = tuple(Label(rename[a.name]) if isinstance(a, Label) else a for a in ins.args)
         out.append((rename.get(label) if label else None,
-                    Instruction(isa.OPS[ins.op].inverse, args, ins.line)))
+                    Instruction(isa.OPS[ins.op].inverse, args, ins.line, ins.pull)))
     return out
 
 
@@ -32,7 +32,8 @@ def relabel(code: Code, fresh: Callable[[str], str]) -> Code:
     rename = {label: fresh(label) for label, _ in code if label}
     return [(rename.get(label) if label else None,
              Instruction(ins.op, tuple(Label(rename[a.name]) if isinstance(a, Label) else a
-                                       for a in ins.args), ins.line)) for label, ins in code]
+                                       for a in ins.args), ins.line, ins.pull))
+            for label, ins in code]
 
 
 def inverse_function(fn: Function) -> Function:
@@ -42,7 +43,8 @@ def inverse_function(fn: Function) -> Function:
         at.setdefault(i, name)
     same = {name: at[i] for name, i in fn.labels.items()}
     code = [(at.get(i), Instruction(ins.op, tuple(Label(same[a.name]) if isinstance(a, Label)
-                                                  else a for a in ins.args), ins.line))
+                                                  else a for a in ins.args), ins.line,
+                                      ins.pull))
             for i, ins in enumerate(fn.code)]
     code = invert(code, lambda s: s + "_")
     labels = {label: i for i, (label, _) in enumerate(code) if label}

@@ -203,7 +203,7 @@ def _vaccumulate(sign: str, name: str, family: str | None = None) -> OpSpec:
     ops = _views(("y", *args)) + ", {m}, {n}"
     adjoint = [f"do M.vacc({fam!r}, {-s}, {ops})"]
     adjoint += [f"{{g{a}}} += M.vgrad({fam!r}, {s}, {k}, {ops})" for k, a in enumerate(args)]
-    adjoint += [f"do M.vpull({fam!r}, {s}, {ops})"]
+    adjoint += [f"do M.vpull({fam!r}, {s}, {{pull}}, {ops})"]
     what = "a" if family is None else FAMILY_DOC[family].split(" (")[0]
     return OpSpec(name if family is None else f"{name}.{family}",
                   ("y:W",) + tuple(f"{a}:U" for a in args) + ("m:C", "n:C"),
@@ -221,7 +221,7 @@ def _vmatmul(sign: str, name: str) -> OpSpec:
                   "VMSUB" if sign == "+" else "VMADD",
                   f"y {sign}= a @ b: y m x n, a m x k, b k x n (BLAS's GEMM, GEMV, DOT)",
                   {FLOAT: f"do M.vmm({s}, {ops})"},
-                  f"do M.vmm({-s}, {ops})\ndo M.vmm_pull({s}, {ops})", "array")
+                  f"do M.vmm({-s}, {ops})\ndo M.vmm_pull({s}, {{pull}}, {ops})", "array")
 
 
 def _vscale(op: str, name: str) -> OpSpec:

@@ -98,6 +98,10 @@ class Instruction:
     op: str                        # mnemonic, a key of isa.OPS
     args: tuple = ()               # operands
     line: int = 0                  # source line (the source map); 0 if unknown
+    # an array instruction's gradient: the view operands it pulls back into, bit k for
+    # the operand k after the target (all of them, -1, but where rvm.ad.activity finds
+    # that an operand's cells never hold a value that depends on a differentiated input)
+    pull: int = -1
 
     @property
     def spec(self) -> isa.OpSpec:

@@ -19,8 +19,8 @@ from .arrays import LIMIT
 
 # each helper's arguments (after HI, HF, HG, TOP) fixed where it is used: the family, the
 # sign, which operand (vgrad), the operation and whether on shadows (vscale, vswap, vneg)
-STATIC = {"vacc": (0, 1), "vgrad": (0, 1, 2), "vpull": (0, 1), "vmm": (0,),
-          "vmm_pull": (0,), "vscale": (0, 5), "vdotg": (), "vswap": (4,), "vneg": (3,)}
+STATIC = {"vacc": (0, 1), "vgrad": (0, 1, 2), "vpull": (0, 1, 2), "vmm": (0,),
+          "vmm_pull": (0, 1), "vscale": (0, 5), "vdotg": (), "vswap": (4,), "vneg": (3,)}
 HELPERS = frozenset(STATIC)
 # helpers whose sign (the argument at this position) is a value, not fixed in the
 # function: one function serves += and -= (a multiply by -1.0 is exact: a - b == a +
@@ -446,12 +446,13 @@ class ArrayLowering:
             yv, ops, names, partials[k], s, i, j)), total))
         return b.load(total)
 
-    def _vpull(self, fam, s, y, *rest):
+    def _vpull(self, fam, s, pull, y, *rest):
         """Each view operand's shadow += its pullbacks (one pass per operand, so that a
-        broadcast operand's repeated cells sum as the interpreter sums them)."""
+        broadcast operand's repeated cells sum as the interpreter sums them); operand k's
+        where bit k of pull is set."""
         names, _, partials, s, yv, ops, m, n = self._accumulating(fam, s, y, rest)
-        for x, p in zip(ops, partials):
-            if isinstance(x, tuple):
+        for k, (x, p) in enumerate(zip(ops, partials)):
+            if isinstance(x, tuple) and pull >> k & 1:
                 self._into(x, m, n, lambda i, j, p=p: self._pullback(yv, ops, names, p, s,
                                                                      i, j), shadows=True)
 
@@ -681,15 +682,17 @@ class ArrayLowering:
         b.position_at_end(after)
         self._check(b.load(flag))
 
-    def _vmm_pull(self, s, y, a, c, m, k, n):
-        """a's shadow += s * gy @ c.T; c's += s * a.T @ gy (a, c repeat no cell: they are
-        shadows added into once per element pair; a view that repeats cells goes to the
-        loops, in order)."""
+    def _vmm_pull(self, s, pull, y, a, c, m, k, n):
+        """a's shadow += s * gy @ c.T (bit 0 of pull); c's += s * a.T @ gy (bit 1) (a, c
+        repeat no cell: they are shadows added into once per element pair; a view that
+        repeats cells goes to the loops, in order)."""
         s = self._sign(s)
         yv, av, cv, m, k, n = self._product(y, a, c, m, k, n)
         tr = lambda v: (v[0], v[2], v[1])
-        self._shared_gemm(s, (yv, "HG"), (tr(cv), "HF"), (av, "HG"), m, n, k)
-        self._shared_gemm(s, (tr(av), "HF"), (yv, "HG"), (cv, "HG"), k, m, n)
+        if pull & 1:
+            self._shared_gemm(s, (yv, "HG"), (tr(cv), "HF"), (av, "HG"), m, n, k)
+        if pull & 2:
+            self._shared_gemm(s, (tr(av), "HF"), (yv, "HG"), (cv, "HG"), k, m, n)
 
     def _in_place(self, x, m, n):
         b = self.b

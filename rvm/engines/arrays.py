@@ -270,10 +270,11 @@ class Helpers:
                 return g
         return 0.0
 
-    def vpull(self, fam: str, s: int, y, *rest) -> None:
-        """The view operands' shadows += s * gy * df/dop."""
-        for _, x, d, m, n in self._pullbacks(fam, s, y, rest):
-            if isinstance(x, tuple) and d.size:
+    def vpull(self, fam: str, s: int, pull: int, y, *rest) -> None:
+        """The view operands' shadows += s * gy * df/dop (operand k's where bit k of pull
+        is set: rvm.ad.activity)."""
+        for k, x, d, m, n in self._pullbacks(fam, s, y, rest):
+            if isinstance(x, tuple) and d.size and pull >> k & 1:
                 self._add(True, x, m, n, d, "the gradient of ")
 
     def _product(self, y, a, b, m: int, k: int, n: int):
@@ -291,16 +292,19 @@ class Helpers:
             p = A @ B
         self._add(False, y, m, n, p if s == 1 else -p, "")
 
-    def vmm_pull(self, s: int, y, a, b, m: int, k: int, n: int) -> None:
-        """a's shadow += s * gy @ b.T; b's += s * a.T @ gy."""
+    def vmm_pull(self, s: int, pull: int, y, a, b, m: int, k: int, n: int) -> None:
+        """a's shadow += s * gy @ b.T (bit 0 of pull); b's += s * a.T @ gy (bit 1)."""
         A, B = self._product(y, a, b, m, k, n)
         if not (m and n and k):
             return
         gy = self._of(y, m, n, True)
         with np.errstate(all="ignore"):
-            ga, gb = gy @ B.T, A.T @ gy
-        self._add(True, a, m, k, ga if s == 1 else -ga, "the gradient of ")
-        self._add(True, b, k, n, gb if s == 1 else -gb, "the gradient of ")
+            if pull & 1:
+                ga = gy @ B.T
+                self._add(True, a, m, k, ga if s == 1 else -ga, "the gradient of ")
+            if pull & 2:
+                gb = A.T @ gy
+                self._add(True, b, k, n, gb if s == 1 else -gb, "the gradient of ")
 
     def _in_place(self, x, m: int, n: int, shadows: bool, name: str = "x") -> np.ndarray:
         self._shape(m, n)

@@ -104,6 +104,7 @@ class Operands:
         spec = ins.spec
         self.cls = ins.cls
         self.arithmetic = spec.group in ("arith", "family") or spec.name in isa.READS
+        self.value["pull"] = str(ins.pull)     # (the array pullbacks' operands: a mask)
         for name, a in zip(spec.names, ins.args):
             self.src[name] = str(a)
             if isinstance(a, Reg):

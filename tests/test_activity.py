@@ -1,0 +1,152 @@
+"""A gradient with respect to some arguments only leaves out the array pullbacks no
+requested gradient needs (rvm.ad.activity), and the gradients it returns are the same,
+bit for bit, as those of a gradient with respect to every argument."""
+
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+import rvm
+from rvm.ad import activity
+from rvm.ad.gradient import target
+from rvm.core.inverse import inverse_function
+from rvm.engines import native
+from rvm.engines.machine import machine_for
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "examples"))
+
+import gmm  # noqa: E402
+import gmm_arrays  # noqa: E402
+
+ENGINES = ["interp", "python", pytest.param("native", marks=pytest.mark.skipif(
+    not native.available, reason="needs llvmlite"))]
+SMALL = ROOT.parent / "shared" / "data" / "adbench" / "gmm" / "1k" / "gmm_d2_K5.txt"
+
+
+def gmm_args() -> tuple:
+    if not SMALL.exists():
+        pytest.skip("the ADBench GMM inputs are not here")
+    data = gmm.load(SMALL)
+    data["x"] = data["x"][:60]          # (fewer points: the interpreter is timed too)
+    return gmm.arguments(data)
+
+
+def pulls(program, fname: str) -> dict:
+    return {str(ins): ins.pull for ins in program.functions[fname].code
+            if ins.op in activity.PULLED}
+
+
+def pruned_for(fn, args, wrt: tuple):
+    program, name, names = target(fn, args)
+    m = machine_for(program)
+    m.enter(name, *args, names=names)
+    arrays = frozenset(b.params[0] for b in m.bindings if b.is_array)
+    active = frozenset(b.params[0] for k, b in enumerate(m.bindings) if k in wrt)
+    return program, activity.pruned(program, name, arrays, active)
+
+
+def test_the_gmm_gradient_leaves_out_the_points_pullbacks():
+    """Without the points' gradient: the product's pullback into the monomials (made
+    from the points alone), the monomials' into the points, the points' copy's into
+    them; the pullbacks into the parameters stay."""
+    args = gmm_args()
+    program, less = pruned_for(gmm_arrays.gmm_objective, args, (1, 2, 3))
+    assert less is not program
+    product = pulls(less, "gmm_objective")
+    assert set(product.values()) == {~2}        # E += W @ P: into W, not into P
+    assert set(pulls(less, "monomials").values()) == {~3, ~1, -1}   # (X * X, X, a constant)
+    assert pulls(less, "copy_in") == {s: (~1 if "1, r22]" in s else -1)
+                                      for s in pulls(program, "copy_in")}
+    assert set(pulls(less, "weights").values()) == {-1}   # (all from the parameters)
+    assert set(pulls(program, "gmm_objective").values()) == {-1}
+    # the gradient pass runs the inverse function's code: it keeps the masks
+    back = inverse_function(less.functions["gmm_objective"])
+    assert {ins.pull for ins in back.code if ins.op in activity.PULLED} == {~2}
+    # every argument asked for: nothing left out
+    _, all_of_them = pruned_for(gmm_arrays.gmm_objective, args, tuple(range(11)))
+    assert all_of_them is program
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_gradients_asked_for_are_the_same_bit_for_bit(engine):
+    args = gmm_args()
+    every = rvm.value_and_grad(gmm_arrays.gmm_objective, loss="out", engine=engine,
+                               max_steps=gmm.STEPS)
+    some = rvm.value_and_grad(gmm_arrays.gmm_objective, loss="out", argnums=(1, 2, 3),
+                              engine=engine, max_steps=gmm.STEPS)
+    named = rvm.grad(gmm_arrays.gmm_objective, loss="out",
+                     wrt=("alphas", "means", "icf"), engine=engine, max_steps=gmm.STEPS)
+    (values, grads), (values2, grads2) = every(*args), some(*args)
+    for k, g in zip((1, 2, 3), grads2):
+        assert np.array_equal(grads[k], g)
+    for g, h in zip(grads2, named(*args)):
+        assert np.array_equal(g, h)
+    for v, w in zip(values, values2):
+        assert np.array_equal(np.asarray(v), np.asarray(w))
+    # the points' gradient, worked out when every gradient is asked for, is not zero
+    assert np.abs(grads[4]).max() > 0
+
+
+MIXED = '''
+import numpy as np
+from rvm import Array, ancilla, compute, reversible, zeros
+
+
+@reversible
+def mix(x: Array[float], w: Array[float]):
+    x += w * 2.0
+
+
+@reversible
+def total(s: float, w: Array[float]):
+    s += np.sum(w)
+
+
+@reversible
+def f(out: float, w: Array[float], x: Array[float], c: Array[float]):
+    with ancilla(t=zeros(len(x)), u=zeros(len(x)), s=0.0):
+        mix(x, w)
+        with compute() as pre:
+            total(s, w)
+            u += s * c
+            t += x * c
+        out += np.sum(np.exp(t))
+        out += x @ c
+        out += np.sum(u * u)
+        ~pre
+'''
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_data_that_a_differentiated_argument_reaches_keeps_its_pullbacks(engine, tmp_path):
+    """x is data, but a callee adds w into it; s, a float, gets w's sum from another
+    callee (through the call's binding, back to the caller), and u is made from s: the
+    pullbacks into x and u carry w's gradient (left out, it would lose those terms). c is
+    data nothing reaches."""
+    (tmp_path / "mixed.py").write_text(MIXED)
+    f = rvm.load(tmp_path / "mixed.py")["f"]
+    rng = np.random.default_rng(3)
+    w, x, c = rng.normal(size=5) * 0.3, rng.normal(size=5) * 0.3, rng.normal(size=5)
+    args = (0.0, w, x, c)
+    _, less = pruned_for(f, args, (1,))
+    kept = {}
+    for text, pull in pulls(less, "f").items():
+        kept.setdefault(text.split()[0], set()).add(pull)
+    # (x * c and x @ c: into x, not c; s * c: into nothing, c; u * u, exp(t): into u, t)
+    assert kept == {"VADD.mul": {~2, -1}, "VSUB.mul": {~2}, "VMADD": {~2}, "VADD.exp": {-1}}
+    assert set(pulls(less, "mix").values()) == {-1}
+    gw = rvm.grad(f, loss="out", argnums=1, engine=engine)(*args)
+    every = rvm.grad(f, loss="out", engine=engine)(*args)
+    assert np.array_equal(gw, every[1])
+    xw = x + 2.0 * w
+    closed = 2.0 * (np.exp(xw * c) * c + c) + 2.0 * w.sum() * (c * c).sum()
+    assert np.allclose(gw, closed, rtol=1e-12)
+
+
+def test_assembly_programs_keep_every_pullback():
+    p = rvm.assemble(".func f(r0, r1, f0)\n        VADD.mul [r0 : 0, 1], [r1 : 0, 1], 2.0, "
+                     "1, 3\n.end\n")
+    assert activity.pruned(p, "f", frozenset({0, 1}), frozenset({0})) is p
