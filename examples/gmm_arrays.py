@@ -123,8 +123,9 @@ def gmm_objective(out: float, alphas: Array[float], means: Array[float, 2],
     the points' part). The whole of it is computed into `total` in one compute block and
     copied into out, so that the gradient pass starts from the copy. The array statements
     read copies of the arguments made by copy_in: alphas as one column, the points
-    transposed (four array statements; the points' gradient is worked out, at the cost of
-    one pass over them, and not asked for)."""
+    transposed (four array statements). The gradient asks for the parameters' gradients
+    only (argnums), so the pullbacks into the points, their copy and their monomials are
+    left out (docs/gradients.md)."""
     with ancilla(K=len(alphas), d=means.shape[1], n=x.shape[0]):  # noqa: SIM117
         with ancilla(a=zeros((K, 1)), mu=zeros((K, d)), q=zeros((K, icf.shape[1])),
                      X=zeros((d, n)), W=zeros((K, width)), P=zeros((width, n)),
