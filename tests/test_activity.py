@@ -150,3 +150,67 @@ def test_assembly_programs_keep_every_pullback():
     p = rvm.assemble(".func f(r0, r1, f0)\n        VADD.mul [r0 : 0, 1], [r1 : 0, 1], 2.0, "
                      "1, 3\n.end\n")
     assert activity.pruned(p, "f", frozenset({0, 1}), frozenset({0})) is p
+
+
+UNCHOSEN = '''
+import numpy as np
+from rvm import Array, reversible
+
+
+@reversible
+def f(out: float, w: Array[float], c: Array[float], k: Array[float], big: float):
+    out += big * c[0]
+    out += np.sum(c * k)
+    out += big * c[0]
+    out += np.sum(w * w)
+
+
+@reversible
+def g(out: float, s: float, big: float, w: Array[float]):
+    out += s * big
+    out += s * big
+    out += np.sum(w * w)
+
+
+@reversible
+def unused(a: Array[float], b: Array[float]):
+    a += b * b
+'''
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_gradient_not_chosen_is_not_checked(engine, tmp_path):
+    """f: c's gradient is 2e308 - 1e308 in all, but the pullback into c from c * k (k is
+    data) is left out, so c's partial sum overflows; g: s's gradient overflows. Neither
+    is chosen: the chosen gradient comes back, as JAX gives it."""
+    (tmp_path / "unchosen.py").write_text(UNCHOSEN)
+    prog = rvm.load(tmp_path / "unchosen.py")
+    args = (0.0, np.array([1.0, 2.0]), np.array([1e-300, 0.0]), np.array([-1e308, 0.0]), 1e308)
+    every = rvm.grad(prog["f"], loss="out", engine=engine)(*args)
+    assert np.array_equal(every[2], [1e308, 0.0])
+    chosen = rvm.grad(prog["f"], loss="out", argnums=1, engine=engine)(*args)
+    assert np.array_equal(chosen, every[1]) and np.array_equal(chosen, [2.0, 4.0])
+    g = rvm.grad(prog["g"], loss="out", argnums=3, engine=engine)
+    assert np.array_equal(g(0.0, 1e-300, 1e308, np.array([1.0, 2.0])), [2.0, 4.0])
+    with pytest.raises(rvm.RvmError, match="`s`"):
+        rvm.grad(prog["g"], loss="out", argnums=(1, 3), engine=engine)(
+            0.0, 1e-300, 1e308, np.array([1.0, 2.0]))
+
+
+def test_functions_the_entry_does_not_reach_leave_the_analysis_on(tmp_path):
+    """A loaded file's other functions (whose array parameters no call binds), and the
+    bytecode inverse's function under ~f, are not analysed; a function defined by
+    rvm.reversible.source is."""
+    (tmp_path / "unchosen.py").write_text(UNCHOSEN)
+    f = rvm.load(tmp_path / "unchosen.py")["f"]
+    args = (0.0, np.array([1.0, 2.0]), np.array([1.0, 0.0]), np.array([3.0, 0.0]), 1.0)
+    program, less = pruned_for(f, args, (1,))
+    assert less is not program and set(pulls(less, "f").values()) == {-1, ~3}
+    program, less = pruned_for(~f, args, (1,))
+    assert less is not program
+    h = rvm.reversible.source(UNCHOSEN.split("@reversible\n")[1], env={
+        "np": np, "Array": rvm.Array})
+    program, less = pruned_for(h, args, (1,))
+    assert less is not program
+    assert np.array_equal(rvm.grad(~f, loss="out", argnums=1)(*args),
+                          rvm.grad(~f, loss="out")(*args)[1])

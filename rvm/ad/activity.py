@@ -25,10 +25,11 @@ context: one fact per register of each function, per heap block and for the stac
   (an exchange both ways; a read as a constant, ADDK, carries no derivative, nor do
   integers).
 
-It counts on an address staying inside the block its base points into: the Python
-frontend checks every index and slice against its array's bounds before using it, so the
-analysis is made for programs compiled from Python only (not for assembly, nor for the
-derived programs of rvm.tangent and rvm.adjoint, which lay out a heap of their own).
+Only the functions the entry function reaches are analysed. It counts on an address
+staying inside the block its base points into: the Python frontend checks every index and
+slice against its array's bounds before using it, so the analysis is made for programs
+compiled from Python only (not for assembly, nor where the entry reaches a derived
+function of rvm.tangent or rvm.adjoint, which lays out a heap of its own).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from ..engines.arrays import INTERLEAVED
 from ..engines.compiled import DERIVED
 
 STACK = ("stack",)
+PYTHON = (".py", "<rvm.reversible.source")     # sources of programs the frontend compiled
 PULLED = frozenset({"VMADD", "VMSUB"} | {s.name for s in isa.TABLE
                                           if s.name.startswith(("VADD", "VSUB"))})
 
@@ -69,7 +71,11 @@ class _Unknown(Exception):
 
 class _Analysis:
     def __init__(self, program: Program, name: str, arrays: frozenset, active: frozenset):
-        self.program, self.fns = program, program.functions
+        self.program = program
+        calls, reached = program.calls(), [name]      # (the functions the entry reaches:
+        for f in reached:                               # the others' parameters point
+            reached += [g for g in calls[f] if g not in reached]    # nowhere)
+        self.fns = {f: program.functions[f] for f in reached}
         entry = self.fns[name]
         self.points: dict = {}      # a register or a block's cells -> blocks it may point into
         self.varied: set = set()    # float registers, blocks, the stack
@@ -81,8 +87,10 @@ class _Analysis:
 
     def pruned(self) -> Program | None:
         program = self.program
-        if not program.source.endswith(".py") or INTERLEAVED in program.cache or not any(
-                ins.op in PULLED for f in self.fns.values() for ins in f.code):
+        derived = program.cache.get(DERIVED, {})
+        if not (program.source.endswith(PYTHON[0]) or program.source.startswith(PYTHON[1])) \
+                or INTERLEAVED in program.cache or any(f in derived for f in self.fns) or \
+                not any(ins.op in PULLED for f in self.fns.values() for ins in f.code):
             return None
         try:
             self.fixpoint(self.int_flows, self.points)
@@ -106,8 +114,8 @@ class _Analysis:
         # (of its cache, what it says of the program; the rest, its machines and code,
         # is made again)
         kept = {k: program.cache[k] for k in (DERIVED,) if k in program.cache}
-        return attrs.evolve(program, cache=kept,
-                            functions={n: changed.get(n, f) for n, f in self.fns.items()})
+        return attrs.evolve(program, cache=kept, functions={
+            n: changed.get(n, f) for n, f in program.functions.items()})
 
     # ------------------------------------------------------------------ facts
     @staticmethod

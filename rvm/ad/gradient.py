@@ -743,9 +743,11 @@ def _value_and_grad(fn, loss: Loss, machine_options: dict, values: bool = True,
             m = runner.forward(args)
             target = find_argument(m.bindings, m.stack[0].fn, loss, "loss")
             fast = m.results(), runner.backward(m, target)
-        if not finite(fast[1]):
+        chosen = fast[1] if active is None else tuple(      # (the others are not checked:
+            g if k in active else None for k, g in enumerate(fast[1])) # some not worked out)
+        if not finite(chosen):
             native = direct.native(args)
-            raise not_finite(runner, args, loss, fast[1], direct.looked(args),
+            raise not_finite(runner, args, loss, chosen, direct.looked(args),
                              fast[0] if native else None,
                              None if native else direct.ended(args))
         return fast
