@@ -214,3 +214,32 @@ def test_functions_the_entry_does_not_reach_leave_the_analysis_on(tmp_path):
     assert less is not program
     assert np.array_equal(rvm.grad(~f, loss="out", argnums=1)(*args),
                           rvm.grad(~f, loss="out")(*args)[1])
+
+
+def test_a_program_calling_a_derivative_program_keeps_every_pullback(tmp_path):
+    """rvm.adjoint(sq) called from reversible code brings sq's derived functions in, which
+    lay out a heap of their own: the analysis leaves such a program alone."""
+    (tmp_path / "calls.py").write_text('''
+import numpy as np
+import rvm
+from rvm import Array, reversible
+
+
+@reversible
+def sq(out: float, s: float):
+    out += s * s
+
+
+A = rvm.adjoint(sq)
+
+
+@reversible
+def h(out: float, w: Array[float], c: Array[float], s: float, gout: float, gs: float):
+    out += np.sum(w * c)
+    A(out, s, gout, gs)
+''')
+    h = rvm.load(tmp_path / "calls.py")["h"]
+    args = (0.0, np.array([1.0, 2.0]), np.array([3.0, 4.0]), 0.5, 1.0, 0.0)
+    program, less = pruned_for(h, args, (1,))
+    assert less is program
+    assert np.array_equal(rvm.grad(h, loss="out", argnums=1)(*args), [3.0, 4.0])

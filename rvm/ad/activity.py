@@ -29,7 +29,8 @@ Only the functions the entry function reaches are analysed. It counts on an addr
 staying inside the block its base points into: the Python frontend checks every index and
 slice against its array's bounds before using it, so the analysis is made for programs
 compiled from Python only (not for assembly, nor where the entry reaches a derived
-function of rvm.tangent or rvm.adjoint, which lays out a heap of its own).
+function of rvm.tangent or rvm.adjoint, which lays out a heap of its own: a derived
+program, or one whose reversible code calls a derivative program, rvm.lang.MERGED).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from ..core import isa
 from ..core.program import Function, Mem, Program, Reg, View
 from ..engines.arrays import INTERLEAVED
 from ..engines.compiled import DERIVED
+from ..lang import MERGED
 
 STACK = ("stack",)
 PYTHON = (".py", "<rvm.reversible.source")     # sources of programs the frontend compiled
@@ -87,7 +89,7 @@ class _Analysis:
 
     def pruned(self) -> Program | None:
         program = self.program
-        derived = program.cache.get(DERIVED, {})
+        derived = {*program.cache.get(DERIVED, {}), *program.cache.get(MERGED, ())}
         if not (program.source.endswith(PYTHON[0]) or program.source.startswith(PYTHON[1])) \
                 or INTERLEAVED in program.cache or any(f in derived for f in self.fns) or \
                 not any(ins.op in PULLED for f in self.fns.values() for ins in f.code):

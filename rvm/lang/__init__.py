@@ -59,6 +59,9 @@ nograd = _marker("nograd")
 _SPECIALIZING = threading.RLock()    # (ReversibleFunction.specialize)
 
 
+MERGED = "merged"       # a program's cache: the functions of derived programs it calls
+
+
 class Session:
     """Compiles a root function and every reversible function it reaches into one Program."""
 
@@ -68,6 +71,7 @@ class Session:
         self.params: dict = {}
         self.pending: list = []
         self.used: set[str] = set()
+        self.merged: set[str] = set()   # functions brought in from derived programs
         self.keep: list = []
 
     def request(self, rf: ReversibleFunction, sig: tuple, node=None, src=None) -> str:
@@ -102,6 +106,7 @@ class Session:
                     fn, name=rename[name], code=code,
                     adjoint_of=rename[fn.adjoint_of] if fn.adjoint_of else "")
                 self.used.add(rename[name])
+                self.merged.add(rename[name])
             self.names[key] = rename[entry]
             self.params[rename[entry]] = None
             self.keep.append(transformed)     # ids stay unique while the session lives
@@ -118,7 +123,10 @@ class Session:
                                       "split it into several statements") from None
             self.functions[name] = fn
             self.params[name] = names
-        return verify(Program(self.functions, source))
+        program = verify(Program(self.functions, source))
+        if self.merged:
+            program.cache[MERGED] = frozenset(self.merged)
+        return program
 
 
 def parse(text: str, path: str, offset: int = 0) -> ast.Module:
