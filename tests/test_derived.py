@@ -358,3 +358,57 @@ def test_tangent_and_adjoint_take_machine_options_for_every_call():
     assert a(1.0, 0.0, 50, 0.0, 1.0, max_steps=10 ** 6)[3] == 100.0
     with pytest.raises(TypeError, match="max_step"):
         rvm.tangent(squares, max_step=5)
+
+
+ODD_TOP = '''
+import numpy as np
+import rvm
+from rvm import Array, ancilla, compute, zeros
+
+
+@rvm.reversible
+def g(out: float, a: float, b: float):
+    with ancilla(t=zeros(3), c=zeros(3)):
+        with compute() as pre:
+            c += b
+            t += a * c
+        out += np.sum(np.exp(t))
+        ~pre
+
+
+A = rvm.adjoint(g)
+T = rvm.tangent(g)
+
+
+@rvm.reversible
+def F(s: float, w: Array[float], a: float, b: float, out: float, gout: float, ga: float,
+      gb: float):
+    with ancilla(u=zeros(len(w)), q=zeros(len(w))):
+        with compute() as pre:
+            q += b
+            u += w * q
+        A(out, a, b, gout, ga, gb)
+        s += ga
+        s += np.sum(u * u)
+        ~A(out, a, b, gout, ga, gb)
+        T(out, a, b, gout, ga, gb)
+        s += gout
+        ~T(out, a, b, gout, ga, gb)
+        ~pre
+'''
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_derivative_program_called_with_an_odd_heap_top(engine, tmp_path):
+    """The caller's blocks take an odd number of cells (w, u, q of 3): the derivative
+    programs, whose interleaved heap takes cells two by two, run above a cell of padding
+    (they failed with `r5 = 1, must be 0 before ALLOC`)."""
+    (tmp_path / "odd.py").write_text(ODD_TOP)
+    F = rvm.load(tmp_path / "odd.py")["F"]
+    a, b = 0.3, 0.2
+    for n in (2, 3, 4):
+        w = np.full(n, 0.1)
+        s = F(0.0, w, a, b, 0.0, 1.0, 0.0, 0.0, engine=engine)[0]
+        dg_da = 3 * np.exp(a * b) * b       # the adjoint's ga = d out / d a, gout = 1;
+        # the tangent's gout: 1 + d out / d a * 0 + d out / d b * 0
+        assert s == pytest.approx(dg_da + n * (0.1 * b) ** 2 + 1.0, rel=1e-12)

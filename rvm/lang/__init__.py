@@ -28,9 +28,10 @@ import attrs
 
 from ..core import isa
 from ..core.errors import CompileError, MachineError, RvmError, user_facing
-from ..core.program import FuncRef, Instruction, Program
+from ..core.program import FuncRef, Function, Imm, Instruction, Program, Reg
 from ..core.verify import verify
 from ..engines.arguments import first_row, place_keywords, plural
+from ..engines.arrays import INTERLEAVED
 from ..engines.machine import machine_for
 from .compiler import FunctionCompiler, is_function, parse_annotation, sig_of
 from .expressions import Source
@@ -107,8 +108,16 @@ class Session:
                     adjoint_of=rename[fn.adjoint_of] if fn.adjoint_of else "")
                 self.used.add(rename[name])
                 self.merged.add(rename[name])
-            self.names[key] = rename[entry]
-            self.params[rename[entry]] = None
+            entry = rename[entry]
+            if INTERLEAVED in program.cache:   # (its heap interleaved: see aligned)
+                fn = aligned(self.functions[entry], f"d{k}.aligned",
+                             1 << program.cache[INTERLEAVED])
+                self.functions[fn.name] = fn
+                self.used.add(fn.name)
+                self.merged.add(fn.name)
+                entry = fn.name
+            self.names[key] = entry
+            self.params[entry] = None
             self.keep.append(transformed)     # ids stay unique while the session lives
         return self.names[key]
 
@@ -127,6 +136,24 @@ class Session:
         if self.merged:
             program.cache[MERGED] = frozenset(self.merged)
         return program
+
+
+def aligned(fn: Function, name: str, cells: int) -> Function:
+    """A function calling fn with the heap's top first raised to a multiple of `cells` (a
+    block of padding above the caller's): a derivative program on the interleaved heap
+    takes each of its blocks' cells two by two (f's address of a block is half its own,
+    rvm.ad.transforms), which a caller's blocks of an odd number of cells would put out
+    of step."""
+    k = 1 + max((r.n for r in fn.params if r.cls == isa.INT), default=-1)
+    top, neg, pad = (Reg(isa.INT, k + j) for j in range(3))
+    size = [("SUB", neg, top), ("ADD.mod", pad, neg, Imm(cells)), ("ADD", neg, top)]
+    code = [("ALLOC", top, Imm(0)), *size, ("ALLOC", neg, pad),
+            ("CALL", FuncRef(fn.name), *fn.params),
+            ("FREE", neg, pad), *[(isa.OPS[op].inverse, *args) for op, *args in reversed(size)],
+            ("FREE", top, Imm(0))]
+    return Function(name, fn.params, tuple(Instruction(op, tuple(args), fn.line)
+                                           for op, *args in code), {}, fn.line, fn.end_line,
+                    fn.names, fn.symbols)
 
 
 def parse(text: str, path: str, offset: int = 0) -> ast.Module:
