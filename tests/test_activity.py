@@ -243,3 +243,19 @@ def h(out: float, w: Array[float], c: Array[float], s: float, gout: float, gs: f
     program, less = pruned_for(h, args, (1,))
     assert less is program
     assert np.array_equal(rvm.grad(h, loss="out", argnums=1)(*args), [3.0, 4.0])
+
+
+def test_bytecode_read_from_a_file_keeps_every_pullback(tmp_path):
+    """A .rvmb names its Python source in its debug information, which a file may get
+    wrong: the analysis is for programs this process compiled."""
+    (tmp_path / "unchosen.py").write_text(UNCHOSEN)
+    f = rvm.load(tmp_path / "unchosen.py")["f"]
+    args = (0.0, np.array([1.0, 2.0]), np.array([1.0, 0.0]), np.array([3.0, 0.0]), 1.0)
+    program, less = pruned_for(f, args, (1,))
+    assert less is not program
+    from rvm.formats import bytecode
+    path = tmp_path / "unchosen.rvmb"
+    path.write_bytes(bytecode.dumps(program))
+    read = rvm.load(path)["f"]
+    program, less = pruned_for(read, args, (1,))
+    assert program.source.endswith("unchosen.py") and less is program

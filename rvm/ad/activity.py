@@ -28,9 +28,11 @@ context: one fact per register of each function, per heap block and for the stac
 Only the functions the entry function reaches are analysed. It counts on an address
 staying inside the block its base points into: the Python frontend checks every index and
 slice against its array's bounds before using it, so the analysis is made for programs
-compiled from Python only (not for assembly, nor where the entry reaches a derived
-function of rvm.tangent or rvm.adjoint, which lays out a heap of its own: a derived
-program, or one whose reversible code calls a derivative program, rvm.lang.MERGED).
+this process compiled from Python only (rvm.lang.FRONTEND): not for assembly, nor for
+bytecode read from a file (whose debug information may say anything), nor where the
+entry reaches a derived function of rvm.tangent or rvm.adjoint, which lays out a heap of
+its own (a derived program, or one whose reversible code calls a derivative program:
+rvm.lang.MERGED).
 """
 
 from __future__ import annotations
@@ -43,10 +45,9 @@ from ..core import isa
 from ..core.program import Function, Mem, Program, Reg, View
 from ..engines.arrays import INTERLEAVED
 from ..engines.compiled import DERIVED
-from ..lang import MERGED
+from ..lang import FRONTEND, MERGED
 
 STACK = ("stack",)
-PYTHON = (".py", "<rvm.reversible.source")     # sources of programs the frontend compiled
 PULLED = frozenset({"VMADD", "VMSUB"} | {s.name for s in isa.TABLE
                                           if s.name.startswith(("VADD", "VSUB"))})
 
@@ -90,8 +91,8 @@ class _Analysis:
     def pruned(self) -> Program | None:
         program = self.program
         derived = {*program.cache.get(DERIVED, {}), *program.cache.get(MERGED, ())}
-        if not (program.source.endswith(PYTHON[0]) or program.source.startswith(PYTHON[1])) \
-                or INTERLEAVED in program.cache or any(f in derived for f in self.fns) or \
+        if not program.cache.get(FRONTEND) or INTERLEAVED in program.cache or \
+                any(f in derived for f in self.fns) or \
                 not any(ins.op in PULLED for f in self.fns.values() for ins in f.code):
             return None
         try:

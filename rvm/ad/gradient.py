@@ -43,6 +43,7 @@ from ..engines.machine import (
 )
 from ..engines.native import on_threads
 from ..engines.templates import LEFT, SHADOWS, SHADOWS_BAD, SNAP, STATE
+from ..lang import FRONTEND, MERGED
 from .activity import pruned
 
 Loss = int | str | tuple
@@ -81,6 +82,9 @@ def with_inverse(program: Program, name: str) -> tuple[Program, str]:
             kept[DERIVED] = {**program.cache[DERIVED], inv.name: program.cache[DERIVED][name]}
         if INTERLEAVED in program.cache:
             kept[INTERLEAVED] = program.cache[INTERLEAVED]
+        for k in (FRONTEND, MERGED):        # (what rvm.ad.activity asks of the program)
+            if k in program.cache:
+                kept[k] = program.cache[k]
         program.cache[key] = Program({**program.functions, inv.name: inv}, program.source,
                                      kept, engine=program.engine)
     return program.cache[key], f"{name}.inv"

@@ -61,6 +61,7 @@ _SPECIALIZING = threading.RLock()    # (ReversibleFunction.specialize)
 
 
 MERGED = "merged"       # a program's cache: the functions of derived programs it calls
+FRONTEND = "frontend"   # ... and True for a program this process compiled from Python
 
 
 class Session:
@@ -133,6 +134,7 @@ class Session:
             self.functions[name] = fn
             self.params[name] = names
         program = verify(Program(self.functions, source))
+        program.cache[FRONTEND] = True
         if self.merged:
             program.cache[MERGED] = frozenset(self.merged)
         return program
