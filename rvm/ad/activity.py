@@ -160,13 +160,29 @@ class _Analysis:
         if not got <= points.get(dst, set()):
             points.setdefault(dst, set()).update(got)
 
-    def int_flows(self, f: Function, pc: int, ins) -> None:
+    def alike(self, f: Function, ins, cls: str, link) -> bool:
+        """The flows of calls and arithmetic, alike for addresses (integers: link is join)
+        and derivatives (floats: mark): True where ins is one of those."""
         spec, args = ins.spec, ins.args
         if spec.group == "call":
-            for a, p in self.calls(f, ins, isa.INT):
-                self.join(a, p)
-                self.join(p, a)
-        elif ins.op == "ALLOC":
+            for a, p in self.calls(f, ins, cls):
+                link(a, p)
+                link(p, a)
+            return True
+        if spec.group not in ("arith", "family"):
+            return False
+        if spec.kinds[1:2] != ("V",):       # (a comparison's 0 or 1, or a check: none)
+            regs = [self.reg(f, a) for a in args if isinstance(a, Reg) and a.cls == cls]
+            for a, k in zip(args, spec.kinds):
+                if k in "DX" and isinstance(a, Reg) and a.cls == cls:
+                    link(self.reg(f, a), *regs)
+        return True
+
+    def int_flows(self, f: Function, pc: int, ins) -> None:
+        spec, args = ins.spec, ins.args
+        if self.alike(f, ins, isa.INT, self.join):
+            return
+        if ins.op == "ALLOC":
             self.points.setdefault(self.reg(f, args[0]), set()).add(("alloc", f.name, pc))
         elif spec.group == "memory" and ins.op != "FREE" and args[0].cls == isa.INT:
             r = self.reg(f, args[0])
@@ -181,11 +197,6 @@ class _Analysis:
             views = [self.blocks(f, a) for a in args if isinstance(a, View)]
             for b in views[0] if views else ():
                 self.join(("cells", b), *(("cells", c) for v in views for c in v))
-        elif spec.group in ("arith", "family") and spec.kinds[1:2] != ("V",):
-            ints = [self.reg(f, a) for a in args if isinstance(a, Reg) and a.cls == isa.INT]
-            for a, k in zip(args, spec.kinds):
-                if k in "DX" and isinstance(a, Reg) and a.cls == isa.INT:
-                    self.join(self.reg(f, a), *ints)
 
     # ------------------------------------------------------------------ derivatives
     def mark(self, dst, *srcs) -> None:
@@ -194,11 +205,9 @@ class _Analysis:
 
     def float_flows(self, f: Function, pc: int, ins) -> None:
         spec, args = ins.spec, ins.args
-        if spec.group == "call":
-            for a, p in self.calls(f, ins, isa.FLOAT):
-                self.mark(a, p)
-                self.mark(p, a)
-        elif spec.group == "memory" and ins.op not in ("ALLOC", "FREE") and \
+        if self.alike(f, ins, isa.FLOAT, self.mark):
+            return
+        if spec.group == "memory" and ins.op not in ("ALLOC", "FREE") and \
                 args[0].cls == isa.FLOAT:
             r = self.reg(f, args[0])
             cells = [STACK] if ins.op in ("PUSH", "POP") else self.blocks(f, args[1])
@@ -216,12 +225,6 @@ class _Analysis:
                 written |= self.blocks(f, args[1])
             for b in written:
                 self.mark(b, *written, *sources)
-        elif spec.group in ("arith", "family"):
-            floats = [self.reg(f, a) for a in args if isinstance(a, Reg) and
-                      a.cls == isa.FLOAT]
-            for a, k in zip(args, spec.kinds):
-                if k in "DX" and isinstance(a, Reg) and a.cls == isa.FLOAT:
-                    self.mark(self.reg(f, a), *floats)
 
     def pull(self, f: Function, ins) -> int:
         """The instruction's pull mask: bit k cleared for a view operand k (after the
