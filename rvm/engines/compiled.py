@@ -287,6 +287,9 @@ class _Known:
         carries it (see _exact), not set to zero."""
         acc = _accumulates(ins)
         d = ins.args[0] if acc else None
+        # (ZERO of a register known to hold 0.0 needs no test: it holds +0.0, or `e - e`,
+        # whose inf or nan the deferred test of the instruction that made it caught)
+        cleared = ins.op == "ZERO" and ins.args[0] in self.zeros
         action = None
         if acc and d in self.zeros:
             action = "fresh"
@@ -307,6 +310,9 @@ class _Known:
         if ins.op not in isa.CALLS and ins.spec.group != "control":
             template = _exact(_template(ins, gradient), "raw" if raw else action,
                               gradient and not carry, d in self.cancelled)
+            if cleared:
+                template = "\n".join(line for line in template.splitlines()
+                                      if not line.startswith("check "))
             if gradient:
                 template = self.shadows(ins, template)
         elif ins.op in isa.CALLS:
