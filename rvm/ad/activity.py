@@ -188,10 +188,9 @@ class _Analysis:
             r = self.reg(f, args[0])
             cells = [("cells", STACK)] if ins.op in ("PUSH", "POP") else \
                 [("cells", b) for b in self.blocks(f, args[1])]
-            for c in cells:
-                if ins.op != "PUSH":
-                    self.join(r, c)
-                if ins.op in ("EXCH", "PUSH"):
+            for c in cells:         # (a push or pop both ways: uncalled, one is the other)
+                self.join(r, c)
+                if ins.op in ("EXCH", "PUSH", "POP"):
                     self.join(c, r)
         elif spec.group == "array":     # (cells moved or mixed bit for bit: conservatively)
             views = [self.blocks(f, a) for a in args if isinstance(a, View)]
@@ -212,9 +211,9 @@ class _Analysis:
             r = self.reg(f, args[0])
             cells = [STACK] if ins.op in ("PUSH", "POP") else self.blocks(f, args[1])
             for c in cells:
-                if ins.op in ("EXCH", "POP", "ADDM", "SUBM"):
+                if ins.op != "ADDK" and ins.op != "SUBK":     # (read as a constant)
                     self.mark(r, c)
-                if ins.op in ("EXCH", "PUSH"):
+                if ins.op in ("EXCH", "PUSH", "POP"):
                     self.mark(c, r)
         elif spec.group == "array":
             sources = [b for a in args[1:] if isinstance(a, View) for b in self.blocks(f, a)]
