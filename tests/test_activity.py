@@ -10,10 +10,9 @@ import pytest
 
 import rvm
 from rvm.ad import activity
-from rvm.ad.gradient import target
+from rvm.ad.gradient import Pass, target
 from rvm.core.inverse import inverse_function
 from rvm.engines import native
-from rvm.engines.machine import machine_for
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
@@ -40,12 +39,8 @@ def pulls(program, fname: str) -> dict:
 
 
 def pruned_for(fn, args, wrt: tuple):
-    program, name, names = target(fn, args)
-    m = machine_for(program)
-    m.enter(name, *args, names=names)
-    arrays = frozenset(b.params[0] for b in m.bindings if b.is_array)
-    active = frozenset(b.params[0] for k, b in enumerate(m.bindings) if k in wrt)
-    return program, activity.pruned(program, name, arrays, active)
+    """(the program, the program a gradient with respect to arguments wrt runs)."""
+    return target(fn, args)[0], Pass(fn, {}, frozenset(wrt)).entered(args).program
 
 
 def test_the_gmm_gradient_leaves_out_the_points_pullbacks():

@@ -160,10 +160,23 @@ class _Analysis:
         if not got <= points.get(dst, set()):
             points.setdefault(dst, set()).update(got)
 
-    def alike(self, f: Function, ins, cls: str, link) -> bool:
-        """The flows of calls and arithmetic, alike for addresses (integers: link is join)
-        and derivatives (floats: mark): True where ins is one of those."""
+    def alike(self, f: Function, ins, cls: str, link, cell) -> bool:
+        """The flows of calls, arithmetic, and exchanges and reads between a register and
+        the heap, alike for addresses (integers: link is join, cell(block) the key of the
+        block's cells) and derivatives (floats: mark, a block its own key; a read as a
+        constant carries no derivative): True where ins is one of those."""
         spec, args = ins.spec, ins.args
+        if spec.group == "memory" and ins.op not in ("ALLOC", "FREE"):
+            if args[0].cls == cls:
+                r = self.reg(f, args[0])
+                cells = [cell(STACK)] if ins.op in ("PUSH", "POP") else \
+                    [cell(b) for b in self.blocks(f, args[1])]
+                for c in cells:     # (a push or pop both ways: uncalled, one is the other)
+                    if cls == isa.INT or ins.op not in ("ADDK", "SUBK"):
+                        link(r, c)
+                    if ins.op in ("EXCH", "PUSH", "POP"):
+                        link(c, r)
+            return True
         if spec.group == "call":
             for a, p in self.calls(f, ins, cls):
                 link(a, p)
@@ -180,18 +193,10 @@ class _Analysis:
 
     def int_flows(self, f: Function, pc: int, ins) -> None:
         spec, args = ins.spec, ins.args
-        if self.alike(f, ins, isa.INT, self.join):
+        if self.alike(f, ins, isa.INT, self.join, lambda b: ("cells", b)):
             return
         if ins.op == "ALLOC":
             self.points.setdefault(self.reg(f, args[0]), set()).add(("alloc", f.name, pc))
-        elif spec.group == "memory" and ins.op != "FREE" and args[0].cls == isa.INT:
-            r = self.reg(f, args[0])
-            cells = [("cells", STACK)] if ins.op in ("PUSH", "POP") else \
-                [("cells", b) for b in self.blocks(f, args[1])]
-            for c in cells:         # (a push or pop both ways: uncalled, one is the other)
-                self.join(r, c)
-                if ins.op in ("EXCH", "PUSH", "POP"):
-                    self.join(c, r)
         elif spec.group == "array":     # (cells moved or mixed bit for bit: conservatively)
             views = [self.blocks(f, a) for a in args if isinstance(a, View)]
             for b in views[0] if views else ():
@@ -204,18 +209,9 @@ class _Analysis:
 
     def float_flows(self, f: Function, pc: int, ins) -> None:
         spec, args = ins.spec, ins.args
-        if self.alike(f, ins, isa.FLOAT, self.mark):
+        if self.alike(f, ins, isa.FLOAT, self.mark, lambda b: b):
             return
-        if spec.group == "memory" and ins.op not in ("ALLOC", "FREE") and \
-                args[0].cls == isa.FLOAT:
-            r = self.reg(f, args[0])
-            cells = [STACK] if ins.op in ("PUSH", "POP") else self.blocks(f, args[1])
-            for c in cells:
-                if ins.op != "ADDK" and ins.op != "SUBK":     # (read as a constant)
-                    self.mark(r, c)
-                if ins.op in ("EXCH", "PUSH", "POP"):
-                    self.mark(c, r)
-        elif spec.group == "array":
+        if spec.group == "array":
             sources = [b for a in args[1:] if isinstance(a, View) for b in self.blocks(f, a)]
             sources += [self.reg(f, a) for a in args if isinstance(a, Reg) and
                         a.cls == isa.FLOAT]

@@ -624,9 +624,8 @@ def _value_and_grad_function(fn, loss: Loss, argnums, wrt, has_aux: bool,
     """value_and_grad; with values=False (rvm.grad without has_aux) the values may come
     back as None, which lets a call with arrays run forwards and back in one native call."""
     check_options(machine_options)
-    pick = _selector(fn, argnums, wrt)
-    core = _value_and_grad(fn, loss, machine_options, values or has_aux,
-                           _requested(fn, argnums, wrt))
+    pick, chosen = _selector(fn, argnums, wrt)
+    core = _value_and_grad(fn, loss, machine_options, values or has_aux, chosen)
     plain = argnums is None and wrt is None and not has_aux
 
     @user_facing
@@ -677,12 +676,13 @@ def positional(fn, args: tuple, kwargs: dict) -> tuple:
     return place_keywords(names, args, kwargs, getattr(fn, "name", "the function"))
 
 
-def _selector(fn, argnums, wrt):
-    """A function picking the requested gradients out of all of them."""
+def _selector(fn, argnums, wrt) -> tuple:
+    """(a function picking the requested gradients out of all of them, the indices of the
+    arguments they are of: None for all, or where pick will refuse an unknown name)."""
     if argnums is not None and wrt is not None:
         raise UsageError("give argnums or wrt, not both")
     if argnums is None and wrt is None:
-        return lambda grads: grads
+        return (lambda grads: grads), None
     which = argnums if argnums is not None else wrt
     single = isinstance(which, (int, str, np.integer))
     items = [which] if single else list(which)
@@ -704,25 +704,11 @@ def _selector(fn, argnums, wrt):
                 raise UsageError(f"argnums: {k} is out of range for {len(grads)} arguments")
             out.append(grads[k])
         return out[0] if single else tuple(out)
-    return pick
-
-
-def _requested(fn, argnums, wrt) -> frozenset | None:
-    """The indices of the arguments whose gradients are asked for (None: all of them)."""
-    which = argnums if argnums is not None else wrt
-    if which is None or (argnums is not None and wrt is not None):
-        return None
-    items = [which] if isinstance(which, (int, str, np.integer)) else list(which)
-    names = parameter_names(fn) or []
-    out = set()
-    for w in items:
-        if isinstance(w, str):
-            if w not in names:
-                return None         # (pick says so)
-            out.add(names.index(w))
-        else:
-            out.add(int(w))
-    return frozenset(out)
+    try:
+        chosen = frozenset(map(index, items))
+    except UsageError:
+        chosen = None               # (pick says so, when called)
+    return pick, chosen
 
 
 def loss_index(fn, args, loss) -> tuple[int, int | None]:
