@@ -423,8 +423,8 @@ class _Direct:
     def ended(self, args) -> tuple | None:
         """After this thread's direct call with arrays returned gradients that are not
         finite: (the forward run's final registers, the heap's cells where it ended, its
-        steps), or None (not a fused native call, or a heap of more than FORWARD_END
-        cells)."""
+        steps), or None (not a fused native call, or a heap it did not copy: see
+        rvm.engines.lowering, FORWARD_CELLS)."""
         plan = self.plans.get(call_kind(args))
         forward, snap, _ = getattr(plan, "forward_end", (None, None, None))
         from ..engines.lowering import SNAP_AT, SNAP_HEAD, SNAP_NAME, SNAP_TOP
@@ -491,13 +491,15 @@ class _Direct:
                           for k, lo, hi_, shape, is_float in places]
         now = [placed(heap)]        # the private heap and the arrays' places on it
         budget, n = m.max_steps, len(fn.params)
-        # (a fused call on a heap of at most FORWARD_END cells leaves the heap where its
-        # forward run ended in a snapshot buffer, and its final registers here: where
-        # its gradient is not finite, the search starts from them: see ended, not_finite)
-        from ..engines.lowering import SNAP_AT, SNAP_HEAD, SNAP_ROOM
-        snap = np.zeros(SNAP_HEAD + total, np.int64) \
-            if fused is not None and total <= FORWARD_END else None
+        # (a fused call leaves the heap where its forward run ended in a snapshot buffer
+        # where the copy is cheap beside the run, and its final registers here: where
+        # its gradient is not finite, the search starts from them: see ended, not_finite;
+        # the buffer's pages are touched only where a copy is made)
+        from ..engines.lowering import FORWARD_ROOM, SNAP_AT, SNAP_HEAD, SNAP_ROOM
+        snap = np.empty(SNAP_HEAD + total, np.int64) \
+            if fused is not None and total <= FORWARD_ROOM else None
         if snap is not None:
+            snap[:SNAP_HEAD] = 0
             snap[SNAP_AT], snap[SNAP_ROOM] = -1, total
         forward_end: list = [None, snap, None if snap is None else snap.ctypes.data]
         convert = coercers(fn.params, fn.name)
@@ -888,7 +890,7 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
         if k:
             m.max_steps = k
             try:
-                m.run(-1)
+                m.run(-1, heap=start[1])
             except MachineError as e:
                 if "step budget" not in str(e):
                     return True
@@ -947,7 +949,7 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
         # is soon after it. (A budget that ends a step before the look's back edge stops
         # natively there, in one run.)
         try:
-            m.run(-1)
+            m.run(-1, heap=start[1])
         except RvmError as e:
             # (placed where every frame's shadows and every cell's are finite, as a
             # look before the first that found one not finite is: a callee's look
@@ -1002,9 +1004,6 @@ def _at_forward_end(m: Machine, name: str, args, names, ended: tuple) -> bool:
 
 SCANNED = 1 << 8        # a heap of at most this many cells is scanned whole at a step of
 # a heap instruction while the search steps (more: the cell the instruction names)
-FORWARD_END = 1 << 10   # a direct call with arrays on a heap of at most this many cells
-# keeps the heap where its forward run ended (a copy per call: 0.3 us; 10^4 cells cost a
-# small call 15% of its time), for the search where its gradient is not finite
 
 SEARCHED = 1 << 10      # steps of the gradient pass not_finite steps through on the
 # interpreter (beyond them, a bisection of native runs)

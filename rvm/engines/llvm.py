@@ -41,12 +41,14 @@ from .lowering import (
     BUDGET,
     CHECKPOINT,
     FAULT,
+    FORWARD_CELLS,
     FRAME_REGISTER,
     INTERRUPT,
     INTERRUPT_CELL,
     MESSAGES,
     RECORD,
     SNAP_ROOM,
+    SNAP_SPACING,
     Lowering,
     Types,
     Unsupported,
@@ -589,10 +591,12 @@ def whole_run_fits(b, t: Types, budget, left, tail, code, done) -> None:
 def _forward_end(b, t: Types, S, H, budget) -> None:
     """In a value-and-gradient call given a snapshot buffer (the state's SNAP, as the
     direct calls with arrays give one: rvm.ad.gradient, _Direct.make_arrays), the heap
-    where the forward run ended, if the buffer holds it (its room, SNAP_ROOM): marked -2
-    in SNAP_AT, the top in SNAP_TOP and the forward run's steps in SNAP_NAME's cell.
-    Where the gradient then comes out not finite, the search for where it stopped being
-    finite starts there (rvm.ad.gradient.not_finite), not with the forward run again."""
+    where the forward run ended, if the buffer holds it (its room, SNAP_ROOM) and the
+    copy is cheap beside the run (at most FORWARD_CELLS cells, or SNAP_SPACING steps per
+    cell): marked -2 in SNAP_AT, the top in SNAP_TOP and the forward run's steps in
+    SNAP_NAME's cell. Where the gradient then comes out not finite, the search for where
+    it stopped being finite starts there (rvm.ad.gradient.not_finite), not with the
+    forward run again."""
     fn = b.function
     snap_at = b.load(b.gep(S, [t.i64(SNAP)]))
     given, copy, after = (fn.append_basic_block() for _ in range(3))
@@ -600,10 +604,13 @@ def _forward_end(b, t: Types, S, H, budget) -> None:
     b.position_at_end(given)
     snap = b.inttoptr(snap_at, t.ptr)
     top = b.load(b.gep(S, [t.i64(0)]))
-    b.cbranch(b.icmp_signed("<=", top, b.load(b.gep(snap, [t.i64(SNAP_ROOM)]))), copy, after)
+    steps = b.sub(budget, b.load(b.gep(S, [t.i64(1)])))
+    cheap = b.or_(b.icmp_signed("<=", top, t.i64(FORWARD_CELLS)),
+                  b.icmp_signed("<=", b.mul(top, t.i64(SNAP_SPACING)), steps))
+    fits = b.icmp_signed("<=", top, b.load(b.gep(snap, [t.i64(SNAP_ROOM)])))
+    b.cbranch(b.and_(fits, cheap), copy, after)
     b.position_at_end(copy)
-    snapshot_cells(b, t, snap, (t.i64(-2), top, b.sub(budget, b.load(b.gep(S, [t.i64(1)])))),
-                   H, top)
+    snapshot_cells(b, t, snap, (t.i64(-2), top, steps), H, top)
     b.branch(after)
     b.position_at_end(after)
 

@@ -52,6 +52,10 @@ LOOK_EVERY = 1 << 10
 # loop 5-15% in every way tried: the look's code shapes the loop's.)
 SNAP_AT, SNAP_TOP, SNAP_NAME, SNAP_ROOM, SNAP_HEAD = range(5)
 SNAP_CELLS, SNAP_SPACING = 1 << 16, 64
+# where a value-and-gradient call's forward run ends, the heap is copied into the buffer
+# its caller gives (rvm.engines.llvm: _forward_end) where it has at most FORWARD_CELLS
+# cells, or SNAP_SPACING steps of that run per cell; callers give at most FORWARD_ROOM
+FORWARD_CELLS, FORWARD_ROOM = 1 << 10, 1 << 22
 # in the build that searches a gradient pass: a step per heap cell, for heaps of at most
 # SEARCH_CELLS cells (the interpreter then steps at most about that far from a snapshot)
 SEARCH_CELLS = 1 << 12

@@ -528,9 +528,13 @@ class Machine(Helpers):
             if fr.R[k] != 0 and self._residue(fr.fn, k, fr.R[k], derived):
                 fr.R[k] = 0.0
 
-    def run(self, direction: int = 1, max_steps: int | None = None) -> int:
+    def run(self, direction: int = 1, max_steps: int | None = None,
+            heap: tuple | None = None) -> int:
         """Run to the end (direction +1) or back to the start (-1); return steps taken
-        (0 when the compiled engine ran the whole pass: it does not count steps)."""
+        (0 when the compiled engine ran the whole pass: it does not count steps). heap:
+        the heap as it is now, where the caller has it (saved()[1]: a search that runs
+        a pass again from one state), so that a compiled run need not copy it to undo
+        its writes where it fails."""
         self.entered()
         if self.at_boundary(-direction):    # a whole pass: the derivatives' magnitudes
             self.dscale = 0.0               # are its own (compiled.derived_registers)
@@ -550,7 +554,7 @@ class Machine(Helpers):
                 self._compiled = compiled(self.program, self.checks,
                                           native=engine == "native")
                 self._compiled_functions = None
-            heap = self._heap_state()
+            heap = self._heap_state() if heap is None else heap
 
             def undo():
                 """The heap as before the run (the cells above the top zero)."""
@@ -1110,8 +1114,8 @@ class Machine(Helpers):
         """The heap as _heap_state took it (the cells above the top zero)."""
         self.top, cells, shadows, self.dscale = saved
         for buf, data in ((self._buf, cells), (self._gbuf, shadows)):
-            np.frombuffer(buf, np.uint8)[:] = 0
             buf[:len(data)] = data
+            np.frombuffer(buf, np.uint8)[len(data):] = 0
 
     def _root_state(self) -> tuple:
         """The root frame's registers, shadows and state, and the step count (_restore)."""
