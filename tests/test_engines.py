@@ -1744,12 +1744,36 @@ back:   BR.LT  f0, f1, top
             assert m.uncall("root", 10.0, 10.0, 10) == (0.0, 10.0, 0), engine
 
 
+def test_a_cleared_register_that_held_inf_minus_inf_is_refused_on_every_engine():
+    """An ancilla that takes in a cell holding inf and gives it back holds inf - inf =
+    nan where it is cleared: the interpreter refuses the value where it became inf, and
+    so does native code, which knew the register as `e - e` and had cleared it without
+    a test (a skeptic's case: native code returned 1.0, and the default engine's calls
+    went from the error to that once they moved to native code)."""
+    f = rvm.reversible.source('''
+def f(out: float, x: Array[float]):
+    with ancilla(s=0.0):
+        s += x[0]
+        out += 1.0
+        s -= x[0]
+''', {"Array": rvm.Array, "ancilla": rvm.ancilla})
+    for x in (np.inf, -np.inf, np.nan):
+        for engine in ENGINES:
+            with pytest.raises(rvm.InvertibilityError, match="`s` would become") as e:
+                f(0.0, np.array([x]), engine=engine)
+            assert e.value.index == 1, (engine, str(e.value))
+        with pytest.raises(rvm.InvertibilityError):
+            rvm.grad(f, loss="out", engine="native")(0.0, np.array([x]))
+    assert f(0.0, np.array([2.0]), engine="native")[0] == 1.0
+
+
 def test_zero_of_a_register_known_to_hold_zero_is_not_tested_again():
     """The frontend clears every float temporary (ZERO) before its compute; where the
     compiled code knows the register holds 0.0 there (a heap cell read in and taken back
-    out exactly: `d = e - e`, whose inf or nan the deferred test already caught), the
-    clearing makes no test (in the GMM example's loops the tests took 40% of a gradient).
-    The others still test."""
+    out exactly: `d = e - e`), the clearing makes no test of its tolerance (in the GMM
+    example's loops the tests took 40% of a gradient), only of e - e's finiteness
+    (test_a_cleared_register_that_held_inf_minus_inf_is_refused_on_every_engine). The
+    others still test."""
     f = rvm.reversible.source('''
 def f(out: float, x: Array[float], n: int):
     for i in range(n):

@@ -239,13 +239,8 @@ class _Known:
     is made `0.0 + cell` (self.canon: the registers to do that for before the
     instruction)."""
 
-    def __init__(self, zeros=(), gzeros=(), pending=None, plus=(), raw=(), lent=None,
-                 cancelled=()):
+    def __init__(self, zeros=(), gzeros=(), pending=None, plus=(), raw=(), lent=None):
         self.zeros, self.gzeros = set(zeros), set(gzeros)
-        # the zeros known so only as `d = e - e`, which is nan where e is inf or nan: the
-        # next `d = 0.0 + e2` would drop what the interpreter keeps (nan + e2), so native
-        # code tests d there first (_exact: `_lost += d`)
-        self.cancelled = set(cancelled)
         self.pending = dict(pending or {})
         self.plus, self.raw = set(plus), set(raw)
         # registers exchanged into a cell: {register: (the cell, was it zero, plus)}; the
@@ -254,23 +249,19 @@ class _Known:
         self.canon: list = []
 
     def copy(self) -> _Known:
-        return _Known(self.zeros, self.gzeros, self.pending, self.plus, self.raw, self.lent,
-                      self.cancelled)
+        return _Known(self.zeros, self.gzeros, self.pending, self.plus, self.raw, self.lent)
 
     def meet(self, other: _Known) -> _Known:
         """What holds on both ways in (a register raw on either way may be raw)."""
         return _Known(self.zeros & other.zeros, self.gzeros & other.gzeros,
                       {r: v for r, v in self.pending.items() if other.pending.get(r) == v},
                       self.plus & other.plus, self.raw | other.raw,
-                      {r: v for r, v in self.lent.items() if other.lent.get(r) == v},
-                      self.cancelled | other.cancelled)
+                      {r: v for r, v in self.lent.items() if other.lent.get(r) == v})
 
     def __eq__(self, other) -> bool:
         return isinstance(other, _Known) and (self.zeros, self.gzeros, self.pending,
-                                              self.plus, self.raw, self.lent,
-                                              self.cancelled) == \
-            (other.zeros, other.gzeros, other.pending, other.plus, other.raw, other.lent,
-             other.cancelled)
+                                              self.plus, self.raw, self.lent) == \
+            (other.zeros, other.gzeros, other.pending, other.plus, other.raw, other.lent)
 
     def _raw_ok(self, ins, acc, gradient: bool) -> bool:
         """May ins read its raw registers as they are (a product accumulated as above)?"""
@@ -287,8 +278,8 @@ class _Known:
         carries it (see _exact), not set to zero."""
         acc = _accumulates(ins)
         d = ins.args[0] if acc else None
-        # (ZERO of a register known to hold 0.0 needs no test: it holds +0.0, or `e - e`,
-        # whose inf or nan the deferred test of the instruction that made it caught)
+        # (ZERO of a register known to hold 0.0 needs no test: it holds +0.0, or `e - e`
+        # for an e tested finite where it was accumulated into the register: _exact)
         cleared = ins.op == "ZERO" and ins.args[0] in self.zeros
         action = None
         if acc and d in self.zeros:
@@ -309,7 +300,7 @@ class _Known:
         raw = action == "fresh" and acc[0] == "+" and acc[1][0]
         if ins.op not in isa.CALLS and ins.spec.group != "control":
             template = _exact(_template(ins, gradient), "raw" if raw else action,
-                              gradient and not carry, d in self.cancelled)
+                              gradient and not carry)
             if cleared:
                 template = "\n".join(line for line in template.splitlines()
                                       if not line.startswith("check "))
@@ -331,11 +322,9 @@ class _Known:
         if ins.op == "EXCH" and ins.args[0].cls == isa.FLOAT and back is None:
             x = ins.args[0]
             self.lent[x] = (ins.args[1], x in self.zeros, x in self.plus)
-        swapped = [[a in s for a in ins.args] for s in (self.zeros, self.plus,
-                                                        self.cancelled)] \
+        swapped = [[a in s for a in ins.args] for s in (self.zeros, self.plus)] \
             if ins.op == "SWAP" else None
         self.zeros -= written
-        self.cancelled -= written
         self.raw -= written
         if not acc:
             self.plus -= written
@@ -347,7 +336,6 @@ class _Known:
         elif action == "cancel":
             self.zeros.add(d)
             self.plus.add(d)
-            self.cancelled.add(d)
         elif ins.op in ("ZERO", "PUSH") and ins.args[0].cls == isa.FLOAT:
             self.zeros.add(ins.args[0])         # both set it to 0.0
             self.plus.add(ins.args[0])
@@ -357,7 +345,6 @@ class _Known:
         elif swapped is not None:
             self.zeros |= {b for b, z in zip(reversed(ins.args), swapped[0]) if z}
             self.plus |= {b for b, z in zip(reversed(ins.args), swapped[1]) if z}
-            self.cancelled |= {b for b, z in zip(reversed(ins.args), swapped[2]) if z}
         return template
 
     def shadows(self, ins, template: str) -> str:
@@ -410,7 +397,7 @@ def _template(ins, gradient: bool) -> str:
     return ins.spec.forward[cls]
 
 
-def _exact(template: str, action: str | None, zero_shadow: bool, lost: bool = False) -> str:
+def _exact(template: str, action: str | None, zero_shadow: bool) -> str:
     """The template with its value line rewritten for a known-zero destination. In a
     gradient pass, where d is zero before the instruction it is zero as a function of the
     inputs too (a local's start, a ZERO, or e - e), so nothing the loss depends on flows
@@ -419,7 +406,10 @@ def _exact(template: str, action: str | None, zero_shadow: bool, lost: bool = Fa
     pair's other half runs; the gradient is the same, with fewer operations and less
     rounding, but midway through a pass that shadow is not the interpreter's, which
     carries it on, as the build that searches does: Compiled.carry). action "raw": a heap
-    cell read into a known-zero register as it is (see _Known)."""
+    cell read into a known-zero register as it is (see _Known). What a fresh or raw line
+    puts in d is tested finite there (`_lost`), where the interpreter tests the
+    instruction's result, so that the cancel `d = e - e` is +0.0 and a ZERO of d needs
+    no test (_Known.step): untested, an inf that e held became nan and was cleared."""
     if action is None:
         return template
     first, _, rest = template.partition("\n")
@@ -430,8 +420,8 @@ def _exact(template: str, action: str | None, zero_shadow: bool, lost: bool = Fa
             "cancel": f"{{d}} = ({value}) - ({value})"}[action]
     if zero_shadow and action in ("fresh", "raw"):
         rest = "{gd} = 0.0"
-    if lost and action in ("fresh", "raw"):    # (see _Known.cancelled)
-        line = "_lost += {d}\n" + line
+    if action in ("fresh", "raw"):     # (tested here, so that `d = e - e` is +0.0)
+        line += "\n_lost += {d}"
     return line + ("\n" + rest if rest else "")
 
 
@@ -1553,7 +1543,7 @@ class Compiled:
         backward = _Writer(self, tail, True, restores=list(fn.locals))
         floats = {r for r in fn.locals if r.cls == isa.FLOAT}
         backward.entry = _Known(forward.exit.zeros, floats, forward.exit.pending,
-                                forward.exit.plus, cancelled=forward.exit.cancelled)  # the
+                                forward.exit.plus)  # the
         # same registers, same values; the locals' shadows start at zero
         out[self.name(fname, "gbws")] = backward.source(self.name(fname, "gbws"))
         return out

@@ -638,8 +638,8 @@ class Lowering(ArrayLowering):
         elif isinstance(s, ast.AugAssign) and _named(s.target, "_fin"):
             pass                        # finiteness: see finite() and clean()
         elif isinstance(s, ast.AugAssign) and _named(s.target, "_lost"):
-            # a register about to be overwritten that may hold e - e for an e that is not
-            # finite (rvm.engines.compiled: _Known.cancelled): tested, as when returned
+            # a value accumulated into a register known to hold 0.0, whose `e - e` is
+            # taken as 0.0 later (rvm.engines.compiled: _exact): tested, as when returned
             self.finite(self.expr(s.value))
         elif isinstance(s, ast.AugAssign):
             self.store(s.target, self.binop(s.op, self.expr(s.target), self.expr(s.value)))
