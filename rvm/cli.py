@@ -203,10 +203,33 @@ def _derive(program: Program, names: list[str], args, values) -> tuple[Program, 
     rf = program.cache.get("unannotated", {}).get(entry)
     if rf is not None:          # typed by its own arguments: the first values
         program, entry = specialized(program, entry, values[:len(rf.node.args.args)])
+    if kind in ("tangent", "adjoint") and any(isinstance(v, np.ndarray) for v in values):
+        return _derived_of_arrays(program, entry, kind, args, values)
     out, name = derived(program, entry, kind)
     if kind in ("tangent", "adjoint"):      # its arguments named n, x, x_bar...
         from .ad.derivatives import named
         out = named(out, name, program.functions[entry], kind)
+    return out, name
+
+
+def _derived_of_arrays(program: Program, entry: str, kind: str, args, values: list):
+    """The tangent or adjoint program of a function given arrays, as rvm.tangent and
+    rvm.adjoint make and call it: --args are the function's arguments, then one tangent
+    (or shadow) per float argument, an array's an array of its shape; the program takes
+    each array interleaved with its tangents (values are packed so in place), and
+    args.unpack gives a run's results back as the function's values, then the
+    tangents, named after its arguments (x, x_dot)."""
+    from .ad.derivatives import KINDS, arity, float_arguments, packed_call
+    fn, given = program[entry], list(values)
+    n = arity(fn, given)
+    labels = _labels(program, entry, given[:n])
+    names = [x[0] for x in labels] + [f"{labels[k][0]}_{KINDS[kind][1]}"
+                                      for k in float_arguments(fn, given[:n])]
+    if len(given) != len(names):
+        raise UsageError(f"the {kind} of {entry} takes {plural(len(names), 'argument')} "
+                         f"({', '.join(names)}); --args gives {len(given)}")
+    t, out, name, values[:] = packed_call(fn, kind, given)
+    args.unpack = lambda results: (names, t.unpack(given, results))
     return out, name
 
 
@@ -226,7 +249,7 @@ def _program(args) -> tuple[Program, str, list]:
     names = list(program.functions) + list(program.cache.get("unannotated", {}))
     values = _arguments(args.args, lambda k, before: _argument_name(program, names, args,
                                                                      k, before))
-    program, entry = _derive(program, names, args, values)
+    program, entry = _derive(program, names, args, values)     # (packs values it must)
     if "janus" in program.cache:
         from .lang import janus
         if entry == "main" and not values:        # main's variables, as declared
@@ -298,7 +321,10 @@ def cmd_run(args) -> None:
             print(janus.show_store(program, results))
             return
         results = janus.from_machine(program, entry, results)
-    _print_values([b.name for b in m.bindings], results, args.json)
+    names = [b.name for b in m.bindings]
+    if getattr(args, "unpack", None) is not None:   # (a derivative of arrays: _derive)
+        names, results = args.unpack(results)
+    _print_values(names, results, args.json)
 
 
 def cmd_grad(args) -> None:
@@ -522,7 +548,8 @@ def _transform(p: argparse.ArgumentParser) -> None:
     p.add_argument("--transform", choices=["inverse", "adjoint", "tangent"],
                    help="the entry's inverse, adjoint or tangent program instead, as "
                    "rvm.inverse/adjoint/tangent make it (--entry f.adj, f.tan, f.inv say "
-                   "the same); --args are then that program's arguments")
+                   "the same); --args are then that program's arguments: the entry's, "
+                   "then one tangent (or shadow) per float argument, an array's an array")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -322,6 +322,29 @@ def test_asm_instruction_steps_registers_and_transforms(dap):
             d.close()
 
 
+def test_the_tangent_and_adjoint_of_a_function_of_arrays_take_the_arrays_tangents(tmp_path):
+    """A launch with a transform of a function given arrays: the arguments are the
+    function's, then one tangent (or shadow) per float argument, an array's an array, as
+    rvm.tangent and rvm.adjoint take them; the program runs each array interleaved with
+    its tangents (it had read x[1] as x[0]'s tangent: out_dot was 3 + 5 here)."""
+    (tmp_path / "f.py").write_text("from rvm import Array, reversible\n\n@reversible\n"
+                                   "def f(out: float, x: Array[float]):\n"
+                                   "    out += x[0] * x[1]\n")
+    for transform, args, out, dot in [
+            ("tangent", ["0.0", "[3.0,5.0]", "0.0", "[1.0,0.0]"], "15.0", "5.0"),
+            ("adjoint", ["15.0", "[3.0,5.0]", "1.0", "[0.0,0.0]"], "15.0", "1.0")]:
+        d = Client.start()
+        try:
+            d.launch(program=str(tmp_path / "f.py"), entry="f", args=args,
+                     transform=transform, stop="end")
+            regs = d.variables(scope="Registers")     # (the derivative's own registers)
+            assert regs["f0"]["value"] == out, (transform, regs)
+            assert dot in {v["value"] for k, v in regs.items() if k != "f0"}, regs
+            d.request("disconnect")
+        finally:
+            d.close()
+
+
 def test_an_invertibility_failure_stops_with_its_message(dap, tmp_path):
     bad = tmp_path / "bad.rasm"
     bad.write_text(".func f(r0)\nb: BR.EQ r0, 0, c\n INC r0\nc: CF.EQ r0, 0, b\n.end\n")

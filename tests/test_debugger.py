@@ -1,6 +1,7 @@
 """The bidirectional debugger: stepping both ways restores state exactly, breakpoints and
 watches in both directions, flat memory, errors, batch mode, and the terminal UI."""
 
+import json
 import pathlib
 import resource
 import shutil
@@ -713,6 +714,47 @@ def test_cli_debug_run_and_draw_take_a_transform(tmp_path):
         assert r.returncode == 0, r.stderr
         pictures.append(out.read_bytes())
     assert pictures[0] == pictures[1] == pictures[2]
+
+
+def test_cli_run_and_debug_take_the_derivatives_of_a_function_of_arrays(tmp_path):
+    """`--transform tangent|adjoint` of a function given arrays: --args are its arguments,
+    then one tangent (or shadow) per float argument, an array's an array of its shape,
+    as rvm.tangent and rvm.adjoint take them, and run prints the values and tangents
+    under the arguments' names (the program had been given each array without its
+    tangents: it read x[1] as x[0]'s tangent, and printed out_dot = 31 for 1)."""
+    (tmp_path / "f.py").write_text("from rvm import Array, reversible\n\n@reversible\n"
+                                   "def main(out: float, x: Array[float]):\n"
+                                   "    out += x[0] * x[0]\n")
+    cli = [sys.executable, "-m", "rvm.cli"]
+    x = "[3.0,5.0,7.0,9.0]"
+    for transform, args, want in [
+            ("tangent", ["0.0", x, "1.0", "[0,0,0,0]"],
+             {"out": 9.0, "out_dot": 1.0, "x_dot": [0.0] * 4}),
+            ("tangent", ["0.0", x, "0.0", "[1,0,0,0]"], {"out_dot": 6.0}),
+            ("adjoint", ["0.0", x, "1.0", "[0,0,0,0]"],
+             {"out_bar": 1.0, "x_bar": [6.0, 0.0, 0.0, 0.0]})]:
+        r = subprocess.run([*cli, "run", str(tmp_path / "f.py"), "--transform", transform,
+                            "--args", *args, "--json"], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 0, r.stderr
+        got = json.loads(r.stdout)
+        assert got["x"] == [3.0, 5.0, 7.0, 9.0] and {k: got[k] for k in want} == want, got
+    r = subprocess.run([*cli, "run", str(ROOT / "asm/arrays.rasm"), "--entry", "dot.tan",
+                        "--args", "[1.0,2,3]", "[4.0,5,-6]", "0.5", "[1,0,0]", "[0,0,0]", "0",
+                        "--json"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and json.loads(r.stdout)["f0_dot"] == 4.0, r.stdout + r.stderr
+    r = subprocess.run([*cli, "run", str(tmp_path / "f.py"), "--transform", "tangent",
+                        "--args", "0.0", x, "1.0"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.strip() == (
+        "rvm: usage error: the tangent of main takes 4 arguments (out, x, out_dot, x_dot); "
+        "--args gives 3"), r.stderr
+    script = tmp_path / "cmds"
+    script.write_text("c\ninfo args\nq\n")     # (the derivative's registers: f3 out_dot)
+    r = subprocess.run([*cli, "debug", str(tmp_path / "f.py"), "--transform", "tangent",
+                        "--args", "0.0", x, "0.0", "[1,0,0,0]", "--batch", str(script)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "f0 = 9.0" in r.stdout and " = 6.0" in r.stdout, \
+        r.stdout + r.stderr
 
 
 def test_cli_run_args_in_a_janus_program_converts_as_args_does(tmp_path):

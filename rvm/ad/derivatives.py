@@ -79,13 +79,17 @@ def named(derived: Program, entry: str, primal: Function, kind: str) -> Program:
     """The tangent or adjoint program `derived` of `primal` with its entry's arguments
     named after primal's (derived_names), so that its messages, results and debugger
     speak the source's names. Unchanged when they are unknown."""
-    names = derived_names(primal, KINDS[kind][1])
-    fn = derived.functions[entry]
-    if not names or fn.names == names:
-        return derived
-    kept = {k: v for k, v in derived.cache.items() if isinstance(k, str)}
-    return Program({**derived.functions, entry: attrs.evolve(fn, names=names)},
-                   derived.source, kept, derived.engine)
+    return _with_names(derived, entry, derived_names(primal, KINDS[kind][1]))
+
+
+def _with_names(program: Program, entry: str, names) -> Program:
+    """The program with its entry's arguments named so (unchanged where names is empty)."""
+    fn = program.functions[entry]
+    if not names or fn.names == tuple(names):
+        return program
+    kept = {k: v for k, v in program.cache.items() if isinstance(k, str)}
+    return Program({**program.functions, entry: attrs.evolve(fn, names=tuple(names))},
+                   program.source, kept, program.engine)
 
 
 def as_bound(f, args) -> tuple:
@@ -566,6 +570,25 @@ def adjoint(f, engine: str | None = None, **options) -> Transformed:
     (x..., ybar...) -> (x..., J^T ybar...), one shadow per float argument. `options` as
     for rvm.tangent."""
     return Transformed("adjoint", f, engine=engine, **options)
+
+
+def packed_call(fn, kind: str, values: list) -> tuple[Transformed, Program, str, list]:
+    """For a call of fn's tangent or adjoint program (kind) with `values`: fn's arguments,
+    then one tangent (or shadow) per float argument, an array's an array of its shape.
+    The derivative as rvm.tangent and rvm.adjoint make it, its program and entry, and
+    the values as that program takes them (each array interleaved with its tangents:
+    Transformed.unpack gives its results back as fn's values, then the tangents). The
+    debugger and the command line run derivatives of functions of arrays so."""
+    n = arity(fn, values)
+    floats = float_arguments(fn, values[:n])
+    t = Transformed(kind, fn)
+    if len(values) != n + len(floats):
+        raise UsageError(f"{t.name} takes the {plural(n, 'argument')} of "
+                         f"{getattr(fn, 'name', '?')}, then one {_KIND[KINDS[kind][1]]} per "
+                         f"float argument ({len(floats)}): {n + len(floats)} in all, "
+                         f"got {len(values)}")
+    program, name, names = t.specialize(values)
+    return t, _with_names(program, name, names), name, t.pack(values)
 
 
 def _checked_tangents(tangents, primals, floats: list[int], what: str) -> list:

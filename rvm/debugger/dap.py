@@ -466,7 +466,13 @@ class Session:
         if not path.endswith((".py", ".ja", ".rasm", ".rvmb")):
             raise RequestError(f"launch: {path}: expected a .py, .ja, .rasm or .rvmb file")
         code, name, values = self.read_program(path, entry, texts)
-        code, name = derived(code, name, transform)
+        if transform in ("tangent", "adjoint") and \
+                any(isinstance(v, np.ndarray) for v in values):
+            # (as rvm.tangent and rvm.adjoint call it: each array with its tangents)
+            from ..ad.derivatives import packed_call
+            _, code, name, values = packed_call(code[name], transform, list(values))
+        else:
+            code, name = derived(code, name, transform)
         dbg = DapDebugger(code, name, tuple(values), max_steps=max_steps,
                           heap_limit=heap_limit, out=self.stdout,
                           external=lambda: self.pause_requested or self.service or
