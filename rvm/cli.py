@@ -331,7 +331,7 @@ def cmd_grad(args) -> None:
     from .ad.gradient import grad
     program, entry, values = _program(args)
     labels = _labels(program, entry, values)
-    loss = _which(args.loss, labels, "--loss")
+    loss = _loss(args.loss, labels, values)
     wrt = args.wrt or [names[0] for names in labels]   # each under the name it was given
     keep = [_which(w, labels, "--wrt") for w in wrt]
     grads = grad(program[entry], loss=loss, argnums=tuple(keep), **_options(args))(*values)
@@ -354,9 +354,27 @@ def _labels(program: Program, entry: str, values) -> list[list[str]]:
     return out
 
 
+def _loss(text: str, labels: list[list[str]], values: list):
+    """What --loss names: an argument (as _which takes it), or an element of an array
+    argument as an index says it in Python, W[3] or W[1, 2] (rvm.grad's (argument,
+    element))."""
+    text = text.strip()
+    m = re.fullmatch(r"(.+?)\[\s*(\d+(?:\s*,\s*\d+)*)\s*\]", text)
+    k = _which(m.group(1) if m else text, labels, "--loss")
+    if m:
+        index = tuple(int(i) for i in m.group(2).split(","))
+        return k, index[0] if len(index) == 1 and not isinstance(k, str) and \
+            np.ndim(values[k]) == 1 else index
+    if isinstance(k, int) and isinstance(values[k], np.ndarray):
+        raise UsageError(f"--loss {text}: {labels[k][0]} is an array; name one element, "
+                         f"as --loss '{labels[k][0]}[0]'")
+    return k
+
+
 def _which(text: str, labels: list[list[str]], option: str) -> int | str:
     """The argument index a --loss/--wrt names: an index, or any of its names (a --loss
     named otherwise is left to rvm.grad, which says what it takes)."""
+    text = text.strip()
     if text.isdigit() and int(text) < len(labels):
         return int(text)
     for k, names in enumerate(labels):

@@ -5,6 +5,7 @@ overflows, and disassembly that re-assembles exactly."""
 import contextlib
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -526,6 +527,48 @@ def test_argnums_wrt_has_aux_and_keyword_arguments():
         rvm.grad(f, loss=0)(0.0, f7=1.0)
     with pytest.raises(rvm.UsageError, match="out of range"):
         rvm.grad(f, loss=0, argnums=5)(0.0, 1.0, 3.0)
+    assert rvm.grad(f, loss=0, argnums=range(1, 3))(0.0, 1.0, 3.0) == (660.0, 528.0)
+    assert rvm.grad(f, loss=0, argnums=np.array([2]))(0.0, 1.0, 3.0) == (528.0,)
+
+
+@pytest.mark.parametrize("argnums, wrt, message", [
+    ((1.5,), None, "argnums: 1.5 is not an argument index"),   # (it took argument 1's)
+    ((2.9,), None, "argnums: 2.9 is not an argument index"),   # (argument 2's)
+    (1.0, None, "argnums must be an argument index or name, or a sequence"),
+    ({1: 2}, None, "argnums must be"), (True, None, "argnums must be"),
+    ([[1]], None, "argnums must be"), (None, [["f1"]], "wrt must be"),
+    (None, 3.0, "wrt must be")])
+def test_argnums_and_wrt_of_the_wrong_kind_are_refused(argnums, wrt, message):
+    """An index that is not an int, or a container that is not a sequence, is a usage
+    error, not an argument taken by int() of it nor a TypeError from inside."""
+    f = rvm.load(pathlib.Path(__file__).resolve().parent.parent / "asm" / "poly.rasm")["f"]
+    with pytest.raises(rvm.UsageError, match=re.escape(message)):
+        rvm.grad(f, loss=0, argnums=argnums, wrt=wrt)(0.0, 1.0, 3.0)
+
+
+@pytest.mark.parametrize("loss, message", [
+    ((2, (5,)), "loss element (5,) is outside y (shape (2,))"),
+    ((1, (2, 0)), "loss element (2, 0) is outside A (shape (2, 3))"),
+    ((2, "a"), "loss element 'a' of y (shape (2,)): an element is an int"),
+    ((1, (0, 0, 0)), "a tuple of 2 ints, one per axis"),
+    ((2, 1.5), "loss element 1.5 of y"),
+    ((1, (0, 0.0)), "loss element (0, 0.0) of A"),
+    ((2,), "loss (2,): name an array's element as (argument, index)"),
+    ((2, 0, 1), "loss (2, 0, 1): name an array's element")])
+def test_a_malformed_loss_element_is_an_rvm_error(loss, message):
+    """Each malformed (argument, element) loss is one rvm error naming it: they were
+    numpy's ValueError and TypeError, or an unpacking error, and (3, 1.5) was taken as
+    element 1."""
+    f = rvm.reversible.source('''
+def f(out: float, A: Array[float, 2], y: Array[float]):
+    out += np.sum(A * A)
+    out += np.sum(y * y)
+''', {"Array": rvm.Array, "np": np})
+    with pytest.raises(rvm.RvmError, match=re.escape(message)):
+        rvm.grad(f, loss=loss)(0.0, np.ones((2, 3)), np.ones(2))
+    unit = np.zeros((2, 3))
+    unit[1, 2] = 1.0            # (the loss A[1, 2], which f leaves as it is)
+    assert (rvm.grad(f, loss=(1, (1, 2)))(0.0, np.ones((2, 3)), np.ones(2))[1] == unit).all()
 
 
 def test_arrays_of_other_dtypes_lists_and_0d_arrays_are_converted():

@@ -26,6 +26,7 @@ from ..engines.arguments import (
     exact_columns,
     first_row,
     place_keywords,
+    plural,
     read_array,
     scalar,
 )
@@ -121,6 +122,10 @@ def find_argument(bindings: list[Binding], fn, which: Loss, what: str,
     (None for a scalar, or for a whole array where `whole_arrays` allows one)."""
     element = None
     if isinstance(which, tuple):
+        if len(which) != 2:
+            raise MachineError(f"{what} {which!r}: name an array's element as (argument, "
+                               "index), the index an int or a tuple of one int per axis",
+                               fn.name)
         which, element = which
     if isinstance(which, (int, np.integer)) and not isinstance(which, bool):
         if not 0 <= which < len(bindings):
@@ -151,13 +156,18 @@ def find_argument(bindings: list[Binding], fn, which: Loss, what: str,
     if element is not None:
         if not b.is_array:
             raise MachineError(f"{what} {b.name} is a scalar; it has no elements", fn.name)
-        size = int(np.prod(b.shape))
-        flat = int(np.ravel_multi_index(element, b.shape)) if isinstance(element, tuple) \
-            else int(element)
-        if not 0 <= flat < size:
+        index = element if isinstance(element, tuple) else (element,)
+        shape = tuple(b.shape) if isinstance(element, tuple) else (int(np.prod(b.shape)),)
+        if len(index) != len(shape) or not all(
+                isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in index):
+            raise MachineError(f"{what} element {element!r} of {b.name} (shape {b.shape}): "
+                               "an element is an int (its place in the flattened array) or "
+                               f"a tuple of {plural(len(b.shape), 'int')}, one per axis",
+                               fn.name)
+        if not all(0 <= i < n for i, n in zip(index, shape)):
             raise MachineError(f"{what} element {element} is outside {b.name} "
                                f"(shape {b.shape})", fn.name)
-        element = flat
+        element = int(np.ravel_multi_index(index, shape))
     return b, element
 
 
@@ -686,8 +696,15 @@ def _selector(fn, argnums, wrt) -> tuple:
     if argnums is None and wrt is None:
         return (lambda grads: grads), None
     which = argnums if argnums is not None else wrt
-    single = isinstance(which, (int, str, np.integer))
+    what = "argnums" if argnums is not None else "wrt"
+    single = isinstance(which, (int, str, np.integer)) and not isinstance(which, bool)
+    if not single and not (isinstance(which, (Sequence, np.ndarray)) and np.ndim(which) == 1):
+        raise UsageError(f"{what} must be an argument index or name, or a sequence of "
+                         f"them; got {which!r}")
     items = [which] if single else list(which)
+    for w in items:
+        if not isinstance(w, (int, str, np.integer)) or isinstance(w, bool):
+            raise UsageError(f"{what}: {w!r} is not an argument index (an int) or name")
     names = parameter_names(fn) or []
 
     def index(w) -> int:

@@ -32,16 +32,17 @@ def is_function(value) -> bool:
 _PLAIN = {float: ("float",), int: ("int",)}
 
 
-def sig_of(value) -> tuple:
-    """The argument signature of a Python value; a function argument is part of the
-    signature itself (one compiled copy per function passed)."""
+def sig_of(value, n: int | str = 0, fname: str = "") -> tuple:
+    """The argument signature of a Python value (argument n of fname, for a refusal); a
+    function argument is part of the signature itself (one compiled copy per function
+    passed); ("other",) for a value that is none of rvm's kinds."""
     kind = _PLAIN.get(type(value))
     if kind is not None:                    # (the common case, first)
         return kind
     import numpy as np
     if is_function(value):
         return ("function", value)
-    value = convert(value, 0, "")           # lists, 0-d arrays, other dtypes as rvm takes them
+    value = convert(value, n, fname)        # lists, 0-d arrays, other dtypes as rvm takes them
     if isinstance(value, np.ndarray):
         kind = value.dtype.kind
         return ("array", FLOAT if kind == "f" else "c" if kind == "c" else INT, value.ndim)
@@ -51,7 +52,9 @@ def sig_of(value) -> tuple:
         return ("int",)
     if isinstance(value, (int, np.integer)):
         return ("int",)
-    return ("float",)
+    if isinstance(value, (float, np.floating)):
+        return ("float",)
+    return ("other",)
 
 
 def parse_annotation(ann, env: Callable[[str], Any]) -> tuple | None:
