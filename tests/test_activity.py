@@ -10,7 +10,7 @@ import pytest
 
 import rvm
 from rvm.ad import activity
-from rvm.ad.gradient import Pass, target
+from rvm.ad.gradient import Pass, find_argument, target
 from rvm.core.inverse import inverse_function
 from rvm.engines import native
 
@@ -139,6 +139,59 @@ def test_data_that_a_differentiated_argument_reaches_keeps_its_pullbacks(engine,
     xw = x + 2.0 * w
     closed = 2.0 * (np.exp(xw * c) * c + c) + 2.0 * w.sum() * (c * c).sum()
     assert np.allclose(gw, closed, rtol=1e-12)
+
+
+SCALAR = '''
+from rvm import Array, ancilla, reversible
+
+
+@reversible
+def f(out: float, w: Array[float], c: Array[float], d: float, n: int):
+    for i in range(n):
+        with ancilla(t=0.0):
+            t += w[i] * c[i]
+            out += t * d
+            out += c[i] * c[i]
+            t -= w[i] * c[i]
+'''
+
+
+def scalar_pulls(program, fname: str) -> dict:
+    """Each scalar instruction's text -> its pull mask, where that is not every bit."""
+    return {str(ins): ins.pull & 7 for ins in program.functions[fname].code
+            if ins.op in activity.SCALAR_PULLED and ins.pull != -1}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_scalar_pullbacks_into_data_are_left_out(engine, tmp_path):
+    """Scalar instructions too: with respect to w only, the products' pullbacks into
+    c's elements (read into registers) and into c's cells are left out, and so are d's
+    (a float argument not asked for); the gradient of w is the same bit for bit, and
+    is the closed form. With respect to d as well, d's come back."""
+    (tmp_path / "s.py").write_text(SCALAR)
+    f = rvm.load(tmp_path / "s.py")["f"]
+    rng = np.random.default_rng(5)
+    w, c = rng.normal(size=6), rng.normal(size=6)
+    args = (0.0, w, c, 0.7, 6)
+    program, less = pruned_for(f, args, (1,))
+    masks = scalar_pulls(less, "f")
+    assert masks and 7 not in masks.values(), masks
+    # every product whose operand comes from c: that operand's bit cleared
+    assert all(m & 3 != 3 for text, m in masks.items() if ".mul" in text), masks
+    _, with_d = pruned_for(f, args, (1, 3))
+    assert len(scalar_pulls(with_d, "f")) < len(masks)
+    assert not scalar_pulls(program, "f")
+    gw = rvm.grad(f, loss="out", argnums=1, engine=engine)(*args)
+    every = rvm.grad(f, loss="out", engine=engine)(*args)
+    assert np.array_equal(gw, every[1]) and np.allclose(gw, 0.7 * c, rtol=1e-14)
+    gwd = rvm.grad(f, loss="out", argnums=(1, 3), engine=engine)(*args)
+    assert np.array_equal(gwd[0], gw) and gwd[1] == every[3] == pytest.approx(w @ c)
+    # the pass itself: nothing was pulled back into c or d (both were, in every[2, 3])
+    runner = Pass(f, {"engine": engine}, frozenset({1}))
+    m = runner.forward(args)
+    grads = runner.backward(m, find_argument(m.bindings, m.stack[0].fn, "out", "loss"))
+    assert np.array_equal(grads[1], gw) and not grads[2].any() and grads[3] == 0.0
+    assert every[2].all() and every[3] != 0.0
 
 
 def test_assembly_programs_keep_every_pullback():

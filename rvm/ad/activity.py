@@ -1,14 +1,15 @@
-"""Activity: the array pullbacks that a gradient with respect to some arguments only can
-leave out, as JAX leaves out the cotangents no requested gradient needs.
+"""Activity: the pullbacks that a gradient with respect to some arguments only can leave
+out, as JAX leaves out the cotangents no requested gradient needs.
 
 A value is *varied* where it depends on an argument the gradient is taken with respect
 to. The gradient pass pulls each shadow back into what its value was computed from; into
 an operand whose cells never hold a varied value, that reaches only the gradients of
 values that are not varied either (what such a value was computed from), none of which
-is asked for. So an array instruction's pullback into such an operand is left out
+is asked for. So an instruction's pullback into such an operand is left out
 (Instruction.pull): a matrix product's into the data it multiplies, an elementwise
-statement's into a view of the data. The gradients asked for come out bit for bit as
-before; the others are not worked out, and not returned.
+statement's into a view of the data, a scalar instruction's into a float register or a
+heap cell read in (rvm.engines.templates.pulled). The gradients asked for come out bit
+for bit as before; the others are not worked out, and not returned.
 
 The analysis is a may-analysis of the whole program, insensitive to order and to calling
 context: one fact per register of each function, per heap block and for the stack.
@@ -50,6 +51,10 @@ from ..lang import FRONTEND, MERGED
 STACK = ("stack",)
 PULLED = frozenset({"VMADD", "VMSUB"} | {s.name for s in isa.TABLE
                                           if s.name.startswith(("VADD", "VSUB"))})
+# scalar instructions whose gradients add into the shadows of the operands after the
+# target (rvm.engines.templates.render leaves out those an instruction's pull clears)
+SCALAR_PULLED = frozenset({s.name for s in isa.TABLE if s.group in ("arith", "family")} |
+                          (isa.READS - isa.CONSTANT_READS))
 
 
 def pruned(program: Program, name: str, arrays: frozenset, active: frozenset) -> Program:
@@ -93,7 +98,8 @@ class _Analysis:
         derived = {*program.cache.get(DERIVED, {}), *program.cache.get(MERGED, ())}
         if not program.cache.get(FRONTEND) or INTERLEAVED in program.cache or \
                 any(f in derived for f in self.fns) or \
-                not any(ins.op in PULLED for f in self.fns.values() for ins in f.code):
+                not any(ins.op in PULLED or ins.op in SCALAR_PULLED
+                        for f in self.fns.values() for ins in f.code):
             return None
         try:
             self.fixpoint(self.int_flows, self.points)
@@ -107,7 +113,8 @@ class _Analysis:
             changed = {}
             for f in self.fns.values():
                 code = tuple(attrs.evolve(ins, pull=self.pull(f, ins))
-                             if ins.op in PULLED else ins for ins in f.code)
+                             if ins.op in PULLED or ins.op in SCALAR_PULLED else ins
+                             for ins in f.code)
                 if code != f.code:
                     changed[f.name] = attrs.evolve(f, code=code)
         except _Unknown:
@@ -222,10 +229,17 @@ class _Analysis:
                 self.mark(b, *written, *sources)
 
     def pull(self, f: Function, ins) -> int:
-        """The instruction's pull mask: bit k cleared for a view operand k (after the
-        target) whose blocks never hold a varied value."""
+        """The instruction's pull mask: bit k cleared for an operand k after the target
+        that never holds a varied value: a view or a heap cell whose blocks do not, a
+        float register that does not."""
         pull = -1
-        for k, a in enumerate(ins.args[1:3]):
-            if isinstance(a, View) and not self.blocks(f, a) & self.varied:
+        for k, a in enumerate(ins.args[1:3] if ins.op in PULLED else ins.args[1:]):
+            if isinstance(a, Reg) and a.cls == isa.FLOAT and ins.op not in PULLED:
+                unvaried = self.reg(f, a) not in self.varied
+            elif isinstance(a, Mem) and ins.op not in PULLED and ins.args[0].cls == isa.FLOAT:
+                unvaried = not self.blocks(f, a) & self.varied
+            else:
+                unvaried = isinstance(a, View) and not self.blocks(f, a) & self.varied
+            if unvaried:
                 pull &= ~(1 << k)
         return pull

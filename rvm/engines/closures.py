@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from ..core import isa
 from ..core.program import Function, Program
-from .templates import Operands, condition, esc, fault, render, shows
+from .templates import Operands, condition, esc, fault, pulled, render, shows
 
 END, CALL = -1, -2
 
@@ -86,7 +86,7 @@ def _body(fn: Function, i: int, mode: str, layout: dict, fall: bool) -> list[str
         op = spec if not gradient else isa.OPS[spec.inverse]
     else:
         op = spec if gradient else isa.OPS[spec.inverse]
-    template = op.adjoint if gradient else op.forward[ops.cls]
+    template = pulled(op.adjoint, ins) if gradient else op.forward[ops.cls]
     return render(template, ops) + [f"return {nxt if forward else back}"]
 
 

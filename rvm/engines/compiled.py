@@ -393,7 +393,7 @@ def _template(ins, gradient: bool) -> str:
     """An instruction's statement template in a run or a gradient pass (rvm.core.isa)."""
     cls = ins.cls
     if gradient and cls == isa.FLOAT:
-        return isa.OPS[ins.spec.inverse].adjoint
+        return templates.pulled(isa.OPS[ins.spec.inverse].adjoint, ins)
     return ins.spec.forward[cls]
 
 

@@ -228,6 +228,19 @@ def render(template: str, ops: Operands, deferred: bool = False,
 
 
 _PULLBACK = re.compile(r"(\{g\w+\}) [-+]?= (.*)")
+_ADDED = re.compile(r"\{g(\w+)\} [-+]= ")     # a pullback added into an operand's shadow
+
+
+def pulled(template: str, ins) -> str:
+    """A scalar instruction's gradient template without the pullbacks its pull mask
+    leaves out: those added into the shadow of an operand k after the target whose bit
+    k is clear (rvm.ad.activity found it never holds a value that a gradient asked for
+    depends on). An array instruction's helpers read the mask themselves ({pull})."""
+    if ins.pull == -1 or ins.spec.group == "array":
+        return template
+    out = set(n for k, n in enumerate(ins.spec.names[1:]) if not ins.pull >> k & 1)
+    return "\n".join(line for line in template.split("\n")
+                     if not ((m := _ADDED.match(line)) and m.group(1) in out))
 # partials that can fail where their instruction's value did not (cos, exp... cannot)
 _PARTIAL_FAILS = re.compile(r"/|%|\*\*|\b(?:pow|log|sqrt|fmod|dpow_db)\(")
 
