@@ -206,6 +206,39 @@ def test_jacobian_of_array_outputs():
     assert np.allclose(jac, [[1.5, 0.0, 2.0], [0.0, 1.5, -3.0]])
 
 
+@pytest.mark.parametrize("engine", ["interp", "python", "native"])
+def test_a_jacobian_whose_gradient_is_not_finite_is_refused_on_its_first_call(engine):
+    """The first call of a kind of arguments runs the machine's passes, which did not
+    test the gradients: it returned -inf (for dout/dy, whose true value is -1488.9)
+    where rvm.grad, and the same Jacobian's second call, refuse. Also a batch: rvm.vmap
+    of a Jacobian on native code returned the row's -inf."""
+    if engine == "native" and not rvm.engines.native.available:
+        pytest.skip("needs llvmlite")
+    ccu = rvm.reversible.source('''
+def ccu(out: float, x: float, y: float):
+    with ancilla(t=0.0, u=0.0):
+        with compute() as c:
+            t += x * y
+            u += log(t)
+        out += u * u
+        ~c
+''', {"ancilla": rvm.ancilla, "compute": rvm.compute})
+    with pytest.raises(rvm.InvertibilityError, match="not finite") as by_grad:
+        rvm.grad(ccu, loss=0, engine=engine)(0.0, 5e-324, 1.0)
+    jac = rvm.jacobian(ccu, outputs=[0], wrt=[1, 2], engine=engine)
+    for _ in range(2):
+        with pytest.raises(rvm.InvertibilityError, match="not finite") as e:
+            jac(0.0, 5e-324, 1.0)
+        assert str(e.value) == str(by_grad.value)
+    dv = rvm.reversible.source("def dv(out: float, x: float, y: float):\n    out += y / x\n")
+    jac = rvm.jacobian(dv, outputs=[0], wrt=[1, 2], engine=engine)
+    assert jac(0.0, 0.5, 1.0).tolist() == [[-4.0, 2.0]]
+    with pytest.raises(rvm.InvertibilityError, match="with respect to `x` is -inf"):
+        rvm.vmap(jac)(np.zeros(2), np.array([0.5, 1e-160]), np.ones(2))
+    assert rvm.vmap(jac)(np.zeros(2), np.array([0.5, 2.0]), np.ones(2)).tolist() == \
+        [[[-4.0, 2.0]], [[-0.25, 0.5]]]
+
+
 @pytest.mark.parametrize("engine", ["interp", "python", None])
 def test_a_jacobian_called_again_gives_the_same_and_reports_errors_alike(engine):
     """From the second call with the same kinds of arguments a Jacobian runs one

@@ -1142,6 +1142,8 @@ def jacobian(fn, outputs: Sequence[Loss], wrt: Sequence[Loss], has_aux: bool = F
             if k:
                 runner.run_forward_again(m)
             grads = runner.backward(m, seed)
+            if not finite(grads):       # (as a value_and_grad call of this output says it)
+                raise not_finite(runner, args, outputs[k], grads)
             row: list[float] = []
             for b, element in cols:
                 g = grads[m.bindings.index(b)]
@@ -1168,6 +1170,8 @@ def jacobian(fn, outputs: Sequence[Loss], wrt: Sequence[Loss], has_aux: bool = F
         try:
             on_threads(loop, n, (budget,), cols, (S,), outs + [G])
         except Exception:      # a row failed: the row-by-row path finds and reports it
+            return None
+        if not finite(G):       # (a gradient not finite: so does that path)
             return None
         J = G[:, :, picks]
         return (J, tuple(outs)) if has_aux else J
