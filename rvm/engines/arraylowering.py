@@ -15,7 +15,8 @@ import functools
 import hashlib
 
 from ..core.isa import MAX_FLOAT, MIN_NORMAL, family
-from .arrays import LIMIT
+from .arrays import BLAS_DEEP, BLAS_WIDE, BLAS_WORK, LIMIT, SCRATCH_ROWS
+from .blas import NO_TRANS, ROW_MAJOR, TRANS
 
 # each helper's arguments (after HI, HF, HG, TOP) fixed where it is used: the family, the
 # sign, which operand (vgrad), the operation and whether on shadows (vscale, vswap, vneg)
@@ -37,13 +38,8 @@ def _tree(text: str, args: tuple) -> ast.expr:
 BLAS_GEMM = "rvm_dgemm"        # cblas_dgemm with 64-bit integers (rvm.engines.llvm: blas)
 BLAS_DOT = "rvm_ddot"          # cblas_ddot, the same (a 1 x k by k x 1 product: dgemm's
                                # kernel for it takes 2.3x as long)
-BLAS_WORK = 1 << 14            # m * k * n from which a product calls BLAS (below: loops)
-BLAS_WIDE, BLAS_DEEP = 8, 16   # ... where its rows (n) are this wide or its inner
-                               # dimension (k) this deep (see ArrayLowering._gemm_body)
-ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 COLUMNS = 64                   # the columns a sum per column takes at once
 NARROW_DEEP = 8                # (see ArrayLowering._product_loops)
-SCRATCH_ROWS = 4096            # (see ArrayLowering._through_scratch)
 
 
 class ArrayLowering:

@@ -26,10 +26,21 @@ import typing
 import numpy as np
 
 from ..core.isa import FAMILIES, MAX_FLOAT, MIN_NORMAL, family
-from . import vectormath
+from . import blas, vectormath
+from .blas import NO_TRANS, ROW_MAJOR, TRANS
 from .templates import Fault
 
 LIMIT = 1 << 31         # shapes and strides beyond this are refused (no int64 overflow)
+# a matrix product's way, on every engine alike (Helpers._gemm; native code:
+# rvm.engines.arraylowering, ArrayLowering._gemm_body): BLAS's dgemm adding into the target
+# from BLAS_WORK multiply-adds on, where the views are laid out as BLAS reads them and its
+# rows (n) are BLAS_WIDE wide or its inner dimension (k) BLAS_DEEP deep; with narrower
+# rows and a shallower inner dimension dgemm writes the product of SCRATCH_ROWS rows at a
+# time into a block of its own, added to the target after; ddot for a dot product; else a
+# sum per element, from 0 in the order of the inner index
+BLAS_WORK = 1 << 14
+BLAS_WIDE, BLAS_DEEP = 8, 16
+SCRATCH_ROWS = 4096
 
 
 class _Math:
@@ -108,6 +119,18 @@ def apart(one, m: int, n: int, two, r: int, c: int) -> bool:
         return True
     step = math.gcd(_lattice(one, m, n), _lattice(two, r, c))
     return (one[0] - two[0]) % step != 0 if step else one[0] != two[0]
+
+
+def _layout(view, rows: int, cols: int) -> tuple[bool, int, int]:
+    """(BLAS can read it, its transpose flag, its leading dimension) for a rows x cols
+    view: rows apart by s0 with unit columns (as stored), or the transpose of that
+    (rvm.engines.arraylowering: ArrayLowering._layout, alike)."""
+    _, s0, s1 = view
+    s0 = max(cols, 1) if rows <= 1 else s0
+    s1 = 1 if cols <= 1 else s1
+    plain = s1 == 1 and s0 >= max(cols, 1)
+    flipped = s0 == 1 and s1 >= max(rows, 1)
+    return plain or flipped, NO_TRANS if plain else TRANS, s0 if plain else s1
 
 
 def _repeats(view, m: int, n: int) -> bool:
@@ -287,24 +310,102 @@ class Helpers:
 
     def vmm(self, s: int, y, a, b, m: int, k: int, n: int) -> None:
         """y += s * a @ b (VMADD, VMSUB)."""
-        A, B = self._product(y, a, b, m, k, n)
-        with np.errstate(all="ignore"):
-            p = A @ B
-        self._add(False, y, m, n, p if s == 1 else -p, "")
+        self._product(y, a, b, m, k, n)
+        if m and n and _repeats(y, m, n):    # (a sum into cells: each term in order)
+            self._add(False, y, m, n, s * self._in_order(a, False, b, False, m, k, n), "")
+            return
+        self._gemm(float(s), (a, False), (b, False), (y, False), m, k, n, "")
 
     def vmm_pull(self, s: int, pull: int, y, a, b, m: int, k: int, n: int) -> None:
         """a's shadow += s * gy @ b.T (bit 0 of pull); b's += s * a.T @ gy (bit 1)."""
-        A, B = self._product(y, a, b, m, k, n)
-        if not (m and n and k):
-            return
-        gy = self._of(y, m, n, True)
+        self._product(y, a, b, m, k, n)
+        tr = lambda v: (v[0], v[2], v[1])
+        if pull & 1:
+            self._gemm(float(s), (y, True), (tr(b), False), (a, True), m, n, k,
+                       "the gradient of ")
+        if pull & 2:
+            self._gemm(float(s), (tr(a), False), (y, True), (b, True), k, m, n,
+                       "the gradient of ")
+
+    def _in_order(self, a, ga: bool, b, gb: bool, m: int, k: int, n: int) -> np.ndarray:
+        """a @ b with each element's sum from 0 in the order of the inner index (no
+        pairwise or blocked sums: a loop's, as native code's loops take it)."""
+        A, B = self._of(a, m, k, ga), self._of(b, k, n, gb)
         with np.errstate(all="ignore"):
-            if pull & 1:
-                ga = gy @ B.T
-                self._add(True, a, m, k, ga if s == 1 else -ga, "the gradient of ")
-            if pull & 2:
-                gb = A.T @ gy
-                self._add(True, b, k, n, gb if s == 1 else -gb, "the gradient of ")
+            if m * k * n <= 1 << 20 and k:  # (cumsum is sequential; + 0.0 as from 0)
+                return np.cumsum(A[:, :, None] * B[None, :, :], axis=1)[:, -1, :] + 0.0
+            out = np.zeros((m, n))
+            for l_ in range(k):
+                out += A[:, l_:l_ + 1] * B[l_:l_ + 1, :]
+        return out
+
+    def _gemm(self, alpha: float, A: tuple, B: tuple, C: tuple, m: int, k: int, n: int,
+              what: str) -> None:
+        """C += alpha * A @ B, each a (view, of the shadows?) pair (C's cells apart from
+        A's and B's), computed as native code computes it, bit for bit: the same BLAS
+        routines on the same cells, or the same sums in the same order (see BLAS_WORK;
+        rvm.engines.arraylowering: ArrayLowering._gemm_body). Nothing is written where a
+        result is not finite (an error)."""
+        (a, ga), (b, gb), (c, gc) = A, B, C
+        okA, ta, lda = _layout(a, m, k)
+        okB, tb, ldb = _layout(b, k, n)
+        okC, tc, ldc = _layout(c, m, n)
+        big = m > 0 and n > 0 and m * k * n >= BLAS_WORK
+        fit = n >= BLAS_WIDE or k >= BLAS_DEEP
+        at = lambda view, shadows, i=0, j=0: self._address(shadows) + \
+            8 * (view[0] + i * view[1] + j * view[2])
+        if big and m == 1 and n == 1 and a[2] >= 1 and b[1] >= 1:     # a dot product
+            value = blas.dot()(k, at(a, ga), a[2], at(b, gb), b[1])
+            self._sum_into(c, gc, 1, 1, np.array([[alpha * value]]), what)
+        elif big and okA and okB and fit and okC and tc == NO_TRANS:
+            cells = self._of(c, m, n, gc)
+            before = cells.copy()
+            with np.errstate(all="ignore"):
+                blas.gemm()(ROW_MAJOR, ta, tb, m, n, k, alpha, at(a, ga), lda, at(b, gb), ldb,
+                            1.0, at(c, gc), ldc)
+            try:
+                self._finite(cells, lambda q: c[0] + (q // n) * c[1] + (q % n) * c[2], what)
+            except Fault:
+                cells[...] = before
+                raise
+            if not gc:
+                self._noted(c, cells)
+        elif big and okA and okB:       # narrow rows, shallow: through a block
+            block = np.empty((min(m, SCRATCH_ROWS), n))
+            out = np.empty((m, n))
+            for i0 in range(0, m, SCRATCH_ROWS):
+                w = min(SCRATCH_ROWS, m - i0)
+                blas.gemm()(ROW_MAJOR, ta, tb, w, n, k, alpha, at(a, ga, i0), lda,
+                            at(b, gb), ldb, 0.0, block.ctypes.data, n)
+                out[i0:i0 + w] = block[:w]
+            self._sum_into(c, gc, m, n, out, what)
+        else:
+            self._sum_into(c, gc, m, n, alpha * self._in_order(a, ga, b, gb, m, k, n), what)
+
+    def _address(self, shadows: bool) -> int:
+        """The address of the heap's first cell (or its shadow's)."""
+        return np.frombuffer(self._gbuf if shadows else self._buf, np.uint8).ctypes.data
+
+    def _sum_into(self, view, shadows: bool, m: int, n: int, values, what: str) -> None:
+        """The view's cells += values, element by element in order, as native code adds a
+        product's elements (a view that repeats a cell, a pullback's: each term added into
+        it in turn); nothing is written where a result is not finite."""
+        if not (m and n and _repeats(view, m, n)):
+            self._add(shadows, view, m, n, values, what)
+            return
+        cells, start, s0, s1 = self._floats(shadows), *view
+        index = [start + i * s0 + j * s1 for i in range(m) for j in range(n)]
+        before = cells[index].copy()
+        with np.errstate(all="ignore"):
+            for q, v in zip(index, np.ravel(values)):
+                cells[q] += v
+        bad = [q for q in index if not math.isfinite(cells[q])]
+        if bad:
+            cells[index[::-1]] = before[::-1]
+            raise Fault(f"{what}heap cell {bad[0]} would become {float(cells[bad[0]])!r}: "
+                        "not finite")
+        if not shadows:
+            self._noted(view, cells[index])
 
     def _in_place(self, x, m: int, n: int, shadows: bool, name: str = "x") -> np.ndarray:
         self._shape(m, n)

@@ -34,7 +34,7 @@ import threading
 
 import numpy as np
 
-from . import vectormath
+from . import blas, vectormath
 from .arraylowering import BLAS_DOT, BLAS_GEMM
 from .lowering import (
     AT_END,
@@ -106,74 +106,9 @@ def _llvm():
     safe_codegen()
     # native loops poll this cell (rvm.engines.lowering: poll); SIGINT sets it (interrupts)
     ll.add_symbol(INTERRUPT_CELL, ctypes.addressof(_INTERRUPTED))
-    ll.add_symbol(BLAS_GEMM, blas_gemm())       # the array instructions' products
-    ll.add_symbol(BLAS_DOT, blas_dot())
+    ll.add_symbol(BLAS_GEMM, blas.gemm_address())   # the array instructions' products
+    ll.add_symbol(BLAS_DOT, blas.dot_address())
     return ll, ir, _target_machine()
-
-
-_GEMM = ctypes.CFUNCTYPE(None, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32, ctypes.c_int64,
-                         ctypes.c_int64, ctypes.c_int64, ctypes.c_double, ctypes.c_void_p,
-                         ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_double,
-                         ctypes.c_void_p, ctypes.c_int64)
-
-
-def _blas(routine: str, fallback) -> int:
-    """The address of cblas_<routine> taking 64-bit integers: the one in the OpenBLAS that
-    numpy's wheels ship (scipy-openblas, ILP64), else a stand-in with numpy (the same
-    results; native code then pays a Python call per large product)."""
-    import glob
-    import os
-
-    import numpy
-    root = os.path.dirname(os.path.dirname(numpy.__file__))
-    for path in sorted(glob.glob(os.path.join(root, "numpy.libs", "*openblas*")) +
-                       glob.glob(os.path.join(root, "scipy_openblas64", "lib", "*.so*"))):
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for name in (f"scipy_cblas_{routine}64_", f"cblas_{routine}64_"):
-            if hasattr(lib, name):
-                return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
-    return ctypes.cast(fallback, ctypes.c_void_p).value
-
-
-@functools.cache
-def blas_gemm() -> int:
-    """cblas_dgemm (see _blas)."""
-    return _blas("dgemm", _FALLBACK_GEMM)
-
-
-@functools.cache
-def blas_dot() -> int:
-    """cblas_ddot (see _blas)."""
-    return _blas("ddot", _FALLBACK_DOT)
-
-
-@_GEMM
-def _FALLBACK_GEMM(layout, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
-    """cblas_dgemm (row major, beta 1) with numpy, where no BLAS symbol was found."""
-    import numpy as np
-
-    def matrix(address, rows, cols, ld, transposed):
-        r, c_ = (cols, rows) if transposed else (rows, cols)
-        buf = (ctypes.c_double * ((r - 1) * ld + c_)).from_address(address)
-        out = np.lib.stride_tricks.as_strided(np.frombuffer(buf), (r, c_), (8 * ld, 8))
-        return out.T if transposed else out
-    out = matrix(c, m, n, ldc, False)
-    out += alpha * (matrix(a, m, k, lda, ta == 112) @ matrix(b, k, n, ldb, tb == 112))
-
-
-@ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
-                  ctypes.c_void_p, ctypes.c_int64)
-def _FALLBACK_DOT(n, x, incx, y, incy):
-    """cblas_ddot with numpy, where no BLAS symbol was found."""
-    import numpy as np
-
-    def vector(address, inc):
-        buf = (ctypes.c_double * ((n - 1) * inc + 1)).from_address(address)
-        return np.frombuffer(buf)[::inc]
-    return float(vector(x, incx) @ vector(y, incy))
 
 
 _INTERRUPTED = ctypes.c_int64(0)        # set by the SIGINT handler below; cleared by entries
