@@ -1767,6 +1767,37 @@ def f(out: float, x: Array[float]):
     assert f(0.0, np.array([2.0]), engine="native")[0] == 1.0
 
 
+READ_AS_IT_IS = {
+    "a product's factor": "out += x[0] * w",
+    "a product's factor, by zero": "out += x[0] * (w - w)",
+    "a function's argument": "out += exp(x[0]) * w",
+    "two reads, one product": "out += x[0] * x[1] * w",
+    "read, unused": "with ancilla(s=0.0):\n        s += x[0]\n        out += w\n        s -= x[0]",
+}
+
+
+@pytest.mark.parametrize("case", READ_AS_IT_IS)
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])
+def test_a_cell_read_as_it_is_that_holds_inf_or_nan_is_refused_alike(case, bad):
+    """Native code reads a cell into a register known to hold zero as it is and takes it
+    back out as `cell - cell`, untested where a product took the value (its inf or nan
+    went into the product's register, tested later), tested where anything else reads
+    it or nothing does: every engine refuses the read that the interpreter refuses, at
+    that instruction (exp(-inf) is 0: untested there, the -inf would be lost)."""
+    f = rvm.reversible.source(f"def f(out: float, x: Array[float], w: float):\n"
+                              f"    {READ_AS_IT_IS[case]}\n",
+                              {"Array": rvm.Array, "ancilla": rvm.ancilla, "exp": np.exp})
+    x = np.array([bad, 2.0])
+    errors = []
+    for engine in ENGINES:
+        with pytest.raises(rvm.InvertibilityError) as e:
+            f(0.0, x, 1.5, engine=engine)
+        errors.append((str(e.value), e.value.index))
+    assert len(set(errors)) == 1, errors
+    assert f(0.0, np.array([0.5, 2.0]), 1.5, engine="native")[0] == \
+        f(0.0, np.array([0.5, 2.0]), 1.5, engine="interp")[0]
+
+
 def test_zero_of_a_register_known_to_hold_zero_is_not_tested_again():
     """The frontend clears every float temporary (ZERO) before its compute; where the
     compiled code knows the register holds 0.0 there (a heap cell read in and taken back

@@ -239,8 +239,13 @@ class _Known:
     is made `0.0 + cell` (self.canon: the registers to do that for before the
     instruction)."""
 
-    def __init__(self, zeros=(), gzeros=(), pending=None, plus=(), raw=(), lent=None):
+    def __init__(self, zeros=(), gzeros=(), pending=None, plus=(), raw=(), lent=None,
+                 used=()):
         self.zeros, self.gzeros = set(zeros), set(gzeros)
+        # raw registers read as a factor of a product (on every way here): an inf or nan
+        # they hold went into the product's register, which is tested later, so their
+        # cancel `d = cell - cell` needs no test of its own (see _exact)
+        self.used = set(used)
         self.pending = dict(pending or {})
         self.plus, self.raw = set(plus), set(raw)
         # registers exchanged into a cell: {register: (the cell, was it zero, plus)}; the
@@ -249,19 +254,23 @@ class _Known:
         self.canon: list = []
 
     def copy(self) -> _Known:
-        return _Known(self.zeros, self.gzeros, self.pending, self.plus, self.raw, self.lent)
+        return _Known(self.zeros, self.gzeros, self.pending, self.plus, self.raw, self.lent,
+                      self.used)
 
     def meet(self, other: _Known) -> _Known:
         """What holds on both ways in (a register raw on either way may be raw)."""
         return _Known(self.zeros & other.zeros, self.gzeros & other.gzeros,
                       {r: v for r, v in self.pending.items() if other.pending.get(r) == v},
                       self.plus & other.plus, self.raw | other.raw,
-                      {r: v for r, v in self.lent.items() if other.lent.get(r) == v})
+                      {r: v for r, v in self.lent.items() if other.lent.get(r) == v},
+                      self.used & other.used)
 
     def __eq__(self, other) -> bool:
         return isinstance(other, _Known) and (self.zeros, self.gzeros, self.pending,
-                                              self.plus, self.raw, self.lent) == \
-            (other.zeros, other.gzeros, other.pending, other.plus, other.raw, other.lent)
+                                              self.plus, self.raw, self.lent,
+                                              self.used) == \
+            (other.zeros, other.gzeros, other.pending, other.plus, other.raw, other.lent,
+             other.used)
 
     def _raw_ok(self, ins, acc, gradient: bool) -> bool:
         """May ins read its raw registers as they are (a product accumulated as above)?"""
@@ -296,11 +305,15 @@ class _Known:
         self.canon = [] if not read or self._raw_ok(ins, acc, gradient) else \
             sorted(read, key=str)
         self.raw -= set(self.canon)
+        if read and not self.canon:     # (factors of a product)
+            self.used |= read
+        # a raw register's cancel where no product took it: `cell - cell`, tested
+        untested = action == "cancel" and d in self.raw and d not in self.used
         template = None
         raw = action == "fresh" and acc[0] == "+" and acc[1][0]
         if ins.op not in isa.CALLS and ins.spec.group != "control":
             template = _exact(_template(ins, gradient), "raw" if raw else action,
-                              gradient and not carry)
+                              gradient and not carry, untested)
             if cleared:
                 template = "\n".join(line for line in template.splitlines()
                                       if not line.startswith("check "))
@@ -326,6 +339,7 @@ class _Known:
             if ins.op == "SWAP" else None
         self.zeros -= written
         self.raw -= written
+        self.used -= written
         if not acc:
             self.plus -= written
         if action == "fresh":
@@ -397,7 +411,7 @@ def _template(ins, gradient: bool) -> str:
     return ins.spec.forward[cls]
 
 
-def _exact(template: str, action: str | None, zero_shadow: bool) -> str:
+def _exact(template: str, action: str | None, zero_shadow: bool, test: bool = False) -> str:
     """The template with its value line rewritten for a known-zero destination. In a
     gradient pass, where d is zero before the instruction it is zero as a function of the
     inputs too (a local's start, a ZERO, or e - e), so nothing the loss depends on flows
@@ -406,10 +420,13 @@ def _exact(template: str, action: str | None, zero_shadow: bool) -> str:
     pair's other half runs; the gradient is the same, with fewer operations and less
     rounding, but midway through a pass that shadow is not the interpreter's, which
     carries it on, as the build that searches does: Compiled.carry). action "raw": a heap
-    cell read into a known-zero register as it is (see _Known). What a fresh or raw line
-    puts in d is tested finite there (`_lost`), where the interpreter tests the
-    instruction's result, so that the cancel `d = e - e` is +0.0 and a ZERO of d needs
-    no test (_Known.step): untested, an inf that e held became nan and was cleared."""
+    cell read into a known-zero register as it is (see _Known). What a fresh line puts
+    in d is tested finite there (`_lost`), where the interpreter tests the instruction's
+    result, so that the cancel `d = e - e` is +0.0 and a ZERO of d needs no test
+    (_Known.step): untested, an inf that e held became nan and was cleared. A raw read
+    is tested where it stops being raw (_Writer.canonical) or, with `test`, at its cancel
+    (`cell - cell`, nan where the cell is not finite) where no product took it; a
+    product took its inf or nan into a register tested later (_Known.used)."""
     if action is None:
         return template
     first, _, rest = template.partition("\n")
@@ -420,7 +437,7 @@ def _exact(template: str, action: str | None, zero_shadow: bool) -> str:
             "cancel": f"{{d}} = ({value}) - ({value})"}[action]
     if zero_shadow and action in ("fresh", "raw"):
         rest = "{gd} = 0.0"
-    if action in ("fresh", "raw"):     # (tested here, so that `d = e - e` is +0.0)
+    if action == "fresh" or test:      # (so that `d = e - e` is +0.0: see above)
         line += "\n_lost += {d}"
     return line + ("\n" + rest if rest else "")
 
@@ -778,6 +795,7 @@ class _Writer:
         for r in (known.canon if known is not None else []) if regs is None else regs:
             x = _local(r)[0]
             self.emit(depth, f"{x} = 0.0 + {x}")
+            self.emit(depth, f"_lost += {x}")      # (a cell as read: see _exact)
 
     def instruction(self, depth: int, ins, template: str | None = None) -> None:
         if ins.op == "NOP" and ins.line in self.c.said_at.get(self.fn.name, {}):
