@@ -351,6 +351,7 @@ PRODUCTS = {       # (C's, A's, B's shape), a way native code takes: every engin
     "dgemm adding into C": ((32, 40), (32, 16), (16, 40)),
     "dgemm through a block (narrow rows)": ((5000, 3), (5000, 4), (4, 3)),
     "loops, deep but small": ((1, 2), (1, 4000), (4000, 2)),
+    "wide and deep, 32 x 32 by 32 x 16": ((32, 16), (32, 32), (32, 16)),
 }
 
 
@@ -368,17 +369,23 @@ def test_products_and_their_gradients_agree_to_the_bit_on_every_engine(case):
                               "B: Array[float, 2]):\n    C += A @ B\n", {"Array": rvm.Array})
     g = rvm.reversible.source("def g(C: Array[float, 2], A: Array[float, 2], "
                               "B: Array[float, 2]):\n    C += A.T @ B\n", {"Array": rvm.Array})
+    h = rvm.reversible.source("def h(C: Array[float, 2], A: Array[float, 2], "
+                              "B: Array[float, 2]):\n    C.T += A @ B\n", {"Array": rvm.Array})
     A, B, C = r.normal(size=a), r.normal(size=b), r.normal(size=c)
+    At = np.ascontiguousarray(A.T)
     outs, grads = [], []
-    for engine in ENGINES:
-        outs.append(f(C.copy(), A, B, engine=engine)[0])
-        outs.append(g(C.copy(), np.ascontiguousarray(A.T), B, engine=engine)[0])
-        grads.append(rvm.grad(f, loss=(0, 0), engine=engine)(C.copy(), A, B))
-    assert all(np.array_equal(o, outs[0]) for o in outs[::2]), case
-    assert all(np.array_equal(o, outs[1]) for o in outs[1::2]), case
-    assert np.allclose(outs[0], C + A @ B, rtol=1e-12, atol=1e-12)
+    for engine in ENGINES:       # (a transposed target, or operand: a path of their own)
+        outs.append((f(C.copy(), A, B, engine=engine)[0], g(C.copy(), At, B, engine=engine)[0],
+                     h(np.ascontiguousarray(C.T), A, B, engine=engine)[0]))
+        grads.append([rvm.grad(fn, loss=(0, 0), engine=engine)(x, y, B)
+                      for fn, x, y in ((f, C.copy(), A), (g, C.copy(), At),
+                                       (h, np.ascontiguousarray(C.T), A))])
+    for o in outs[1:]:
+        assert all(np.array_equal(x, y) for x, y in zip(o, outs[0])), case
+    assert np.allclose(outs[0][0], C + A @ B, rtol=1e-12, atol=1e-12)
     for gr in grads[1:]:
-        assert all(np.array_equal(x, y) for x, y in zip(gr, grads[0])), case
+        for mine, first in zip(gr, grads[0]):
+            assert all(np.array_equal(x, y) for x, y in zip(mine, first)), case
 
 
 def test_the_stand_in_gemm_matches_numpy():

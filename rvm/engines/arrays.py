@@ -370,7 +370,7 @@ class Helpers:
                 raise
             if not gc:
                 self._noted(c, cells)
-        elif big and okA and okB:       # narrow rows, shallow: through a block
+        elif big and okA and okB and not fit:       # narrow rows, shallow: through a block
             block = np.empty((min(m, SCRATCH_ROWS), n))
             out = np.empty((m, n))
             for i0 in range(0, m, SCRATCH_ROWS):
