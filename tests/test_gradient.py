@@ -239,6 +239,26 @@ def ccu(out: float, x: float, y: float):
         [[[-4.0, 2.0]], [[-0.25, 0.5]]]
 
 
+@pytest.mark.parametrize("engine", ["interp", "python", "native"])
+def test_a_jacobian_tests_and_works_out_only_the_columns_asked_for(engine):
+    """With respect to y alone, dout/dx = -inf is not asked for: the Jacobian returns
+    dout/dy, as rvm.grad(argnums=2) does, on every call and in a batch (it refused over
+    dout/dx). Outputs or wrt that name nothing are a usage error."""
+    if engine == "native" and not rvm.engines.native.available:
+        pytest.skip("needs llvmlite")
+    dv = rvm.reversible.source("def dv(out: float, x: float, y: float):\n    out += y / x\n")
+    jac = rvm.jacobian(dv, outputs=[0], wrt=[2], engine=engine)
+    for _ in range(3):
+        assert jac(0.0, 1e-160, 1.0).tolist() == [[1e160]]
+    assert rvm.vmap(jac)(np.zeros(2), np.array([1e-160, 0.5]), np.ones(2)).tolist() == \
+        [[[1e160]], [[2.0]]]
+    with pytest.raises(rvm.InvertibilityError, match="with respect to `x` is -inf"):
+        rvm.jacobian(dv, outputs=[0], wrt=[1, 2], engine=engine)(0.0, 1e-160, 1.0)
+    for outputs, wrt in (([], [2]), ([0], []), ("out", [2])):
+        with pytest.raises(rvm.UsageError, match="must be a non-empty sequence"):
+            rvm.jacobian(dv, outputs=outputs, wrt=wrt, engine=engine)
+
+
 @pytest.mark.parametrize("engine", ["interp", "python", None])
 def test_a_jacobian_called_again_gives_the_same_and_reports_errors_alike(engine):
     """From the second call with the same kinds of arguments a Jacobian runs one

@@ -1106,23 +1106,32 @@ def jacobian(fn, outputs: Sequence[Loss], wrt: Sequence[Loss], has_aux: bool = F
     rows: per row one forward run and one gradient pass per output.
     """
     check_options(machine_options)
+    for what, given in (("outputs", outputs), ("wrt", wrt)):
+        if isinstance(given, (str, bytes)) or not isinstance(given, Sequence) or not given:
+            raise UsageError(f"rvm.jacobian: {what} must be a non-empty sequence of "
+                             f"arguments (indices, names, or (index, element)); got {given!r}")
     runner = Pass(fn, machine_options)
     plans = Transient()         # argument types -> the native Jacobian loop
     # after a first call of a kind of arguments: one value-and-gradient per output, each
-    # on the direct path (native code called straight) where it can be
-    cores = [_value_and_grad(fn, o, machine_options, True) for o in outputs]
+    # on the direct path (native code called straight) where it can, of the columns'
+    # arguments (the others' gradients not worked out where that saves work, nor tested)
+    cores: dict = {}            # the columns' arguments -> those calls
     places: dict = {}           # argument kinds -> (argument, element or None) per column
 
     def direct(args, where) -> np.ndarray | tuple:
         rows = []
-        for core in cores:
+        chosen = frozenset(j for j, _ in where)
+        if chosen not in cores:
+            cores[chosen] = [_value_and_grad(fn, o, machine_options, True, chosen)
+                             for o in outputs]
+        for core in cores[chosen]:
             values, grads = core(*args)
             row: list[float] = []
             for j, element in where:
                 g = np.ravel(grads[j])
                 row += list(g) if element is None else [g[element]]
             rows.append(row)
-        J = np.array(rows, dtype=np.float64).reshape(len(cores), -1)
+        J = np.array(rows, dtype=np.float64).reshape(len(outputs), -1)
         return (J, values) if has_aux else J
 
     @user_facing
@@ -1142,6 +1151,8 @@ def jacobian(fn, outputs: Sequence[Loss], wrt: Sequence[Loss], has_aux: bool = F
             if k:
                 runner.run_forward_again(m)
             grads = runner.backward(m, seed)
+            chosen = {m.bindings.index(b) for b, _ in cols}
+            grads = tuple(g if j in chosen else None for j, g in enumerate(grads))
             if not finite(grads):       # (as a value_and_grad call of this output says it)
                 raise not_finite(runner, args, outputs[k], grads)
             row: list[float] = []
@@ -1171,7 +1182,7 @@ def jacobian(fn, outputs: Sequence[Loss], wrt: Sequence[Loss], has_aux: bool = F
             on_threads(loop, n, (budget,), cols, (S,), outs + [G])
         except Exception:      # a row failed: the row-by-row path finds and reports it
             return None
-        if not finite(G):       # (a gradient not finite: so does that path)
+        if not finite(G[:, :, picks]):      # (a gradient not finite: so does that path)
             return None
         J = G[:, :, picks]
         return (J, tuple(outs)) if has_aux else J
