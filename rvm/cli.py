@@ -219,9 +219,10 @@ def _derived_of_arrays(program: Program, entry: str, kind: str, args, values: li
     each array interleaved with its tangents (values are packed so in place), and
     args.unpack gives a run's results back as the function's values, then the
     tangents, named after its arguments (x, x_dot)."""
-    from .ad.derivatives import KINDS, arity, float_arguments, packed_call
+    from .ad.derivatives import KINDS, arity, as_bound, float_arguments, packed_call
     fn, given = program[entry], list(values)
     n = arity(fn, given)
+    given[:n] = as_bound(fn, given[:n])     # (an int array declared as floats: floats)
     labels = _labels(program, entry, given[:n])
     names = [x[0] for x in labels] + [f"{labels[k][0]}_{KINDS[kind][1]}"
                                       for k in float_arguments(fn, given[:n])]

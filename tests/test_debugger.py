@@ -748,6 +748,17 @@ def test_cli_run_and_debug_take_the_derivatives_of_a_function_of_arrays(tmp_path
     assert r.returncode == 2 and r.stderr.strip() == (
         "rvm: usage error: the tangent of main takes 4 arguments (out, x, out_dot, x_dot); "
         "--args gives 3"), r.stderr
+    for given, want in ((["1.0", "[0,0,0,0]"], 0), (["[1.0]", "[0,0,0,0]"], 2)):
+        # (whole numbers for the floats, as a call converts them; a scalar's shadow that
+        # is not a number: a usage error)
+        r = subprocess.run([*cli, "run", str(tmp_path / "f.py"), "--transform", "adjoint",
+                            "--args", "0.0", "[3,5,7,9]", *given, "--json"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == want, r.stdout + r.stderr
+        if want == 0:
+            assert json.loads(r.stdout)["x_bar"] == [6.0, 0.0, 0.0, 0.0], r.stdout
+        else:
+            assert "must be a number" in r.stderr and "Traceback" not in r.stderr, r.stderr
     script = tmp_path / "cmds"
     script.write_text("c\ninfo args\nq\n")     # (the derivative's registers: f3 out_dot)
     r = subprocess.run([*cli, "debug", str(tmp_path / "f.py"), "--transform", "tangent",

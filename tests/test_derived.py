@@ -412,3 +412,20 @@ def test_a_derivative_program_called_with_an_odd_heap_top(engine, tmp_path):
         dg_da = 3 * np.exp(a * b) * b       # the adjoint's ga = d out / d a, gout = 1;
         # the tangent's gout: 1 + d out / d a * 0 + d out / d b * 0
         assert s == pytest.approx(dg_da + n * (0.1 * b) ** 2 + 1.0, rel=1e-12)
+
+
+def test_derivatives_convert_whole_numbers_for_floats_as_a_call_does():
+    """An integer array (or a list of ints) for an Array[float] argument is a float
+    array, as in a plain call: its tangent or shadow follows it (the derivative had
+    counted it as an integer argument, with no tangent: every count was refused). A
+    scalar's tangent that is not a number is a usage error."""
+    f = rvm.reversible.source("def f(out: float, x: Array[float]):\n"
+                              "    out += x[0] * x[1]\n", {"Array": rvm.Array})
+    want = rvm.tangent(f)(0.0, np.array([3.0, 5.0]), 0.0, np.array([1.0, 0.0]))
+    for x, t in ((np.array([3, 5]), np.array([1, 0])), ([3, 5], [1, 0])):
+        got = rvm.tangent(f)(0.0, x, 0.0, t)
+        assert got[0] == want[0] == 15.0 and got[2] == want[2] == 5.0
+        assert got[1].dtype == np.float64 and np.array_equal(got[3], want[3])
+    assert np.array_equal(rvm.adjoint(f)(15.0, [3, 5], 1.0, [0, 0])[3], [5.0, 3.0])
+    with pytest.raises(rvm.UsageError, match="must be a number"):
+        rvm.tangent(f)(0.0, [3.0, 5.0], [0.0], [1.0, 0.0])

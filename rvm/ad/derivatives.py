@@ -186,6 +186,12 @@ def pack_tangents(inner, floats: list[int], extra) -> list:
     as its derivative program takes them: arrays interleaved with theirs, then the
     scalars' ones."""
     tangent = dict(zip(floats, extra))
+    for i in floats:
+        t = tangent[i]
+        if not isinstance(inner[i], np.ndarray) and not (
+                isinstance(t, (int, float, complex, np.number)) and not isinstance(t, bool)):
+            raise UsageError(f"the tangent (or shadow) of argument {i} must be a number, as "
+                             f"the argument is; got {t!r}")
     packed = [_interleave(a, tangent.get(i)) if isinstance(a, np.ndarray) else a
               for i, a in enumerate(inner)]
     return packed + [tangent[i] for i in floats if not isinstance(inner[i], np.ndarray)]
@@ -313,7 +319,7 @@ class Transformed:
         """(program, entry, parameter names) of the derivative program for these arguments
         (for arrays: the program takes them packed, see `pack`)."""
         try:
-            return self._specialize(tuple(args))
+            return self._specialize(self.bound(args))
         except transforms.TransformError as e:
             if not isinstance(self.inner, Transformed) or hasattr(e, "told"):
                 raise
@@ -370,6 +376,7 @@ class Transformed:
         (or shadows), then the scalars' tangents. Of a derivative of a derivative: the
         inner derivative's arguments packed as it packs them, each interleaved array with
         the tangents of what it interleaves, packed the same way."""
+        args = self.bound(args)
         n = arity(self.inner, args)
         inner, extra = list(args[:n]), list(args[n:])
         floats = float_arguments(self.inner, inner)
@@ -388,7 +395,16 @@ class Transformed:
         program, name, _ = _inner_target(self.inner, inner)
         return _param_floats(program.functions[name].params, packed)
 
+    def bound(self, args) -> tuple:
+        """The arguments with the function's own converted as a call of it converts them
+        (as_bound: an integer array it declares as floats is a float array, whose
+        tangent follows)."""
+        args = tuple(args)
+        n = arity(self.inner, args)
+        return (*as_bound(self.inner, args[:n]), *args[n:])
+
     def unpack(self, args, results) -> tuple:
+        args = self.bound(args)
         n = arity(self.inner, args)
         floats = float_arguments(self.inner, args[:n])
         if not isinstance(self.inner, Transformed):
@@ -412,6 +428,7 @@ class Transformed:
     def __call__(self, *args, **options):
         if self._twice_adjoint(args):
             return self._adjoint_of_adjoint(args, options)
+        args = self.bound(args)
         arrays = any(isinstance(a, np.ndarray) for a in args)
         program, name, _ = self.specialize(args)
         m = machine_for(program, **{**self.options, **options})
