@@ -332,8 +332,9 @@ class Helpers:
         pairwise or blocked sums: a loop's, as native code's loops take it)."""
         A, B = self._of(a, m, k, ga), self._of(b, k, n, gb)
         with np.errstate(all="ignore"):
-            if m * k * n <= 1 << 20 and k:  # (cumsum is sequential; + 0.0 as from 0)
-                return np.cumsum(A[:, :, None] * B[None, :, :], axis=1)[:, -1, :] + 0.0
+            if m * n <= 64 and m * k * n <= 1 << 22 and k:  # (a few long sums: cumsum,
+                terms = A[:, None, :] * B.T[None, :, :]         # sequential; + 0.0 as
+                return np.cumsum(terms, axis=2)[:, :, -1] + 0.0  # from 0)
             out = np.zeros((m, n))
             for l_ in range(k):
                 out += A[:, l_:l_ + 1] * B[l_:l_ + 1, :]
