@@ -1146,15 +1146,19 @@ def jacobian(fn, outputs: Sequence[Loss], wrt: Sequence[Loss], has_aux: bool = F
         cols = [find_argument(m.bindings, fnobj, w, "wrt", whole_arrays=True) for w in wrt]
         if not any(b.complex for b in m.bindings):
             places[kind] = [(m.bindings.index(b), element) for b, element in cols]
+        chosen = frozenset(m.bindings.index(b) for b, _ in cols)
+        by = runner
+        if len(chosen) < len(m.bindings):   # (the pass the columns need, as later calls run
+            by = Pass(fn, machine_options, chosen)      # it: a pullback into an argument not
+            m = by.forward(args)            # asked for may fail, as sqrt's at 0 does)
         rows = []
         for k, seed in enumerate(seeds):
             if k:
-                runner.run_forward_again(m)
-            grads = runner.backward(m, seed)
-            chosen = {m.bindings.index(b) for b, _ in cols}
+                by.run_forward_again(m)
+            grads = by.backward(m, seed)
             grads = tuple(g if j in chosen else None for j, g in enumerate(grads))
             if not finite(grads):       # (as a value_and_grad call of this output says it)
-                raise not_finite(runner, args, outputs[k], grads)
+                raise not_finite(by, args, outputs[k], grads)
             row: list[float] = []
             for b, element in cols:
                 g = grads[m.bindings.index(b)]
