@@ -1,5 +1,6 @@
 """The Janus frontend: jana's language, output format and errors, on rvm's engines."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -1160,3 +1161,49 @@ def test_janus_messages_where_no_variable_exists(tmp_path, text, message):
     out = cli("run", "prog.ja", cwd=tmp_path)
     assert out.returncode == 1 and message in out.stderr, out.stderr
     assert "ASSERT" not in out.stderr and "Traceback" not in out.stderr
+
+
+STACK_AND_INT = """procedure p(stack s, int x)
+    push(x, s)
+    x += 3
+
+procedure main()
+    stack s
+    int x = 5
+    call p(s, x)
+"""
+
+
+@pytest.mark.parametrize("stack, message", [
+    ([1.5], "its elements are integers (int64), bottom first; got 1.5"),   # (taken as 1)
+    ([2 ** 70], "its elements are integers (int64)"),       # (an OverflowError traceback)
+    (["a"], "its elements are integers (int64)"),           # (a bare ValueError)
+    (np.array([1.5, 2.7]), "give its elements as a list of integers"),  # (read as a layout)
+    (3, "give its elements as a list of integers")])
+def test_a_stack_argument_that_is_not_a_list_of_integers_is_refused(tmp_path, stack, message):
+    (tmp_path / "p.ja").write_text(STACK_AND_INT)
+    p = rvm.load(str(tmp_path / "p.ja"))
+    with pytest.raises(rvm.UsageError, match=re.escape(message)):
+        p.call("p", stack, 2)
+    assert p.call("p", [7, 1], 2) == ([7, 1, 2], 3)        # (push moves x: then 0 + 3)
+
+
+def test_floats_for_an_integer_array_are_refused_not_taken_as_bits(tmp_path):
+    """A float array for a Janus `int x[]` ran on the floats' 64-bit patterns, on every
+    engine and the CLI (exit 0, the input back unchanged)."""
+    path = ROOT / "examples" / "janus" / "perm_to_code.ja"
+    for engine in ("interp", "python", "native"):
+        p = rvm.load(str(path), engine=engine)
+        assert p.call("perm_to_code", np.array([2, 0, 3, 1, 5, 4]))[0].tolist() == \
+            [0, 0, 2, 1, 4, 4]
+        with pytest.raises(rvm.MachineError, match="declared an integer array, got floats"):
+            p.call("perm_to_code", [2.0, 0.0, 3.0, 1.0, 5.0, 4.0])
+    r = subprocess.run([sys.executable, "-m", "rvm.cli", "run", str(path), "--entry",
+                        "perm_to_code", "--args", "[2.0,0.0,3.0,1.0,5.0,4.0]"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "declared an integer array" in r.stderr, r.stderr
+    (tmp_path / "p.ja").write_text(STACK_AND_INT)
+    r = subprocess.run([sys.executable, "-m", "rvm.cli", "run", str(tmp_path / "p.ja"),
+                        "--entry", "p", "--args", "[1e30]", "2"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "int64" in r.stderr, r.stderr

@@ -233,6 +233,12 @@ def bind(machine, fn, args, names: list[str] | None = None) -> tuple[list, list[
         if isinstance(a, np.ndarray) and a.dtype.kind == "i" and \
                 declared_class(fn, params[k:k + 1 + a.ndim]) == isa.FLOAT:
             a = a.astype(np.float64)      # as np.asarray(a, float): [1, 2] for Array[float]
+        elif isinstance(a, np.ndarray) and a.dtype.kind == "f" and \
+                declared_class(fn, params[k:k + 1 + a.ndim]) == isa.INT:
+            raise MachineError(          # (its float64 bits would be taken as integers)
+                f"argument {names[n] if names else n} of {fn.name} is declared an integer "
+                f"array, got floats ({', '.join(map(repr, a.ravel()[:3].tolist()))}"
+                f"{', ...' if a.size > 3 else ''}): give integers", fn.name)
         if isinstance(a, np.ndarray):
             dtype = DTYPES[a.dtype]
             if a.ndim not in (1, 2):

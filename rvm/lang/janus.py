@@ -2342,16 +2342,21 @@ def to_machine(program: Program, name: str, args: tuple) -> tuple:
     decls = _decls(program, name)
     if decls is None:
         return args
+    from ..core.errors import UsageError
     out = []
     for d, a in zip(decls, args):
         if d.type == "stack" and isinstance(a, list | tuple):
+            for v in a:
+                if isinstance(v, bool) or not isinstance(v, int | np.integer) or \
+                        not -2 ** 63 <= v < 2 ** 63:
+                    raise UsageError(f"stack {d.name}: its elements are integers (int64), "
+                                     f"bottom first; got {v!r}")
             buf = np.zeros(max(_capacity(program), 2 * len(a)) + 1, np.int64)
             buf[0], buf[1:len(a) + 1] = len(a), a
             a = buf
         elif d.type == "stack" and isinstance(a, np.ndarray) and a.ndim == 1 and \
                 a.dtype.kind in "iu" and len(a) <= _capacity(program):
             if len(a) == 0 or not 0 <= a[0] < len(a) or np.any(a[a[0] + 1:]):
-                from ..core.errors import UsageError
                 raise UsageError(
                     f"stack {d.name}: an array given for a stack holds its size, then its "
                     f"elements bottom first, then zeros; {[int(v) for v in a[:8]]}"
@@ -2359,6 +2364,11 @@ def to_machine(program: Program, name: str, args: tuple) -> tuple:
             buf = np.zeros(_capacity(program) + 1, np.int64)   # (the program's stacks
             buf[:len(a)] = a                                     # grew: see growing)
             a = buf
+        elif d.type == "stack" and not (isinstance(a, np.ndarray) and a.ndim == 1 and
+                                        a.dtype.kind in "iu"):  # (a grown stack's layout)
+            raise UsageError(f"stack {d.name}: give its elements as a list of integers, "
+                             f"bottom first (or its int64 layout as an array); got "
+                             f"{type(a).__name__} {a!r}"[:300])
         out.append(a)
     return tuple(out) + tuple(args[len(out):])
 
@@ -2367,8 +2377,8 @@ def listed(program: Program, name: str, args: list) -> list:
     """Arguments from the command line: a stack's given as its elements (`[1, 2]`, bottom
     first), as lists are from Python."""
     decls = _decls(program, name) or []
-    return [[int(v) for v in a] if d.type == "stack" and isinstance(a, np.ndarray) else a
-            for d, a in zip(decls, args)] + list(args[len(decls):])
+    return [a.tolist() if d.type == "stack" and isinstance(a, np.ndarray) and a.ndim == 1
+            else a for d, a in zip(decls, args)] + list(args[len(decls):])
 
 
 def from_machine(program: Program, name: str, results: tuple) -> tuple:
