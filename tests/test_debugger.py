@@ -776,3 +776,37 @@ def test_cli_run_args_in_a_janus_program_converts_as_args_does(tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "restarted with arguments 0 0 10" in r.stdout and "x1 = 610, x2 = 987" in r.stdout
+
+
+def test_a_watch_on_an_element_stops_only_where_the_program_changes_it(tmp_path):
+    """An element's update exchanges the element into a register and back, so its cell
+    holds 0 in between: a watch compared after every instruction stopped there twice
+    (1 -> 0, 0 -> 1) on an update that changes nothing, and `print` showed a state the
+    program never has. Watches are compared where a source line (or a frame) is
+    entered; an element shows as a number, not np.float64(...)."""
+    (tmp_path / "d.py").write_text('''from rvm import Array, reversible
+
+@reversible
+def inner(s: float, v: Array[float], k: int):
+    for i in range(len(v)):
+        s += v[i] * k
+    v[0] += s * 0.5
+
+@reversible
+def outer(out: float, v: Array[float], n: int):
+    for j in range(n):
+        inner(out, v, j)
+''')
+    script = tmp_path / "cmds"
+    script.write_text("watch v[0]\nc\np v\nc\nrc\np v\nquit\n")
+    r = subprocess.run([sys.executable, "-m", "rvm.cli", "debug", str(tmp_path / "d.py"),
+                        "--entry", "outer", "--args", "0.0", "[1.0,2.0,3.0]", "2",
+                        "--batch", str(script)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    # (j = 0: s = 0, v[0] unchanged; j = 1: s = 6, v[0] = 1 + 3)
+    assert "watchpoint 1: v[0] = 1.0" in out
+    assert out.count("old value") == 2, out     # the one change, forwards and back
+    assert "old value = 1.0\n  new value = 4.0" in out
+    assert "old value = 4.0\n  new value = 1.0" in out
+    assert "v = [4., 2., 3.]" in out and "v = [1., 2., 3.]" in out

@@ -221,6 +221,11 @@ class Debugger:
                         return self.interrupt_message(d)
                     self.report(d, start, began)
                 return ""
+            # (watches are compared where a source line, or a frame, is entered: a line's
+            # instructions may hold a value out of its cell meanwhile, as an element's
+            # update exchanges it into a register and back, a state the program never
+            # has between its statements)
+            place = self.key() if self.watches else None
             for k in range(limit):
                 if not self.move(d):
                     return self.boundary_message(d)
@@ -234,9 +239,11 @@ class Debugger:
                     if bp.temporary:
                         del self.breakpoints[bp.number]
                     return f"breakpoint {bp.number}, {self.where()}"
-                change = self.changed_watch()
-                if change:
-                    return change
+                if place is not None and (now := self.key()) != place:
+                    place = now
+                    change = self.changed_watch()
+                    if change:
+                        return change
                 if until is not None and until():
                     return ""
             return ""
@@ -592,6 +599,8 @@ def same_value(a, b) -> bool:
 def fmt(v) -> str:
     if isinstance(v, np.ndarray):
         return np.array2string(v, separator=", ", threshold=20)
+    if isinstance(v, np.generic):       # (an array's element: as a scalar shows, 2 not
+        v = v.item()                    # np.int64(2))
     return "<unavailable>" if v is None else repr(v)
 
 
