@@ -1207,3 +1207,18 @@ def test_floats_for_an_integer_array_are_refused_not_taken_as_bits(tmp_path):
                         "--entry", "p", "--args", "[1e30]", "2"], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 2 and "Traceback" not in r.stderr and "int64" in r.stderr, r.stderr
+
+
+def test_the_top_of_an_empty_stack_is_an_error(tmp_path):
+    """top(s) of an empty stack read the size cell, 0, silently; jana's is nil, which used
+    as a number is an error. Every engine refuses it, naming the stack; a stack with
+    elements gives its top as before."""
+    (tmp_path / "t.ja").write_text("procedure main()\n    int x\n    int y\n    stack s\n"
+                                   "    y += 5\n    x += top(s) + 7\n")
+    for engine in ("interp", "python", "native"):
+        with pytest.raises(rvm.InvertibilityError,
+                           match=r"t.ja:6: top\(s\): the stack s is empty"):
+            rvm.load(str(tmp_path / "t.ja"), engine=engine).call("main", 0, 0, [])
+    (tmp_path / "u.ja").write_text("procedure main()\n    int x\n    int y\n    stack s\n"
+                                   "    y += 5\n    push(y, s)\n    x += top(s) + 7\n")
+    assert rvm.load(str(tmp_path / "u.ja")).call("main", 0, 0, [])[0] == 12

@@ -1905,7 +1905,12 @@ class Parser:
             size = _at(ast.Subscript(s, _at(ast.Constant(0), name), ast.Load()), t)
             if t.text == "empty":
                 return _at(ast.Compare(size, [ast.Eq()], [_at(ast.Constant(0), t)]), t)
-            return _at(ast.Subscript(_name(name.text, name), size, ast.Load()), t)
+            # (of an empty stack, index -1: refused as outside the stack, as jana refuses
+            # nil where a number is used; s[0] itself, its size, is not an element)
+            empty = _at(ast.Compare(size, [ast.Eq()], [_at(ast.Constant(0), t)]), t)
+            index = _at(ast.BinOp(size, ast.Sub(), empty), t)
+            self.note(t, "top", name.text)
+            return _at(ast.Subscript(_name(name.text, name), index, ast.Load()), t)
         if t.kind == "name" and t.text in self.defines and t.text not in \
                 {n for s in self.scopes for n in s}:
             self.k += 1
@@ -1951,6 +1956,11 @@ def explain(fn, ins, line: int, path: str, R: list, message: str) -> str | None:
 
     if ins.op in ("ASSERT.LT", "ASSERT.GE"):
         bounds = _bounds(fn, ins, line, R, value)
+        tops = [what[1] for what in parser.notes.get(line, []) if what[0] == "top"]
+        if bounds is not None and ": array index -1 " in bounds and \
+                bounds.split(":")[0] in tops:   # (top of an empty stack: index -1)
+            s = bounds.split(":")[0]
+            return f"top({s}): the stack {s} is empty (it has no top; jana's is nil)"
         if bounds is not None:
             return bounds
     arrived = "arrived by its jump" in message
