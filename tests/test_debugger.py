@@ -3,6 +3,7 @@ watches in both directions, flat memory, errors, batch mode, and the terminal UI
 
 import json
 import pathlib
+import re
 import resource
 import shutil
 import struct
@@ -810,3 +811,26 @@ def outer(out: float, v: Array[float], n: int):
     assert "old value = 1.0\n  new value = 4.0" in out
     assert "old value = 4.0\n  new value = 1.0" in out
     assert "v = [4., 2., 3.]" in out and "v = [1., 2., 3.]" in out
+
+
+def test_watches_compare_between_statements_both_ways(tmp_path):
+    """Backwards too: a watch compares where a line's first instruction is about to run
+    (the line wholly undone), so reverse-continue reports a line's change at its start,
+    not the half-undone state inside it (s = 9.0, which the program never holds), and a
+    change in the first line is seen reaching the start and again going forwards."""
+    (tmp_path / "w.py").write_text('''from rvm import reversible
+
+@reversible
+def f(s: float, t: float):
+    s += t * t + t * 2.0
+    t += 1.0
+''')
+    script = tmp_path / "cmds"
+    script.write_text("watch s\nc\nc\nrc\nrc\nc\nquit\n")
+    r = subprocess.run([sys.executable, "-m", "rvm.cli", "debug", str(tmp_path / "w.py"),
+                        "--args", "0.0", "3.0", "--batch", str(script)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    changes = re.findall(r"old value = (\S+)\n  new value = (\S+)", r.stdout)
+    assert changes == [("0.0", "15.0"), ("15.0", "0.0"), ("0.0", "15.0")], r.stdout
+    assert "9.0" not in r.stdout and "reached the start of f" in r.stdout

@@ -576,6 +576,8 @@ def test_arrays_of_other_dtypes_lists_and_0d_arrays_are_converted():
     for x in (np.array([1, 2], dtype=np.float32), [1.0, 2.0], (1.0, 2.0)):
         out = p.call("sumsq", x, np.array(0.5))
         assert out[1] == 5.5 and out[0].dtype == np.float64
+    with pytest.raises(rvm.MachineError, match="does not fit in int64"):
+        p.call("sumsq", np.array([2 ** 64 - 1], dtype=np.uint64), 0.5)  # (it wrapped to -1)
     i32 = np.array([3, 4], dtype=np.int32)
     assert rvm.load(pathlib.Path(__file__).resolve().parent.parent / "asm" /
                     "reverse.rasm").call("reverse", i32)[0].dtype == np.int64

@@ -111,6 +111,14 @@ class Debugger:
         """The instruction a frame is at (about to run, in its function's forward sense)."""
         return fr.state // 2
 
+    def between_statements(self) -> bool:
+        """Is the innermost frame at the start of a line's run of instructions (or of its
+        function, or at its end), where the program's values are its statements'?"""
+        fr = self.m.stack[-1]
+        i, code = self.index(fr), fr.fn.code
+        return i <= 0 or i >= len(code) or not code[i].line or \
+            code[i].line != code[i - 1].line
+
     def line(self, fr) -> int:
         i = self.index(fr)
         return fr.fn.code[i].line if i < len(fr.fn.code) else fr.fn.end_line
@@ -221,11 +229,10 @@ class Debugger:
                         return self.interrupt_message(d)
                     self.report(d, start, began)
                 return ""
-            # (watches are compared where a source line, or a frame, is entered: a line's
-            # instructions may hold a value out of its cell meanwhile, as an element's
-            # update exchanges it into a register and back, a state the program never
-            # has between its statements)
-            place = self.key() if self.watches else None
+            # (watches are compared between statements, where a line's first instruction
+            # is about to run, either way: a line's instructions may hold a value out of
+            # its cell meanwhile, as an element's update exchanges it into a register and
+            # back, a state the program never has between its statements)
             for k in range(limit):
                 if not self.move(d):
                     return self.boundary_message(d)
@@ -239,8 +246,7 @@ class Debugger:
                     if bp.temporary:
                         del self.breakpoints[bp.number]
                     return f"breakpoint {bp.number}, {self.where()}"
-                if place is not None and (now := self.key()) != place:
-                    place = now
+                if self.watches and self.between_statements():
                     change = self.changed_watch()
                     if change:
                         return change

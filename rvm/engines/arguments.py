@@ -157,6 +157,9 @@ def convert(a, n: int, fname: str):
             return a.item()
         if a.dtype.kind == "f":
             return a.astype(np.float64, copy=False)
+        if a.dtype.kind == "u" and a.size and a.max() > np.iinfo(np.int64).max:
+            raise MachineError(f"argument {n} of {fname} holds {a.max()}, which does not fit "
+                               "in int64 (rvm's integers)", fname)
         if a.dtype.kind in "iub":
             return a.astype(np.int64, copy=False)
         if a.dtype.kind == "c":
