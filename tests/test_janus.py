@@ -1222,3 +1222,23 @@ def test_the_top_of_an_empty_stack_is_an_error(tmp_path):
     (tmp_path / "u.ja").write_text("procedure main()\n    int x\n    int y\n    stack s\n"
                                    "    y += 5\n    push(y, s)\n    x += top(s) + 7\n")
     assert rvm.load(str(tmp_path / "u.ja")).call("main", 0, 0, [])[0] == 12
+
+
+def test_an_index_out_of_bounds_run_backwards_is_named_as_such(tmp_path):
+    """Run backwards, a line's index checks come after its reads: the read of a cell
+    outside the array went on to fail an overflow check, and that was the message
+    (`integer overflow: t += a[i] would make t = 0`); the index's check that fails is
+    the error, as forwards, and so is the top of an empty stack."""
+    (tmp_path / "b.ja").write_text("procedure p(int a[], int i, int t)\n    t += a[i]\n\n"
+                                   "procedure q(stack s, int t)\n    t ^= top(s) * 2\n\n"
+                                   "procedure main()\n    int a[2]\n    int i\n    int t\n"
+                                   "    call p(a, i, t)\n")
+    for engine in ("interp", "native"):
+        prog = rvm.load(str(tmp_path / "b.ja"), engine=engine)
+        for how in ("call", "uncall"):
+            with pytest.raises(rvm.InvertibilityError, match="a: array index -1 was out of "
+                                                             "bounds"):
+                getattr(prog, how)("p", np.array([1, 2]), -1, 0)
+            with pytest.raises(rvm.InvertibilityError, match=r"top\(s\): the stack s is "
+                                                             "empty"):
+                getattr(prog, how)("q", [], 0)

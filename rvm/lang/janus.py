@@ -1954,6 +1954,17 @@ def explain(fn, ins, line: int, path: str, R: list, message: str) -> str | None:
         return "" if not used else " (" + ", ".join(
             f"{n} = {values[n]}" for n in dict.fromkeys(used)) + ")"
 
+    if not (ins.op in ("ASSERT.LT", "ASSERT.GE") and _bounds(fn, ins, line, R, value)):
+        # (run backwards, a line's index checks come after its reads: where another of
+        # its checks fails, an index out of bounds, that is the error, not what the read
+        # of a cell outside the array went on to do)
+        for x in fn.code:
+            if x.line == line and x.op in ("ASSERT.LT", "ASSERT.GE") and \
+                    _explain.bounds_check(fn, x, line) is not None and not (
+                        value(x.args[0]) < value(x.args[1]) if x.op == "ASSERT.LT"
+                        else value(x.args[0]) >= value(x.args[1])):
+                ins = x
+                break
     if ins.op in ("ASSERT.LT", "ASSERT.GE"):
         bounds = _bounds(fn, ins, line, R, value)
         tops = [what[1] for what in parser.notes.get(line, []) if what[0] == "top"]
