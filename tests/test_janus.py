@@ -1242,3 +1242,17 @@ def test_an_index_out_of_bounds_run_backwards_is_named_as_such(tmp_path):
             with pytest.raises(rvm.InvertibilityError, match=r"top\(s\): the stack s is "
                                                              "empty"):
                 getattr(prog, how)("q", [], 0)
+
+
+def test_an_array_for_a_struct_parameter_is_refused(tmp_path):
+    """A struct parameter takes its fields one argument each; an array given for it
+    filled the fields' registers with its address and length, and the procedure ran on
+    those (returning the array unchanged, no error)."""
+    (tmp_path / "s.ja").write_text("struct pair { int x, int y }\n\nprocedure incp(pair p)\n"
+                                   "    p.x += 1\n\nprocedure main()\n    int z\n    z += 1\n")
+    p = rvm.load(str(tmp_path / "s.ja"))
+    assert p.call("incp", 1, 2) == (2, 2)
+    for bad in (np.array([1.5, 2.5]), np.array([1, 2])):
+        with pytest.raises(rvm.MachineError, match=r"is an array, where the source declares "
+                                                   r"p\.x, a number"):
+            p.call("incp", bad)

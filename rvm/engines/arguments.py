@@ -248,6 +248,13 @@ def bind(machine, fn, args, names: list[str] | None = None) -> tuple[list, list[
                 raise MachineError(f"argument {n} of {fn.name} has shape {a.shape}; "
                                    "arrays must be 1-D or 2-D", fn.name)
             regs = params[k:k + 1 + a.ndim]
+            scalar = next((sym.name for sym in fn.symbols if regs and sym.regs == (regs[0],)),
+                          None)
+            if scalar is not None and not any(len(sym.regs) > 1 and sym.regs[0] == regs[0]
+                                              for sym in fn.symbols):
+                raise MachineError(      # (its address and length would be taken for them)
+                    f"argument {n} of {fn.name} is an array, where the source declares "
+                    f"{scalar}, a number", fn.name)
             if len(regs) < 1 + a.ndim or any(r.cls != isa.INT for r in regs):
                 dims = "length" if a.ndim == 1 else "rows, cols"
                 raise MachineError(
