@@ -427,5 +427,13 @@ def test_derivatives_convert_whole_numbers_for_floats_as_a_call_does():
         assert got[0] == want[0] == 15.0 and got[2] == want[2] == 5.0
         assert got[1].dtype == np.float64 and np.array_equal(got[3], want[3])
     assert np.array_equal(rvm.adjoint(f)(15.0, [3, 5], 1.0, [0, 0])[3], [5.0, 3.0])
-    with pytest.raises(rvm.UsageError, match="must be a number"):
+    with pytest.raises(rvm.UsageError, match="must be a real number"):
         rvm.tangent(f)(0.0, [3.0, 5.0], [0.0], [1.0, 0.0])
+    # a scalar program too: a complex tangent of a float is refused, a 0-d array is its
+    # number (it named the program's registers: `argument 3 of f.tan is complex`)
+    sq = rvm.reversible.source("def sq(out: float, x: float):\n    out += x * x\n")
+    assert rvm.tangent(sq)(0.0, 3.0, 0.0, np.array(1.0)) == (9.0, 3.0, 6.0, 1.0)
+    with pytest.raises(rvm.UsageError, match="of argument 1 must be a real number"):
+        rvm.tangent(sq)(0.0, 3.0, 0.0, 1j)
+    ab = rvm.reversible.source("def ab(out: float, z: complex):\n    out += abs(z)\n")
+    assert rvm.tangent(ab)(0.0, 3 + 4j, 0.0, 1 + 0j)[2] == pytest.approx(0.6)

@@ -181,17 +181,33 @@ def _registers(fn: Function, args) -> list[str]:
     return out
 
 
+def scalar_tangents(inner, floats: list[int], extra, strict: bool = True) -> list:
+    """The tangents (or shadows) `extra` of f's float arguments, each of a scalar a number
+    of its kind (a 0-d array: its number), refused with a UsageError otherwise (not
+    strict: only a complex one of a real argument; the call's binding names the others)."""
+    out = []
+    for i, t in zip(floats, extra):
+        if isinstance(t, np.ndarray) and t.ndim == 0:
+            t = t.item()
+        if not isinstance(inner[i], np.ndarray) and (strict or (
+                isinstance(t, complex | np.complexfloating) and
+                not isinstance(inner[i], complex))):
+            complex_ = isinstance(inner[i], complex)
+            kinds = (int, float, complex, np.number) if complex_ else \
+                (int, float, np.integer, np.floating)
+            if not isinstance(t, kinds) or isinstance(t, bool):
+                raise UsageError(f"the tangent (or shadow) of argument {i} must be "
+                                 f"{'a number' if complex_ else 'a real number'}, as the "
+                                 f"argument is; got {t!r}")
+        out.append(t)
+    return out
+
+
 def pack_tangents(inner, floats: list[int], extra) -> list:
     """f's arguments `inner` with one tangent (or shadow) per float argument in `extra`,
     as its derivative program takes them: arrays interleaved with theirs, then the
     scalars' ones."""
-    tangent = dict(zip(floats, extra))
-    for i in floats:
-        t = tangent[i]
-        if not isinstance(inner[i], np.ndarray) and not (
-                isinstance(t, (int, float, complex, np.number)) and not isinstance(t, bool)):
-            raise UsageError(f"the tangent (or shadow) of argument {i} must be a number, as "
-                             f"the argument is; got {t!r}")
+    tangent = dict(zip(floats, scalar_tangents(inner, floats, extra)))
     packed = [_interleave(a, tangent.get(i)) if isinstance(a, np.ndarray) else a
               for i, a in enumerate(inner)]
     return packed + [tangent[i] for i in floats if not isinstance(inner[i], np.ndarray)]
@@ -430,7 +446,11 @@ class Transformed:
             return self._adjoint_of_adjoint(args, options)
         args = self.bound(args)
         arrays = any(isinstance(a, np.ndarray) for a in args)
-        program, name, _ = self.specialize(args)
+        program, name, _ = self.specialize(args)    # (the arguments' count and kinds)
+        if not arrays and not isinstance(self.inner, Transformed):
+            n = arity(self.inner, args)
+            floats = float_arguments(self.inner, args[:n])
+            args = (*args[:n], *scalar_tangents(args[:n], floats, args[n:], strict=False))
         m = machine_for(program, **{**self.options, **options})
         try:
             if not arrays:   # the machine's call: straight to native code once it has run
