@@ -1256,3 +1256,24 @@ def test_an_array_for_a_struct_parameter_is_refused(tmp_path):
         with pytest.raises(rvm.MachineError, match=r"is an array, where the source declares "
                                                    r"p\.x, a number"):
             p.call("incp", bad)
+
+
+
+def test_an_index_check_that_did_not_fail_is_not_blamed(tmp_path):
+    """The index checks of a failing line are looked at only where the failure is an
+    overflow or an assertion of its own: a fi assertion that fails after the index
+    changed later on the line, or with a read in the branch that did not run, is that
+    assertion's error (they were reported as an index out of bounds)."""
+    (tmp_path / "f.ja").write_text(
+        "procedure main()\n    int a[3]\n    int i\n    if a[i] = 0 then\n"
+        "        i += 10\n    fi i = 99\n")
+    (tmp_path / "u.ja").write_text(
+        "procedure main()\n    int a[3]\n    int i\n    int c\n    int x\n    i += 10\n"
+        "    if c = 1 then x += a[i] else c += 2 fi c = 2\n")
+    for engine in ("interp", "native"):
+        with pytest.raises(rvm.InvertibilityError, match=r"the fi assertion `i = 99` \(line 6\)"
+                                                         " is false after the then-branch"):
+            rvm.load(str(tmp_path / "f.ja"), engine=engine).call("main", np.zeros(3, int), 0)
+        with pytest.raises(rvm.InvertibilityError, match=r"the fi assertion `c = 2`"):
+            rvm.load(str(tmp_path / "u.ja"), engine=engine).call(
+                "main", np.zeros(3, int), 0, 0, 0)

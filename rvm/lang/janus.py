@@ -1936,7 +1936,24 @@ class Parser:
 
 def explain(fn, ins, line: int, path: str, R: list, message: str) -> str | None:
     """A run-time failure in Janus terms: the statement at the line, what it checks, the
-    values involved (registered with the machine's error explanations for .ja files)."""
+    values involved (registered with the machine's error explanations for .ja files).
+    Run backwards, a line's index checks come after its reads: a read outside an array
+    goes on to fail an overflow check, or a plain assertion, first; where one of the
+    line's index checks fails with the values at the failure, that is the error."""
+    said = _explained(fn, ins, line, path, R, message)
+    if said is not None and not said.startswith("integer overflow"):
+        return said
+    value = lambda arg: arg.value if not isinstance(arg, Reg) else R[fn.slot(arg)]
+    for x in fn.code:
+        if x.line == line and x.op in ("ASSERT.LT", "ASSERT.GE") and x is not ins and \
+                _explain.bounds_check(fn, x, line) is not None and not (
+                    value(x.args[0]) < value(x.args[1]) if x.op == "ASSERT.LT"
+                    else value(x.args[0]) >= value(x.args[1])):
+            return _explained(fn, x, line, path, R, message) or said
+    return said
+
+
+def _explained(fn, ins, line: int, path: str, R: list, message: str) -> str | None:
     try:
         with open(path, encoding="utf-8") as f:
             parser = Parser(f.read(), path)
@@ -1954,17 +1971,6 @@ def explain(fn, ins, line: int, path: str, R: list, message: str) -> str | None:
         return "" if not used else " (" + ", ".join(
             f"{n} = {values[n]}" for n in dict.fromkeys(used)) + ")"
 
-    if not (ins.op in ("ASSERT.LT", "ASSERT.GE") and _bounds(fn, ins, line, R, value)):
-        # (run backwards, a line's index checks come after its reads: where another of
-        # its checks fails, an index out of bounds, that is the error, not what the read
-        # of a cell outside the array went on to do)
-        for x in fn.code:
-            if x.line == line and x.op in ("ASSERT.LT", "ASSERT.GE") and \
-                    _explain.bounds_check(fn, x, line) is not None and not (
-                        value(x.args[0]) < value(x.args[1]) if x.op == "ASSERT.LT"
-                        else value(x.args[0]) >= value(x.args[1])):
-                ins = x
-                break
     if ins.op in ("ASSERT.LT", "ASSERT.GE"):
         bounds = _bounds(fn, ins, line, R, value)
         tops = [what[1] for what in parser.notes.get(line, []) if what[0] == "top"]
