@@ -835,3 +835,26 @@ def f(s: float, t: float):
     changes = re.findall(r"old value = (\S+)\n  new value = (\S+)", r.stdout)
     assert changes == [("0.0", "15.0"), ("15.0", "0.0"), ("0.0", "15.0")], r.stdout
     assert "9.0" not in r.stdout and "reached the start of f" in r.stdout
+
+
+def test_watches_that_change_together_are_told_together(tmp_path):
+    """Two watches changed by one statement (s and s * 2.0): both are told at that stop
+    and both take their new values (only the first was told, and the other's change was
+    lost, in either direction)."""
+    (tmp_path / "w.py").write_text('''from rvm import reversible
+
+@reversible
+def f(s: float, t: float):
+    s += 1.0
+    t += 2.0
+''')
+    script = tmp_path / "cmds"
+    script.write_text("watch s\nwatch s * 2.0\nc\nc\nc\nrc\nrc\nquit\n")
+    r = subprocess.run([sys.executable, "-m", "rvm.cli", "debug", str(tmp_path / "w.py"),
+                        "--args", "0.0", "0.0", "--batch", str(script)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    changes = re.findall(r"watchpoint (\d): \S+(?: \* 2\.0)?\n  old value = (\S+)\n"
+                         r"  new value = (\S+)", r.stdout)
+    assert changes == [("1", "0.0", "1.0"), ("2", "0.0", "2.0"),
+                       ("1", "1.0", "0.0"), ("2", "2.0", "0.0")], r.stdout

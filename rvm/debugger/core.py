@@ -188,6 +188,10 @@ class Debugger:
         return True
 
     def changed_watch(self) -> str | None:
+        """Every watch whose value changed (all are told, and all take their new values:
+        one told alone left the others' old values behind, to be told late or not at
+        all), or None."""
+        told = []
         for w in self.watches.values():
             if not w.enabled:
                 continue
@@ -196,9 +200,9 @@ class Debugger:
                 continue
             if not same_value(new, w.value):
                 old, w.value = w.value, new
-                return f"watchpoint {w.number}: {w.expr}\n  old value = {fmt(old)}\n" \
-                       f"  new value = {fmt(new)}"
-        return None
+                told.append(f"watchpoint {w.number}: {w.expr}\n  old value = {fmt(old)}\n"
+                            f"  new value = {fmt(new)}")
+        return "\n".join(told) or None
 
     def comparable(self, w: Watch, new) -> bool:
         """Is the watch's new value to be compared with its last one (an editor's data

@@ -765,8 +765,9 @@ class Session:
             n = int(m.group(1))
             reason = "function breakpoint" if n in self.function_bps else "breakpoint"
             ids = [n]
-        elif m := re.match(r"watchpoint (\d+):", msg):
-            reason, ids = "data breakpoint", [int(m.group(1))]
+        elif re.match(r"watchpoint (\d+):", msg):      # (each one that changed)
+            reason, ids = "data breakpoint", [int(n) for n in re.findall(
+                r"^watchpoint (\d+):", msg, re.M)]
         elif msg.startswith("stopped by an error"):
             reason = "exception"
             name, _, message = msg.partition("\n")[2].partition(": ")
