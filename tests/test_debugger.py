@@ -799,13 +799,8 @@ def outer(out: float, v: Array[float], n: int):
     for j in range(n):
         inner(out, v, j)
 ''')
-    script = tmp_path / "cmds"
-    script.write_text("watch v[0]\nc\np v\nc\nrc\np v\nquit\n")
-    r = subprocess.run([sys.executable, "-m", "rvm.cli", "debug", str(tmp_path / "d.py"),
-                        "--entry", "outer", "--args", "0.0", "[1.0,2.0,3.0]", "2",
-                        "--batch", str(script)], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    out = r.stdout
+    out = batch(tmp_path / "d.py", ["--entry", "outer", "--args", "0.0", "[1.0,2.0,3.0]", "2"],
+                "watch v[0]\nc\np v\nc\nrc\np v\nquit\n")
     # (j = 0: s = 0, v[0] unchanged; j = 1: s = 6, v[0] = 1 + 3)
     assert "watchpoint 1: v[0] = 1.0" in out
     assert out.count("old value") == 2, out     # the one change, forwards and back
@@ -826,15 +821,10 @@ def f(s: float, t: float):
     s += t * t + t * 2.0
     t += 1.0
 ''')
-    script = tmp_path / "cmds"
-    script.write_text("watch s\nc\nc\nrc\nrc\nc\nquit\n")
-    r = subprocess.run([sys.executable, "-m", "rvm.cli", "debug", str(tmp_path / "w.py"),
-                        "--args", "0.0", "3.0", "--batch", str(script)],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    changes = re.findall(r"old value = (\S+)\n  new value = (\S+)", r.stdout)
-    assert changes == [("0.0", "15.0"), ("15.0", "0.0"), ("0.0", "15.0")], r.stdout
-    assert "9.0" not in r.stdout and "reached the start of f" in r.stdout
+    out = batch(tmp_path / "w.py", ["--args", "0.0", "3.0"], "watch s\nc\nc\nrc\nrc\nc\nquit\n")
+    changes = re.findall(r"old value = (\S+)\n  new value = (\S+)", out)
+    assert changes == [("0.0", "15.0"), ("15.0", "0.0"), ("0.0", "15.0")], out
+    assert "9.0" not in out and "reached the start of f" in out
 
 
 def test_watches_that_change_together_are_told_together(tmp_path):
@@ -848,13 +838,19 @@ def f(s: float, t: float):
     s += 1.0
     t += 2.0
 ''')
-    script = tmp_path / "cmds"
-    script.write_text("watch s\nwatch s * 2.0\nc\nc\nc\nrc\nrc\nquit\n")
-    r = subprocess.run([sys.executable, "-m", "rvm.cli", "debug", str(tmp_path / "w.py"),
-                        "--args", "0.0", "0.0", "--batch", str(script)],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
+    out = batch(tmp_path / "w.py", ["--args", "0.0", "0.0"],
+                "watch s\nwatch s * 2.0\nc\nc\nc\nrc\nrc\nquit\n")
     changes = re.findall(r"watchpoint (\d): \S+(?: \* 2\.0)?\n  old value = (\S+)\n"
-                         r"  new value = (\S+)", r.stdout)
+                         r"  new value = (\S+)", out)
     assert changes == [("1", "0.0", "1.0"), ("2", "0.0", "2.0"),
-                       ("1", "1.0", "0.0"), ("2", "2.0", "0.0")], r.stdout
+                       ("1", "1.0", "0.0"), ("2", "2.0", "0.0")], out
+
+
+def batch(path, args: list, commands: str) -> str:
+    """What `rvm debug PATH ARGS --batch` prints for these commands (checked to exit 0)."""
+    script = path.parent / "cmds"
+    script.write_text(commands)
+    r = subprocess.run([sys.executable, "-m", "rvm.cli", "debug", str(path), *args,
+                        "--batch", str(script)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
