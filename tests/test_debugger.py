@@ -854,3 +854,13 @@ def batch(path, args: list, commands: str) -> str:
                         "--batch", str(script)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     return r.stdout
+
+
+def test_list_of_a_line_outside_the_source_says_so():
+    """`list 9999` said "no source available" of a program whose source is there; a word
+    for the line is a usage message."""
+    out = batch(ROOT / "asm" / "fib.rasm", ["--args", "10", "0", "0"],
+                "list 9999\nlist abc\nlist 3\nquit\n")
+    lines = len((ROOT / "asm" / "fib.rasm").read_text().splitlines())
+    assert f"line 9999 is outside the source ({lines} lines)" in out
+    assert "usage: list [LINE]" in out and ".func fib" in out

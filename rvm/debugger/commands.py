@@ -326,6 +326,11 @@ def _info(dbg: Debugger, rest: str) -> str:
 def _list(dbg: Debugger, rest: str) -> str:
     from .views import source_lines
     center = int(rest) if rest.isdigit() else None
+    if rest.strip() and center is None:
+        raise CommandError(f"usage: list [LINE] (a line number, not {rest.strip()!r})")
+    known, _ = dbg.source()
+    if center is not None and known is not None and not 1 <= center <= len(known):
+        raise CommandError(f"line {center} is outside the source ({len(known)} lines)")
     lines = source_lines(dbg, center, 5)
     return "\n".join(t for t, _ in lines) if lines else "no source available"
 
