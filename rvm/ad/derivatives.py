@@ -181,6 +181,13 @@ def _registers(fn: Function, args) -> list[str]:
     return out
 
 
+def _converted(args) -> bool:
+    """Would a call convert some of these arguments (a list, an integer array), so that
+    a derivative must bind them first (Transformed.bound)?"""
+    return any(isinstance(a, list | tuple) or (isinstance(a, np.ndarray) and
+                                                a.dtype.kind in "iu") for a in args)
+
+
 def scalar_tangents(inner, floats: list[int], extra, strict: bool = True) -> list:
     """The tangents (or shadows) `extra` of f's float arguments, each of a scalar a number
     of its kind (a 0-d array: its number), refused with a UsageError otherwise (not
@@ -334,8 +341,12 @@ class Transformed:
     def specialize(self, args) -> tuple[Program, str, list[str] | None]:
         """(program, entry, parameter names) of the derivative program for these arguments
         (for arrays: the program takes them packed, see `pack`)."""
+        return self._specialized(self.bound(args))
+
+    def _specialized(self, args: tuple) -> tuple[Program, str, list[str] | None]:
+        """specialize of arguments already bound (Transformed.bound)."""
         try:
-            return self._specialize(self.bound(args))
+            return self._specialize(args)
         except transforms.TransformError as e:
             if not isinstance(self.inner, Transformed) or hasattr(e, "told"):
                 raise
@@ -392,7 +403,9 @@ class Transformed:
         (or shadows), then the scalars' tangents. Of a derivative of a derivative: the
         inner derivative's arguments packed as it packs them, each interleaved array with
         the tangents of what it interleaves, packed the same way."""
-        args = self.bound(args)
+        return self._pack(self.bound(args))
+
+    def _pack(self, args: tuple) -> list:
         n = arity(self.inner, args)
         inner, extra = list(args[:n]), list(args[n:])
         floats = float_arguments(self.inner, inner)
@@ -416,11 +429,15 @@ class Transformed:
         (as_bound: an integer array it declares as floats is a float array, whose
         tangent follows)."""
         args = tuple(args)
+        if not _converted(args):
+            return args         # (nothing to convert: the usual call, no work)
         n = arity(self.inner, args)
         return (*as_bound(self.inner, args[:n]), *args[n:])
 
     def unpack(self, args, results) -> tuple:
-        args = self.bound(args)
+        return self._unpack(self.bound(args), results)
+
+    def _unpack(self, args: tuple, results) -> tuple:
         n = arity(self.inner, args)
         floats = float_arguments(self.inner, args[:n])
         if not isinstance(self.inner, Transformed):
@@ -444,22 +461,32 @@ class Transformed:
     def __call__(self, *args, **options):
         if self._twice_adjoint(args):
             return self._adjoint_of_adjoint(args, options)
-        args = self.bound(args)
+        if _converted(args):
+            args = self.bound(args)
         arrays = any(isinstance(a, np.ndarray) for a in args)
-        program, name, _ = self.specialize(args)    # (the arguments' count and kinds)
-        if not arrays and not isinstance(self.inner, Transformed):
-            n = arity(self.inner, args)
-            floats = float_arguments(self.inner, args[:n])
-            args = (*args[:n], *scalar_tangents(args[:n], floats, args[n:], strict=False))
+        program, name, _ = self._specialized(args)  # (the arguments' count and kinds)
         m = machine_for(program, **{**self.options, **options})
         try:
             if not arrays:   # the machine's call: straight to native code once it has run
-                return (m.uncall if self.backward else m.call)(name, *args)
-            packed = self.pack(args)
-            return self.unpack(args, (m.uncall if self.backward else m.call)(name, *packed))
+                try:
+                    return (m.uncall if self.backward else m.call)(name, *args)
+                except MachineError:
+                    self._scalar_tangents(args)     # (said in the arguments' terms)
+                    raise
+            packed = self._pack(args)
+            return self._unpack(args, (m.uncall if self.backward else m.call)(name, *packed))
         except InvertibilityError as e:
             raise derived_failure(e, f"rvm.{self.kind}" if not isinstance(
                 self.inner, Transformed) else repr(self).strip("<>")) from None
+
+    def _scalar_tangents(self, args: tuple) -> None:
+        """After a call of a scalar program failed: a UsageError where a tangent is complex
+        for a real argument (the program's binding said it in its registers' terms); the
+        check costs the usual call nothing."""
+        if not isinstance(self.inner, Transformed):
+            n = arity(self.inner, args)
+            scalar_tangents(args[:n], float_arguments(self.inner, args[:n]), args[n:],
+                            strict=False)
 
     def _twice_adjoint(self, args) -> bool:
         """rvm.adjoint(rvm.adjoint(g)) called on arrays (see _adjoint_of_adjoint)?"""

@@ -284,10 +284,13 @@ class ReversibleFunction:
 
     def specialize(self, args) -> tuple[Program, str, list[str]]:
         """(program, entry name, parameter names) for these arguments' signature."""
-        names = [a.arg for a in self.node.args.args]
-        sig = self.check_signature(tuple(sig_of(a, names[k] if k < len(names) else k,
-                                                self.name) for k, a in enumerate(args)),
-                                   values=args)
+        try:
+            sigs = tuple(map(sig_of, args))
+        except MachineError:        # (an argument rvm cannot take: said again, named)
+            names = [a.arg for a in self.node.args.args]
+            sigs = tuple(sig_of(a, names[k] if k < len(names) else k, self.name)
+                         for k, a in enumerate(args))
+        sig = self.check_signature(sigs, values=args)
         if sig not in self._cache:
             with _SPECIALIZING:     # threads calling at once share one program (and its code)
                 if sig not in self._cache:
