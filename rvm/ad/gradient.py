@@ -752,6 +752,8 @@ def _value_and_grad(fn, loss: Loss, machine_options: dict, values: bool = True,
             m = runner.forward(args)
             target = find_argument(m.bindings, m.stack[0].fn, loss, "loss")
             fast = m.results(), runner.backward(m, target)
+        if finite(fast[1]):     # (every gradient finite: the usual call, no more to do)
+            return fast
         chosen = fast[1] if active is None else tuple(      # (the others are not checked:
             g if k in active else None for k, g in enumerate(fast[1])) # some not worked out)
         if not finite(chosen):
@@ -1116,15 +1118,12 @@ def jacobian(fn, outputs: Sequence[Loss], wrt: Sequence[Loss], has_aux: bool = F
     # on the direct path (native code called straight) where it can, of the columns'
     # arguments (the others' gradients not worked out where that saves work, nor tested)
     cores: dict = {}            # the columns' arguments -> those calls
-    places: dict = {}           # argument kinds -> (argument, element or None) per column
+    # argument kinds -> ((argument, element or None) per column, those calls)
+    places: dict = {}
 
-    def direct(args, where) -> np.ndarray | tuple:
+    def direct(args, where, calls) -> np.ndarray | tuple:
         rows = []
-        chosen = frozenset(j for j, _ in where)
-        if chosen not in cores:
-            cores[chosen] = [_value_and_grad(fn, o, machine_options, True, chosen)
-                             for o in outputs]
-        for core in cores[chosen]:
+        for core in calls:
             values, grads = core(*args)
             row: list[float] = []
             for j, element in where:
@@ -1138,15 +1137,19 @@ def jacobian(fn, outputs: Sequence[Loss], wrt: Sequence[Loss], has_aux: bool = F
     def run(*args) -> np.ndarray | tuple:
         kind = call_kind(args)
         if kind in places:
-            return direct(args, places[kind])
+            return direct(args, *places[kind])
         m = runner.forward(args)
         values = m.results()
         fnobj = m.stack[0].fn
         seeds = [find_argument(m.bindings, fnobj, o, "output") for o in outputs]
         cols = [find_argument(m.bindings, fnobj, w, "wrt", whole_arrays=True) for w in wrt]
+        where = [(m.bindings.index(b), element) for b, element in cols]
+        chosen = frozenset(j for j, _ in where)
         if not any(b.complex for b in m.bindings):
-            places[kind] = [(m.bindings.index(b), element) for b, element in cols]
-        chosen = frozenset(m.bindings.index(b) for b, _ in cols)
+            if chosen not in cores:
+                cores[chosen] = [_value_and_grad(fn, o, machine_options, True, chosen)
+                                 for o in outputs]
+            places[kind] = where, cores[chosen]
         by = runner
         if len(chosen) < len(m.bindings):   # (the pass the columns need, as later calls run
             by = Pass(fn, machine_options, chosen)      # it: a pullback into an argument not
