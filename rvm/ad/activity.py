@@ -52,7 +52,7 @@ STACK = ("stack",)
 PULLED = frozenset({"VMADD", "VMSUB"} | {s.name for s in isa.TABLE
                                           if s.name.startswith(("VADD", "VSUB"))})
 # scalar instructions whose gradients add into the shadows of the operands after the
-# target (rvm.engines.templates.render leaves out those an instruction's pull clears)
+# target (rvm.engines.templates.pulled leaves out those an instruction's pull clears)
 SCALAR_PULLED = frozenset({s.name for s in isa.TABLE if s.group in ("arith", "family")} |
                           (isa.READS - isa.CONSTANT_READS))
 
@@ -232,14 +232,15 @@ class _Analysis:
         """The instruction's pull mask: bit k cleared for an operand k after the target
         that never holds a varied value: a view or a heap cell whose blocks do not, a
         float register that does not."""
-        pull = -1
-        for k, a in enumerate(ins.args[1:3] if ins.op in PULLED else ins.args[1:]):
-            if isinstance(a, Reg) and a.cls == isa.FLOAT and ins.op not in PULLED:
-                unvaried = self.reg(f, a) not in self.varied
-            elif isinstance(a, Mem) and ins.op not in PULLED and ins.args[0].cls == isa.FLOAT:
-                unvaried = not self.blocks(f, a) & self.varied
-            else:
+        pull, array = -1, ins.op in PULLED
+        for k, a in enumerate(ins.args[1:3] if array else ins.args[1:]):
+            if array:
                 unvaried = isinstance(a, View) and not self.blocks(f, a) & self.varied
+            elif isinstance(a, Reg):
+                unvaried = a.cls == isa.FLOAT and self.reg(f, a) not in self.varied
+            else:       # (a heap cell read into a float)
+                unvaried = isinstance(a, Mem) and ins.args[0].cls == isa.FLOAT and \
+                    not self.blocks(f, a) & self.varied
             if unvaried:
                 pull &= ~(1 << k)
         return pull

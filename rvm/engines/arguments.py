@@ -248,8 +248,10 @@ def bind(machine, fn, args, names: list[str] | None = None) -> tuple[list, list[
                 raise MachineError(f"argument {n} of {fn.name} has shape {a.shape}; "
                                    "arrays must be 1-D or 2-D", fn.name)
             regs = params[k:k + 1 + a.ndim]
-            scalar = next((sym.name for sym in fn.symbols if regs and sym.regs == (regs[0],)),
-                          None)
+            # (the source's names do not go one to an argument, as a struct's fields do:
+            # is this array where the source declares a number?)
+            scalar = None if names or not named else next(
+                (sym.name for sym in fn.symbols if regs and sym.regs == (regs[0],)), None)
             if scalar is not None and not any(len(sym.regs) > 1 and sym.regs[0] == regs[0]
                                               for sym in fn.symbols):
                 raise MachineError(      # (its address and length would be taken for them)
