@@ -422,7 +422,8 @@ def test_a_long_dot_product_goes_through_blas_and_agrees(steps, engine, monkeypa
     long), once forwards and once in the gradient pass's undoing."""
     from rvm.engines import llvm
     calls, real = [], llvm.compile_ir
-    monkeypatch.setattr(llvm, "compile_ir", lambda text: (calls.append(text), real(text))[1])
+    monkeypatch.setattr(llvm, "compile_ir",
+                        lambda text, **kw: (calls.append(text), real(text, **kw))[1])
     k, (sx, sy) = 20_000, steps
     x, y = rng.normal(size=k * sx), rng.normal(size=k * sy)
     p = rvm.assemble(f".func d(r0, r1, r2, r3, r4, r5)\n"
@@ -464,7 +465,8 @@ def test_native_code_makes_one_function_per_kind_of_array_instruction(monkeypatc
     from rvm.engines import llvm
     texts = []
     real = llvm.compile_ir
-    monkeypatch.setattr(llvm, "compile_ir", lambda text: (texts.append(text), real(text))[1])
+    monkeypatch.setattr(llvm, "compile_ir",
+                        lambda text, **kw: (texts.append(text), real(text, **kw))[1])
     # (+= and -= share one: the sign is a value it is given, as is a constant scalar)
     p = program("VADD.mul [r0 : r2, 1], f0, [r3 : r5, 1], r1, r2\n"
                 "VADD.mul [r0 : r2, 1], f0, [r6 : r8, 1], r1, r2\n"
@@ -517,8 +519,8 @@ def test_an_array_exp_runs_the_vector_math_library_and_is_taken_back_exactly(mon
         pytest.skip("needs the native engine and glibc's libmvec")
     objects = []
     real = llvm._compile_ir
-    monkeypatch.setattr(llvm, "_compile_ir", lambda text: objects.append(real(text)) or
-                        objects[-1])
+    monkeypatch.setattr(llvm, "_compile_ir", lambda text, quick=False:
+                        objects.append(real(text, quick)) or objects[-1])
     p = program("VADD.exp [r0 : 0, 1], [r3 : r5, 1], r4, r5\n"
                 "VADD.exp [r6 : r8, 1], [r3 : r5, 1], r4, r5")
     A = rng.uniform(-30.0, 30.0, size=(7, 130))
@@ -620,7 +622,7 @@ def test_cached_native_code_with_array_exp_runs_in_a_fresh_process(tmp_path):
     script = ("import numpy as np, rvm\n"
               "from rvm.engines import llvm\n"
               "made, real = [], llvm._compile_ir\n"
-              "llvm._compile_ir = lambda text: made.append(1) or real(text)\n"
+              "llvm._compile_ir = lambda text, quick=False: made.append(1) or real(text, quick)\n"
               "p = rvm.assemble('.func g(r0, r1, r2, r3, r4, r5)\\n"
               "  VADD.exp [r0 : 0, 1], [r3 : 0, 1], 1, r5\\n.end\\n')\n"
               "x = np.linspace(-3.0, 3.0, 13).reshape(1, 13)\n"

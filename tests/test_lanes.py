@@ -269,7 +269,8 @@ def test_a_gradients_first_batch_compiles_its_batch_loop_alone(monkeypatch):
     import uuid
     texts: list = []
     real = llvm.compile_ir
-    monkeypatch.setattr(llvm, "compile_ir", lambda text: (texts.append(text), real(text))[1])
+    monkeypatch.setattr(llvm, "compile_ir",
+                        lambda text, **kw: (texts.append(text), real(text, **kw))[1])
     c = uuid.uuid4().int % 1000 / 1000     # (a program no cache holds)
     p = rvm.assemble(f".func f(f0, f1)\n    ADD.mul f1, f0, f0\n    ADD f1, {c}\n.end\n")
     g = rvm.grad(p["f"], loss="f1", engine="native")

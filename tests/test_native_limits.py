@@ -171,9 +171,9 @@ def test_sigint_stops_a_compile(monkeypatch, tmp_path):
     monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path))
     slow = llvm._compile_ir
 
-    def compile_slowly(text):
+    def compile_slowly(text, quick=False):
         time.sleep(3)
-        return slow(text)
+        return slow(text, quick)
     monkeypatch.setattr(llvm, "_compile_ir", compile_slowly)
     p = rvm.assemble(SPIN)
     assert interrupted(lambda: p.call("spin", 0.0, 10.0, 0, engine="native")) < 0.5

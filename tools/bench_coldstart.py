@@ -26,6 +26,7 @@ import pathlib
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PATHS = f"{ROOT / 'examples'}{os.pathsep}{ROOT / 'tools' / 'bench'}"
@@ -92,25 +93,31 @@ p.call("g0", 0.5, 0.0, engine={engine!r}, max_steps=10 ** 12)
 """
 
 
-def first_call(cache: str, body: str) -> tuple[float, float]:
-    """(seconds, peak memory in MB) of a fresh process running body."""
+def first_call(cache: str, body: str) -> tuple[float, float, float]:
+    """(seconds, peak memory in MB, the whole process's seconds) of a fresh process
+    running body: the body's time, from the process's start (imports included) to its
+    end; the whole process's includes its end, where it waits for the optimised code of
+    a large program the first calls ran unoptimised (rvm.engines.llvm: Tier)."""
     env = dict(os.environ, RVM_CACHE_DIR=cache, PYTHONPATH=PATHS)
     # as on a user's machine, Python keeps the compiled bytecode (.pyc) of rvm's modules:
     # an environment with PYTHONDONTWRITEBYTECODE set would compile their source again in
     # every process (about 0.1 s more per start)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
+    t = time.perf_counter()
     r = subprocess.run([sys.executable, "-c", TIMED.format(body=body)], env=env,
                        capture_output=True, text=True, check=True)
+    whole = time.perf_counter() - t
     seconds, mb = r.stdout.split()[-2:]
-    return float(seconds), float(mb)
+    return float(seconds), float(mb), whole
 
 
-def cold_and_warm(body: str) -> tuple[float, float, float]:
-    """(empty cache s, warm cache s (best of 3), peak MB of the cold run)."""
+def cold_and_warm(body: str) -> tuple[float, float, float, float]:
+    """(empty cache s, warm cache s (best of 3), peak MB of the cold run, the cold
+    process's whole time)."""
     with tempfile.TemporaryDirectory() as cache:
-        cold, mb = first_call(cache, body)
+        cold, mb, whole = first_call(cache, body)
         warm = min(first_call(cache, body)[0] for _ in range(3))
-    return cold, warm, mb
+    return cold, warm, mb, whole
 
 
 def main() -> None:
@@ -133,13 +140,13 @@ def main() -> None:
              "jit(value_and_grad), the same algorithm"),
             ("graph-embedding loss (k = 5), gradient", EMBEDDING, None, None)]
     print("| first native call, fresh process | empty cache, s | warm cache, s | peak MB | "
-          "peer | peer, s | rvm / peer |")
-    print("|---|---|---|---|---|---|---|")
+          "whole process, s | peer | peer, s | rvm / peer |")
+    print("|---|---|---|---|---|---|---|---|")
     for what, body, peer, name in rows:
         if what.startswith("GMM") and not GMM_FILE.exists():
             continue
-        cold, warm, mb = cold_and_warm(body)
-        line = f"| {what} | {cold:.2f} | {warm:.2f} | {mb:.0f} |"
+        cold, warm, mb, whole = cold_and_warm(body)
+        line = f"| {what} | {cold:.2f} | {warm:.2f} | {mb:.0f} | {whole:.2f} |"
         if peer is not None and jax:
             with tempfile.TemporaryDirectory() as cache:
                 p = min(first_call(cache, peer)[0] for _ in range(2))
@@ -148,22 +155,23 @@ def main() -> None:
             line += " | | |"
         print(line, flush=True)
     for n in (100, 1000):
-        cold, warm, mb = cold_and_warm(CHAIN.format(n=n, body=3, engine="native"))
+        cold, warm, mb, whole = cold_and_warm(CHAIN.format(n=n, body=3, engine="native"))
         with tempfile.TemporaryDirectory() as cache:
             p = first_call(cache, CHAIN.format(n=n, body=3, engine="interp"))[0]
         print(f"| a chain of {n:,} small functions, a call | {cold:.2f} | {warm:.2f} | "
-              f"{mb:.0f} | the interpreter | {p:.2f} | {cold / p:.2f} |", flush=True)
+              f"{mb:.0f} | {whole:.2f} | the interpreter | {p:.2f} | {cold / p:.2f} |",
+              flush=True)
     print()
     print("| instructions | functions | empty cache, s | per 1,000 instructions, ms | "
-          "peak MB |")
-    print("|---|---|---|---|---|")
+          "peak MB | whole process, s |")
+    print("|---|---|---|---|---|---|")
     for size in args.sizes:
         n = max(1, size // 1000)
         with tempfile.TemporaryDirectory() as cache:
-            cold, mb = first_call(cache, CHAIN.format(n=n, body=min(size, 1000),
-                                                      engine="native"))
-        print(f"| {size:,} | {n:,} | {cold:.2f} | {1e6 * cold / size:.0f} | {mb:.0f} |",
-              flush=True)
+            cold, mb, whole = first_call(cache, CHAIN.format(n=n, body=min(size, 1000),
+                                                             engine="native"))
+        print(f"| {size:,} | {n:,} | {cold:.2f} | {1e6 * cold / size:.0f} | {mb:.0f} | "
+              f"{whole:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -4,9 +4,11 @@
 
 Each program's first native gradient runs in a fresh process with an empty cache; its
 LLVM IR module is kept as it goes to LLVM. The table gives the first call's time, the
-front half's (bytecode to LLVM IR text: the first call less LLVM's part), the module's
-size (lines of IR, functions defined) and LLVM's part taken apart, on the same module
-again: parsing the text, the optimisation passes, code generation; then LLVM's whole
+front half's (bytecode to LLVM IR text: the first call less LLVM's part), LLVM's part of
+the first call (for a large module, the quick code's: the optimised code is made on a
+thread meanwhile, rvm.engines.llvm: Tier), the module's size (lines of IR, functions
+defined) and the optimised code's LLVM time taken apart, on the same module again:
+parsing the text, the optimisation passes, code generation; then LLVM's whole
 time for the module without the bodies of the array instructions' helpers
 (`rvm_array_*`, `rvm.gemm`, left as declarations), which gives their share. One core
 (the process is pinned to the first core it may run on, where the system allows it).
@@ -43,16 +45,19 @@ def measure(body: str) -> dict:
     modules, spent = [], []
     compile_ir = llvm._compile_ir
 
-    def kept(text: str) -> bytes:
+    def kept(text: str, quick: bool = False) -> bytes:
         t = time.perf_counter()
-        out = compile_ir(text)
-        modules.append(text)
-        spent.append(time.perf_counter() - t)
+        out = compile_ir(text, quick)
+        if quick or len(text) <= llvm.TIER_CHARS:   # (the first call's compile, not
+            modules.append(text)                    # the optimised code a large
+            spent.append(time.perf_counter() - t)   # module's Tier makes on a thread)
         return out
     llvm._compile_ir = kept
     t = time.perf_counter()
     exec(body, {})
     first = time.perf_counter() - t
+    for thread in llvm._TIERS:      # (the optimised code, before LLVM is timed again)
+        thread.join()
     llvm._compile_ir = compile_ir
     ll, _, tm = llvm._llvm()
     parse = optimise = emit = 0.0
@@ -74,6 +79,7 @@ def measure(body: str) -> dict:
         compile_ir(strip_helpers(text))
         without += time.perf_counter() - t
     return {"first": first, "llvm": sum(spent), "lines": sum(m.count("\n") for m in modules),
+            "tiered": any(len(m) > llvm.TIER_CHARS for m in modules),
             "functions": sum(m.count("\ndefine ") for m in modules), "parse": parse,
             "optimise": optimise, "emit": emit, "without_helpers": without,
             "helpers": sum(len(HELPER.findall(m)) for m in modules)}
@@ -112,7 +118,8 @@ def main() -> None:
         return
     names = sys.argv[1:] or list(PROGRAMS)
     print("| program | first call, s | front half, s | LLVM, s | IR lines (functions) | "
-          "LLVM: parse / optimise / code, s | LLVM without the array helpers, s |")
+          "optimised code, LLVM: parse / optimise / code, s | LLVM without the array "
+          "helpers, s |")
     print("|---|---|---|---|---|---|---|")
     for name in names:
         if name.startswith("gmm") and not GMM_FILE.exists():
@@ -120,8 +127,9 @@ def main() -> None:
         f = run(name)
         helpers = f"{f['without_helpers']:.2f} ({f['helpers']} helpers)" if f["helpers"] \
             else "(none)"
+        llvm = f"{f['llvm']:.2f}" + (" (quick code)" if f["tiered"] else "")
         print(f"| {PROGRAMS[name][0]} | {f['first']:.2f} | {f['first'] - f['llvm']:.2f} | "
-              f"{f['llvm']:.2f} | {f['lines']:,} ({f['functions']}) | {f['parse']:.2f} / "
+              f"{llvm} | {f['lines']:,} ({f['functions']}) | {f['parse']:.2f} / "
               f"{f['optimise']:.2f} / {f['emit']:.2f} | {helpers} |")
 
 

@@ -22,6 +22,7 @@ the pass on the interpreter to report it ("heap capacity exceeded" grows the hea
 from __future__ import annotations
 
 import ast
+import atexit
 import contextlib
 import ctypes
 import functools
@@ -43,6 +44,7 @@ from .lowering import (
     FAULT,
     FORWARD_CELLS,
     FRAME_REGISTER,
+    FULL,
     INTERRUPT,
     INTERRUPT_CELL,
     MESSAGES,
@@ -67,7 +69,19 @@ from .lowering import (
     snapshot_cells,
     writes_heap,
 )
-from .templates import ROOT, SHADOWS, SHADOWS_BAD, SNAP, STATE, Fault
+from .templates import (
+    LAST,
+    LEFT,
+    NO_STOP,
+    NOW,
+    ROOT,
+    SHADOWS,
+    SHADOWS_BAD,
+    SNAP,
+    STATE,
+    STOP,
+    Fault,
+)
 
 available = importlib.util.find_spec("llvmlite") is not None
 
@@ -202,11 +216,11 @@ def safe_codegen() -> None:
     ll.set_option("rvm", "-disable-early-taildup")
 
 
-def _target_machine():
+def _target_machine(opt: int = 2):
     """A target machine for this CPU (an execution engine owns, and frees, its own)."""
     import llvmlite.binding as ll
     return ll.Target.from_default_triple().create_target_machine(
-        cpu=ll.get_host_cpu_name(), features=ll.get_host_cpu_features().flatten(), opt=2,
+        cpu=ll.get_host_cpu_name(), features=ll.get_host_cpu_features().flatten(), opt=opt,
         codemodel="jitdefault")
 
 
@@ -825,19 +839,20 @@ def _module(src: _Source, tol: float, fused: dict, batches: dict, runs,
 _LLVM_LOCK = vectormath.LOCK        # LLVM's global context: one thread at a time
 
 
-def compile_ir(text: str) -> bytes:
-    """Optimised machine code (an object file) for LLVM IR text. From the main thread,
-    LLVM works on a second one, so that Ctrl-C stops the wait at once (KeyboardInterrupt;
-    the abandoned compile ends on its own, and the next waits for it)."""
+def compile_ir(text: str, quick: bool = False) -> bytes:
+    """Optimised machine code (an object file) for LLVM IR text (quick: code made with
+    no optimisation, see Tier). From the main thread, LLVM works on a second one, so
+    that Ctrl-C stops the wait at once (KeyboardInterrupt; the abandoned compile ends on
+    its own, and the next waits for it)."""
     if threading.current_thread() is not threading.main_thread():
         with _LLVM_LOCK:
-            return _compile_ir(text)
+            return _compile_ir(text, quick)
     box: dict = {}
 
     def work():
         try:
             with _LLVM_LOCK:
-                box["out"] = _compile_ir(text)
+                box["out"] = _compile_ir(text, quick)
         except BaseException as exc:    # (passed on to the caller)
             box["error"] = exc
     thread = threading.Thread(target=work, daemon=True, name="rvm-compile")
@@ -848,7 +863,7 @@ def compile_ir(text: str) -> bytes:
     return box["out"]
 
 
-def _compile_ir(text: str) -> bytes:
+def _compile_ir(text: str, quick: bool = False) -> bytes:
     ll, _, tm = _llvm()
     mod = ll.parse_assembly(text)
     mod.verify()
@@ -858,6 +873,8 @@ def _compile_ir(text: str) -> bytes:
         into.triple, into.data_layout = mod.triple, mod.data_layout
         into.link_in(mod)
         mod = into
+    if quick:                   # (no passes, and the code generator's fastest level)
+        return _target_machine(0).emit_object(mod)
     pto = ll.create_pipeline_tuning_options(speed_level=2)
     pto.slp_vectorization = True
     pb = ll.create_pass_builder(tm, pto)
@@ -908,10 +925,16 @@ class _Call:
     budget), the heap's cells and their shadows, and the heap's capacity, then the
     scalar arguments; a fault code back (an int) instead of the results' tuple."""
 
+    tier = None     # the optimised code on its way, while this calls the quick code (Tier)
+
     def __init__(self, library: Library, name: str):
-        self.library = library          # the machine code lives as long as its callers
+        self.library, self.name = library, name     # (the code lives as its callers do)
         self.call = _builtin(library, name)
         self.arrays = (None, None, None, ())
+
+    def promote(self, library: Library) -> None:
+        """Call `library`'s code from now on (the optimised: Tier)."""
+        self.call, self.library = _builtin(library, self.name), library
 
     def addresses(self, HI, HG, TOP) -> tuple:
         """(state, cells, shadows, capacity) for these arrays, checked as native code needs
@@ -955,6 +978,20 @@ class Run(_Call):
     value and gradient on a heap, vg: arguments, then seeds.)"""
 
     def __call__(self, HI, HF, HG, TOP, *args):
+        if self.tier is not None:
+            def run(budget):
+                TOP[LEFT] = budget
+                return self.run(HI, HG, TOP, args)
+
+            def restore():
+                if HI is not None:
+                    HI[:], HG[:] = cells
+
+            cells = None if HI is None or TOP[LEFT] <= QUICK_STEPS else (HI.copy(), HG.copy())
+            return self.tier.call(self, TOP, int(TOP[LEFT]), run, restore)
+        return self.run(HI, HG, TOP, args)
+
+    def run(self, HI, HG, TOP, args):
         try:
             return _check(self.call(*self.addresses(HI, HG, TOP), *args))
         except KeyboardInterrupt:
@@ -972,6 +1009,9 @@ class Fused(_Call):
     results)."""
 
     def __call__(self, T, H, budget, *args):
+        if self.tier is not None:
+            return self.tier.call(self, T, budget, lambda b: _check(
+                self.call(*self.addresses(None, None, T), b, *args)), lambda: None)
         return _check(self.call(*self.addresses(None, None, T), budget, *args))
 
 
@@ -985,11 +1025,18 @@ class Batch:
 
     spreads = True          # takes stride-0 argument columns
 
+    tier = None     # (a batch waits for the optimised code: Tier)
+
     def __init__(self, library: Library, name: str, mode: str, kinds: list[str]):
-        self.library, self.mode, self.kinds = library, mode, kinds
+        self.library, self.mode, self.kinds, self.name = library, mode, kinds, name
         self.call = _builtin(library, name)
 
+    promote = _Call.promote
+
     def __call__(self, budget, *arrays):
+        tier = self.tier
+        if tier is not None:
+            tier.done.wait()
         k, mode = len(self.kinds), self.mode
         nf = self.kinds.count("float64")
         cols, rest = arrays[:k], arrays[k:]
@@ -1086,16 +1133,112 @@ def functions(source, fused: dict, batches: dict, tol: float, runs=None,
         f"{sorted(fused.items())}|{sorted(batches.items())}|{runs}|{looks}|{resume}"
     text = stamp + key
 
-    def make() -> bytes:
+    obj, module = cache.cached_object(text), None
+    if obj is None:
         roots = {*runs, *(f for entry in (*fused.values(), *batches.values())
                           for f in entry if isinstance(f, str) and f.startswith("F"))}
-        return compile_ir(ir_module(source(sorted(roots)), tol, fused, batches, runs,
-                                    looks, resume))
-    lib = Library(cache.load_object(text, make))
+        module = ir_module(source(sorted(roots)), tol, fused, batches, runs, looks, resume)
+        if len(module) <= TIER_CHARS:
+            obj, module = compile_ir(module), None
+            cache.store_object(text, obj)
+        else:
+            obj = compile_ir(module, quick=True)
+    lib = Library(obj)
     out: dict = {name: Run(lib, name) for name in runs}
     out.update({name: (Fused if budget else Run)(lib, name)
                 for name, (_, _, budget, _, _) in fused.items()})
     if batches:
         out.update({name: Batch(lib, name, mode, kinds[fw]) for name, (mode, fw, *_) in
                     batches.items()})
+    if module is not None:
+        Tier(text, module, list(out.values()))
     return out
+
+
+# A module of more than TIER_CHARS characters of IR (the GMM example's gradient: 7 MB) is
+# compiled twice: at once with no optimisation (a tenth of the time; its code runs some
+# 10x slower), which the first calls run, and optimised on a thread meanwhile, whose code
+# takes over when it is made (Tier). A call of the quick code with a step budget above
+# QUICK_STEPS runs there with QUICK_STEPS; one that needs more (or fails) is run again,
+# whole, on the optimised code, once it is made: a long run never runs long on the quick
+# code, and a failure is reported by the code that would have run it anyway.
+TIER_CHARS = 500_000
+QUICK_STEPS = 100_000_000
+
+
+class Tier:
+    """A module's optimised machine code on its way (see TIER_CHARS): it is compiled on a
+    thread of its own, put in the cache, and given to the module's entries, which ran
+    the quick code till then. The thread holds LLVM's lock while LLVM works (other
+    compiles wait for it) and not the GIL (native code, the quick code's too, runs
+    meanwhile). A process that ends waits for it (at exit), so that the next finds the
+    optimised code in the cache."""
+
+    def __init__(self, text: str, module: str, entries: list):
+        self.entries, self.done = entries, threading.Event()
+        for e in entries:
+            e.tier = self
+        thread = threading.Thread(target=self._work, args=(text, module), daemon=True,
+                                  name="rvm-optimise")
+        _TIERS[:] = [t for t in _TIERS if t.is_alive()] + [thread]
+        thread.start()
+
+    def _work(self, text: str, module: str) -> None:
+        from . import cache
+        try:
+            with _LLVM_LOCK:
+                obj = _compile_ir(module)
+            cache.store_object(text, obj)
+            lib = Library(obj)
+            for e in self.entries:      # (a call under way goes on with the quick code)
+                e.promote(lib)
+        except Exception:               # (the quick code stays: the same answers)
+            pass
+        finally:
+            for e in self.entries:
+                e.tier = None
+            self.done.set()
+
+    def call(self, entry, state: np.ndarray, budget: int, run, restore) -> object:
+        """entry's quick code called by run(b) with step budget b: with QUICK_STEPS where
+        `budget` is larger, the budget left, and every other budget the state array
+        notes, put as if the run had had `budget` (the same run: it did not run out);
+        where it fails, restore() puts back what it changed and run(budget) calls the
+        optimised code when it is made."""
+        if budget <= QUICK_STEPS:
+            return run(budget)
+        saved = state.copy()
+        try:
+            out = run(QUICK_STEPS)
+        except Fault as e:
+            if getattr(e, "code", None) == FULL:    # (the heap too small: the caller
+                _shift(state, saved, budget)        # grows it and calls again)
+                raise
+            state[:] = saved
+            restore()
+            self.done.wait()
+            return run(budget)
+        _shift(state, saved, budget)
+        return out
+
+
+def _shift(state: np.ndarray, saved: np.ndarray, budget: int) -> None:
+    """The budgets a run with QUICK_STEPS steps noted in the state array, as the same
+    run with `budget` steps notes them (each the budget left somewhere: -1 where none)."""
+    more = budget - QUICK_STEPS
+    for k in (LEFT, LAST, NOW, SHADOWS):
+        if state[k] >= 0 and (k == LEFT or state[k] != saved[k]):
+            state[k] += more
+    if state[STOP] != NO_STOP and state[STOP] != saved[STOP]:
+        state[STOP] += more
+
+
+_TIERS: list[threading.Thread] = []
+
+
+@atexit.register
+def _finish_tiers() -> None:
+    """At exit: wait for the optimised code being made (it goes into the cache)."""
+    with contextlib.suppress(KeyboardInterrupt):
+        for thread in _TIERS:
+            thread.join()

@@ -1,0 +1,178 @@
+"""A large module is compiled twice (rvm.engines.llvm: Tier): quick code with no
+optimisation, which the first calls run, and the optimised code, made on a thread, which
+takes over. Both give the interpreter's answers, its errors and its step counts; a long
+run never stays on the quick code; the optimised code reaches the cache even where the
+process ends first. (The modules here are small: TIER_CHARS is set to 0.)"""
+
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import rvm
+from rvm.engines import llvm, native
+from rvm.engines.compiled import compiled
+from rvm.engines.machine import Machine
+from rvm.engines.templates import LEFT
+
+pytestmark = pytest.mark.skipif(not (native.available and llvm.usable()),
+                                reason="llvmlite is not installed")
+
+# f2 += exp(f0 - 700) for f0 = 1, 2, ... up to f1: 9 steps a pass; from f0 = 1410 on the
+# sum is inf (a float result not finite)
+SPIN = """\
+.func spin(f0, f1, f2, r0)
+top:    CF.NE  r0, 0, back
+        ADD    f0, 1.0
+        INC    r0
+        ADD    f3, f0
+        SUB    f3, 700.0
+        ADD.exp f2, f3
+        SUB    f3, f0
+        ADD    f3, 700.0
+exitbr: BR.GE  f0, f1, done
+back:   JMP    top
+done:   CF     exitbr
+.end
+"""
+HEAPED = """\
+from rvm import Array, reversible
+
+@reversible
+def f(x: Array[float], n: int, out: float):
+    for i in range(n):
+        out += x[i % 3] * x[(i + 1) % 3]
+"""
+
+
+@pytest.fixture
+def tiers(monkeypatch, tmp_path):
+    """Every module tiered; the optimised compile held until `release` is set (each
+    tier's thread waits for it before it compiles); the tiers made are listed."""
+    monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(llvm, "TIER_CHARS", 0)
+    release, made = threading.Event(), []
+    work = llvm.Tier._work
+
+    def held(self, *args):
+        made.append(self)
+        release.wait(60)
+        work(self, *args)
+    monkeypatch.setattr(llvm.Tier, "_work", held)
+    yield release, made, tmp_path
+    release.set()
+    for t in made:
+        t.done.wait(60)
+
+
+def ran(program, engine, *args) -> tuple:
+    """spin's final registers and the steps it took, on a machine (native code's: the
+    budget it left, as a gradient's search reads it)."""
+    m = Machine(program, engine=engine)
+    m.enter("spin", *args)
+    m.run()
+    state = m._native_state()
+    return m.results(), m.steps if state is None else m.max_steps - int(state[LEFT])
+
+
+def interpreted(program, name, *args):
+    return ran(program, "interp", *args)
+
+
+def test_the_first_calls_run_quick_code_and_the_optimised_code_takes_over(tiers):
+    release, made, cache = tiers
+    p = rvm.assemble(SPIN, "spin.rasm")
+    want, steps = interpreted(p, "spin", 0.0, 600.0, 0.0, 0)
+    assert ran(p, "native", 0.0, 600.0, 0.0, 0) == (want, steps)
+    (tier,) = made
+    (funcs,) = compiled(p, True, native=True)._native.values()
+    run = funcs["F0_fw"]
+    quick = run.library
+    assert run.tier is tier and not tier.done.is_set()
+    assert not list(cache.glob("rvm_llvm_*.o"))        # (the quick code is not kept)
+    release.set()
+    assert tier.done.wait(60)
+    assert run.tier is None and run.library is not quick
+    assert len(list(cache.glob("rvm_llvm_*.o"))) == 1
+    assert ran(p, "native", 0.0, 600.0, 0.0, 0) == (want, steps)
+
+
+def test_a_run_longer_than_the_quick_budget_runs_again_on_the_optimised_code(
+        tiers, monkeypatch):
+    """With QUICK_STEPS steps the quick code does not finish: the call waits for the
+    optimised code and runs there, whole, with the caller's budget: the same answer and
+    steps. A run within QUICK_STEPS, with a larger budget, reports its steps as the run
+    with that budget does."""
+    release, made, _ = tiers
+    monkeypatch.setattr(llvm, "QUICK_STEPS", 1000)
+    p = rvm.assemble(SPIN, "spin.rasm")
+    short, short_steps = interpreted(p, "spin", 0.0, 50.0, 0.0, 0)
+    assert ran(p, "native", 0.0, 50.0, 0.0, 0) == (short, short_steps)
+    assert short_steps < 1000
+    assert not made[0].done.is_set()        # (the quick code ran it)
+    want, steps = interpreted(p, "spin", 0.0, 600.0, 0.0, 0)
+    threading.Timer(0.2, release.set).start()
+    assert ran(p, "native", 0.0, 600.0, 0.0, 0) == (want, steps) and steps > 1000
+    assert made[0].done.is_set()            # (it waited for the optimised code)
+
+
+@pytest.mark.parametrize("quick_steps", [1000, 10**9])
+def test_a_failing_run_on_quick_code_fails_as_the_interpreter_does(tiers, monkeypatch,
+                                                                   quick_steps):
+    """A value not finite at pass 1410: the same error at the same step, whether the quick
+    code reports it (a budget within QUICK_STEPS) or the optimised code runs again."""
+    release, _, _ = tiers
+    monkeypatch.setattr(llvm, "QUICK_STEPS", quick_steps)
+    p = rvm.assemble(SPIN, "spin.rasm")
+    errors = []
+    for engine in ("interp", "native"):
+        m = Machine(p, engine=engine)
+        if engine == "native":
+            threading.Timer(0.2, release.set).start()
+        m.enter("spin", 0.0, 1500.0, 0.0, 0)
+        with pytest.raises(rvm.RvmError) as e:
+            m.run()
+        errors.append((str(e.value), m.steps))
+    assert errors[0] == errors[1]
+
+
+def test_gradients_and_batches_of_a_tiered_module_agree(tiers, tmp_path):
+    """A gradient with arrays (a heap) on the quick code, then rvm.vmap's batch loop
+    (which waits for the optimised code), each as the interpreter gives it."""
+    release, made, _ = tiers
+    (tmp_path / "f.py").write_text(HEAPED)
+    f = rvm.load(tmp_path / "f.py")["f"]
+    x = np.array([0.5, -1.5, 2.0])
+    want = rvm.grad(f, loss="out", engine="interp")(x, 40, 0.0)
+    got = rvm.grad(f, loss="out", engine="native")(x, 40, 0.0)
+    assert made and not made[0].done.is_set()
+    assert np.array_equal(got[0], want[0])
+    p = rvm.assemble(SPIN, "spin.rasm")
+    g = rvm.grad(p["spin"], loss=2, engine="native")
+    ends = np.array([30.0, 40.0, 50.0])
+    threading.Timer(0.2, release.set).start()
+    rows = rvm.vmap(g, in_axes=(None, 0, None, None))(0.0, ends, 0.0, 0)
+    for k, end in enumerate(ends):
+        one = rvm.grad(p["spin"], loss=2, engine="interp")(0.0, end, 0.0, 0)
+        assert [np.ravel(r)[k] if r is not None else None for r in rows] == list(one)
+
+
+def test_a_process_that_ends_first_leaves_the_optimised_code_in_the_cache(tmp_path):
+    """The process waits for the optimised code at exit (no crash, exit code 0), so the
+    next process loads it and compiles nothing."""
+    env = dict(os.environ, RVM_CACHE_DIR=str(tmp_path))
+    first = ("import rvm\nfrom rvm.engines import llvm\nllvm.TIER_CHARS = 0\n"
+             f"p = rvm.assemble({SPIN!r})\n"
+             "print(p.call('spin', 0.0, 600.0, 0.0, 0, engine='native'))\n")
+    r = subprocess.run([sys.executable, "-c", first], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert len(list(tmp_path.glob("rvm_llvm_*.o"))) == 1
+    second = first.replace("llvm.TIER_CHARS = 0\n", "llvm.TIER_CHARS = 0\n"
+                           "llvm._compile_ir = None\n")     # (compiling would fail)
+    again = subprocess.run([sys.executable, "-c", second], env=env, capture_output=True,
+                           text=True, timeout=120)
+    assert again.returncode == 0 and again.stdout == r.stdout, again.stderr
