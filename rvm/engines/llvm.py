@@ -786,7 +786,7 @@ def _module(src: _Source, tol: float, fused: dict, batches: dict, runs,
     _, ir, _ = _llvm()
     t = Types(ir)
     module = ir.Module(name="rvm")
-    module.triple = _llvm()[2].triple
+    module.triple = _triple()
 
     def declare(types, signature, suffix: str, wanted) -> dict:
         functions: dict = {"TOL": tol, "RUN_OUT": src.run_out, "CALLS": src.calls,
@@ -1104,6 +1104,20 @@ def _lowering_digest() -> str:
         "native.py", "templates.py", "arrays.py", "irtext.py")) + ("" if IRTEXT else "|ir")
 
 
+@functools.cache
+def _host() -> str:
+    """LLVM's version, the target and the CPU, for the cache's key (asked of LLVM once:
+    a call into LLVM waits while a Tier's optimised code is being made)."""
+    ll = _llvm()[0]
+    return f"{ll.llvm_version_info}|{_triple()}|{ll.get_host_cpu_name()}|" \
+        f"{ll.get_host_cpu_features().flatten()}"
+
+
+@functools.cache
+def _triple() -> str:
+    return _llvm()[2].triple
+
+
 def functions(source, fused: dict, batches: dict, tol: float, runs=None,
               key: str | None = None, kinds: dict | None = None,
               looks: bool | str = False, resume: bool = False) -> dict:
@@ -1119,7 +1133,7 @@ def functions(source, fused: dict, batches: dict, tol: float, runs=None,
     the machine code is not in the cache (making it takes longer than loading the code:
     seconds for a large program). looks, resume: see ir_module."""
     from . import cache, lanes
-    ll, _, tm = _llvm()
+    _llvm()
     if key is None:
         text_ = source
         key, kinds = source, _kinds(source)
@@ -1127,8 +1141,7 @@ def functions(source, fused: dict, batches: dict, tol: float, runs=None,
     if runs is None:
         runs = tuple(re.findall(r"^def (\w+)\(", source(()), re.M))
     runs = tuple(sorted(runs))
-    stamp = f"{_lowering_digest()}|{ll.llvm_version_info}|{tm.triple}|" \
-        f"{ll.get_host_cpu_name()}|{ll.get_host_cpu_features().flatten()}|{sys.version}|" \
+    stamp = f"{_lowering_digest()}|{_host()}|{sys.version}|" \
         f"{tol!r}|{lanes.enabled and lanes.LANES}|{vectormath.variant()}|" \
         f"{sorted(fused.items())}|{sorted(batches.items())}|{runs}|{looks}|{resume}"
     text = stamp + key
@@ -1155,15 +1168,15 @@ def functions(source, fused: dict, batches: dict, tol: float, runs=None,
     return out
 
 
-# A module of more than TIER_CHARS characters of IR (the GMM example's gradient: 7 MB) is
+# A module of more than TIER_CHARS characters of IR (the GMM example's gradient: 3 MB) is
 # compiled twice: at once with no optimisation (a tenth of the time; its code runs some
-# 10x slower), which the first calls run, and optimised on a thread meanwhile, whose code
-# takes over when it is made (Tier). A call of the quick code with a step budget above
-# QUICK_STEPS runs there with QUICK_STEPS; one that needs more (or fails) is run again,
+# 10x slower), which each entry's first call runs, and optimised on a thread meanwhile,
+# which later calls wait for (Tier). A first call with a step budget above QUICK_STEPS
+# runs the quick code with QUICK_STEPS; one that needs more (or fails) is run again,
 # whole, on the optimised code, once it is made: a long run never runs long on the quick
 # code, and a failure is reported by the code that would have run it anyway.
 TIER_CHARS = 500_000
-QUICK_STEPS = 100_000_000
+QUICK_STEPS = 1_000_000_000
 
 
 class Tier:
@@ -1176,8 +1189,12 @@ class Tier:
 
     def __init__(self, text: str, module: str, entries: list):
         self.entries, self.done = entries, threading.Event()
+        self.served: set[int] = set()   # entries whose first call ran (ids)
         for e in entries:
             e.tier = self
+        if sys.platform.startswith(("linux", "darwin")):    # (its code made first: a run
+            with contextlib.suppress(Exception):            # compiles it, and would wait
+                _handler()                                  # for the thread: interrupts)
         thread = threading.Thread(target=self._work, args=(text, module), daemon=True,
                                   name="rvm-optimise")
         _TIERS[:] = [t for t in _TIERS if t.is_alive()] + [thread]
@@ -1200,13 +1217,19 @@ class Tier:
             self.done.set()
 
     def call(self, entry, state: np.ndarray, budget: int, run, restore) -> object:
-        """entry's quick code called by run(b) with step budget b: with QUICK_STEPS where
-        `budget` is larger, the budget left, and every other budget the state array
-        notes, put as if the run had had `budget` (the same run: it did not run out);
-        where it fails, restore() puts back what it changed and run(budget) calls the
-        optimised code when it is made."""
-        if budget <= QUICK_STEPS:
+        """entry called by run(b) with step budget b. Its first call that succeeds runs
+        the quick code, with QUICK_STEPS where `budget` is larger (then the budget left,
+        and every other budget the state array notes, are put as if the run had had
+        `budget`: the same run, which did not run out); where that fails, restore() puts
+        back what it changed and the call waits for the optimised code, as every later
+        call does (calls after the first run at full speed, as before the two tiers)."""
+        if id(entry) in self.served:
+            self.done.wait()
             return run(budget)
+        if budget <= QUICK_STEPS:
+            out = run(budget)
+            self.served.add(id(entry))
+            return out
         saved = state.copy()
         try:
             out = run(QUICK_STEPS)
@@ -1219,6 +1242,7 @@ class Tier:
             self.done.wait()
             return run(budget)
         _shift(state, saved, budget)
+        self.served.add(id(entry))
         return out
 
 
