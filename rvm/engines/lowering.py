@@ -1770,19 +1770,38 @@ class Lowering(ArrayLowering):
         return self.pure(name, [self.expr(a) for a in e.args])
 
 
-_ADDRESS = ast.dump(ast.parse("((A >= 0) | (B >= 0)) & ((0 <= A + B) & (A + B < T0))",
-                               mode="eval").body)
+_ADDRESS = ast.parse("((A >= 0) | (B >= 0)) & ((0 <= A + B) & (A + B < T0))",
+                     mode="eval").body
 
 
 def _address_terms(e) -> tuple[str, str] | None:
-    """(base, offset) if e is the native text of a register-offset address check."""
+    """(base, offset) if e is the native text of a register-offset address check (the
+    shape of _ADDRESS, with two registers for A and B)."""
     try:
         a = e.left.left.left.id
         c = e.left.right.left.id
     except AttributeError:
         return None
-    pattern = _ADDRESS.replace("id='A'", f"id={a!r}").replace("id='B'", f"id={c!r}")
-    return (a, c) if ast.dump(e) == pattern else None
+    return (a, c) if _same(e, _ADDRESS, {"A": a, "B": c}) else None
+
+
+def _same(e, pattern, names: dict) -> bool:
+    """Is e the expression `pattern`, its names renamed by `names`?"""
+    if type(e) is not type(pattern):
+        return False
+    if isinstance(pattern, ast.Name):
+        return e.id == names.get(pattern.id, pattern.id)
+    if isinstance(pattern, ast.Constant):
+        return e.value == pattern.value and type(e.value) is type(pattern.value)
+    if isinstance(pattern, ast.BinOp):
+        return type(e.op) is type(pattern.op) and _same(e.left, pattern.left, names) and \
+            _same(e.right, pattern.right, names)
+    if isinstance(pattern, ast.Compare):
+        return len(e.ops) == len(pattern.ops) and \
+            all(type(x) is type(y) for x, y in zip(e.ops, pattern.ops)) and \
+            _same(e.left, pattern.left, names) and \
+            all(_same(x, y, names) for x, y in zip(e.comparators, pattern.comparators))
+    return False
 
 
 def _named(node, name: str) -> bool:
