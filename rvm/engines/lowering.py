@@ -114,22 +114,28 @@ class MachineOperations:
     def run(self, fn: ast.FunctionDef) -> ast.FunctionDef:
         if fn.args.args and fn.args.args[0].arg == "M":
             fn.args.args[0:1] = [ast.arg(h) for h in _HEAP]
+        native, changed, leaves = self.native, _CHANGED, _LEAVES
         work: list = [fn]
         while work:
             node = work.pop()
-            for field, value in ast.iter_fields(node):
-                if isinstance(value, list):
+            for field in node._fields:
+                value = getattr(node, field, None)
+                if type(value) is list:
                     for k, item in enumerate(value):
-                        if isinstance(item, ast.AST):
-                            new = self.native(item)
+                        kind = type(item)
+                        if kind in leaves or not isinstance(item, ast.AST):
+                            continue
+                        if kind in changed:
+                            new = native(item)
                             if new is not None:
                                 value[k] = item = new
-                            work.append(item)
-                elif isinstance(value, ast.AST):
-                    new = self.native(value)
-                    if new is not None:
-                        setattr(node, field, new)
-                        value = new
+                        work.append(item)
+                elif isinstance(value, ast.AST) and type(value) not in leaves:
+                    if type(value) in changed:
+                        new = native(value)
+                        if new is not None:
+                            setattr(node, field, new)
+                            value = new
                     work.append(value)
         return fn
 
@@ -192,6 +198,14 @@ class MachineOperations:
         elif args and _named(args[0], "M"):     # a generated function's call
             args[0:1] = _loaded(*_HEAP)
         return None
+
+
+# the nodes MachineOperations.native changes (others it walks through), and those it
+# neither changes nor walks into (names, constants, operators, a name's context)
+_CHANGED = frozenset({ast.Attribute, ast.Call, ast.Raise, ast.AugAssign, ast.Assign})
+_LEAVES = frozenset({ast.Name, ast.Constant, ast.Load, ast.Store, ast.Del,
+                     *(c for base in (ast.operator, ast.unaryop, ast.cmpop, ast.boolop)
+                       for c in base.__subclasses__())})
 
 
 class _BranchFree(ast.NodeTransformer):
@@ -1971,9 +1985,13 @@ def _assigned(node) -> set[str]:
         s, top = work.pop()
         if not (top and isinstance(s, ast.AnnAssign)):      # (top: declarations)
             out.update(n for n in assigned_by(s) if n != "_")
-        for field in ("body", "orelse"):
-            work += [(c, False) for c in getattr(s, field, ())]
+        if isinstance(s, _NESTING):
+            work += [(c, False) for c in s.body]
+            work += [(c, False) for c in getattr(s, "orelse", ())]
     return out
+
+
+_NESTING = (ast.If, ast.While, ast.For, ast.With, ast.Try)    # (statements in them)
 
 
 def end_shadows(node: ast.FunctionDef) -> list[str]:
