@@ -253,7 +253,7 @@ def test_the_compile_breakdown_takes_a_first_compile_apart():
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     row = r.stdout.splitlines()[-1].strip("|").split("|")
-    first, front, llvm = (float(x) for x in row[1:4])
+    first, front, llvm = (float(x.split()[0]) for x in row[1:4])    # ("0.1 (quick code)")
     assert row[0].strip().startswith("Bessel") and first >= llvm > 0 and front >= 0
     assert int(row[4].split("(")[0].replace(",", "")) > 1000 and row[6].strip() == "(none)"
     parse, optimise, code = (float(x) for x in row[5].split("/"))

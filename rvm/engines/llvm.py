@@ -1175,7 +1175,7 @@ def functions(source, fused: dict, batches: dict, tol: float, runs=None,
 # runs the quick code with QUICK_STEPS; one that needs more (or fails) is run again,
 # whole, on the optimised code, once it is made: a long run never runs long on the quick
 # code, and a failure is reported by the code that would have run it anyway.
-TIER_CHARS = 500_000
+TIER_CHARS = 200_000
 QUICK_STEPS = 1_000_000_000
 
 
