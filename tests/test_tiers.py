@@ -148,8 +148,9 @@ def test_a_failing_run_on_quick_code_fails_as_the_interpreter_does(tiers, monkey
 
 
 def test_gradients_and_batches_of_a_tiered_module_agree(tiers, tmp_path):
-    """A gradient with arrays (a heap) on the quick code, then rvm.vmap's batch loop
-    (which waits for the optimised code), each as the interpreter gives it."""
+    """A gradient with arrays (a heap) on the quick code; a first rvm.vmap batch of 3,000
+    rows runs in chunks (1,024 rows, then 2,048) on the quick code without waiting, a
+    second waits for the optimised code: each row as the interpreter gives it."""
     release, made, _ = tiers
     (tmp_path / "f.py").write_text(HEAPED)
     f = rvm.load(tmp_path / "f.py")["f"]
@@ -160,12 +161,20 @@ def test_gradients_and_batches_of_a_tiered_module_agree(tiers, tmp_path):
     assert np.array_equal(got[0], want[0])
     p = rvm.assemble(SPIN, "spin.rasm")
     g = rvm.grad(p["spin"], loss=2, engine="native")
-    ends = np.array([30.0, 40.0, 50.0])
+    ends = np.arange(3000) % 50 + 1.0
+    batch = rvm.vmap(g, in_axes=(None, 0, None, None))
+    rows = batch(0.0, ends, 0.0, 0)
+    assert not any(t.done.is_set() for t in made)      # (the first batch did not wait)
+    every = {end: rvm.grad(p["spin"], loss=2, engine="interp")(0.0, end, 0.0, 0)
+             for end in np.unique(ends)}
+    for k in (0, 1023, 1024, 1025, 2999):
+        assert [np.ravel(r)[k] if r is not None else None for r in rows] == \
+            list(every[ends[k]])
     threading.Timer(0.2, release.set).start()
-    rows = rvm.vmap(g, in_axes=(None, 0, None, None))(0.0, ends, 0.0, 0)
-    for k, end in enumerate(ends):
-        one = rvm.grad(p["spin"], loss=2, engine="interp")(0.0, end, 0.0, 0)
-        assert [np.ravel(r)[k] if r is not None else None for r in rows] == list(one)
+    again = batch(0.0, ends, 0.0, 0)
+    assert all(t.done.is_set() for t in made)          # (the second waited)
+    for r, a in zip(rows, again):
+        assert (r is None and a is None) or np.array_equal(r, a)
 
 
 def test_a_process_that_ends_first_leaves_the_optimised_code_in_the_cache(tmp_path):

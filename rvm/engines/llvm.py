@@ -1025,7 +1025,7 @@ class Batch:
 
     spreads = True          # takes stride-0 argument columns
 
-    tier = None     # (a batch waits for the optimised code: Tier)
+    tier = None     # the optimised code on its way (see meanwhile)
 
     def __init__(self, library: Library, name: str, mode: str, kinds: list[str]):
         self.library, self.mode, self.kinds, self.name = library, mode, kinds, name
@@ -1036,7 +1036,34 @@ class Batch:
     def __call__(self, budget, *arrays):
         tier = self.tier
         if tier is not None:
-            tier.done.wait()
+            if id(self) in tier.served:     # (as a later call of a Run: Tier.call)
+                tier.done.wait()
+            else:           # (the first batch's slices on threads, each: on_threads)
+                self.meanwhile(tier, budget, arrays)
+                tier.served.add(id(self))
+                return None
+        return self.rows(budget, arrays)
+
+    def meanwhile(self, tier, budget, arrays) -> None:
+        """The first batch while the optimised code is being made: its rows in chunks,
+        1,024 rows and then twice as many each time, each on the code there is when it
+        starts (the quick code, then the optimised); the rest at once when that is made.
+        No row runs twice, and a long batch runs mostly on the optimised code."""
+        k = len(self.kinds)
+        fixed = set(range(k, k + self.kinds.count("float64"))) if self.mode == "vgsb" \
+            else {k} if self.mode == "jsb" else set()       # (the seeds: not rows)
+        n = arrays[0].shape[0] if k else 0
+        if n == 0:
+            return self.rows(budget, arrays)
+        start, size = 0, 1024
+        while start < n:
+            stop = n if tier.done.is_set() else min(n, start + size)
+            self.rows(budget, [a if j in fixed or a is None else a[start:stop]
+                               for j, a in enumerate(arrays)])
+            start, size = stop, 2 * size
+        return None
+
+    def rows(self, budget, arrays) -> None:
         k, mode = len(self.kinds), self.mode
         nf = self.kinds.count("float64")
         cols, rest = arrays[:k], arrays[k:]
