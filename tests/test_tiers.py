@@ -193,3 +193,19 @@ def test_a_process_that_ends_first_leaves_the_optimised_code_in_the_cache(tmp_pa
     again = subprocess.run([sys.executable, "-c", second], env=env, capture_output=True,
                            text=True, timeout=120)
     assert again.returncode == 0 and again.stdout == r.stdout, again.stderr
+
+
+def test_powers_agree_to_the_bit_on_both_tiers_and_the_interpreter(tiers):
+    """2.0 ** x and x ** 0.5 call the C library's pow on every engine (optimised LLVM
+    made them exp2 and a square root, a last bit apart where the quick code, and the
+    interpreter's math.pow, were not); x ** 2 and x ** 1 stay a product and x."""
+    release, made, _ = tiers
+    p = rvm.assemble(".func f(f0, f1)\n    ADD.pow f1, 2.0, f0\n.end\n"
+                     ".func g(f0, f1)\n    ADD.pow f1, f0, 0.5\n    ADD.pow f1, f0, 1\n.end\n")
+    cases = [("f", 27.511442341849275), ("g", 631806.3216105042)]
+    want = [p.call(name, x, 0.0, engine="interp") for name, x in cases]
+    first = [p.call(name, x, 0.0, engine="native") for name, x in cases]
+    release.set()
+    for t in made:
+        assert t.done.wait(60)
+    assert first == want == [p.call(name, x, 0.0, engine="native") for name, x in cases]

@@ -34,6 +34,7 @@ import ast
 import os
 
 from .lowering import (
+    POW,
     Lowering,
     Types,
     Unsupported,
@@ -43,6 +44,7 @@ from .lowering import (
     guard,
     is_exact,
     is_raise,
+    pure_function,
     returns_of,
     state_index,
 )
@@ -328,6 +330,8 @@ class Lanes(Lowering):
 
     # --------------------------------------------------------- expressions
     def intrinsic(self, name: str, *args):
+        if name == "pow":       # (libm's, row by row: see rvm.engines.lowering.POW)
+            return self.libm(POW, *args)
         ty = self.t.f64
         fn = self.declare(f"llvm.{name}.v{self.t.lanes}f64", ty, [ty] * len(args))
         return self.b.call(fn, list(args))
@@ -335,7 +339,7 @@ class Lanes(Lowering):
     def libm(self, name: str, *args):
         """A C library function, row by row."""
         b, f64 = self.b, self.t.f64.element
-        fn = self.declare(name, f64, [f64] * len(args))
+        fn = pure_function(self.declare(name, f64, [f64] * len(args)))
         out = self.t.f64(0.0)
         for k in range(self.t.lanes):
             at = self.t.s64(k)

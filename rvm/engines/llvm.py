@@ -48,6 +48,7 @@ from .lowering import (
     INTERRUPT,
     INTERRUPT_CELL,
     MESSAGES,
+    POW,
     RECORD,
     SNAP_ROOM,
     SNAP_SPACING,
@@ -120,9 +121,16 @@ def _llvm():
     safe_codegen()
     # native loops poll this cell (rvm.engines.lowering: poll); SIGINT sets it (interrupts)
     ll.add_symbol(INTERRUPT_CELL, ctypes.addressof(_INTERRUPTED))
+    ll.add_symbol(POW, ctypes.cast(_libm().pow, ctypes.c_void_p).value)    # x ** y
     ll.add_symbol(BLAS_GEMM, blas.gemm_address())   # the array instructions' products
     ll.add_symbol(BLAS_DOT, blas.dot_address())
     return ll, ir, _target_machine()
+
+
+def _libm():
+    """The C library's math functions, as Python's math module calls them."""
+    import ctypes.util
+    return ctypes.CDLL(ctypes.util.find_library("m") or None)
 
 
 _INTERRUPTED = ctypes.c_int64(0)        # set by the SIGINT handler below; cleared by entries

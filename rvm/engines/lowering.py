@@ -15,7 +15,7 @@ from ..core.isa import MIN_NORMAL
 from . import vectormath
 from .arraylowering import HELPERS as ARRAY_HELPERS
 from .arraylowering import ArrayLowering
-from .templates import LAST, NOW, RESUME, ROOT, SHADOWS, SHADOWS_BAD, SNAP, STOP
+from .templates import LAST, NOW, RESUME, ROOT, SHADOWS, SHADOWS_BAD, SNAP, STOP, wrap
 
 _REGISTER = re.compile(r"f\d+")     # a float register's value (not its shadow)
 # functions that raise in Python where machine code returns inf or nan: those whose
@@ -60,6 +60,25 @@ FORWARD_CELLS, FORWARD_ROOM = 1 << 10, 1 << 22
 # SEARCH_CELLS cells (the interpreter then steps at most about that far from a snapshot)
 SEARCH_CELLS = 1 << 12
 CELL_LOOKS = "cells"    # the build that searches a pass over a larger heap (shadow_made)
+# x ** y: the C library's pow under a name LLVM does not know (rvm.engines.llvm binds it),
+# as the interpreter calls it (math.pow). LLVM's own pow, where it sees a constant, is
+# exp2 (2.0 ** x) or a square root (x ** 0.5): a last bit apart from pow's, and made so
+# only by optimised code, not by the quick code (rvm.engines.llvm: Tier). x ** 2.0 is
+# x * x in both, as before (the C library's pow differs from it in the last bit for
+# about 1 in 1,200 values).
+POW = "rvm_pow"
+
+
+_FOLDED = frozenset({"fadd", "fsub", "fmul", "add", "sub", "mul"})
+
+
+def pure_function(fn):
+    """fn (a C library function's declaration) marked as one that reads and writes no
+    memory (errno aside, which nothing reads), so LLVM may move or merge its calls."""
+    if not fn.blocks and "nounwind" not in fn.attributes:
+        for attribute in ("nounwind", "readnone", "willreturn"):
+            fn.attributes.add(attribute)
+    return fn
 
 
 class Types:
@@ -1561,6 +1580,8 @@ class Lowering(ArrayLowering):
         if v.type == ty:
             return v
         if ty == t.f64:
+            if v.type == t.i64 and type(getattr(v, "constant", None)) is int:
+                return ty(float(v.constant))    # (a constant: x ** 2 is seen as a square)
             return b.uitofp(v, ty) if v.type == t.i1 else b.sitofp(v, ty)
         if ty == t.i64 and v.type == t.i1:
             return b.zext(v, ty)
@@ -1664,6 +1685,14 @@ class Lowering(ArrayLowering):
             name = _INT_OPS.get(type(op))
         if name is None:
             raise Unsupported(f"{a.type} {type(op).__name__}")
+        kind = type(getattr(a, "constant", None))
+        if name in _FOLDED and kind in (int, float) and \
+                type(getattr(c, "constant", None)) is kind:
+            # (two constants: `b - 1` of a power's derivative, b = 2: a power seen as
+            # a square or as its base; int64 arithmetic wraps)
+            x, y = a.constant, c.constant
+            out = x + y if name[-3:] == "add" else x - y if name[-3:] == "sub" else x * y
+            return t.f64(out) if kind is float else t.i64(wrap(out))
         if name == "fdiv" and self.adjoint:     # Python stops on a division by zero
             self.guard(b.fcmp_ordered("==", c, t.f64(0.0)), self.fault_block)
         if self.adjoint and name[0] == "f":     # (a shadow's zero may lose its sign)
@@ -1689,6 +1718,14 @@ class Lowering(ArrayLowering):
         return b.select(minus_one, b.neg(a), q)
 
     def intrinsic(self, name: str, *args):
+        if name == "pow":       # (libm's, as the interpreter's math.pow: see POW)
+            a, c = args
+            exponent = getattr(c, "constant", None)
+            if exponent == 2.0:
+                return self.b.fmul(a, a)
+            if exponent == 1.0:         # (exact, as pow(x, 1.0) is: nan, -0.0 and inf too)
+                return a
+            return self.libm(POW, *args)
         f64 = self.t.f64
         fn = self.b.module.declare_intrinsic(f"llvm.{name}", [f64])
         return self.b.call(fn, list(args))
@@ -1704,7 +1741,8 @@ class Lowering(ArrayLowering):
 
     def libm(self, name: str, *args):
         f64 = self.t.f64
-        return self.b.call(self.declare(name, f64, [f64] * len(args)), list(args))
+        return self.b.call(pure_function(self.declare(name, f64, [f64] * len(args))),
+                           list(args))
 
     def pure(self, name: str, args: list):
         value = self.math(name, args)
