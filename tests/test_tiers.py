@@ -209,3 +209,58 @@ def test_powers_agree_to_the_bit_on_both_tiers_and_the_interpreter(tiers):
     for t in made:
         assert t.done.wait(60)
     assert first == want == [p.call(name, x, 0.0, engine="native") for name, x in cases]
+
+
+SLOW_OPTIMISED = """\
+import time
+import rvm
+from rvm.engines import llvm
+llvm.TIER_CHARS = 0
+real = llvm._compile_ir
+
+def slow(text, quick=False):       # (the optimised code takes {seconds} s more)
+    if not quick:
+        time.sleep({seconds})
+    return real(text, quick)
+llvm._compile_ir = slow
+p = rvm.assemble({spin!r})
+print(p.call("spin", 0.0, 600.0, 0.0, 0, engine="native"), flush=True)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_fork_while_the_optimised_code_is_made_waits_for_it(tmp_path):
+    """A child forked then has no thread of LLVM's (and LLVM's locks as the fork found
+    them): the fork waits for the optimised code, and the child computes at once."""
+    script = SLOW_OPTIMISED.format(seconds=1, spin=SPIN) + (
+        "import os\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    out = p.call('spin', 0.0, 600.0, 0.0, 0, engine='native')\n"
+        "    q = rvm.assemble(" + repr(SPIN.replace("700.0", "600.0")) + ")\n"
+        "    out2 = q.call('spin', 0.0, 60.0, 0.0, 0, engine='native')\n"
+        "    os._exit(0 if out[0] == 600.0 and out2[0] == 60.0 else 3)\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "print('child', os.waitstatus_to_exitcode(status))\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=120, env=dict(os.environ, RVM_CACHE_DIR=str(tmp_path)))
+    assert r.returncode == 0 and r.stdout.splitlines()[-1] == "child 0", r.stderr
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_ctrl_c_while_the_process_waits_at_exit_ends_it_at_once(tmp_path):
+    """SIGINT while the process waits for the optimised code at exit: exit code 130 at
+    once (the interpreter's shutdown while LLVM works on its thread crashed it)."""
+    import signal
+    import time
+    proc = subprocess.Popen([sys.executable, "-c",
+                             SLOW_OPTIMISED.format(seconds=30, spin=SPIN)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, RVM_CACHE_DIR=str(tmp_path)))
+    first = proc.stdout.readline()          # (the first call's answer: then it ends)
+    assert first.startswith("(600.0"), proc.stderr.read()
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    t = time.perf_counter()
+    rc = proc.wait(timeout=20)
+    assert rc == 130 and time.perf_counter() - t < 5

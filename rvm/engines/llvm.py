@@ -881,7 +881,12 @@ def _compile_ir(text: str, quick: bool = False) -> bytes:
         into.triple, into.data_layout = mod.triple, mod.data_layout
         into.link_in(mod)
         mod = into
-    if quick:                   # (no passes, and the code generator's fastest level)
+    if quick:           # (no passes but on the array instructions' helpers, whose loops
+        # run each instruction's elements; the code generator's fastest level)
+        passes = ll.create_pass_builder(tm, ll.create_pipeline_tuning_options(speed_level=1))
+        for f in mod.functions:
+            if not f.is_declaration and f.name.startswith(_HELPERS):
+                passes.getFunctionPassManager().run(f, passes)
         return _target_machine(0).emit_object(mod)
     pto = ll.create_pipeline_tuning_options(speed_level=2)
     pto.slp_vectorization = True
@@ -995,8 +1000,10 @@ class Run(_Call):
                 if HI is not None:
                     HI[:], HG[:] = cells
 
-            cells = None if HI is None or TOP[LEFT] <= QUICK_STEPS else (HI.copy(), HG.copy())
-            return self.tier.call(self, TOP, int(TOP[LEFT]), run, restore)
+            budget, large = int(TOP[LEFT]), HI is not None and HI.size > QUICK_CELLS
+            cells = None if HI is None or large or budget <= QUICK_STEPS else \
+                (HI.copy(), HG.copy())
+            return self.tier.call(self, TOP, budget, run, restore, bounded=not large)
         return self.run(HI, HG, TOP, args)
 
     def run(self, HI, HG, TOP, args):
@@ -1212,6 +1219,9 @@ def functions(source, fused: dict, batches: dict, tol: float, runs=None,
 # code, and a failure is reported by the code that would have run it anyway.
 TIER_CHARS = 200_000
 QUICK_STEPS = 1_000_000_000
+QUICK_CELLS = 1 << 20   # a heap of more cells is not copied for a run again: its first call
+#                         runs the quick code with the caller's budget
+_HELPERS = ("rvm_array_", "rvm.gemm", vectormath.PREFIX)    # (optimised in quick code too)
 
 
 class Tier:
@@ -1232,8 +1242,9 @@ class Tier:
                 _handler()                                  # for the thread: interrupts)
         thread = threading.Thread(target=self._work, args=(text, module), daemon=True,
                                   name="rvm-optimise")
-        _TIERS[:] = [t for t in _TIERS if t.is_alive()] + [thread]
-        thread.start()
+        with _TIERS_LOCK:
+            _TIERS[:] = [t for t in _TIERS if t.is_alive()] + [thread]
+            thread.start()
 
     def _work(self, text: str, module: str) -> None:
         from . import cache
@@ -1251,17 +1262,19 @@ class Tier:
                 e.tier = None
             self.done.set()
 
-    def call(self, entry, state: np.ndarray, budget: int, run, restore) -> object:
+    def call(self, entry, state: np.ndarray, budget: int, run, restore,
+             bounded: bool = True) -> object:
         """entry called by run(b) with step budget b. Its first call that succeeds runs
         the quick code, with QUICK_STEPS where `budget` is larger (then the budget left,
         and every other budget the state array notes, are put as if the run had had
         `budget`: the same run, which did not run out); where that fails, restore() puts
         back what it changed and the call waits for the optimised code, as every later
-        call does (calls after the first run at full speed, as before the two tiers)."""
+        call does (calls after the first run at full speed, as before the two tiers).
+        bounded=False: with `budget` (nothing to restore: QUICK_CELLS)."""
         if id(entry) in self.served:
             self.done.wait()
             return run(budget)
-        if budget <= QUICK_STEPS:
+        if budget <= QUICK_STEPS or not bounded:
             out = run(budget)
             self.served.add(id(entry))
             return out
@@ -1293,11 +1306,30 @@ def _shift(state: np.ndarray, saved: np.ndarray, budget: int) -> None:
 
 
 _TIERS: list[threading.Thread] = []
+_TIERS_LOCK = threading.Lock()
+
+
+def _wait_for_tiers() -> None:
+    """Until no optimised code is being made (no thread of LLVM's at work)."""
+    with _TIERS_LOCK:
+        threads = list(_TIERS)
+    for thread in threads:
+        thread.join()
 
 
 @atexit.register
 def _finish_tiers() -> None:
-    """At exit: wait for the optimised code being made (it goes into the cache)."""
-    with contextlib.suppress(KeyboardInterrupt):
-        for thread in _TIERS:
-            thread.join()
+    """At exit: wait for the optimised code being made (it goes into the cache). Ctrl-C
+    there ends the process at once (exit code 130): the interpreter's shutdown would free
+    what LLVM, still at work on its thread, uses (the process crashed)."""
+    try:
+        _wait_for_tiers()
+    except KeyboardInterrupt:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(130)
+
+
+if hasattr(os, "register_at_fork"):     # (a child has no thread of LLVM's, and LLVM's
+    os.register_at_fork(before=_wait_for_tiers)     # locks as the fork found them)
