@@ -86,7 +86,7 @@ FAMILIES: dict[str, tuple[tuple[str, ...], str, tuple[str, ...], str | None]] = 
     "log": (("a",), "math.log({a})", ("1.0 / {a}",), None),
     "sin": (("a",), "math.sin({a})", ("math.cos({a})",), None),
     "cos": (("a",), "math.cos({a})", ("-math.sin({a})",), None),
-    "tanh": (("a",), "math.tanh({a})", ("1.0 - math.tanh({a}) ** 2",), None),
+    "tanh": (("a",), "math.tanh({a})", ("1.0 - math.pow(math.tanh({a}), 2)",), None),
     "sqrt": (("a",), "math.sqrt({a})", ("0.5 / math.sqrt({a})",), None),
     "abs": (("a",), "abs({a})", ("sign({a})",), "abs({a})"),
     "atan2": (("a", "b"), "math.atan2({a}, {b})",

@@ -1577,7 +1577,7 @@ class Compiled:
             return self._native[key]
         zero = lambda v: abs(v) <= machine.tol
         return self._make(Fault, Limit, templates.wrap, zero, templates.sign, templates.dpow_db,
-                          math)
+                          templates.MATH)
 
     def native_text(self, roots) -> str:
         """The generated functions that `roots` (names of generated functions) run,

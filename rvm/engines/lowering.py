@@ -61,11 +61,10 @@ FORWARD_CELLS, FORWARD_ROOM = 1 << 10, 1 << 22
 SEARCH_CELLS = 1 << 12
 CELL_LOOKS = "cells"    # the build that searches a pass over a larger heap (shadow_made)
 # x ** y: the C library's pow under a name LLVM does not know (rvm.engines.llvm binds it),
-# as the interpreter calls it (math.pow). LLVM's own pow, where it sees a constant, is
-# exp2 (2.0 ** x) or a square root (x ** 0.5): a last bit apart from pow's, and made so
-# only by optimised code, not by the quick code (rvm.engines.llvm: Tier). x ** 2.0 is
-# x * x in both, as before (the C library's pow differs from it in the last bit for
-# about 1 in 1,200 values).
+# as the interpreter calls it (rvm.engines.templates.power: a square is a product).
+# LLVM's own pow, where it sees a constant, is exp2 (2.0 ** x) or a square root
+# (x ** 0.5): a last bit apart from pow's, and made so only by optimised code, not by
+# the quick code (rvm.engines.llvm: Tier).
 POW = "rvm_pow"
 
 
@@ -1719,13 +1718,17 @@ class Lowering(ArrayLowering):
 
     def intrinsic(self, name: str, *args):
         if name == "pow":       # (libm's, as the interpreter's math.pow: see POW)
-            a, c = args
+            a, c = args         # (a square is a product: rvm.engines.templates.power)
             exponent = getattr(c, "constant", None)
             if exponent == 2.0:
                 return self.b.fmul(a, a)
             if exponent == 1.0:         # (exact, as pow(x, 1.0) is: nan, -0.0 and inf too)
                 return a
-            return self.libm(POW, *args)
+            if exponent is not None:
+                return self.libm(POW, *args)
+            b, f64 = self.b, self.t.f64
+            return b.select(b.fcmp_ordered("==", c, f64(2.0)), b.fmul(a, a),
+                            self.libm(POW, *args))
         f64 = self.t.f64
         fn = self.b.module.declare_intrinsic(f"llvm.{name}", [f64])
         return self.b.call(fn, list(args))

@@ -254,7 +254,7 @@ class Machine(Helpers):
         if code is None:
             make = closures.factory(self.program, fn, mode)
             code = make(self, Fault, templates.wrap, self._zero, templates.sign,
-                        templates.dpow_db, math)
+                        templates.dpow_db, templates.MATH)
             code = self._tracked(fn, code, e)
             self._codes[key] = code
         return code

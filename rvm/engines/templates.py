@@ -89,9 +89,27 @@ def sign(v: float) -> float:
     return 1.0 if v > 0 else -1.0 if v < 0 else 0.0
 
 
+def power(a: float, b: float) -> float:
+    """a ** b as the table's templates mean `math.pow(a, b)` (every engine): the C
+    library's pow, but a square is a product (exact: pow(a, 2.0) is a last bit off for
+    about 1 in 1,200 values; native code, numpy and the array instructions' element
+    loops all square by a product)."""
+    return a * a if b == 2.0 else math.pow(a, b)
+
+
+class _Math:
+    """The `math` the templates are given: Python's, with pow as power."""
+
+    def __getattr__(self, name: str):
+        return power if name == "pow" else getattr(math, name)
+
+
+MATH = _Math()
+
+
 def dpow_db(a: float, b: float) -> float:
     """d(a**b)/db, taken as 0 where a <= 0 (a**b is then not differentiable in b)."""
-    return math.pow(a, b) * math.log(a) if a > 0 else 0.0
+    return power(a, b) * math.log(a) if a > 0 else 0.0
 
 
 class Operands:
