@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+import types
 
 from ..core import isa
 from ..core.program import Function, Imm, Mem, Reg, View
@@ -97,14 +98,11 @@ def power(a: float, b: float) -> float:
     return a * a if b == 2.0 else math.pow(a, b)
 
 
-class _Math:
-    """The `math` the templates are given: Python's, with pow as power."""
-
-    def __getattr__(self, name: str):
-        return power if name == "pow" else getattr(math, name)
-
-
-MATH = _Math()
+# the `math` the templates are given: Python's, with pow as power (attributes, not a
+# __getattr__: the interpreter reads them at every step)
+MATH = types.SimpleNamespace(**{name: getattr(math, name) for name in dir(math)
+                                if not name.startswith("_")})
+MATH.pow = power
 
 
 def dpow_db(a: float, b: float) -> float:
