@@ -735,6 +735,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         print("rvm: interrupted", file=sys.stderr)
+        back_end = sys.modules.get("rvm.engines.llvm")
+        if back_end is not None:    # (no wait at exit for optimised code being made)
+            back_end.interrupted()
         return 130
     except BrokenPipeError:
         return 0

@@ -3,6 +3,7 @@ on the stepping interpreter (the reference) and on the compiled engine, compared
 bit for integers and within 1e-12 for floats."""
 
 import contextlib
+import functools
 import math
 import pathlib
 import re
@@ -1844,3 +1845,6 @@ def test_a_square_is_a_product_on_every_engine():
             th = math.tanh(x / 400)
             assert rvm.grad(p["t"], loss=1, engine=engine)(x / 400, 0.0)[0] == \
                 1.0 - th * th
+        if native.available:        # (rows in lockstep: the vector code squares too)
+            rows = rvm.vmap(functools.partial(p["h"], engine="native"), in_axes=(0, None))
+            assert set(rows(np.full(19, x), 0.0)[1]) == {x * x}

@@ -658,3 +658,14 @@ def test_a_reused_temporarys_shadow_does_not_carry_into_the_statement_before(eng
     want = rvm.jvp(f, args, (0.0, 1.0, 0.0, 0.0))[1][0]
     assert want == pytest.approx(1e-17 * math.cos(0.5), rel=1e-15)
     assert rvm.grad(f, loss="out", engine=engine)(*args)[1] == want
+
+
+@pytest.mark.parametrize("exponent", [float("-inf"), float("inf"), float("nan")])
+def test_a_gradient_through_a_power_with_an_exponent_not_finite_is_refused(exponent):
+    """d(a ** b)/da at b = inf or nan is not finite: an error naming the argument on
+    every engine (native code's search stopped on a state array it did not have)."""
+    p = rvm.assemble(".func f(f0, f1, f2)\n    ADD.pow f2, f0, f1\n.end\n")
+    from rvm.engines import native
+    for engine in ["interp", "python"] + (["native"] if native.available else []):
+        with pytest.raises(rvm.RvmError, match="not finite"):
+            rvm.grad(p["f"], loss=2, engine=engine)(2.0, exponent, 0.0)

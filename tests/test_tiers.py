@@ -149,8 +149,9 @@ def test_a_failing_run_on_quick_code_fails_as_the_interpreter_does(tiers, monkey
 
 def test_gradients_and_batches_of_a_tiered_module_agree(tiers, tmp_path):
     """A gradient with arrays (a heap) on the quick code; a first rvm.vmap batch of 3,000
-    rows runs in chunks (1,024 rows, then 2,048) on the quick code without waiting, a
-    second waits for the optimised code: each row as the interpreter gives it."""
+    rows runs in chunks (64 rows, then twice as many each time) on the quick code without
+    waiting, a second waits for the optimised code: each row as the interpreter gives
+    it."""
     release, made, _ = tiers
     (tmp_path / "f.py").write_text(HEAPED)
     f = rvm.load(tmp_path / "f.py")["f"]
@@ -167,7 +168,7 @@ def test_gradients_and_batches_of_a_tiered_module_agree(tiers, tmp_path):
     assert not any(t.done.is_set() for t in made)      # (the first batch did not wait)
     every = {end: rvm.grad(p["spin"], loss=2, engine="interp")(0.0, end, 0.0, 0)
              for end in np.unique(ends)}
-    for k in (0, 1023, 1024, 1025, 2999):
+    for k in (0, 63, 64, 191, 192, 1983, 1984, 2999):
         assert [np.ravel(r)[k] if r is not None else None for r in rows] == \
             list(every[ends[k]])
     threading.Timer(0.2, release.set).start()
@@ -218,9 +219,10 @@ from rvm.engines import llvm
 llvm.TIER_CHARS = 0
 real = llvm._compile_ir
 
-def slow(text, quick=False):       # (the optimised code takes {seconds} s more)
-    if not quick:
-        time.sleep({seconds})
+def slow(text, quick=False):       # (the optimised code takes {seconds} s more, as
+    if not quick:                   # LLVM would: its thread goes on after a SIGINT)
+        for _ in range(10 * {seconds}):
+            time.sleep(0.1)
     return real(text, quick)
 llvm._compile_ir = slow
 p = rvm.assemble({spin!r})
@@ -264,3 +266,29 @@ def test_ctrl_c_while_the_process_waits_at_exit_ends_it_at_once(tmp_path):
     t = time.perf_counter()
     rc = proc.wait(timeout=20)
     assert rc == 130 and time.perf_counter() - t < 5
+
+
+def test_each_threads_first_call_runs_the_quick_code(tiers):
+    """A pool's threads start together: each one's first call runs the quick code (the
+    second thread did not wait for the optimised code because the first had called)."""
+    _, made, _ = tiers
+    p = rvm.assemble(SPIN, "spin.rasm")
+    want = p.call("spin", 0.0, 600.0, 0.0, 0, engine="interp")
+    assert p.call("spin", 0.0, 600.0, 0.0, 0, engine="native") == want
+    got: list = []
+    thread = threading.Thread(target=lambda: got.append(
+        p.call("spin", 0.0, 600.0, 0.0, 0, engine="native")))
+    thread.start()
+    thread.join(30)
+    assert got == [want] and not made[0].done.is_set()
+
+
+def test_a_program_stopped_by_ctrl_c_does_not_wait_at_exit(tmp_path):
+    """A KeyboardInterrupt that stops the program while the optimised code is being made:
+    the process ends at once (exit code 130), not when that code is made."""
+    import time
+    script = SLOW_OPTIMISED.format(seconds=30, spin=SPIN) + "raise KeyboardInterrupt\n"
+    t = time.perf_counter()
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=60, env=dict(os.environ, RVM_CACHE_DIR=str(tmp_path)))
+    assert r.returncode == 130 and time.perf_counter() - t < 20, r.stderr

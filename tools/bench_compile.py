@@ -56,8 +56,8 @@ def measure(body: str) -> dict:
     t = time.perf_counter()
     exec(body, {})
     first = time.perf_counter() - t
-    for thread in llvm._TIERS:      # (the optimised code, before LLVM is timed again)
-        thread.join()
+    for tier in llvm._TIERS:        # (the optimised code, before LLVM is timed again)
+        tier.done.wait()
     llvm._compile_ir = compile_ir
     ll, _, tm = llvm._llvm()
     parse = optimise = emit = 0.0

@@ -984,7 +984,7 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
         # and they count a cell's shadow made not finite since the last:
         # rvm.engines.lowering, Lowering.shadow_made)
         state = m._native_state()
-        if state[SHADOWS_BAD] and state[SHADOWS] >= 0:
+        if state is not None and state[SHADOWS_BAD] and state[SHADOWS] >= 0:
             looked = int(state[SHADOWS])
         look = budget - looked - 1 if looked is not None else 0
         if look > 0 and not bad_after(look):

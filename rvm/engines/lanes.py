@@ -34,7 +34,6 @@ import ast
 import os
 
 from .lowering import (
-    POW,
     Lowering,
     Types,
     Unsupported,
@@ -330,8 +329,8 @@ class Lanes(Lowering):
 
     # --------------------------------------------------------- expressions
     def intrinsic(self, name: str, *args):
-        if name == "pow":       # (libm's, row by row: see rvm.engines.lowering.POW)
-            return self.libm(POW, *args)
+        if name == "pow":       # (a square a product, else libm's row by row: POW)
+            return Lowering.intrinsic(self, name, *args)
         ty = self.t.f64
         fn = self.declare(f"llvm.{name}.v{self.t.lanes}f64", ty, [ty] * len(args))
         return self.b.call(fn, list(args))

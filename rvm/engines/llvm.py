@@ -1003,7 +1003,11 @@ class Run(_Call):
             budget, large = int(TOP[LEFT]), HI is not None and HI.size > QUICK_CELLS
             cells = None if HI is None or large or budget <= QUICK_STEPS else \
                 (HI.copy(), HG.copy())
-            return self.tier.call(self, TOP, budget, run, restore, bounded=not large)
+            try:
+                return self.tier.call(self, TOP, budget, run, restore, bounded=not large)
+            except KeyboardInterrupt:
+                interrupted()
+                raise
         return self.run(HI, HG, TOP, args)
 
     def run(self, HI, HG, TOP, args):
@@ -1025,8 +1029,12 @@ class Fused(_Call):
 
     def __call__(self, T, H, budget, *args):
         if self.tier is not None:
-            return self.tier.call(self, T, budget, lambda b: _check(
-                self.call(*self.addresses(None, None, T), b, *args)), lambda: None)
+            try:
+                return self.tier.call(self, T, budget, lambda b: _check(
+                    self.call(*self.addresses(None, None, T), b, *args)), lambda: None)
+            except KeyboardInterrupt:
+                interrupted()
+                raise
         return _check(self.call(*self.addresses(None, None, T), budget, *args))
 
 
@@ -1054,23 +1062,28 @@ class Batch:
             if id(self) in tier.served:     # (as a later call of a Run: Tier.call)
                 tier.done.wait()
             else:           # (the first batch's slices on threads, each: on_threads)
-                self.meanwhile(tier, budget, arrays)
+                try:
+                    self.meanwhile(tier, budget, arrays)
+                except KeyboardInterrupt:
+                    interrupted()
+                    raise
                 tier.served.add(id(self))
                 return None
         return self.rows(budget, arrays)
 
     def meanwhile(self, tier, budget, arrays) -> None:
         """The first batch while the optimised code is being made: its rows in chunks,
-        1,024 rows and then twice as many each time, each on the code there is when it
-        starts (the quick code, then the optimised); the rest at once when that is made.
-        No row runs twice, and a long batch runs mostly on the optimised code."""
+        CHUNK_ROWS rows and then twice as many each time, each on the code there is when
+        it starts (the quick code, then the optimised); the rest at once when that is
+        made. No row runs twice, and the quick code runs at most about as long again
+        as the optimised code took to come."""
         k = len(self.kinds)
         fixed = set(range(k, k + self.kinds.count("float64"))) if self.mode == "vgsb" \
             else {k} if self.mode == "jsb" else set()       # (the seeds: not rows)
         n = arrays[0].shape[0] if k else 0
         if n == 0:
             return self.rows(budget, arrays)
-        start, size = 0, 1024
+        start, size = 0, CHUNK_ROWS
         while start < n:
             stop = n if tier.done.is_set() else min(n, start + size)
             self.rows(budget, [a if j in fixed or a is None else a[start:stop]
@@ -1219,8 +1232,9 @@ def functions(source, fused: dict, batches: dict, tol: float, runs=None,
 # code, and a failure is reported by the code that would have run it anyway.
 TIER_CHARS = 200_000
 QUICK_STEPS = 1_000_000_000
-QUICK_CELLS = 1 << 20   # a heap of more cells is not copied for a run again: its first call
-#                         runs the quick code with the caller's budget
+QUICK_CELLS = 1 << 20   # a heap of more cells is not copied for a run again: a first call
+#                         with a budget above QUICK_STEPS waits for the optimised code
+CHUNK_ROWS = 64         # a first batch's first chunk of rows (Batch.meanwhile)
 _HELPERS = ("rvm_array_", "rvm.gemm", vectormath.PREFIX)    # (optimised in quick code too)
 
 
@@ -1234,7 +1248,7 @@ class Tier:
 
     def __init__(self, text: str, module: str, entries: list):
         self.entries, self.done = entries, threading.Event()
-        self.served: set[int] = set()   # entries whose first call ran (ids)
+        self.served: set = set()    # (entry, thread) whose first call ran (ids)
         for e in entries:
             e.tier = self
         if sys.platform.startswith(("linux", "darwin")):    # (its code made first: a run
@@ -1243,7 +1257,7 @@ class Tier:
         thread = threading.Thread(target=self._work, args=(text, module), daemon=True,
                                   name="rvm-optimise")
         with _TIERS_LOCK:
-            _TIERS[:] = [t for t in _TIERS if t.is_alive()] + [thread]
+            _TIERS[:] = [t for t in _TIERS if not t.done.is_set()] + [self]
             thread.start()
 
     def _work(self, text: str, module: str) -> None:
@@ -1270,13 +1284,18 @@ class Tier:
         `budget`: the same run, which did not run out); where that fails, restore() puts
         back what it changed and the call waits for the optimised code, as every later
         call does (calls after the first run at full speed, as before the two tiers).
-        bounded=False: with `budget` (nothing to restore: QUICK_CELLS)."""
-        if id(entry) in self.served:
+        bounded=False (nothing to put back: QUICK_CELLS): with a budget above
+        QUICK_STEPS, the optimised code."""
+        key = (id(entry), threading.get_ident())    # (each thread's first call: a
+        if key in self.served:                      # pool's threads start together)
             self.done.wait()
             return run(budget)
-        if budget <= QUICK_STEPS or not bounded:
+        if not bounded and budget > QUICK_STEPS:    # (nothing to put back, no bound)
+            self.done.wait()
+            return run(budget)
+        if budget <= QUICK_STEPS:
             out = run(budget)
-            self.served.add(id(entry))
+            self.served.add(key)
             return out
         saved = state.copy()
         try:
@@ -1290,7 +1309,7 @@ class Tier:
             self.done.wait()
             return run(budget)
         _shift(state, saved, budget)
-        self.served.add(id(entry))
+        self.served.add(key)
         return out
 
 
@@ -1305,26 +1324,42 @@ def _shift(state: np.ndarray, saved: np.ndarray, budget: int) -> None:
         state[STOP] += more
 
 
-_TIERS: list[threading.Thread] = []
-_TIERS_LOCK = threading.Lock()
+_TIERS: list[Tier] = []     # (their `done`, not their threads: a join that Ctrl-C
+_TIERS_LOCK = threading.Lock()  # stops marks the thread stopped, though it runs on)
 
 
 def _wait_for_tiers() -> None:
     """Until no optimised code is being made (no thread of LLVM's at work)."""
     with _TIERS_LOCK:
-        threads = list(_TIERS)
-    for thread in threads:
-        thread.join()
+        tiers = list(_TIERS)
+    for tier in tiers:
+        tier.done.wait()
+
+
+_STOPPED = [False]      # a Ctrl-C came (see interrupted)
+
+
+def interrupted() -> None:
+    """Note a Ctrl-C (KeyboardInterrupt) that stops the program: at exit, the process
+    does not wait for optimised code being made (see _finish_tiers)."""
+    _STOPPED[0] = True
 
 
 @atexit.register
 def _finish_tiers() -> None:
-    """At exit: wait for the optimised code being made (it goes into the cache). Ctrl-C
-    there ends the process at once (exit code 130): the interpreter's shutdown would free
-    what LLVM, still at work on its thread, uses (the process crashed)."""
+    """At exit: wait for the optimised code being made (it goes into the cache). After
+    a Ctrl-C (during that wait, or one that stopped the program: interrupted, or an
+    uncaught KeyboardInterrupt) the process ends at once, exit code 130, without it: the
+    interpreter's shutdown would free what LLVM, still at work on its thread, uses (the
+    process crashed)."""
     try:
+        if _STOPPED[0] or getattr(sys, "last_type", None) is KeyboardInterrupt:
+            raise KeyboardInterrupt
         _wait_for_tiers()
     except KeyboardInterrupt:
+        with _TIERS_LOCK:
+            if all(t.done.is_set() for t in _TIERS):
+                return
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
