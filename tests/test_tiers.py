@@ -38,6 +38,16 @@ back:   JMP    top
 done:   CF     exitbr
 .end
 """
+COUNT = """\
+.func spin(f0, f1, f2, r0)
+top:    CF.NE  r0, 0, back
+        ADD    f0, 1.0
+        INC    r0
+exitbr: BR.GE  f0, f1, done
+back:   JMP    top
+done:   CF     exitbr
+.end
+"""
 HEAPED = """\
 from rvm import Array, reversible
 
@@ -292,3 +302,29 @@ def test_a_program_stopped_by_ctrl_c_does_not_wait_at_exit(tmp_path):
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                        timeout=60, env=dict(os.environ, RVM_CACHE_DIR=str(tmp_path)))
     assert r.returncode == 130 and time.perf_counter() - t < 20, r.stderr
+
+
+def test_a_ctrl_c_the_program_catches_does_not_end_it_at_exit(tmp_path):
+    """A SIGINT that stops a first call on the quick code, caught by the program, which
+    goes on to another program: at exit the process waits for that one's optimised code
+    as usual (exit code 0, the code cached), not as if the Ctrl-C had stopped it."""
+    script = SLOW_OPTIMISED.format(seconds=0, spin=SPIN) + (
+        "import os, signal, threading, time\n"
+        "q = rvm.assemble(" + repr(COUNT) + ")\n"
+        "threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()\n"
+        "try:\n"
+        "    q.call('spin', 0.0, 3e9, 0.0, 0, engine='native', max_steps=10**11)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('caught', flush=True)\n"
+        "def slower(text, quick=False):\n"
+        "    if not quick:\n"
+        "        for _ in range(20):\n"
+        "            time.sleep(0.1)\n"
+        "    return real(text, quick)\n"
+        "llvm._compile_ir = slower\n"
+        "r = rvm.assemble(" + repr(SPIN.replace("700.0", "701.0")) + ")\n"
+        "print(r.call('spin', 0.0, 10.0, 0.0, 0, engine='native')[0], flush=True)\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=120, env=dict(os.environ, RVM_CACHE_DIR=str(tmp_path)))
+    assert r.returncode == 0 and r.stdout.splitlines()[-2:] == ["caught", "10.0"], r.stderr
+    assert len(list(tmp_path.glob("rvm_llvm_*.o"))) == 3        # (r's too)

@@ -1003,11 +1003,7 @@ class Run(_Call):
             budget, large = int(TOP[LEFT]), HI is not None and HI.size > QUICK_CELLS
             cells = None if HI is None or large or budget <= QUICK_STEPS else \
                 (HI.copy(), HG.copy())
-            try:
-                return self.tier.call(self, TOP, budget, run, restore, bounded=not large)
-            except KeyboardInterrupt:
-                interrupted()
-                raise
+            return self.tier.call(self, TOP, budget, run, restore, bounded=not large)
         return self.run(HI, HG, TOP, args)
 
     def run(self, HI, HG, TOP, args):
@@ -1029,12 +1025,8 @@ class Fused(_Call):
 
     def __call__(self, T, H, budget, *args):
         if self.tier is not None:
-            try:
-                return self.tier.call(self, T, budget, lambda b: _check(
-                    self.call(*self.addresses(None, None, T), b, *args)), lambda: None)
-            except KeyboardInterrupt:
-                interrupted()
-                raise
+            return self.tier.call(self, T, budget, lambda b: _check(
+                self.call(*self.addresses(None, None, T), b, *args)), lambda: None)
         return _check(self.call(*self.addresses(None, None, T), budget, *args))
 
 
@@ -1062,11 +1054,7 @@ class Batch:
             if id(self) in tier.served:     # (as a later call of a Run: Tier.call)
                 tier.done.wait()
             else:           # (the first batch's slices on threads, each: on_threads)
-                try:
-                    self.meanwhile(tier, budget, arrays)
-                except KeyboardInterrupt:
-                    interrupted()
-                    raise
+                self.meanwhile(tier, budget, arrays)
                 tier.served.add(id(self))
                 return None
         return self.rows(budget, arrays)
@@ -1340,8 +1328,10 @@ _STOPPED = [False]      # a Ctrl-C came (see interrupted)
 
 
 def interrupted() -> None:
-    """Note a Ctrl-C (KeyboardInterrupt) that stops the program: at exit, the process
-    does not wait for optimised code being made (see _finish_tiers)."""
+    """Note a Ctrl-C (KeyboardInterrupt) that stops the program (rvm's command line: a
+    script's uncaught one is sys.last_type): at exit, the process does not wait for
+    optimised code being made (see _finish_tiers). A KeyboardInterrupt the program
+    catches is not one."""
     _STOPPED[0] = True
 
 
@@ -1353,7 +1343,8 @@ def _finish_tiers() -> None:
     interpreter's shutdown would free what LLVM, still at work on its thread, uses (the
     process crashed)."""
     try:
-        if _STOPPED[0] or getattr(sys, "last_type", None) is KeyboardInterrupt:
+        if _STOPPED[0] or (getattr(sys, "last_type", None) is KeyboardInterrupt and
+                           not hasattr(sys, "ps1")):    # (not a prompt's, interactive)
             raise KeyboardInterrupt
         _wait_for_tiers()
     except KeyboardInterrupt:
