@@ -11,6 +11,7 @@ import threading
 
 import numpy as np
 import pytest
+from test_native_limits import SPIN as COUNT  # (f0 counted up to f1)
 
 import rvm
 from rvm.engines import llvm, native
@@ -33,16 +34,6 @@ top:    CF.NE  r0, 0, back
         ADD.exp f2, f3
         SUB    f3, f0
         ADD    f3, 700.0
-exitbr: BR.GE  f0, f1, done
-back:   JMP    top
-done:   CF     exitbr
-.end
-"""
-COUNT = """\
-.func spin(f0, f1, f2, r0)
-top:    CF.NE  r0, 0, back
-        ADD    f0, 1.0
-        INC    r0
 exitbr: BR.GE  f0, f1, done
 back:   JMP    top
 done:   CF     exitbr
@@ -313,7 +304,7 @@ def test_a_ctrl_c_the_program_catches_does_not_end_it_at_exit(tmp_path):
         "q = rvm.assemble(" + repr(COUNT) + ")\n"
         "threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()\n"
         "try:\n"
-        "    q.call('spin', 0.0, 3e9, 0.0, 0, engine='native', max_steps=10**11)\n"
+        "    q.call('spin', 0.0, 3e9, 0, engine='native', max_steps=10**11)\n"
         "except KeyboardInterrupt:\n"
         "    print('caught', flush=True)\n"
         "def slower(text, quick=False):\n"
