@@ -133,6 +133,7 @@ def _libm():
     return ctypes.CDLL(ctypes.util.find_library("m") or None)
 
 
+_SIGNALS = sys.platform.startswith(("linux", "darwin"))    # (native code's SIGINT handler)
 _INTERRUPTED = ctypes.c_int64(0)        # set by the SIGINT handler below; cleared by entries
 _CHAINED = ctypes.c_void_p(0)           # the C handler it replaced (Python's), called after
 _RESTORE: list = []                     # (puts that handler back at exit)
@@ -183,7 +184,7 @@ def interrupts() -> None:
     each native run (Python's signal.signal puts its own handler back in place of ours:
     then the program's handler is left alone). Linux and macOS: elsewhere, nothing."""
     import signal
-    if not sys.platform.startswith(("linux", "darwin")) or \
+    if not _SIGNALS or \
             signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         return
     with contextlib.suppress(Exception):
@@ -884,9 +885,10 @@ def _compile_ir(text: str, quick: bool = False) -> bytes:
     if quick:           # (no passes but on the array instructions' helpers, whose loops
         # run each instruction's elements; the code generator's fastest level)
         passes = ll.create_pass_builder(tm, ll.create_pipeline_tuning_options(speed_level=1))
+        helpers = passes.getFunctionPassManager()
         for f in mod.functions:
             if not f.is_declaration and f.name.startswith(_HELPERS):
-                passes.getFunctionPassManager().run(f, passes)
+                helpers.run(f, passes)
         return _target_machine(0).emit_object(mod)
     pto = ll.create_pipeline_tuning_options(speed_level=2)
     pto.slp_vectorization = True
@@ -1212,12 +1214,13 @@ def functions(source, fused: dict, batches: dict, tol: float, runs=None,
 
 
 # A module of more than TIER_CHARS characters of IR (the GMM example's gradient: 3 MB) is
-# compiled twice: at once with no optimisation (a tenth of the time; its code runs some
-# 10x slower), which each entry's first call runs, and optimised on a thread meanwhile,
-# which later calls wait for (Tier). A first call with a step budget above QUICK_STEPS
-# runs the quick code with QUICK_STEPS; one that needs more (or fails) is run again,
-# whole, on the optimised code, once it is made: a long run never runs long on the quick
-# code, and a failure is reported by the code that would have run it anyway.
+# compiled twice: at once with no optimisation (a tenth of the time; its code runs 5x to
+# 35x slower), which each entry's first call in a thread runs, and optimised on a thread
+# meanwhile, which later calls wait for (Tier). A first call with a step budget above
+# QUICK_STEPS runs the quick code with QUICK_STEPS; one that needs more (or fails) is run
+# again, whole, on the optimised code, once it is made (steps bound its time only
+# roughly: an array instruction is one step), and a failure is reported by the code that
+# would have run it anyway.
 TIER_CHARS = 200_000
 QUICK_STEPS = 1_000_000_000
 QUICK_CELLS = 1 << 20   # a heap of more cells is not copied for a run again: a first call
@@ -1239,9 +1242,9 @@ class Tier:
         self.served: set = set()    # (entry, thread) whose first call ran (ids)
         for e in entries:
             e.tier = self
-        if sys.platform.startswith(("linux", "darwin")):    # (its code made first: a run
-            with contextlib.suppress(Exception):            # compiles it, and would wait
-                _handler()                                  # for the thread: interrupts)
+        if _SIGNALS:                            # (its code made first: a run compiles
+            with contextlib.suppress(Exception):    # it, and would wait for the thread:
+                _handler()                          # interrupts)
         thread = threading.Thread(target=self._work, args=(text, module), daemon=True,
                                   name="rvm-optimise")
         with _TIERS_LOCK:
