@@ -1671,8 +1671,8 @@ def test_a_gradient_of_an_array_program_that_overflows_late_in_a_long_pass_is_fo
         c, d, tmp_path, monkeypatch):
     """A long pass of a program with a heap was searched by the interpreter stepping the
     whole pass (minutes for millions of passes). It is searched on native code that
-    carries every shadow as the interpreter does (Compiled.carry): the interpreter's
-    error, and the interpreter steps only from the last look before it."""
+    looks at the shadows (Compiled.looks): the interpreter's error, and the interpreter
+    steps only from the last look before it."""
     from rvm.ad.gradient import INTERPRETED, SEARCHED
     (tmp_path / "f.py").write_text(ARRAY_GRADIENT)
     f = rvm.load(tmp_path / "f.py")["f"]
@@ -1685,7 +1685,7 @@ def test_a_gradient_of_an_array_program_that_overflows_late_in_a_long_pass_is_fo
         taken = steps_stepped(monkeypatch)
         runs: list = []
         monkeypatch.setattr(Compiled, "run", lambda c, m, d, real=Compiled.run, runs=runs:
-                            runs.append(c.carry) or real(c, m, d))
+                            runs.append(c.looks) or real(c, m, d))
         with pytest.raises(rvm.InvertibilityError) as e:
             g(x, c, d, n, 0.0)
         monkeypatch.undo()
@@ -1696,7 +1696,7 @@ def test_a_gradient_of_an_array_program_that_overflows_late_in_a_long_pass_is_fo
     assert "stopped being finite in the gradient of a heap cell at ADDM" in errors[1][0]
     assert (errors[1][2] == 2) == (c > 1.0)     # (the first product, or in the loop)
     assert sum(taken) < 3 * SEARCHED, sum(taken)    # (not the pass's 160,000 steps)
-    assert True in builds[1], builds[1]     # (the carrying build's gradient passes)
+    assert True in builds[1], builds[1]     # (the looking build's gradient passes)
 
 
 ARRAY_STATEMENTS_GRADIENT = '''
@@ -1880,38 +1880,58 @@ def f(x: Array[float], c: float, d: float, n: int, out: float):
 '''
 
 
-def test_the_carrying_builds_gradient_pass_stops_in_the_interpreters_state(tmp_path):
-    """Where a budget stops a gradient pass midway, the build that carries shadows (which
-    the search for a shadow that stopped being finite runs) leaves every register,
-    shadow and cell as the interpreter does, also the shadow of a register a cell is
-    read into (the usual build sets that one to zero where the cell is read again)."""
-    from rvm.engines.compiled import compiled
-    (tmp_path / "f.py").write_text(ANCILLA_READS)
-    p = rvm.load(tmp_path / "f.py")["f"].program
+# x*y, then x*x, in one register with no ZERO between: in the gradient pass the shadow
+# the second use leaves in f4 goes out through the first use's pair and back
+REUSED = """\
+.func f(f0, f1, f2)
+    ADD.mul  f4, f0, f1
+    ADD.sin  f3, f4
+    SUB.mul  f4, f0, f1
+    ADD.mul  f4, f0, f0
+    ADD.mul  f2, f3, f4
+    SUB.mul  f4, f0, f0
+    ADD.mul  f4, f0, f1
+    SUB.sin  f3, f4
+    SUB.mul  f4, f0, f1
+.end
+"""
 
-    def stopped(engine: str, budget: int, carry: bool) -> tuple:
+
+@pytest.mark.parametrize("which", ["ancilla-reads", "reused-register"])
+@pytest.mark.parametrize("looks", [False, True])
+def test_a_native_gradient_pass_stops_in_the_interpreters_state(tmp_path, which, looks):
+    """Where a budget stops a gradient pass midway, native code (the usual build, and the
+    one that looks at shadows, which the search for a shadow that stopped being finite
+    runs) leaves every register, shadow and cell as the interpreter does, also the
+    shadow of a register that holds zero when a value is put into it (native code once
+    set that one to zero; the interpreter pulls it back)."""
+    from rvm.engines.compiled import compiled
+    if which == "ancilla-reads":
+        (tmp_path / "f.py").write_text(ANCILLA_READS)
+        p = rvm.load(tmp_path / "f.py")["f"].program
+        args, budgets = (np.array([0.3, 0.7]), 1.5, 0.25, 40, 0.0), \
+            [*range(1, 60), *range(60, 330, 7)]
+    else:
+        p, args, budgets = rvm.assemble(REUSED), (1.413, -1.014, 0.0), range(1, 9)
+
+    def stopped(engine: str, budget: int) -> tuple:
         m = Machine(p, engine=engine, max_steps=10**8)
-        m.enter("f", np.array([0.3, 0.7]), 1.5, 0.25, 40, 0.0)
+        m.enter("f", *args)
         m.run(1)
         m.set_grad(True)
         m.clear_shadows()
         fr = m.stack[0]
         fr.G[fr.fn.slot(fr.fn.params[-1])] = 1.0
-        if carry:
-            m._compiled = compiled(p, m.checks, native=True, carry=True)
+        if engine == "native":
+            m._compiled = compiled(p, m.checks, native=True, looks=looks)
             m._compiled_functions = None
         m.max_steps = budget
         with pytest.raises(rvm.MachineError, match="step budget"):
             m.run(-1)
         return ([(f.fn.name, f.state, list(f.R), list(f.G)) for f in m.stack],
                 list(m.hf[:m.top]), list(m.hg[:m.top]))
-    for budget in [*range(1, 60), *range(60, 330, 7)]:
-        want = stopped("interp", budget, False)
-        assert stopped("native", budget, True) == want, budget
-        # (the frontend clears each float temporary before its read, ZERO, whose adjoint
-        # clears its shadow: the usual build's shadows, which it sets to zero there, are
-        # the interpreter's too; they stood apart before)
-        assert stopped("native", budget, False) == want, budget
+    for budget in budgets:
+        assert stopped("native", budget) == stopped("interp", budget), budget
 
 
 def test_stepping_to_the_end_clears_the_roots_residue_as_running_does():
@@ -2128,7 +2148,7 @@ def test_a_failing_gradient_with_arrays_is_found_from_a_snapshot_of_the_search(
         g(first, 1.0, 10, 0.0)
         runs: list = []
         monkeypatch.setattr(Compiled, "run", lambda c, m, d, real=Compiled.run, runs=runs:
-                            runs.append(c.carry) or real(c, m, d))
+                            runs.append(c.looks) or real(c, m, d))
         walked = steps_stepped(monkeypatch)
         with pytest.raises(rvm.InvertibilityError) as e:
             g(first, c, passes, 0.0)
@@ -2194,7 +2214,7 @@ def test_a_failing_gradient_beside_a_large_array_is_found_from_the_look_before(
         g(first, 1.0, 10, 0.0)
         runs = []
         monkeypatch.setattr(Compiled, "run", lambda c, m, d, real=Compiled.run, runs=runs:
-                            runs.append(c.carry) or real(c, m, d))
+                            runs.append(c.looks) or real(c, m, d))
         walked = steps_stepped(monkeypatch)
         with pytest.raises(rvm.InvertibilityError) as e:
             g(first, c, 100_000, 0.0)
@@ -2209,7 +2229,7 @@ def searched_beside_an_array(path, warm: tuple, failing: tuple) -> tuple[list, l
     """f of the file at path, its first argument an array of 8,192 cells (the first
     1e-300): the error its gradient (loss `out`) raises for the arguments `failing` on
     the interpreter and on native code, after a call with `warm`, and the builds of the
-    native runs the latter took (Compiled.carry). Asserts the two errors are equal."""
+    native runs the latter took (Compiled.looks). Asserts the two errors are equal."""
     f = rvm.load(path)["f"]
     y = np.zeros(8_192)
     y[0] = 1e-300
@@ -2218,7 +2238,7 @@ def searched_beside_an_array(path, warm: tuple, failing: tuple) -> tuple[list, l
         g = rvm.grad(f, loss="out", engine=engine)
         g(y, *warm)
         with pytest.MonkeyPatch.context() as mp:
-            runs = each_run(mp, lambda build, m: build.carry)
+            runs = each_run(mp, lambda build, m: build.looks)
             with pytest.raises(rvm.InvertibilityError) as e:
                 g(y, *failing)
         errors.append((str(e.value), e.value.function, e.value.index))

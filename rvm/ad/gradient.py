@@ -818,11 +818,9 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
     there, ends with nothing else); forward_end: the final registers of the forward
     run of a direct call with arrays, the heap's cells there and its steps
     (_Direct.ended), where the search of a program with a heap starts likewise. The
-    native runs are of the build whose gradient passes carry every shadow as the
-    interpreter does and look at them where one is dropped and where a function returns
-    (Compiled.carry; the usual code sets a known-zero register's to zero where a value
-    is read into it: rvm.engines.compiled, _exact); a program with a heap whose pass
-    is short (INTERPRETED) is searched by the interpreter alone."""
+    native runs are of the build whose gradient passes look at the shadows where one is
+    dropped and where a function returns (Compiled.looks); a program with a heap whose
+    pass is short (INTERPRETED) is searched by the interpreter alone."""
     from ..engines.compiled import compiled
     from ..engines.explain import names_at
     from ..engines.lowering import CELL_LOOKS, LOOK_EVERY, SEARCH_CELLS
@@ -834,10 +832,10 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
     if ended is not None and m.checks and not heap:
         fr = m.enter(name, *ended, names=names)
         fr.state = 2 * len(fr.fn.code)
-        m._compiled = compiled(program, m.checks, native=True, carry=True)
+        m._compiled = compiled(program, m.checks, native=True, looks=True)
     elif forward_end is not None and m.checks and heap and \
             _at_forward_end(m, name, args, names, forward_end):
-        m._compiled = compiled(program, m.checks, native=True, carry=True)
+        m._compiled = compiled(program, m.checks, native=True, looks=True)
         steps = forward_end[2]
     else:
         m = Machine(program, **runner.options)      # (_at_forward_end may have entered)
@@ -850,9 +848,9 @@ def not_finite(runner: Pass, args, loss: Loss, grads, looked: int | None = None,
         native = steps > INTERPRETED
     # (a heap larger than the search's snapshots take: the build that notes a cell's
     # shadow made not finite, rvm.engines.lowering: Lowering.shadow_made)
-    carry = CELL_LOOKS if heap and m.top > SEARCH_CELLS else True
-    if native and m._compiled.carry != carry:
-        m._compiled = compiled(program, m.checks, native=True, carry=carry)
+    looks = CELL_LOOKS if heap and m.top > SEARCH_CELLS else True
+    if native and m._compiled.looks != looks:
+        m._compiled = compiled(program, m.checks, native=True, looks=looks)
         m._compiled_functions = None
     which = [b.name for b, g in zip(m.bindings, grads) if g is not None and not finite([g])]
     shown = next(g for g in grads if g is not None and not finite([g]))
@@ -1027,7 +1025,7 @@ SCANNED = 1 << 8        # a heap of at most this many cells is scanned whole at 
 SEARCHED = 1 << 10      # steps of the gradient pass not_finite steps through on the
 # interpreter (beyond them, a bisection of native runs)
 INTERPRETED = 1 << 16   # a program with a heap whose pass has more steps is searched on
-# native code (the build that carries shadows: a compile), fewer by the interpreter alone
+# native code (the build that looks at shadows: a compile), fewer by the interpreter alone
 HEAP_GROUPS = frozenset({"memory", "array"})
 
 

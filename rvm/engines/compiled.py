@@ -281,10 +281,8 @@ class _Known:
         return d not in self.raw and d in self.plus and d not in factors and \
             (not gradient or factors <= self.gzeros)
 
-    def step(self, ins, gradient: bool, carry: bool = False) -> str | None:
-        """Account for ins; the template to emit for it (None: the usual one). carry: in
-        a gradient pass, a known-zero register's shadow is carried on as the interpreter
-        carries it (see _exact), not set to zero."""
+    def step(self, ins, gradient: bool) -> str | None:
+        """Account for ins; the template to emit for it (None: the usual one)."""
         acc = _accumulates(ins)
         d = ins.args[0] if acc else None
         # (ZERO of a register known to hold 0.0 needs no test: it holds +0.0, or `e - e`
@@ -312,8 +310,7 @@ class _Known:
         template = None
         raw = action == "fresh" and acc[0] == "+" and acc[1][0]
         if ins.op not in isa.CALLS and ins.spec.group != "control":
-            template = _exact(_template(ins, gradient), "raw" if raw else action,
-                              gradient and not carry, untested)
+            template = _exact(_template(ins, gradient), "raw" if raw else action, untested)
             if cleared:
                 template = "\n".join(line for line in template.splitlines()
                                       if not line.startswith("check "))
@@ -411,22 +408,22 @@ def _template(ins, gradient: bool) -> str:
     return ins.spec.forward[cls]
 
 
-def _exact(template: str, action: str | None, zero_shadow: bool, test: bool = False) -> str:
+def _exact(template: str, action: str | None, test: bool = False) -> str:
     """The template with its value line rewritten for a known-zero destination. In a
-    gradient pass, where d is zero before the instruction it is zero as a function of the
-    inputs too (a local's start, a ZERO, or e - e), so nothing the loss depends on flows
-    through it: with zero_shadow, its shadow is set to zero instead of being pulled back
-    (what it holds would be pulled back through e twice, with opposite signs, when the
-    pair's other half runs; the gradient is the same, with fewer operations and less
-    rounding, but midway through a pass that shadow is not the interpreter's, which
-    carries it on, as the build that searches does: Compiled.carry). action "raw": a heap
-    cell read into a known-zero register as it is (see _Known). What a fresh line puts
-    in d is tested finite there (`_lost`), where the interpreter tests the instruction's
-    result, so that the cancel `d = e - e` is +0.0 and a ZERO of d needs no test
-    (_Known.step): untested, an inf that e held became nan and was cleared. A raw read
-    is tested where it stops being raw (_Writer.canonical) or, with `test`, at its cancel
-    (`cell - cell`, nan where the cell is not finite) where no product took it; a
-    product took its inf or nan into a register tested later (_Known.used)."""
+    gradient pass its shadow lines stay: the shadow of a register that holds zero is
+    pulled back as the interpreter pulls it back, although nothing the loss depends on
+    flows through a register that is zero as a function of the inputs (a local's start,
+    a ZERO, or e - e). Set to zero there, what it holds would not go through e twice,
+    with opposite signs, when the pair's other half runs: the same gradient in exact
+    arithmetic, not always to the last bit, so an engine's answer would depend on which
+    registers its compiler knew to be zero. action "raw": a heap cell read into a
+    known-zero register as it is (see _Known). What a fresh line puts in d is tested
+    finite there (`_lost`), where the interpreter tests the instruction's result, so
+    that the cancel `d = e - e` is +0.0 and a ZERO of d needs no test (_Known.step):
+    untested, an inf that e held became nan and was cleared. A raw read is tested where
+    it stops being raw (_Writer.canonical) or, with `test`, at its cancel (`cell -
+    cell`, nan where the cell is not finite) where no product took it; a product took
+    its inf or nan into a register tested later (_Known.used)."""
     if action is None:
         return template
     first, _, rest = template.partition("\n")
@@ -435,8 +432,6 @@ def _exact(template: str, action: str | None, zero_shadow: bool, test: bool = Fa
     value = first[len(head) + 2:]
     line = {"fresh": f"{{d}} = 0.0 {first[len(head)]} ({value})", "raw": f"{{d}} = {value}",
             "cancel": f"{{d}} = ({value}) - ({value})"}[action]
-    if zero_shadow and action in ("fresh", "raw"):
-        rest = "{gd} = 0.0"
     if action == "fresh" or test:      # (so that `d = e - e` is +0.0: see above)
         line += "\n_lost += {d}"
     return line + ("\n" + rest if rest else "")
@@ -894,7 +889,7 @@ class _Writer:
             k = work.pop()
             state = entry[k].copy()
             for ins in code[leaders[k]:ends[k]]:
-                state.step(ins, self.gradient, self.c.carry)
+                state.step(ins, self.gradient)
             for t in self.targets(leaders[k], ends[k]) if ends[k] > leaders[k] else [-1]:
                 if t < 0:
                     exits.append(state)
@@ -919,7 +914,7 @@ class _Writer:
         for i in range(start, end):
             ins = code[i]
             last = ins
-            template = known.step(ins, self.gradient, self.c.carry) if known is not None else None
+            template = known.step(ins, self.gradient) if known is not None else None
             self.canonical(depth, known)
             self.shown(depth, known, ins)
             if ins.op in isa.COMEFROMS or _repeated(ins, checked):
@@ -1008,7 +1003,7 @@ class _Writer:
         # what holds on entry to the block holds at the start of every pass (native)
         for i in range(start, end - 1):
             ins = code[i]
-            template = known.step(ins, self.gradient, self.c.carry) if known is not None else None
+            template = known.step(ins, self.gradient) if known is not None else None
             self.canonical(depth + 1, known)
             self.shown(depth + 1, known, ins)
             if ins.op in isa.COMEFROMS or i in c.skip or _repeated(ins, checked):
@@ -1306,17 +1301,17 @@ class Compiled:
     a compute-copy-uncompute function the split value and gradient)."""
 
     def __init__(self, program: Program, checks: bool = True, native: bool = False,
-                 strict: bool = False, carry: bool | str = False, resume: bool = False):
+                 strict: bool = False, looks: bool | str = False, resume: bool = False):
         self.program, self.checks, self.native = program, checks, native
         # native code that runs no loop as a counted loop (whose checks are made after
         # its last pass, and which has no back edge to stop at): run only to find where
         # a run failed (Machine._late)
         self.strict = strict
-        # native code whose gradient passes carry every shadow as the interpreter does
-        # (see _exact), so that a budget stops one in the interpreter's state: run only
-        # to find where a gradient stopped being finite (rvm.ad.gradient.not_finite);
-        # rvm.engines.lowering.CELL_LOOKS: over a large heap
-        self.carry = carry
+        # native code whose gradient passes look at the shadows where one is dropped and
+        # where a function returns: run only to find where a gradient stopped being
+        # finite (rvm.ad.gradient.not_finite); rvm.engines.lowering.CELL_LOOKS: over a
+        # large heap
+        self.looks = looks
         # native code whose root frame may start at a look with a snapshot (the same
         # functions, a second way into the root's block loop): run only to go on from
         # a snapshot far before a failure (Machine._resume)
@@ -1515,7 +1510,7 @@ class Compiled:
         print (every field, debug symbols included) and the text of the code that writes
         them, for finding the machine code in the disk cache without writing them."""
         return f"{_generator_digest()}|{self.checks}|{self.native}|{self.strict}|" \
-            f"{self.carry}|{self.resume}|" \
+            f"{self.looks}|{self.resume}|" \
             f"{[repr(fn) for fn in self.program.functions.values()]}"
 
     @functools.cached_property
@@ -1704,12 +1699,12 @@ class Compiled:
 
 
 def compiled(program: Program, checks: bool = True, native: bool = False,
-             strict: bool = False, carry: bool | str = False,
+             strict: bool = False, looks: bool | str = False,
              resume: bool = False) -> Compiled:
     key = ("compiled", checks, native) + (("strict",) if strict else ()) + \
-        (("carry", carry) if carry else ()) + (("resume",) if resume else ())
+        (("looks", looks) if looks else ()) + (("resume",) if resume else ())
     if key not in program.cache:
         with _COMPILING:        # threads wanting it at once share one (and its native code)
             if key not in program.cache:
-                program.cache[key] = Compiled(program, checks, native, strict, carry, resume)
+                program.cache[key] = Compiled(program, checks, native, strict, looks, resume)
     return program.cache[key]

@@ -210,12 +210,11 @@ class Functions(dict):
             # keyed by the program and the code generator: a program found in the cache
             # is never written out (seconds for a large one)
             comp = self.compiled
-            # (the build that carries shadows, which only searches, also looks at them
-            # where any function returns and before one is dropped: see
-            # rvm.ad.gradient.not_finite)
+            # (the build that searches looks at the shadows where any function returns
+            # and before one is dropped: see rvm.ad.gradient.not_finite)
             self.update(llvm.functions(comp.native_text, fused, batches, self.tol,
                                        runs=runs, key=comp.key, kinds=comp.param_kinds(),
-                                       looks=comp.carry, resume=comp.resume))
+                                       looks=comp.looks, resume=comp.resume))
 
     def gradient(self, fname: str, forward: bool = True) -> None:
         """Compile function fname's gradient group, if not made yet: what a gradient's

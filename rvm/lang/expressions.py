@@ -398,13 +398,18 @@ class Lowering:
         An array element is read in place: ADDM into a zeroed register, SUBM after the use
         (the cell keeps its value, so an element may be read any number of times)."""
         start, mark = len(self.code), len(self.address_temps)
-        ops = [self.operand(a, cls) for a in args]
+        starts, ops = [], []
+        for a in args:
+            starts.append(len(self.code) - start)
+            ops.append(self.operand(a, cls))
         compute = self.code[start:]
-        # every float temporary is cleared before its compute (ZERO: within the tolerance,
-        # then exactly 0.0, its shadow too): a gradient pass, which runs the statements
-        # backwards, meets it last, where its adjoint clears the temporary's shadow, which
-        # the statement before would otherwise take on (a small term added to the stale
-        # shadow and taken back out lost its bits). One summed from several terms is
+        # every float temporary is cleared just before its compute (ZERO: within the
+        # tolerance, then exactly 0.0, its shadow too): a gradient pass, which runs the
+        # statements backwards, meets it last, where its adjoint clears the temporary's
+        # shadow, which the code before would otherwise take on (a small term added to
+        # the stale shadow and taken back out lost its bits; an operand before it that
+        # used the register for its own temporary pulled the shadow out and back in, with
+        # the rounding of both). One summed from several terms is
         # cleared after its uncompute too: taken apart again it may keep a rounding
         # residue (1 + a + b - b - a - 1 need not be 0) that would pass into the
         # register's next use, where a small value beside it or a small divisor makes it
@@ -412,8 +417,9 @@ class Lowering:
         temps = [op for op, a in zip(ops, args) if isinstance(op, Reg) and
                  self.is_temp(a) and op.cls == isa.FLOAT]
         summed = [op for op in temps if sum(ins.args[:1] == (op,) for _, ins in compute) > 1]
-        self.code[start:start] = [(None, Instruction("ZERO", (op,), self.lineno))
-                                  for op in temps]
+        for at, op in reversed([(at, op) for at, op in zip(starts, ops) if op in temps]):
+            self.code[start + at:start + at] = [(None, Instruction("ZERO", (op,),
+                                                                   self.lineno))]
         use(ops)
         self.code += invert(compute, self.fresh)
         self.addresses_done(mark)
