@@ -299,3 +299,26 @@ def _terminal_run_shows_progress(args) -> bool:
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
     return True
+
+
+def test_an_array_of_the_wrong_dimension_is_named_in_the_sources_terms(tmp_path):
+    """A 2-D array for a 1-D parameter (and a 1-D one for a 2-D parameter) is refused
+    with the argument's name and both shapes, not with the registers it would fill."""
+    (tmp_path / "f.py").write_text(
+        "from rvm import Array, reversible\n\n@reversible\n"
+        "def f(x: Array[float], out: float):\n    for i in range(len(x)):\n"
+        "        out += x[i] * x[i]\n\n@reversible\n"
+        "def g(y: Array[float, 2], out: float):\n    out += y[0, 0]\n")
+    r = rvm("run", tmp_path / "f.py", "--entry", "f", "--args", "[[1,2],[3,4]]", "0.0")
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "argument x of f is declared a 1-D array, got a 2-D array of shape (2, 2)" \
+        in r.stderr, r.stderr
+    r = rvm("run", tmp_path / "f.py", "--entry", "g", "--args", "[1,2]", "0.0")
+    assert r.returncode == 1 and "argument y of g is declared a 2-D array, got a 1-D " \
+        "array of shape (2,)" in r.stderr, r.stderr
+    import numpy as np
+
+    import rvm as api
+    for how in (lambda f: f, lambda f: api.grad(f, loss="out")):
+        with pytest.raises(api.MachineError, match="x of f is declared a 1-D array"):
+            how(api.load(tmp_path / "f.py")["f"])(np.ones((2, 2)), 0.0)

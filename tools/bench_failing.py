@@ -91,7 +91,7 @@ def gradient_row(passes: int, heap: int = 0) -> None:
     """The succeeding and the failing gradient (c = 1e308: two products of 1e308 add up
     to inf in x's shadow at the end of the gradient pass); heap: x an array of that
     many cells whose first element the products read (a program with a heap: its
-    search runs a build that carries every shadow as the interpreter does)."""
+    search runs a build that looks at the shadows)."""
     text, x, row = GRADIENT, 1e-300, "gradient"
     if heap:
         text = text.replace("import reversible", "import Array, reversible").replace(

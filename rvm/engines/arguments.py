@@ -257,6 +257,13 @@ def bind(machine, fn, args, names: list[str] | None = None) -> tuple[list, list[
                 raise MachineError(      # (its address and length would be taken for them)
                     f"argument {n} of {fn.name} is an array, where the source declares "
                     f"{scalar}, a number", fn.name)
+            declared = next((sym for sym in fn.symbols if named and regs and
+                             len(sym.regs) > 1 and sym.regs[0] == regs[0]), None)
+            if declared is not None and len(declared.regs) != 1 + a.ndim:
+                raise MachineError(     # (the source's terms: not its registers)
+                    f"argument {names[n] if names else declared.name} of {fn.name} is "
+                    f"declared a {len(declared.regs) - 1}-D array, got a {a.ndim}-D array "
+                    f"of shape {a.shape}", fn.name)
             if len(regs) < 1 + a.ndim or any(r.cls != isa.INT for r in regs):
                 dims = "length" if a.ndim == 1 else "rows, cols"
                 raise MachineError(

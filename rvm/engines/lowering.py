@@ -328,7 +328,8 @@ class Lowering(ArrayLowering):
         self.S, self.flag, self.H, self.G, self.cap = self.fn.args[:5]
         self.vars: dict = {}
         types = declared(node)
-        for name in [*self.params, *sorted(_assigned(node) - set(self.params))]:
+        self.assigned = _assigned(node)
+        for name in [*self.params, *sorted(self.assigned - set(self.params))]:
             ty = t.of(types.get(name))
             if ty is None:
                 raise Unsupported(f"a local of undeclared type: {name}")
@@ -441,6 +442,10 @@ class Lowering(ArrayLowering):
                              self.slot(NOW))
             self.b.ret(self.ir.Constant(self.fn.return_value.type, None))
         return block
+
+    @functools.cached_property
+    def end_shadows(self) -> list[str]:
+        return end_shadows(self.node, self.assigned)
 
     def slot(self, k: int):
         return self.b.gep(self.S, [self.t.i64(k)])
@@ -751,7 +756,7 @@ class Lowering(ArrayLowering):
             elts = s.value.elts if isinstance(s.value, ast.Tuple) else [s.value]
             out = ir.Constant(self.fn.return_value.type, None)
             # after the results, a gradient function's float locals' shadows (end_shadows)
-            extra = [ast.Name(n, ast.Load()) for n in end_shadows(self.node)]
+            extra = [ast.Name(n, ast.Load()) for n in self.end_shadows]
             for k, e in enumerate([*elts, *extra][:len(self.fn.return_value.type.elements)]):
                 v = self.expr(e)
                 out = b.insert_value(out, self.coerce(v, self.fn.return_value.type.elements[k]),
@@ -2035,21 +2040,26 @@ def _assigned(node) -> set[str]:
 _NESTING = (ast.If, ast.While, ast.For, ast.With, ast.Try)    # (statements in them)
 
 
-def end_shadows(node: ast.FunctionDef) -> list[str]:
+def end_shadows(node: ast.FunctionDef, assigned: set[str] | None = None) -> list[str]:
     """A gradient function's float locals' shadows (the `gf<k>` it assigns, neither
     parameters nor results): a native function returns them after its results, so that
     the record at the end of a run past its budget holds them (rvm.engines.llvm:
     _end_checkpoint; Machine._exhausted). Callers take only the results."""
     params = {a.arg for a in node.args.args}
     results = set(returns_of(node))
-    return sorted((n for n in _assigned(node) if GRAD_REGISTER.fullmatch(n) and
+    return sorted((n for n in (_assigned(node) if assigned is None else assigned)
+                   if GRAD_REGISTER.fullmatch(n) and
                    n not in params and n not in results), key=lambda n: int(n[2:]))
 
 
 def returns_of(node: ast.FunctionDef) -> list[str]:
-    for n in ast.walk(node):
-        if isinstance(n, ast.Return):
-            return [e.id for e in n.value.elts]
+    level = list(node.body)         # (statements only, level by level: ast.walk's
+    while level:                    # order, without the expressions)
+        for n in level:
+            if isinstance(n, ast.Return):
+                return [e.id for e in n.value.elts]
+        level = [c for n in level if isinstance(n, _NESTING)
+                 for c in (*n.body, *getattr(n, "orelse", ()))]
     raise Unsupported(f"{node.name} returns nothing")
 
 
