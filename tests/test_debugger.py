@@ -846,6 +846,49 @@ def f(s: float, t: float):
                        ("1", "1.0", "0.0"), ("2", "2.0", "0.0")], out
 
 
+CALLS = """from rvm import reversible
+
+@reversible
+def inner(a: float, b: float):
+    b += a * 2.0
+    b += a
+
+@reversible
+def outer(x: float, y: float, s: float):
+    inner(x, y)
+    s += y
+    inner(x, s)
+"""
+
+
+def test_a_watch_is_evaluated_in_the_frame_it_was_set_in(tmp_path):
+    """A watch on the caller's y, set in the caller: inside the callee (whose locals are
+    a and b) it is still the caller's y, so it stops where the callee changes it (its
+    register is the callee's b), not where the callee is entered ("<unavailable>") and
+    left again, as it did when watches were evaluated in the innermost frame."""
+    (tmp_path / "p.py").write_text(CALLS)
+    out = batch(tmp_path / "p.py", ["--entry", "outer", "--args", "1.0", "0.0", "0.0"],
+                "watch y\nc\nc\nc\ninfo watchpoints\nquit\n")
+    changes = re.findall(r"old value = (\S+)\n  new value = (\S+)", out)
+    assert changes == [("0.0", "2.0"), ("2.0", "3.0")], out
+    assert "unavailable" not in out and "1  watchpoint y (in outer)" in out, out
+
+
+def test_a_watch_set_in_a_callee_is_deleted_when_its_frame_returns(tmp_path):
+    """gdb's rule for a watch on a local: set in the callee, it stops at the callee's
+    changes, then is deleted (and says so, stopping there) where the callee returns;
+    the callee's second call does not find it. Going back into the call, nothing of it
+    is left either."""
+    (tmp_path / "p.py").write_text(CALLS)
+    out = batch(tmp_path / "p.py", ["--entry", "outer", "--args", "1.0", "0.0", "0.0"],
+                "break inner\nc\nwatch b\nc\nc\nc\nc\ninfo watchpoints\nrc\nrc\nquit\n")
+    changes = re.findall(r"old value = (\S+)\n  new value = (\S+)", out)
+    assert changes == [("0.0", "2.0"), ("2.0", "3.0")], out
+    assert "watchpoint 2 deleted: the program left inner, where `b` is watched\n" \
+        "[step 4] outer" in out, out
+    assert out.count("watchpoint 2") == 4 and "watchpoint b" not in out, out
+
+
 def batch(path, args: list, commands: str) -> str:
     """What `rvm debug PATH ARGS --batch` prints for these commands (checked to exit 0)."""
     script = path.parent / "cmds"

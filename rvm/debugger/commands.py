@@ -240,7 +240,9 @@ def _watch(dbg: Debugger, rest: str) -> str:
         raise CommandError("usage: watch EXPR")
     value = dbg.evaluate(rest)
     n = dbg.new_number()
-    dbg.watches[n] = Watch(n, rest, value)
+    fr = dbg.frame()        # (the selected frame: after `up`, the caller's)
+    dbg.watches[n] = Watch(n, rest, value, depth=len(dbg.m.stack) - 1 - dbg.selected,
+                           function=fr.fn.name)
     return f"watchpoint {n}: {rest} = {fmt(value)}"
 
 
@@ -311,7 +313,9 @@ def _info(dbg: Debugger, rest: str) -> str:
                 f"{' if ' + b.condition if b.condition else ''}  hits: {b.hits}"
                 f"{f'  (ignore next {b.ignore})' if b.ignore else ''}"
                 for b in dbg.breakpoints.values()]
-        rows += [f"{w.number}  watchpoint {w.expr}{'' if w.enabled else ' (disabled)'}"
+        rows += [f"{w.number}  watchpoint {w.expr}"
+                 f"{f' (in {w.function})' if w.function else ''}"
+                 f"{'' if w.enabled else ' (disabled)'}"
                  for w in dbg.watches.values()]
         return "\n".join(rows) or "no breakpoints or watchpoints"
     if what == "display":

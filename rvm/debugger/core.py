@@ -69,6 +69,10 @@ class Watch:
     expr: str
     value: object = None
     enabled: bool = True
+    # the frame it was set in, as gdb scopes a watch on a local: its depth in the stack
+    # (0: the entry function's) and function; None: the innermost frame, whichever it is
+    depth: int | None = None
+    function: str | None = None
 
 
 class Debugger:
@@ -100,7 +104,7 @@ class Debugger:
         self.selected = 0
         self.previous = self.registers_snapshot()
         for w in self.watches.values():
-            w.value = self.try_eval(w.expr)
+            w.value = self.watch_value(w)
 
     def frame(self, k: int | None = None):
         stack = self.m.stack
@@ -192,10 +196,15 @@ class Debugger:
         one told alone left the others' old values behind, to be told late or not at
         all), or None."""
         told = []
-        for w in self.watches.values():
+        for w in list(self.watches.values()):
             if not w.enabled:
                 continue
-            new = self.try_eval(w.expr)
+            if not self.in_scope(w):
+                del self.watches[w.number]
+                told.append(f"watchpoint {w.number} deleted: the program left "
+                            f"{w.function}, where `{w.expr}` is watched")
+                continue
+            new = self.watch_value(w)
             if not self.comparable(w, new):
                 continue
             if not same_value(new, w.value):
@@ -203,6 +212,27 @@ class Debugger:
                 told.append(f"watchpoint {w.number}: {w.expr}\n  old value = {fmt(old)}\n"
                             f"  new value = {fmt(new)}")
         return "\n".join(told) or None
+
+    def in_scope(self, w: Watch) -> bool:
+        """Is the frame the watch was set in still running (gdb deletes a watch on a
+        local when its frame returns; here also when a backward move leaves it)?"""
+        stack = self.m.stack
+        return w.depth is None or (w.depth < len(stack) and
+                                   stack[w.depth].fn.name == w.function)
+
+    def watch_value(self, w: Watch):
+        """The watch's expression's value in the frame it was set in (None: not
+        available there, or that frame is not running)."""
+        if w.depth is None:
+            return self.try_eval(w.expr)
+        if not self.in_scope(w):
+            return None
+        selected = self.selected
+        self.selected = len(self.m.stack) - 1 - w.depth
+        try:
+            return self.try_eval(w.expr)
+        finally:
+            self.selected = selected
 
     def comparable(self, w: Watch, new) -> bool:
         """Is the watch's new value to be compared with its last one (an editor's data

@@ -498,7 +498,7 @@ class Session:
         if not out.startswith("gradient mode on"):
             raise RequestError(f"gradient: {out}")
         for w in dbg.watches.values():
-            w.value = dbg.try_eval(w.expr)
+            w.value = dbg.watch_value(w)
 
     def on_configurationDone(self, req, args) -> None:
         self.respond(req)
@@ -824,7 +824,7 @@ class Session:
         self.respond(req)
         dbg.restart()
         for w in dbg.watches.values():
-            w.value = dbg.try_eval(w.expr)
+            w.value = dbg.watch_value(w)
         loss = (self.launch_args.get("gradient") or {}).get("loss")
         if loss:
             try:
