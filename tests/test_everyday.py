@@ -87,6 +87,22 @@ def test_hessian_wrt_unknown_name_lists_the_arguments(prog, capsys):
     assert code == 2 and "--wrt z: no such argument (the arguments are out, x, y" in err
 
 
+def test_every_transform_takes_source_names_of_a_loaded_programs_function(prog):
+    """rvm.load(path)["f"] knows its arguments' source names: rvm.hessian's wrt took
+    only register names there ("unknown argument 'x': the arguments are f0, f1, f2"),
+    where grad, jacobian and the CLI took x."""
+    path, _ = prog
+    f = rvm.load(path)["f"]
+    args = (0.0, 2.0, 3.0)
+    H = rvm.hessian(f, loss="out", wrt=["x", "y"])(*args)
+    assert H.tolist() == [[6.0, 4.0], [4.0, 0.0]]
+    assert rvm.hessian(f, loss="out", wrt="y")(*args).tolist() == [[0.0]]
+    assert rvm.grad(f, loss="out", wrt=["x"])(*args)[0] == 12.0
+    assert rvm.jacobian(f, outputs=["out"], wrt=["x"])(*args).tolist() == [[12.0]]
+    with pytest.raises(rvm.UsageError, match="'z': the arguments are out, x, y"):
+        rvm.hessian(f, loss="out", wrt=["z"])(*args)
+
+
 def test_grad_and_hessian_take_alias_names(tmp_path, capsys):
     src = tmp_path / "sq.rasm"
     src.write_text(textwrap.dedent("""\

@@ -22,7 +22,7 @@ from ..core.program import Function, Program
 from ..engines.arguments import call_kind, convert, declared_float_arrays, first_row, plural
 from ..engines.machine import PerThread, machine_for
 from . import transforms
-from .gradient import loss_index, target, with_inverse
+from .gradient import loss_index, parameter_names, target, with_inverse
 
 KINDS = {"tangent": (transforms.tangent, "dot"), "adjoint": (transforms.adjoint, "bar")}
 
@@ -864,7 +864,8 @@ def _position(f, args, which) -> int:
         return int(which) % len(args)
     program, name, names = target(f, tuple(args))
     fn = program.functions[name]
-    labels = list(names) if names else [str(p) for p in fn.params]
+    # (a loaded program's function knows its source's names: parameter_names)
+    labels = list(names) if names else parameter_names(f) or [str(p) for p in fn.params]
     if which in labels:
         return labels.index(which)
     raise UsageError(f"unknown argument {which!r}: the arguments are {', '.join(labels)}")
