@@ -12,8 +12,10 @@ import attrs
 import numpy as np
 
 from .ad.derivatives import Transformed, adjoint, float_arguments, tangent
+from .ad.gradient import parameter_names
 from .core.errors import RvmError, UsageError, user_facing
 from .core.program import Program
+from .engines.arguments import place_keywords
 from .engines.machine import machine_for, resolve_engine
 from .formats.assembly import assemble
 from .formats.bytecode import dumps, loads
@@ -72,6 +74,12 @@ class FunctionHandle:
         return self.program.functions[self.name]
 
     def __call__(self, *args, **options):
+        """Run on the arguments (positional, or by parameter name: the source's names, or
+        the registers'); the other keywords are machine options, as for prog.call."""
+        names = parameter_names(self) or []
+        by_name = {k: options.pop(k) for k in list(options) if k in names}
+        if by_name:
+            args = place_keywords(names, args, by_name, self.name)
         run = self.program.uncall if self.backward else self.program.call
         return run(self.name, *args, **options)
 
@@ -158,7 +166,13 @@ def vmap(fn, in_axes=0, out_axes=0, backend: str | None = None):
         raise UsageError(f"in_axes must be 0, None, or a list of 0 and None (one per "
                          f"argument; rvm batches along the first axis only), got {in_axes!r}")
 
-    def run(*args):
+    def run(*args, **kwargs):
+        if kwargs:      # (by parameter name, as a call takes them)
+            names = _parameter_names(fn)
+            if names is None:
+                raise TypeError(f"{getattr(fn, '__name__', 'the function')} takes "
+                                "positional arguments only")
+            args = place_keywords(names, args, kwargs, getattr(fn, "__name__", "fn"))
         axes = [in_axes] * len(args) if not isinstance(in_axes, (list, tuple)) \
             else list(in_axes)
         if backend == "dask":
@@ -254,7 +268,6 @@ def _batch_length(fn, args: tuple, axes: list) -> int:
 def _parameter_names(fn) -> list[str] | None:
     """The names of fn's parameters, where it has them (a program's function, a
     reversible function, a gradient function of one, with machine options bound)."""
-    from .ad.gradient import parameter_names
     while True:
         if isinstance(fn, functools.partial) and not fn.args:
             fn = fn.func

@@ -103,6 +103,27 @@ def test_every_transform_takes_source_names_of_a_loaded_programs_function(prog):
         rvm.hessian(f, loss="out", wrt=["z"])(*args)
 
 
+def test_every_function_rvm_makes_takes_arguments_by_parameter_name(prog):
+    """A loaded program's function, its inverse, hessian, jacobian and vmap (of it, and of
+    its gradient) took positional arguments only ("unknown option 'x'", or a TypeError
+    from inside rvm), where a reversible function, grad and value_and_grad took names."""
+    import numpy as np
+    path, _ = prog
+    f = rvm.load(path)["f"]
+    assert f(y=3.0, x=2.0, out=0.0) == f(0.0, 2.0, 3.0) == (12.0, 2.0, 3.0)
+    assert f(0.0, y=3.0, x=2.0, engine="python") == (12.0, 2.0, 3.0)
+    assert (~f)(out=12.0, x=2.0, y=3.0) == (0.0, 2.0, 3.0)
+    assert rvm.hessian(f, loss="out", wrt=["x"])(y=3.0, x=2.0, out=0.0).tolist() == [[6.0]]
+    assert rvm.jacobian(f, outputs=["out"], wrt=["y"])(0.0, y=3.0, x=2.0).tolist() == [[4.0]]
+    xs = np.array([1.0, 2.0])
+    outs = rvm.vmap(f)(out=np.zeros(2), y=np.ones(2), x=xs)[0]
+    assert outs.tolist() == [1.0, 4.0]
+    g = rvm.vmap(rvm.grad(f, loss="out", wrt="x"))(out=np.zeros(2), y=np.ones(2), x=xs)
+    assert g.tolist() == [2.0, 4.0]
+    with pytest.raises(TypeError, match="'x' given by position and by name"):
+        f(0.0, 2.0, 3.0, x=1.0)
+
+
 def test_grad_and_hessian_take_alias_names(tmp_path, capsys):
     src = tmp_path / "sq.rasm"
     src.write_text(textwrap.dedent("""\

@@ -22,7 +22,7 @@ from ..core.program import Function, Program
 from ..engines.arguments import call_kind, convert, declared_float_arrays, first_row, plural
 from ..engines.machine import PerThread, machine_for
 from . import transforms
-from .gradient import loss_index, parameter_names, target, with_inverse
+from .gradient import loss_index, parameter_names, positional, target, with_inverse
 
 KINDS = {"tangent": (transforms.tangent, "dot"), "adjoint": (transforms.adjoint, "bar")}
 
@@ -827,8 +827,8 @@ def hessian(f, loss=0, wrt: Sequence | None = None, **options) -> Callable[..., 
     """A function returning the Hessian of `loss` with respect to the float arguments named
     by `wrt` (indices or names; default: all float arguments; an array contributes all its
     elements in order) as a 2-D array, one Hessian-vector product per column."""
-    def run(*args) -> np.ndarray:
-        args = as_bound(f, args)
+    def run(*args, **kwargs) -> np.ndarray:
+        args = as_bound(f, positional(f, args, kwargs))
         _real_only(args, "hessian")
         floats, n = float_arguments(f, args), len(args)
         cols = floats if wrt is None else [_position(f, args, w) for w in wrt]

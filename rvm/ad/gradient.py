@@ -1132,7 +1132,8 @@ def jacobian(fn, outputs: Sequence[Loss], wrt: Sequence[Loss], has_aux: bool = F
         return (J, values) if has_aux else J
 
     @user_facing
-    def run(*args) -> np.ndarray | tuple:
+    def run(*args, **kwargs) -> np.ndarray | tuple:
+        args = positional(fn, args, kwargs)
         kind = call_kind(args)
         if kind in places:
             return direct(args, *places[kind])
