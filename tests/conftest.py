@@ -7,6 +7,22 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ASM = ROOT / "asm"
 
+# x*y, then x*x, in one register with no ZERO between: in the gradient pass the shadow
+# the second use leaves in f4 goes out through the first use's pair and back
+REUSED = """\
+.func f(f0, f1, f2)
+    ADD.mul  f4, f0, f1
+    ADD.sin  f3, f4
+    SUB.mul  f4, f0, f1
+    ADD.mul  f4, f0, f0
+    ADD.mul  f2, f3, f4
+    SUB.mul  f4, f0, f0
+    ADD.mul  f4, f0, f1
+    SUB.sin  f3, f4
+    SUB.mul  f4, f0, f1
+.end
+"""
+
 
 def close(a, b, rel=1e-12, abs_=1e-12):
     if isinstance(a, float) or isinstance(b, float):

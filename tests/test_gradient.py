@@ -7,6 +7,7 @@ import random
 
 import numpy as np
 import pytest
+from conftest import REUSED
 
 import rvm
 from rvm import MachineError
@@ -658,21 +659,6 @@ def test_a_reused_temporarys_shadow_does_not_carry_into_the_statement_before(eng
     want = rvm.jvp(f, args, (0.0, 1.0, 0.0, 0.0))[1][0]
     assert want == pytest.approx(1e-17 * math.cos(0.5), rel=1e-15)
     assert rvm.grad(f, loss="out", engine=engine)(*args)[1] == want
-
-
-REUSED = """\
-.func f(f0, f1, f2)
-    ADD.mul  f4, f0, f1
-    ADD.sin  f3, f4
-    SUB.mul  f4, f0, f1
-    ADD.mul  f4, f0, f0
-    ADD.mul  f2, f3, f4
-    SUB.mul  f4, f0, f0
-    ADD.mul  f4, f0, f1
-    SUB.sin  f3, f4
-    SUB.mul  f4, f0, f1
-.end
-"""
 
 
 @pytest.mark.parametrize("how", ["python", "assembly"])

@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import REUSED
 
 import rvm
 from rvm.engines import llvm, native
@@ -1879,22 +1880,6 @@ def f(x: Array[float], c: float, d: float, n: int, out: float):
         out += x[1] * x[0]
 '''
 
-
-# x*y, then x*x, in one register with no ZERO between: in the gradient pass the shadow
-# the second use leaves in f4 goes out through the first use's pair and back
-REUSED = """\
-.func f(f0, f1, f2)
-    ADD.mul  f4, f0, f1
-    ADD.sin  f3, f4
-    SUB.mul  f4, f0, f1
-    ADD.mul  f4, f0, f0
-    ADD.mul  f2, f3, f4
-    SUB.mul  f4, f0, f0
-    ADD.mul  f4, f0, f1
-    SUB.sin  f3, f4
-    SUB.mul  f4, f0, f1
-.end
-"""
 
 
 @pytest.mark.parametrize("which", ["ancilla-reads", "reused-register"])
