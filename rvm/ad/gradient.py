@@ -242,11 +242,6 @@ class Pass:
         m.set_grad(False)
         return tuple(grads)
 
-    def run_forward_again(self, m: Machine) -> None:
-        """After a backward pass the inputs are restored: run forwards from them."""
-        m.steps = 0
-        m.run(1)
-
 
 class _Direct:
     """Scalar arguments on a compiled engine: call the generated forward and adjoint
@@ -1155,8 +1150,9 @@ def jacobian(fn, outputs: Sequence[Loss], wrt: Sequence[Loss], has_aux: bool = F
             m = by.forward(args)            # asked for may fail, as sqrt's at 0 does)
         rows = []
         for k, seed in enumerate(seeds):
-            if k:
-                by.run_forward_again(m)
+            if k:       # (from the arguments, as each later call's row starts: the inputs
+                m = by.forward(args)    # a backward pass rebuilds are a few bits off
+                # where the program's float arithmetic does not undo exactly)
             grads = by.backward(m, seed)
             grads = tuple(g if j in chosen else None for j, g in enumerate(grads))
             if not finite(grads):       # (as a value_and_grad call of this output says it)
