@@ -43,6 +43,16 @@ BLAS_WIDE, BLAS_DEEP = 8, 16
 SCRATCH_ROWS = 4096
 
 
+
+def in_turn(terms: np.ndarray) -> float:
+    """The sum of terms from 0.0, one after another, row by row, as native code's loop
+    adds them (np.sum's pairwise sum is a last bit apart from it, now and then)."""
+    if not terms.size:
+        return 0.0
+    with np.errstate(all="ignore"):
+        return float(np.cumsum(terms.ravel())[-1] + 0.0)
+
+
 class _Math:
     """The math functions of the table's templates, on arrays: exp, log, sin, cos, tanh,
     pow and atan2 as native code's element loops compute them (rvm.engines.vectormath:
@@ -288,7 +298,7 @@ class Helpers:
         """The gradient a scalar operand k gets: s * sum(gy * df/dop_k)."""
         for j, _, d, _, _ in self._pullbacks(fam, s, y, rest):
             if j == k:
-                g = float(np.sum(d))
+                g = in_turn(d)
                 if not np.isfinite(g):
                     raise Fault(f"the gradient of operand {k + 1} would become {g!r}: "
                                 "not finite")
@@ -445,7 +455,7 @@ class Helpers:
     def vdotg(self, x, m: int, n: int) -> float:
         """sum(shadow * value) over a view (a scale's pullback into its factor)."""
         values = self._in_place(x, m, n, False)
-        g = float(np.sum(self._of(x, m, n, True) * values))
+        g = in_turn(self._of(x, m, n, True) * values)
         if not np.isfinite(g):
             raise Fault(f"the factor's gradient would become {g!r}: not finite")
         return g
