@@ -1848,3 +1848,27 @@ def test_a_square_is_a_product_on_every_engine():
         if native.available:        # (rows in lockstep: the vector code squares too)
             rows = rvm.vmap(functools.partial(p["h"], engine="native"), in_axes=(0, None))
             assert set(rows(np.full(19, x), 0.0)[1]) == {x * x}
+
+
+def test_integers_in_float_arithmetic_and_comparisons_are_floats_on_every_engine():
+    """An integer register read by a float instruction's arithmetic (n / 3, n * n,
+    n ** 2, abs(n)) or compared with a float (n > x, in a branch or XOR.gt) is converted
+    to a float first on every engine. The interpreter and the python engine took
+    Python's exact integers (and exact comparisons), native code int64 arithmetic, which
+    wraps (n * n of 2**53 + 1 was 1.8e16 there, abs(-2**63) negative) and float
+    conversions: past 2**53 they gave other answers, so the default engine's answer
+    changed after a few calls."""
+    from rvm.engines import native
+    h = rvm.reversible.source(
+        "def h(n: int, x: float, a: float, b: float, c: float, d: float, e: float):\n"
+        "    a += n / 3\n    b += n * n\n    c += n ** 2\n    d += abs(n)\n"
+        "    if n > x:\n        e += 1.0\n")
+    p = rvm.assemble(".func c(r0, f0, r1)\n    XOR.gt r1, r0, f0\n.end\n")
+    engines = ["interp", "python"] + (["native"] if native.available else [])
+    for n, x in [(2**53 + 1, 2.0**53), (-2**63, -2.0**63), (-2**63 + 1, -2.0**63),
+                 (2**62 + 1, 2.0**62), (7, 6.5), (-5, -5.0)]:
+        f = float(n)
+        want = (f / 3, f * f, f * f, abs(f), float(f > x))
+        for e in engines:
+            assert h(n, x, 0.0, 0.0, 0.0, 0.0, 0.0, engine=e)[2:] == want, (n, e)
+            assert p.call("c", n, x, 0, engine=e)[2] == int(f > x), (n, e)

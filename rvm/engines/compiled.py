@@ -536,6 +536,8 @@ def counted(w: _Writer, k: int, start: int, end: int) -> Counted | None:
             continue
         must = isa.condition(cf.op) if jumped else isa.NEGATED[isa.condition(cf.op)]
         p, q = cf.args[0], cf.args[1]
+        if p.cls != q.cls:      # (an integer compared with a float as a float: per pass)
+            return None
         if invariant(p) and invariant(q):
             checks.append(f"{text(p)} {isa.CONDITIONS[must]} {text(q)}")
         elif p == reg and invariant(q):
@@ -595,6 +597,8 @@ def _hoisted(body, reg, step, at, last_value, invariant, text) -> tuple:
         if ins.op.startswith("ASSERT."):
             cc, (p, q) = ins.op.split(".")[1], ins.args
             op = isa.CONDITIONS[cc]
+            if p.cls != q.cls:      # (an integer compared with a float: made per pass)
+                continue
             if invariant(p) and invariant(q):
                 hoisted.append(f"{text(p)} {op} {text(q)}")
             elif p == reg and invariant(q):

@@ -121,11 +121,25 @@ class Operands:
         self.cls = ins.cls
         self.arithmetic = spec.group in ("arith", "family") or spec.name in isa.READS
         self.value["pull"] = str(ins.pull)     # (the array pullbacks' operands: a mask)
+        # an integer register read by a float instruction's arithmetic, or compared with
+        # a float, is converted to a float first, as native code converts it: Python's
+        # exact integer arithmetic and comparisons (n * n, n / 3, abs(n), n > x) would
+        # give another answer past 2**53, and native code's int64 arithmetic wraps
+        classes = {n: getattr(a, "cls", None) for n, a in zip(spec.names, ins.args)}
+        if self.cls == isa.FLOAT and spec.group in ("arith", "family"):
+            widened = set(spec.names[1:])
+        elif isa.FLOAT in (classes.get("a"), classes.get("b")) and (
+                isa.condition(spec.name) or spec.name.startswith(("XOR.", "ASSERT."))):
+            widened = {"a", "b"}
+        else:
+            widened = set()
         for name, a in zip(spec.names, ins.args):
             self.src[name] = str(a)
             if isinstance(a, Reg):
                 value, shadow = (f"R[{layout[a]}]", f"G[{layout[a]}]") if local is None \
                     else local(a)
+                if name in widened and a.cls == isa.INT:
+                    value = f"float({value})"
                 self.value[name] = value
                 self.shadow[name] = shadow if a.cls == isa.FLOAT else None
             elif isinstance(a, Imm):
