@@ -437,3 +437,25 @@ def test_derivatives_convert_whole_numbers_for_floats_as_a_call_does():
         rvm.tangent(sq)(0.0, 3.0, 0.0, 1j)
     ab = rvm.reversible.source("def ab(out: float, z: complex):\n    out += abs(z)\n")
     assert rvm.tangent(ab)(0.0, 3 + 4j, 0.0, 1 + 0j)[2] == pytest.approx(0.6)
+
+
+def test_a_derived_ancillas_residue_is_judged_alike_when_native_code_fails_it():
+    """t_dot sums 0.3 three times and 1e150, then takes them back in the other order:
+    -0.9 is left, within tol times the largest magnitude the derivatives held (1e150),
+    which the interpreter accepts. Native code tests derived ancillas against tol alone
+    and hands a failure to the interpreter, which stepped on from a place midway (its
+    look), not knowing that magnitude, and refused the call: rvm.jvp raised on native
+    code and from the default engine's fourth call. A derived program's failure is now
+    decided by the interpreter's whole pass."""
+    g = rvm.reversible.source(
+        "def g(x: float, out: float, a: rvm.Array[float]):\n"
+        "    with ancilla(t=0.0):\n        with compute() as c:\n"
+        "            for i in range(len(a)):\n                t += a[i] * x\n"
+        "        out += t\n        ~c\n",
+        {"rvm": rvm, "ancilla": rvm.ancilla, "compute": rvm.compute})
+    a = np.array([0.3, 0.3, 0.3, 1e150])
+    engines = ["interp", "python", None, None, None, None, None] + \
+        (["native"] if native.available else [])
+    for e in engines:
+        values, tangents = rvm.jvp(g, (1e-160, 0.0, a), (1.0, 0.0, np.zeros(4)), engine=e)
+        assert tangents[1] == 1e150 and values[1] == pytest.approx(1e-10), e

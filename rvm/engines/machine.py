@@ -61,6 +61,9 @@ class Frame:
         return s >> 1 if e > 0 or s & 1 else (s >> 1) - 1
 
 
+_AGAIN = object()     # (Machine._failed_natively: run the native code again)
+
+
 class Machine(Helpers):
     """Runs one program. `call`/`uncall` run a function to completion; `enter` then
     `step`/`back`/`run` move through it one instruction at a time (the debugger's way)."""
@@ -576,76 +579,24 @@ class Machine(Helpers):
                     # (a failed run's output is dropped: the interpreter's run of the
                     # pass prints it, up to where it fails)
                     self.pending.clear()
-                    if "output buffer full" in str(e):
+                    began = self._root_state()
+                    try:
+                        taken = self._failed_natively(e, direction, undo)
+                    except InvertibilityError:
+                        from .compiled import DERIVED
+                        if not self.program.cache.get(DERIVED):
+                            raise
+                        # a derived ancilla's check scales with the largest magnitude the
+                        # derivatives held in the pass so far (compiled.derived_registers),
+                        # which native code does not keep, nor does an interpreter that
+                        # steps on from a place midway: it runs the whole pass, and decides
+                        self._restore(began)
                         undo()
-                        if self.said_cells < SAID_LIMIT:
-                            self.said_cells = min(2 * self.said_cells, SAID_LIMIT)
-                            continue
-                        break           # the interpreter runs the pass, printing as it goes
-                    # undo the heap writes; then either grow a heap the compiled code ran
-                    # out of and run again, or let the reference engine find and report
-                    # the failing instruction, leaving the state exactly where it stops
-                    if "a shadow not finite" in str(e):
-                        # (the build that searches a gradient pass stopped at the first
-                        # look that found one, leaving the look before in a record: the
-                        # search puts the machine there, place=True)
-                        raise MachineError("a shadow not finite",
-                                           self.stack[0].fn.name) from None
-                    need = self._wanted()
-                    if "step budget exhausted" in str(e) or \
-                            "a float result not finite" in str(e):
-                        err = self._exhausted(direction)
-                        if isinstance(err, MachineError):
-                            raise err from None
-                        if err is not None:     # (the interpreter ended the pass)
-                            return err
-                    room = self._record_room()
-                    last, now = self._last_clean(), self._failed_at()
-                    undo()
-                    if room:        # no room for the checkpoint: make it, run again
-                        with contextlib.suppress(Limit):
-                            self._grow(room, exact=True)
-                            continue
-                    if "heap capacity exceeded" in str(e) and self.cap < self.heap_limit \
-                            and need <= self.heap_room():
-                        # as large as the cells wanted (when the code says how many), and
-                        # never past the limit: a refused request is refused before any
-                        # cell is allocated for it (the interpreter then reports it)
-                        with contextlib.suppress(Limit):    # (out of memory: reported so)
-                            self._grow(min(max(need, 2 * self.cap), self.heap_room()))
-                            continue
-                    if "invertibility check failed" in str(e) or \
-                            "step budget exhausted" in str(e) or \
-                            "a float result not finite" in str(e):
-                        # (a failed compiled run leaves the root frame as the pass began)
-                        entry, taken = self._root_state(), None
-                        self._made_before = False
-                        # (a check that failed more than FAR steps past the last look,
-                        # or past the start where no look was made (every float was
-                        # finite there): after, or in, a counted loop; see _general)
-                        seen = last if last >= 0 else self.max_steps
-                        far = 0 <= now < seen - FAR and self._compiled.counted
-                        if last >= 0 and not far:
-                            taken = self._replay(direction, last, FAR)
-                            if taken is not None and taken != -1:
-                                return taken
-                            if taken == -1:     # the failure is far from that back edge
-                                self._restore(entry)
-                            undo()
-                        # (no back edge passed before it: a counted loop's, if any,
-                        # unless the budget is short: then the interpreter's run of
-                        # the pass is short too)
-                        if self._made_before or taken == -1 or far or \
-                                (last < 0 and now < 0 and self._compiled.counted and
-                                 self.max_steps > FAR):
-                            if far and not self._made_before:
-                                taken = self._general(direction, now, undo, entry)
-                                if taken is not None:
-                                    return taken
-                            taken = self._late(direction, undo)
-                            if taken is not None:
-                                return taken
-                            self._restore(entry)
+                        break
+                    if taken is _AGAIN:
+                        continue
+                    if taken is not None:
+                        return taken
                     break
                 except Exception as exc:    # no native code could be made for it
                     self.pending.clear()
@@ -680,6 +631,83 @@ class Machine(Helpers):
         if taken >= budget and not self.at_boundary(direction):
             raise self._out_of_steps(budget, direction)
         return taken
+
+    def _failed_natively(self, e: RvmError, direction: int, undo) -> int | object | None:
+        """After a native run failed with e: run it again (_AGAIN: a larger heap or
+        output buffer), or the steps the interpreter took to the failure from a place
+        native code left (it raises the interpreter's error there), or None: the
+        interpreter runs the whole pass (the heap as before)."""
+        if "output buffer full" in str(e):
+            undo()
+            if self.said_cells < SAID_LIMIT:
+                self.said_cells = min(2 * self.said_cells, SAID_LIMIT)
+                return _AGAIN
+            return None           # the interpreter runs the pass, printing as it goes
+        # undo the heap writes; then either grow a heap the compiled code ran
+        # out of and run again, or let the reference engine find and report
+        # the failing instruction, leaving the state exactly where it stops
+        if "a shadow not finite" in str(e):
+            # (the build that searches a gradient pass stopped at the first
+            # look that found one, leaving the look before in a record: the
+            # search puts the machine there, place=True)
+            raise MachineError("a shadow not finite",
+                               self.stack[0].fn.name) from None
+        need = self._wanted()
+        if "step budget exhausted" in str(e) or \
+                "a float result not finite" in str(e):
+            err = self._exhausted(direction)
+            if isinstance(err, MachineError):
+                raise err from None
+            if err is not None:     # (the interpreter ended the pass)
+                return err
+        room = self._record_room()
+        last, now = self._last_clean(), self._failed_at()
+        undo()
+        if room:        # no room for the checkpoint: make it, run again
+            with contextlib.suppress(Limit):
+                self._grow(room, exact=True)
+                return _AGAIN
+        if "heap capacity exceeded" in str(e) and self.cap < self.heap_limit \
+                and need <= self.heap_room():
+            # as large as the cells wanted (when the code says how many), and
+            # never past the limit: a refused request is refused before any
+            # cell is allocated for it (the interpreter then reports it)
+            with contextlib.suppress(Limit):    # (out of memory: reported so)
+                self._grow(min(max(need, 2 * self.cap), self.heap_room()))
+                return _AGAIN
+        if "invertibility check failed" in str(e) or \
+                "step budget exhausted" in str(e) or \
+                "a float result not finite" in str(e):
+            # (a failed compiled run leaves the root frame as the pass began)
+            entry, taken = self._root_state(), None
+            self._made_before = False
+            # (a check that failed more than FAR steps past the last look,
+            # or past the start where no look was made (every float was
+            # finite there): after, or in, a counted loop; see _general)
+            seen = last if last >= 0 else self.max_steps
+            far = 0 <= now < seen - FAR and self._compiled.counted
+            if last >= 0 and not far:
+                taken = self._replay(direction, last, FAR)
+                if taken is not None and taken != -1:
+                    return taken
+                if taken == -1:     # the failure is far from that back edge
+                    self._restore(entry)
+                undo()
+            # (no back edge passed before it: a counted loop's, if any,
+            # unless the budget is short: then the interpreter's run of
+            # the pass is short too)
+            if self._made_before or taken == -1 or far or \
+                    (last < 0 and now < 0 and self._compiled.counted and
+                     self.max_steps > FAR):
+                if far and not self._made_before:
+                    taken = self._general(direction, now, undo, entry)
+                    if taken is not None:
+                        return taken
+                taken = self._late(direction, undo)
+                if taken is not None:
+                    return taken
+                self._restore(entry)
+        return None
 
     def _out_of_steps(self, budget: int, direction: int) -> MachineError:
         top = self.stack[-1]
