@@ -1872,3 +1872,18 @@ def test_integers_in_float_arithmetic_and_comparisons_are_floats_on_every_engine
         for e in engines:
             assert h(n, x, 0.0, 0.0, 0.0, 0.0, 0.0, engine=e)[2:] == want, (n, e)
             assert p.call("c", n, x, 0, engine=e)[2] == int(f > x), (n, e)
+
+
+def test_a_scale_out_of_the_normal_range_says_the_operation_and_its_operands():
+    """`DIV f0, -0.5` of -5e-324 said "f0 = -5e-324 / -0.5 = -0.5 would leave the normal
+    float range": -0.5 read as the result. It says the operation, then its values."""
+    from rvm.engines import native
+    p = rvm.assemble(".func g(f0)\n    DIV f0, -0.5\n.end\n.func h(f0, f1)\n"
+                     "    MUL f0, f1\n.end\n")
+    for e in ["interp", "python"] + (["native"] if native.available else []):
+        with pytest.raises(rvm.InvertibilityError,
+                           match=r"f0 /= -0\.5: -5e-324 / -0\.5 would leave the normal"):
+            p.call("g", -5e-324, engine=e)
+        with pytest.raises(rvm.InvertibilityError,
+                           match=r"f0 \*= f1: 1e\+300 \* 1e\+300 would leave the normal"):
+            p.call("h", 1e300, 1e300, engine=e)

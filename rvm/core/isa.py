@@ -186,8 +186,8 @@ def _scaled(op: str) -> str:
     to zero or a subnormal, or overflows (a zero x scales to zero, exactly, both ways)."""
     return (f"let p = {{x}} {op} {{y}}\n"
             f"check {{x}} == 0.0 or {MIN_NORMAL!r} <= abs({{x}}) and "
-            f"{MIN_NORMAL!r} <= abs(p) <= {MAX_FLOAT!r} : {{x_src}} = {{x}} {op} "
-            f"{{y_src}} = {{y}} would leave the normal float range (to zero, a subnormal or "
+            f"{MIN_NORMAL!r} <= abs(p) <= {MAX_FLOAT!r} : {{x_src}} {op}= {{y_src}}: "
+            f"{{x}} {op} {{y}} would leave the normal float range (to zero, a subnormal or "
             "infinity) and could not be undone")
 
 def _views(args) -> str:
