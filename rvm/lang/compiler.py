@@ -527,6 +527,10 @@ class FunctionCompiler(Complexes, Lowering):
             else:
                 kind = self.typeof(value)
                 var = Var(kw.arg, kind, (self.reg(INT if kind == "int" else FLOAT),))
+                if kind != "int":   # (0.0 already: ZERO's adjoint clears its shadow where a
+                    # gradient pass leaves the block, which the code before would take on
+                    # where it uses the register)
+                    self.emit("ZERO", var.reg)
                 init = None if self.is_zero(value) else value
                 if init is not None:
                     self.accumulate(var.reg, 1, init, value)

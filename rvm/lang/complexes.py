@@ -340,6 +340,7 @@ class Complexes:
         var = Var(name, "complex", (self.reg(FLOAT), self.reg(FLOAT)))
         init = self.parts(value)
         for r, p in zip(var.regs, init):
+            self.emit("ZERO", r)        # (its shadow cleared where a gradient pass leaves)
             if p is not None:
                 self.accumulate(r, 1, p, value)
 
