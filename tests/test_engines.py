@@ -1863,7 +1863,9 @@ def test_integers_in_float_arithmetic_and_comparisons_are_floats_on_every_engine
         "def h(n: int, x: float, a: float, b: float, c: float, d: float, e: float):\n"
         "    a += n / 3\n    b += n * n\n    c += n ** 2\n    d += abs(n)\n"
         "    if n > x:\n        e += 1.0\n")
-    p = rvm.assemble(".func c(r0, f0, r1)\n    XOR.gt r1, r0, f0\n.end\n")
+    p = rvm.assemble(".func c(r0, f0, r1)\n    XOR.gt r1, r0, f0\n.end\n"
+                     ".func k(f0, r1, f1)\n    XOR.lt r1, f0, 9007199254740993\n"
+                     "    ADD.div f1, 9007199254740993, 3\n.end\n")
     engines = ["interp", "python"] + (["native"] if native.available else [])
     for n, x in [(2**53 + 1, 2.0**53), (-2**63, -2.0**63), (-2**63 + 1, -2.0**63),
                  (2**62 + 1, 2.0**62), (7, 6.5), (-5, -5.0)]:
@@ -1872,6 +1874,9 @@ def test_integers_in_float_arithmetic_and_comparisons_are_floats_on_every_engine
         for e in engines:
             assert h(n, x, 0.0, 0.0, 0.0, 0.0, 0.0, engine=e)[2:] == want, (n, e)
             assert p.call("c", n, x, 0, engine=e)[2] == int(f > x), (n, e)
+    for e in engines:       # (and integer constants: 2**53 + 1 is 2**53 as a float)
+        assert p.call("k", 2.0**53, 0, 0.0, engine=e) == \
+            (2.0**53, 0, 9007199254740992.0 / 3), e
 
 
 def test_a_scale_out_of_the_normal_range_says_the_operation_and_its_operands():

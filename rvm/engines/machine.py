@@ -582,9 +582,8 @@ class Machine(Helpers):
                     began = self._root_state()
                     try:
                         taken = self._failed_natively(e, direction, undo)
-                    except InvertibilityError:
-                        from .compiled import DERIVED
-                        if not self.program.cache.get(DERIVED):
+                    except InvertibilityError as failed:
+                        if not self._scaled_check(failed):
                             raise
                         # a derived ancilla's check scales with the largest magnitude the
                         # derivatives held in the pass so far (compiled.derived_registers),
@@ -631,6 +630,16 @@ class Machine(Helpers):
         if taken >= budget and not self.at_boundary(direction):
             raise self._out_of_steps(budget, direction)
         return taken
+
+    def _scaled_check(self, e: InvertibilityError) -> bool:
+        """Did e fail a check on a derived register, whose test scales with the
+        derivatives' magnitudes so far (rvm.engines.compiled.derived_registers)?"""
+        from .compiled import derived_registers
+        fn = self.program.functions.get(e.function)
+        derived = None if fn is None else derived_registers(self.program, fn)
+        if not derived or e.index is None or not 0 <= e.index < len(fn.code):
+            return False
+        return any(a in derived for a in fn.code[e.index].args)
 
     def _failed_natively(self, e: RvmError, direction: int, undo) -> int | object | None:
         """After a native run failed with e: run it again (_AGAIN: a larger heap or

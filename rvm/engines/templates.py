@@ -121,8 +121,8 @@ class Operands:
         self.cls = ins.cls
         self.arithmetic = spec.group in ("arith", "family") or spec.name in isa.READS
         self.value["pull"] = str(ins.pull)     # (the array pullbacks' operands: a mask)
-        # an integer register read by a float instruction's arithmetic, or compared with
-        # a float, is converted to a float first, as native code converts it: Python's
+        # an integer (register or constant) read by a float instruction's arithmetic, or
+        # compared with a float, is converted to a float first, as native code does: Python's
         # exact integer arithmetic and comparisons (n * n, n / 3, abs(n), n > x) would
         # give another answer past 2**53, and native code's int64 arithmetic wraps
         classes = {n: getattr(a, "cls", None) for n, a in zip(spec.names, ins.args)}
@@ -143,7 +143,8 @@ class Operands:
                 self.value[name] = value
                 self.shadow[name] = shadow if a.cls == isa.FLOAT else None
             elif isinstance(a, Imm):
-                self.value[name] = f"({a.value!r})" if a.value < 0 else repr(a.value)
+                v = float(a.value) if name in widened and a.cls == isa.INT else a.value
+                self.value[name] = f"({v!r})" if v < 0 else repr(v)
                 self.shadow[name] = None
             elif isinstance(a, View):    # (start, row stride, column stride): the
                 reg = (lambda r: f"R[{layout[r]}]") if local is None else \
