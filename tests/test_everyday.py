@@ -122,6 +122,21 @@ def test_every_function_rvm_makes_takes_arguments_by_parameter_name(prog):
     assert g.tolist() == [2.0, 4.0]
     with pytest.raises(TypeError, match="'x' given by position and by name"):
         f(0.0, 2.0, 3.0, x=1.0)
+    with pytest.raises(TypeError, match="unknown argument 'z': the arguments of f are out"):
+        f(out=0.0, x=2.0, z=3.0)
+    # derivatives take their own names too: the function's, then x_dot / x_bar
+    t, a = rvm.tangent(f), rvm.adjoint(f)
+    assert t(out=0.0, x=2.0, y=3.0, out_dot=0.0, x_dot=1.0, y_dot=0.0) == \
+        t(0.0, 2.0, 3.0, 0.0, 1.0, 0.0) == (12.0, 2.0, 3.0, 12.0, 1.0, 0.0)
+    assert (~t)(out=12.0, x=2.0, y=3.0, out_dot=12.0, x_dot=1.0, y_dot=0.0) == \
+        (0.0, 2.0, 3.0, 0.0, 1.0, 0.0)
+    assert a(0.0, 2.0, 3.0, out_bar=1.0, x_bar=0.0, y_bar=0.0) == \
+        (0.0, 2.0, 3.0, 1.0, 12.0, 4.0)
+    assert rvm.grad(t, loss="out_dot")(out=0.0, x=2.0, y=3.0, out_dot=0.0, x_dot=1.0,
+                                       y_dot=0.0)[1:3] == (6.0, 4.0)
+    dots = rvm.vmap(t)(out=np.zeros(2), x=xs, y=np.ones(2), out_dot=np.zeros(2),
+                       x_dot=np.ones(2), y_dot=np.zeros(2))[3]
+    assert dots.tolist() == [2.0, 4.0]
 
 
 def test_grad_and_hessian_take_alias_names(tmp_path, capsys):

@@ -19,7 +19,14 @@ import numpy as np
 from ..core import isa
 from ..core.errors import InvertibilityError, MachineError, UsageError, user_facing
 from ..core.program import Function, Program
-from ..engines.arguments import call_kind, convert, declared_float_arrays, first_row, plural
+from ..engines.arguments import (
+    call_kind,
+    convert,
+    declared_float_arrays,
+    first_row,
+    place_keywords,
+    plural,
+)
 from ..engines.machine import PerThread, machine_for
 from . import transforms
 from .gradient import loss_index, parameter_names, positional, target, with_inverse
@@ -459,6 +466,11 @@ class Transformed:
 
     @user_facing
     def __call__(self, *args, **options):
+        sig = self.signature()
+        by_name = {k: options.pop(k) for k in list(options)
+                   if sig is not None and k in sig[0]}
+        if by_name:     # (by parameter name: the function's, then `x_dot` / `x_bar`)
+            args = place_keywords(sig[0], args, by_name, self.name)
         if self._twice_adjoint(args):
             return self._adjoint_of_adjoint(args, options)
         if _converted(args):

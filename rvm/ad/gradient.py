@@ -670,7 +670,9 @@ def parameter_names(fn) -> list[str] | None:
     if program is not None and name in getattr(program, "functions", {}):
         f = program.functions[name]
         return list(f.names) or [str(p) for p in f.params]
-    return None
+    signature = getattr(fn, "signature", None)      # (a derivative: rvm.tangent's, ...)
+    sig = signature() if callable(signature) else None
+    return None if sig is None else list(sig[0])
 
 
 def positional(fn, args: tuple, kwargs: dict) -> tuple:
