@@ -889,6 +889,43 @@ def test_a_watch_set_in_a_callee_is_deleted_when_its_frame_returns(tmp_path):
     assert out.count("watchpoint 2") == 4 and "watchpoint b" not in out, out
 
 
+LOOPED_CALLS = """from rvm import Array, reversible
+
+@reversible
+def inner(a: float, b: float):
+    b += a * 2.0
+
+@reversible
+def loop1(x: float, y: float, A: Array[float]):
+    for i in range(3): inner(x, y)
+    A[0] += x
+"""
+
+
+def test_a_watch_is_of_one_call_of_a_function_and_a_cells_watch_of_none(tmp_path):
+    """Three calls of inner on one line: a watch on b set in the first call is that
+    call's (a frame is told by its identity, not its function and depth: it stopped at
+    the second and third calls' changes, which are other frames'); a watch on heap[0]
+    names no variable, so it belongs to no frame and sees the caller's A[0] += x (it
+    was deleted with the callee's frame). `run` deletes a callee frame's watch, saying
+    so, and keeps the entry function's, as the new run's."""
+    (tmp_path / "q.py").write_text(LOOPED_CALLS)
+    args = ["--entry", "loop1", "--args", "1.0", "0.0", "[5.0]"]
+    out = batch(tmp_path / "q.py", args, "break inner\nc\nwatch b\nwatch heap[0]\n"
+                "c\nc\nc\nc\nc\ninfo watchpoints\nquit\n")
+    assert re.findall(r"watchpoint 2: b\n  old value = (\S+)\n  new value = (\S+)", out) \
+        == [("0.0", "2.0")], out
+    assert "watchpoint 2 deleted: the program left inner" in out
+    assert "watchpoint 3: heap[0]\n  old value = 4617315517961601024" in out, out
+    assert "3  watchpoint heap[0]\n" in out and "(in " not in out.split("info")[-1], out
+    out = batch(tmp_path / "q.py", args, "break inner\nc\nwatch b\nup\nwatch y\nrun\n"
+                "info watchpoints\nc\nquit\n")
+    assert "watchpoint 2 deleted: inner's frame, where `b` was watched, is not running\n" \
+        "restarted" in out, out
+    tail = out.split("restarted")[1]
+    assert "3  watchpoint y (in loop1)" in tail and "watchpoint 2" not in tail, out
+
+
 def batch(path, args: list, commands: str) -> str:
     """What `rvm debug PATH ARGS --batch` prints for these commands (checked to exit 0)."""
     script = path.parent / "cmds"

@@ -10,7 +10,7 @@ import numpy as np
 from ..core import isa
 from ..core.errors import RvmError
 from ..core.program import Reg
-from .core import ALIASES, COMMANDS, ENTRY, HELP, Breakpoint, CommandError, Debugger, Watch, fmt
+from .core import ALIASES, COMMANDS, ENTRY, HELP, Breakpoint, CommandError, Debugger, fmt
 
 ALIASES.update({
     "s": "step", "si": "stepi", "n": "next", "c": "continue", "rs": "reverse-step",
@@ -240,9 +240,7 @@ def _watch(dbg: Debugger, rest: str) -> str:
         raise CommandError("usage: watch EXPR")
     value = dbg.evaluate(rest)
     n = dbg.new_number()
-    fr = dbg.frame()        # (the selected frame: after `up`, the caller's)
-    dbg.watches[n] = Watch(n, rest, value, depth=len(dbg.m.stack) - 1 - dbg.selected,
-                           function=fr.fn.name)
+    dbg.watches[n] = dbg.scoped_watch(n, rest, value)   # (after `up`, the caller's frame)
     return f"watchpoint {n}: {rest} = {fmt(value)}"
 
 
@@ -417,7 +415,7 @@ def _grad(dbg: Debugger, rest: str) -> str:
 def _run(dbg: Debugger, rest: str) -> str:
     if not rest:
         dbg.restart()
-        return dbg.stop_text("restarted")
+        return _dropped(dbg) + dbg.stop_text("restarted")
     values = dbg.convert(rest.split()) if dbg.convert else [_value(t) for t in rest.split()]
     old = dbg.args
     dbg.args = tuple(values)
@@ -428,7 +426,13 @@ def _run(dbg: Debugger, rest: str) -> str:
         dbg.restart()
         raise CommandError(f"run: {e} (restarted with the previous arguments)") from None
     shown = " ".join(fmt(v) for v in values)
-    return dbg.stop_text(f"restarted with arguments {shown}")
+    return _dropped(dbg) + dbg.stop_text(f"restarted with arguments {shown}")
+
+
+def _dropped(dbg: Debugger) -> str:
+    """What `run` says of the watches of a callee's frame that it deleted."""
+    return "".join(f"watchpoint {w.number} deleted: {w.function}'s frame, where `{w.expr}` "
+                   "was watched, is not running\n" for w in dbg.dropped)
 
 
 def _value(text: str):

@@ -70,9 +70,11 @@ class Watch:
     value: object = None
     enabled: bool = True
     # the frame it was set in, as gdb scopes a watch on a local: its depth in the stack
-    # (0: the entry function's) and function; None: the innermost frame, whichever it is
+    # (0: the entry function's), its function and the frame itself (a second call of
+    # the function is another frame); None: the innermost frame, whichever it is
     depth: int | None = None
     function: str | None = None
+    frame: object = None
 
 
 class Debugger:
@@ -103,7 +105,14 @@ class Debugger:
                                    for a in self.args], names=self.names)
         self.selected = 0
         self.previous = self.registers_snapshot()
+        # (a watch of the entry function's frame is the new run's; one of a callee's
+        # frame has no frame now: gone, as gdb's is once its frame has returned)
+        self.dropped = [w for w in self.watches.values() if w.depth]
+        for w in self.dropped:
+            del self.watches[w.number]
         for w in self.watches.values():
+            if w.depth == 0:
+                w.frame = self.m.stack[0]
             w.value = self.watch_value(w)
 
     def frame(self, k: int | None = None):
@@ -213,12 +222,22 @@ class Debugger:
                             f"  new value = {fmt(new)}")
         return "\n".join(told) or None
 
+    def scoped_watch(self, number: int, expr: str, value) -> Watch:
+        """A watch of the selected frame where EXPR names a variable or register (gdb
+        scopes a watch on a local to its frame), else of no frame (`heap[0]`)."""
+        names = {n.id for n in ast.walk(ast.parse(expr.strip(), mode="eval"))
+                 if isinstance(n, ast.Name)} - {"heap"}
+        if not names:
+            return Watch(number, expr, value)
+        fr = self.frame()
+        return Watch(number, expr, value, depth=len(self.m.stack) - 1 - self.selected,
+                     function=fr.fn.name, frame=fr)
+
     def in_scope(self, w: Watch) -> bool:
         """Is the frame the watch was set in still running (gdb deletes a watch on a
         local when its frame returns; here also when a backward move leaves it)?"""
         stack = self.m.stack
-        return w.depth is None or (w.depth < len(stack) and
-                                   stack[w.depth].fn.name == w.function)
+        return w.depth is None or (w.depth < len(stack) and stack[w.depth] is w.frame)
 
     def watch_value(self, w: Watch):
         """The watch's expression's value in the frame it was set in (None: not
