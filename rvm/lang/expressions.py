@@ -409,24 +409,28 @@ class Lowering:
         # shadow, which the code before would otherwise take on (a small term added to
         # the stale shadow and taken back out lost its bits; an operand before it that
         # used the register for its own temporary pulled the shadow out and back in, with
-        # the rounding of both). One summed from several terms is
-        # cleared after its uncompute too: taken apart again it may keep a rounding
-        # residue (1 + a + b - b - a - 1 need not be 0) that would pass into the
-        # register's next use, where a small value beside it or a small divisor makes it
-        # large, whichever way the program runs
+        # the rounding of both). One summed from several terms is cleared just after its
+        # uncompute too: taken apart again it may keep a rounding residue (1 + a + b -
+        # b - a - 1 need not be 0) that would pass into the register's next use (the
+        # uncompute of an operand before it may use the register for its own temporary),
+        # where a small value beside it or a small divisor makes it large, whichever way
+        # the program runs
         temps = [op for op, a in zip(ops, args) if isinstance(op, Reg) and
                  self.is_temp(a) and op.cls == isa.FLOAT]
-        summed = [op for op in temps if sum(ins.args[:1] == (op,) for _, ins in compute) > 1]
+        parts = [compute[at:end] for at, end in zip(starts, starts[1:] + [len(compute)])]
+        summed = [op for op, part in zip(ops, parts)
+                  if op in temps and sum(ins.args[:1] == (op,) for _, ins in part) > 1]
         for at, op in reversed([(at, op) for at, op in zip(starts, ops) if op in temps]):
             self.code[start + at:start + at] = [(None, Instruction("ZERO", (op,),
                                                                    self.lineno))]
         use(ops)
-        self.code += invert(compute, self.fresh)
+        for op, part in reversed(list(zip(ops, parts))):
+            self.code += invert(part, self.fresh)
+            if op in summed:
+                self.emit("ZERO", op)
         self.addresses_done(mark)
         for op, a in reversed(list(zip(ops, args))):     # (the next statement's operands
             if isinstance(op, Reg) and self.is_temp(a):     # get the same registers)
-                if op in summed:
-                    self.emit("ZERO", op)
                 self.release(op)
 
     def is_temp(self, e) -> bool:
