@@ -455,7 +455,8 @@ class Helpers:
     def vdotg(self, x, m: int, n: int) -> float:
         """sum(shadow * value) over a view (a scale's pullback into its factor)."""
         values = self._in_place(x, m, n, False)
-        g = in_turn(self._of(x, m, n, True) * values)
+        with np.errstate(all="ignore"):     # (not finite: refused below)
+            g = in_turn(self._of(x, m, n, True) * values)
         if not np.isfinite(g):
             raise Fault(f"the factor's gradient would become {g!r}: not finite")
         return g
