@@ -632,14 +632,18 @@ class Machine(Helpers):
         return taken
 
     def _scaled_check(self, e: InvertibilityError) -> bool:
-        """Did e fail a check on a derived register, whose test scales with the
-        derivatives' magnitudes so far (rvm.engines.compiled.derived_registers)?"""
+        """Did e fail a check whose test scales with the derivatives' magnitudes so far:
+        a derived register's (rvm.engines.compiled.derived_registers), or a FREE's of a
+        derived program's heap (_derived_residue)?"""
         from .compiled import derived_registers
         fn = self.program.functions.get(e.function)
-        derived = None if fn is None else derived_registers(self.program, fn)
-        if not derived or e.index is None or not 0 <= e.index < len(fn.code):
+        if fn is None or e.index is None or not 0 <= e.index < len(fn.code):
             return False
-        return any(a in derived for a in fn.code[e.index].args)
+        ins = fn.code[e.index]
+        if ins.op == "FREE" and self.program.cache.get(INTERLEAVED):
+            return True
+        derived = derived_registers(self.program, fn) or ()
+        return any(a in derived for a in ins.args)
 
     def _failed_natively(self, e: RvmError, direction: int, undo) -> int | object | None:
         """After a native run failed with e: run it again (_AGAIN: a larger heap or
