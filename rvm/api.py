@@ -76,15 +76,17 @@ class FunctionHandle:
     def __call__(self, *args, **options):
         """Run on the arguments (positional, or by parameter name: the source's names, or
         the registers'); the other keywords are machine options, as for prog.call."""
-        from .engines.machine import OPTIONS
-        names = parameter_names(self) or []
-        by_name = {k: options.pop(k) for k in list(options) if k in names}
-        unknown = [k for k in options if k not in OPTIONS]
-        if unknown:
-            raise TypeError(f"unknown argument {unknown[0]!r}: the arguments of {self.name} "
-                            f"are {', '.join(names)}, the options {', '.join(OPTIONS)}")
-        if by_name:
-            args = place_keywords(names, args, by_name, self.name)
+        if options:     # (nothing to sort out on a plain call)
+            from .engines.machine import OPTIONS
+            names = parameter_names(self) or []
+            by_name = {k: options.pop(k) for k in list(options) if k in names}
+            unknown = [k for k in options if k not in OPTIONS]
+            if unknown:
+                raise TypeError(f"unknown argument {unknown[0]!r}: the arguments of "
+                                f"{self.name} are {', '.join(names)}, the options "
+                                f"{', '.join(OPTIONS)}")
+            if by_name:
+                args = place_keywords(names, args, by_name, self.name)
         run = self.program.uncall if self.backward else self.program.call
         return run(self.name, *args, **options)
 

@@ -466,7 +466,7 @@ class Transformed:
 
     @user_facing
     def __call__(self, *args, **options):
-        sig = self.signature()
+        sig = self.signature() if options else None
         by_name = {k: options.pop(k) for k in list(options)
                    if sig is not None and k in sig[0]}
         if by_name:     # (by parameter name: the function's, then `x_dot` / `x_bar`)
