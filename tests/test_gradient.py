@@ -698,6 +698,31 @@ def test_a_summed_temporarys_residue_is_cleared_before_an_earlier_operand_is_unc
         assert len(got) == 1, (y, got)
 
 
+def test_a_call_arguments_temporary_takes_no_shadow_to_the_registers_other_uses():
+    """A constant or an expression passed to a reversible call goes through a temporary,
+    whose shadow the callee's gradient fills (1e17 for the 1.0 beside 1e17); it went on,
+    past the call, into an earlier use of the register (x * 2.0 passed to the call
+    before), where (u + 1e17) - 1e17 lost u: d/dx = 0 where it is 1, on every engine.
+    A float temporary passed to a call is cleared before its compute and after its
+    uncompute, complex ones too."""
+    g = rvm.reversible.source("def g(o: float, a: float, b: float):\n    o += a * b\n")
+    gz = rvm.reversible.source("def gz(o: float, a: complex):\n    o += a.real * 1e17\n")
+    env = {"g": g, "gz": gz}
+    f = rvm.reversible.source("def f(x: float, out: float):\n    g(out, x * 2.0, 0.5)\n"
+                              "    g(out, 1.0, 1e17)\n", env)
+    h = rvm.reversible.source("def h(x: float, out: float):\n    for i in range(10):\n"
+                              "        out += (x * 2.0) * 0.5\n"
+                              "    g(out, x * 0.0 + 1.0, 1e17)\n", env)
+    k = rvm.reversible.source("def k(x: float, out: float):\n    for i in range(10):\n"
+                              "        out += (x * 2.0) * 0.5\n"
+                              "    gz(out, complex(1.0, 0.0))\n", env)
+    engines = ["interp", "python"] + (["native"] if rvm.engines.native.available else [])
+    for fn, want in ((f, 1.0), (h, 10.0), (k, 10.0)):
+        assert rvm.jvp(fn, (1.5, 0.0), (1.0, 0.0))[1][1] == want
+        for e in engines:
+            assert rvm.grad(fn, loss="out", engine=e)(1.5, 0.0)[0] == want, (fn, e)
+
+
 def test_an_ancillas_shadow_does_not_leave_its_block_in_a_gradient_pass():
     """t's shadow, 1e17 at the start of its block (out += t * 1e17), was carried on by a
     gradient pass past the block into the register's earlier use, a loop's temporary,

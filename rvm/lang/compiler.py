@@ -758,6 +758,8 @@ class FunctionCompiler(Complexes, Lowering):
                     code, _ = self.capture(lambda a=a, ts=ts: [
                         self.accumulate(t, 1, p, a) for t, p in zip(ts, self.parts(a))
                         if p is not None])
+                    for t in ts:
+                        self.emit("ZERO", t)    # (its shadow: see the float temporaries')
                     self.code += code
                     regs += ts
                     after += [(ts[0], None, []), (ts[1], None, code)]
@@ -789,6 +791,14 @@ class FunctionCompiler(Complexes, Lowering):
                     size, t = t, self.reg(t.cls)
                     code2, _ = self.capture(lambda t=t, size=size: self.emit("ADD", t, size))
                     code = code + code2
+                if t.cls == FLOAT:
+                    # a float temporary passed to a call takes a shadow from the callee's
+                    # gradient; cleared before its compute (ZERO, whose adjoint clears the
+                    # shadow where a gradient pass leaves the call) and after its uncompute
+                    # (a sum's rounding residue), it does not reach the register's earlier
+                    # or later uses (1.0 passed beside 1e17 left a shadow of 1e17 that took
+                    # an earlier use's gradient of 1.0 with it)
+                    self.emit("ZERO", t)
                 self.code += code
                 regs.append(t)
                 sig.append(("int" if t.cls == INT else "float",))
@@ -799,6 +809,8 @@ class FunctionCompiler(Complexes, Lowering):
             if mem is not None:
                 self.emit("EXCH", x, mem)
             self.code += invert(code, self.fresh)
+            if mem is None and x.cls == FLOAT:
+                self.emit("ZERO", x)
             self.release(x)
         self.addresses_done(mark)
 
