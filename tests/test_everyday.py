@@ -108,7 +108,7 @@ def test_every_function_rvm_makes_takes_arguments_by_parameter_name(prog):
     its gradient) took positional arguments only ("unknown option 'x'", or a TypeError
     from inside rvm), where a reversible function, grad and value_and_grad took names."""
     import numpy as np
-    path, _ = prog
+    path, ns = prog
     f = rvm.load(path)["f"]
     assert f(y=3.0, x=2.0, out=0.0) == f(0.0, 2.0, 3.0) == (12.0, 2.0, 3.0)
     assert f(0.0, y=3.0, x=2.0, engine="python") == (12.0, 2.0, 3.0)
@@ -124,6 +124,8 @@ def test_every_function_rvm_makes_takes_arguments_by_parameter_name(prog):
         f(0.0, 2.0, 3.0, x=1.0)
     with pytest.raises(TypeError, match="unknown argument 'z': the arguments of f are out"):
         f(out=0.0, x=2.0, z=3.0)
+    with pytest.raises(TypeError, match="unknown argument 'z': the arguments of f are out"):
+        ns["f"](0.0, 2.0, 3.0, z=1.0)      # (the reversible function itself)
     # derivatives take their own names too: the function's, then x_dot / x_bar
     t, a = rvm.tangent(f), rvm.adjoint(f)
     assert t(out=0.0, x=2.0, y=3.0, out_dot=0.0, x_dot=1.0, y_dot=0.0) == \

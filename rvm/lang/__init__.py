@@ -321,6 +321,13 @@ class ReversibleFunction:
         params = [a.arg for a in self.node.args.args]
         by_name = {k: kwargs.pop(k) for k in list(kwargs) if k in params}
         machine_options = kwargs
+        if kwargs:
+            from ..engines.machine import OPTIONS
+            unknown = [k for k in kwargs if k not in OPTIONS]
+            if unknown:
+                raise TypeError(f"unknown argument {unknown[0]!r}: the arguments of "
+                                f"{self.name} are {', '.join(params)}, the options "
+                                f"{', '.join(OPTIONS)}")
         if by_name:
             args = place_keywords(params, args, by_name, self.name)
         program, name, names = self.specialize(args)
