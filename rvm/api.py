@@ -15,7 +15,7 @@ from .ad.derivatives import Transformed, adjoint, float_arguments, tangent
 from .ad.gradient import parameter_names
 from .core.errors import RvmError, UsageError, user_facing
 from .core.program import Program
-from .engines.arguments import place_keywords
+from .engines.arguments import place_keywords, with_options
 from .engines.machine import machine_for, resolve_engine
 from .formats.assembly import assemble
 from .formats.bytecode import dumps, loads
@@ -77,16 +77,8 @@ class FunctionHandle:
         """Run on the arguments (positional, or by parameter name: the source's names, or
         the registers'); the other keywords are machine options, as for prog.call."""
         if options:     # (nothing to sort out on a plain call)
-            from .engines.machine import OPTIONS
-            names = parameter_names(self) or []
-            by_name = {k: options.pop(k) for k in list(options) if k in names}
-            unknown = [k for k in options if k not in OPTIONS]
-            if unknown:
-                raise TypeError(f"unknown argument {unknown[0]!r}: the arguments of "
-                                f"{self.name} are {', '.join(names)}, the options "
-                                f"{', '.join(OPTIONS)}")
-            if by_name:
-                args = place_keywords(names, args, by_name, self.name)
+            args, options = with_options(parameter_names(self) or [], args, options,
+                                         self.name)
         run = self.program.uncall if self.backward else self.program.call
         return run(self.name, *args, **options)
 

@@ -123,6 +123,22 @@ def exact_columns(columns: list, params) -> bool:
     return True
 
 
+# the machine's options, which every call takes as keywords (Machine, machine_for)
+OPTIONS = ("engine", "checks", "max_steps", "heap_limit", "tol", "max_depth")
+
+
+def with_options(names: list[str], args: tuple, kwargs: dict, fname: str) -> tuple:
+    """(args with the keywords that name parameters put in place, the other keywords:
+    machine options); TypeError for a keyword that is neither."""
+    by_name = {k: v for k, v in kwargs.items() if k in names}
+    options = {k: v for k, v in kwargs.items() if k not in by_name}
+    unknown = [k for k in options if k not in OPTIONS]
+    if unknown:
+        raise TypeError(f"unknown argument {unknown[0]!r}: the arguments of {fname} are "
+                        f"{', '.join(names)}, the options {', '.join(OPTIONS)}")
+    return (place_keywords(names, args, by_name, fname) if by_name else args), options
+
+
 def place_keywords(names: list[str], args: tuple, kwargs: dict, fname: str) -> tuple:
     """args with the keyword arguments put in place by parameter name; TypeError for an
     unknown name, one given twice, or a parameter left without a value."""

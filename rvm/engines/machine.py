@@ -24,6 +24,7 @@ from ..core.inverse import inverse_function
 from ..core.program import INT64_MAX, Function, Program
 from . import closures, templates
 from .arguments import (
+    OPTIONS,
     batch_columns,
     bind,
     call_kind,
@@ -1631,7 +1632,6 @@ def recursive(program: Program) -> bool:
     return program.call_order()[1]
 
 
-OPTIONS = ("engine", "checks", "max_steps", "heap_limit", "tol", "max_depth")
 
 
 def machine_for(program: Program, **options) -> Machine:

@@ -30,7 +30,7 @@ from ..core import isa
 from ..core.errors import CompileError, MachineError, RvmError, user_facing
 from ..core.program import FuncRef, Function, Imm, Instruction, Program, Reg
 from ..core.verify import verify
-from ..engines.arguments import first_row, place_keywords, plural
+from ..engines.arguments import first_row, plural, with_options
 from ..engines.arrays import INTERLEAVED
 from ..engines.machine import machine_for
 from .compiler import FunctionCompiler, is_function, parse_annotation, sig_of
@@ -318,18 +318,8 @@ class ReversibleFunction:
         """Run on the arguments (positional, or by parameter name); every argument's final
         value (functions passed as arguments come back as they are). Other keywords are
         machine options (engine, checks, max_steps, heap_limit, tol, max_depth)."""
-        params = [a.arg for a in self.node.args.args]
-        by_name = {k: kwargs.pop(k) for k in list(kwargs) if k in params}
-        machine_options = kwargs
-        if kwargs:
-            from ..engines.machine import OPTIONS
-            unknown = [k for k in kwargs if k not in OPTIONS]
-            if unknown:
-                raise TypeError(f"unknown argument {unknown[0]!r}: the arguments of "
-                                f"{self.name} are {', '.join(params)}, the options "
-                                f"{', '.join(OPTIONS)}")
-        if by_name:
-            args = place_keywords(params, args, by_name, self.name)
+        args, machine_options = with_options([a.arg for a in self.node.args.args], args,
+                                             kwargs, self.name) if kwargs else (args, {})
         program, name, names = self.specialize(args)
         m = machine_for(program, **machine_options)
         functions = [is_function(a) for a in args]
