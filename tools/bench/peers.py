@@ -360,7 +360,11 @@ def quick_gmm_input(d: int = 2, k: int = 5, n: int = 200) -> pathlib.Path:
     rows += [" ".join(map(str, r)) for r in rng.normal(scale=0.3, size=(k, d * (d + 1) // 2))]
     rows += [" ".join(map(str, r)) for r in rng.normal(size=(n, d))]
     rows.append("1.0 0")
-    path = pathlib.Path(tempfile.mkdtemp(prefix="rvm_bench_")) / f"gmm_d{d}_K{k}.txt"
+    folder = tempfile.mkdtemp(prefix="rvm_bench_")
+    import atexit
+    import shutil
+    atexit.register(shutil.rmtree, folder, True)    # (gone with the process that made it)
+    path = pathlib.Path(folder) / f"gmm_d{d}_K{k}.txt"
     path.write_text("\n".join(rows) + "\n")
     return path
 
