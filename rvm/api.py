@@ -12,10 +12,10 @@ import attrs
 import numpy as np
 
 from .ad.derivatives import Transformed, adjoint, float_arguments, tangent
-from .ad.gradient import parameter_names
+from .ad.gradient import parameter_names, positional
 from .core.errors import RvmError, UsageError, user_facing
 from .core.program import Program
-from .engines.arguments import place_keywords, with_options
+from .engines.arguments import with_options
 from .engines.machine import machine_for, resolve_engine
 from .formats.assembly import assemble
 from .formats.bytecode import dumps, loads
@@ -166,12 +166,7 @@ def vmap(fn, in_axes=0, out_axes=0, backend: str | None = None):
                          f"argument; rvm batches along the first axis only), got {in_axes!r}")
 
     def run(*args, **kwargs):
-        if kwargs:      # (by parameter name, as a call takes them)
-            names = _parameter_names(fn)
-            if names is None:
-                raise TypeError(f"{getattr(fn, '__name__', 'the function')} takes "
-                                "positional arguments only")
-            args = place_keywords(names, args, kwargs, getattr(fn, "__name__", "fn"))
+        args = positional(fn, args, kwargs, _parameter_names)   # (by name, as a call)
         axes = [in_axes] * len(args) if not isinstance(in_axes, (list, tuple)) \
             else list(in_axes)
         if backend == "dask":

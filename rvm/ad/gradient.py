@@ -675,14 +675,15 @@ def parameter_names(fn) -> list[str] | None:
     return None if sig is None else list(sig[0])
 
 
-def positional(fn, args: tuple, kwargs: dict) -> tuple:
-    """args with keyword arguments put in place by parameter name."""
+def positional(fn, args: tuple, kwargs: dict, names=parameter_names) -> tuple:
+    """args with keyword arguments put in place by parameter name (names(fn): the
+    parameters' names, None where they are not known)."""
     if not kwargs:
         return args
-    names = parameter_names(fn)
-    if names is None:
-        raise TypeError(f"{getattr(fn, 'name', fn)} takes positional arguments only")
-    return place_keywords(names, args, kwargs, getattr(fn, "name", "the function"))
+    known, who = names(fn), getattr(fn, "name", None) or getattr(fn, "__name__", "fn")
+    if known is None:
+        raise TypeError(f"{who} takes positional arguments only")
+    return place_keywords(known, args, kwargs, who)
 
 
 def _selector(fn, argnums, wrt) -> tuple:

@@ -822,9 +822,7 @@ class Session:
             self.relaunch(req, dbg, config)
             return
         self.respond(req)
-        dbg.restart()
-        for w in dbg.watches.values():
-            w.value = dbg.watch_value(w)
+        dbg.restart()           # (which takes the watches' values anew)
         loss = (self.launch_args.get("gradient") or {}).get("loss")
         if loss:
             try:

@@ -43,7 +43,6 @@ BLAS_WIDE, BLAS_DEEP = 8, 16
 SCRATCH_ROWS = 4096
 
 
-
 def in_turn(terms: np.ndarray) -> float:
     """The sum of terms from 0.0, one after another, row by row, as native code's loop
     adds them (np.sum's pairwise sum is a last bit apart from it, now and then)."""
@@ -219,7 +218,7 @@ class Helpers:
             target, add = cells, values
             where = lambda k: start + (k // n) * s0 + (k % n) * s1
         elif one_row and one_column:                    # one cell: one sum (from +0.0:
-            target, add = cells[:1, 0], np.cumsum(values.ravel())[-1:] + 0.0   # never -0.0)
+            target, add = cells[:1, 0], np.array([in_turn(values)])    # never -0.0)
             where = lambda k: start
         elif one_column:                                # a cell per row
             target, add = cells[:, 0], np.cumsum(values, axis=1)[:, -1] + 0.0
